@@ -1,0 +1,17 @@
+# Warnings for the project's own targets, and an optional sanitizer build.
+function(rankcheck_warnings target)
+  target_compile_options(${target} PRIVATE
+    -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion
+    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Woverloaded-virtual
+    -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+  if(RANKCHECK_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+set(RANKCHECK_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
+if(RANKCHECK_SANITIZE)
+  add_compile_options(-fsanitize=${RANKCHECK_SANITIZE} -fno-omit-frame-pointer
+                      -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=${RANKCHECK_SANITIZE})
+endif()

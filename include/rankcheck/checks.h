@@ -1,0 +1,88 @@
+#pragma once
+// Cross-checks: pure rules over every record the master holds. A rule returns
+// findings; it never prints or exits.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rankcheck/finding.h>
+#include <rankcheck/record.h>
+
+namespace rankcheck {
+
+/// An admitted member as the master saw it.
+struct Member {
+  Record record;
+  double joined_ms = 0;  ///< since the master started
+  std::string peer;      ///< "10.0.0.12:51234", or "in-process" for the master's own
+};
+
+/// A member that joined, then lost its connection before the verdict.
+struct Departure {
+  Record record;
+  double joined_ms = 0;
+  double left_ms = 0;
+};
+
+enum class RefusalKind {
+  kForeignJob,  ///< hello for another job id
+  kVersion,     ///< another protocol version
+  kAuth,        ///< missing or wrong token
+  kMalformed,   ///< not rankcheck, or a broken hello
+  kLate,        ///< arrived after the master decided
+};
+
+/// A connection the master turned away.
+struct Refusal {
+  RefusalKind kind = RefusalKind::kMalformed;
+  std::string peer;
+  std::string reason;
+  std::optional<Record> record;  ///< when a hello could be read
+  double at_ms = 0;
+};
+
+/// Everything the rules look at.
+struct JobView {
+  long world_size = 0;  ///< the master's
+  std::string job_id;
+  std::vector<Member> members;  ///< admitted, in arrival order
+  std::vector<Departure> departed;
+  std::vector<Refusal> refused;
+  size_t refused_total = 0;  ///< refusals, including those not kept
+  bool timed_out = false;    ///< decided at the deadline rather than on the last join
+  std::string master_addr;   ///< MASTER_ADDR as the master was given it
+  uint16_t master_port = 0;
+  std::string master_host;   ///< host name of the master
+  std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
+};
+
+/// One rule: a table row, like a launcher.
+struct Rule {
+  std::string_view id;
+  void (*check)(const JobView&, std::vector<Finding>&);
+};
+
+/// The rules, in the order their findings lead the report: causes before effects.
+std::span<const Rule> rules();
+
+/// Runs every rule and orders the findings: errors first, causes before effects.
+std::vector<Finding> run_checks(const JobView& view);
+
+/// The rules that need only this member's own record, for `rankcheck env` and
+/// for early warnings before the rendezvous.
+std::vector<Finding> local_checks(const Record& self);
+
+/// "rank 5 (gpu-02, pid 123)" or "ranks 8-11 (gpu-02, pid 77)".
+std::string member_label(const Record& r);
+
+/// Whether `ifname_spec` (NCCL_SOCKET_IFNAME syntax: prefixes, "^" to exclude,
+/// "=" for exact names) selects at least one of `interfaces`.
+bool ifname_matches_any(std::string_view ifname_spec, const std::vector<std::string>& interfaces);
+
+/// Whether an address string is loopback (127.0.0.0/8 or ::1).
+bool is_loopback_address(std::string_view addr);
+
+}  // namespace rankcheck

@@ -1,0 +1,28 @@
+#pragma once
+// Slurm's compressed host lists and task counts, and where each rank is expected.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rankcheck/result.h>
+
+namespace rankcheck {
+
+/// Expansion limit: a node list longer than this is refused, not allocated.
+inline constexpr size_t kMaxHosts = 65536;
+
+/// `gpu-[01-04,07],cpu3` -> gpu-01 gpu-02 gpu-03 gpu-04 gpu-07 cpu3. Several
+/// bracket groups in one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2).
+Result<std::vector<std::string>> expand_hostlist(std::string_view list);
+
+/// `2(x3),1` -> 2 2 2 1 (SLURM_TASKS_PER_NODE / SLURM_STEP_TASKS_PER_NODE).
+Result<std::vector<int>> expand_tasks_per_node(std::string_view spec);
+
+enum class Distribution { kBlock, kCyclic };
+
+/// The node index each rank lands on, for `tasks[i]` tasks on node i.
+/// Block fills node 0 first; cyclic deals ranks round-robin over nodes with room left.
+std::vector<int> node_of_each_rank(const std::vector<int>& tasks, Distribution dist);
+
+}  // namespace rankcheck

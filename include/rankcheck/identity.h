@@ -1,0 +1,130 @@
+#pragma once
+// Who this process thinks it is: a pure function of an environment map and flags.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rankcheck/env.h>
+#include <rankcheck/hostlist.h>
+
+namespace rankcheck {
+
+inline constexpr int kDefaultMasterPort = 29500;
+/// Largest world size rankcheck accepts; a larger one is a usage error.
+inline constexpr long kMaxWorldSize = 1 << 20;
+
+enum class Field {
+  kRank,
+  kWorldSize,
+  kLocalRank,
+  kLocalWorldSize,
+  kNodeRank,
+  kNnodes,
+  kNprocPerNode,
+  kMasterAddr,
+  kMasterPort,
+  kJobId,
+};
+inline constexpr int kFieldCount = 10;
+std::string_view field_name(Field f);
+
+/// One value one source gave for one field: SLURM_PROCID=3 from slurm.
+struct Observation {
+  Field field;
+  std::string launcher;  ///< table row name: "torch", "slurm", "flags", ...
+  std::string variable;  ///< "SLURM_PROCID", or "--rank" for flags
+  std::string value;     ///< as given, unparsed
+};
+
+/// Explicit flags; each beats the environment.
+struct Flags {
+  std::optional<std::string> rank, world_size, local_rank, local_world_size;
+  std::optional<std::string> node_rank, nnodes, nproc_per_node;
+  std::optional<std::string> master_addr, master_port, job_id;
+};
+
+/// Two or more sources that disagree about one field.
+struct Conflict {
+  Field field;
+  std::vector<Observation> values;  ///< one per distinct source, in precedence order
+};
+
+struct Identity {
+  // Resolved values; -1 where no source gave one.
+  long rank = -1;        ///< first global rank this member stands for
+  long nranks = 1;       ///< ranks this member stands for (node mode: nproc per node)
+  long world_size = -1;
+  long local_rank = -1;
+  long local_world_size = -1;
+  long node_rank = -1;
+  long nnodes = -1;
+  std::string master_addr;
+  long master_port = kDefaultMasterPort;
+  std::string job_id;
+
+  std::string launcher;                   ///< the row that gave the rank
+  std::vector<std::string> launchers;     ///< every row whose variables were seen
+  std::vector<Observation> observations;  ///< every value every source gave
+  std::vector<Conflict> conflicts;        ///< fields whose sources disagree
+  std::vector<std::string> problems;      ///< missing/unparsable values: a usage error
+  std::vector<std::string> notes;         ///< defaults taken and interpretations made
+
+  /// Where the launcher says each node's ranks run (Slurm): compressed node list,
+  /// tasks per node and distribution, kept raw so a record stays small.
+  std::string node_list;
+  std::string tasks_per_node;
+  Distribution distribution = Distribution::kBlock;
+
+  bool node_mode() const { return nranks > 1; }
+  /// The identity is complete enough to take part in a rendezvous.
+  bool usable() const { return problems.empty(); }
+  /// Rank within [0, world_size) for every rank this member stands for.
+  bool rank_in_range() const { return rank >= 0 && rank + nranks <= world_size; }
+};
+
+/// Collects what one launcher's variables say. Passed to each table row.
+class LauncherScan {
+ public:
+  /// In catalogue mode `take` records every variable asked for, set or not, and
+  /// reports it unset; `sources_for` lists the table that way.
+  LauncherScan(const EnvMap& env, std::string_view launcher, Identity& id, bool catalogue = false)
+      : env_(env), launcher_(launcher), id_(id), catalogue_(catalogue) {}
+
+  const EnvMap& env() const { return env_; }
+  Identity& identity() { return id_; }
+  /// Records `variable` as a source for `field` when it is set; returns its value.
+  const std::string* take(Field field, std::string_view variable);
+  /// Records a derived value (e.g. a node's entry of SLURM_TASKS_PER_NODE).
+  void add(Field field, std::string variable, std::string value);
+  bool seen() const { return seen_; }
+
+ private:
+  const EnvMap& env_;
+  std::string_view launcher_;
+  Identity& id_;
+  bool catalogue_;
+  bool seen_ = false;
+};
+
+/// One launcher: a table row. Order in the table is precedence (flags first).
+struct Launcher {
+  std::string_view name;         ///< "slurm"
+  std::string_view description;  ///< "Slurm srun"
+  void (*scan)(LauncherScan&);
+};
+
+/// The launcher table, highest precedence first.
+std::span<const Launcher> launchers();
+
+/// Builds the identity from the environment and flags. Never reads the process
+/// environment itself; never fails: problems are listed in the result.
+Identity detect_identity(const EnvMap& env, const Flags& flags);
+
+/// Which variables (and launchers) would have given `field`, for error messages:
+/// "RANK (torch env), SLURM_PROCID (Slurm srun), ...".
+std::string sources_for(Field field);
+
+}  // namespace rankcheck

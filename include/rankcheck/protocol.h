@@ -1,0 +1,81 @@
+#pragma once
+// The messages of the rendezvous, each encoded field by field into a frame.
+//
+//   member                          master
+//     |  <------ challenge ---------  |   on accept: nonce, version, job id
+//     |  -------- hello ----------->  |   the member's record
+//     |  <------ admit / reject ----  |
+//     |  <------ verdict -----------  |   once, when the master decides
+//     |  ------- stage result ----->  |   only when the verdict says go
+//     |  <------ verdict (final) ---  |
+
+#include <array>
+#include <optional>
+
+#include <rankcheck/finding.h>
+#include <rankcheck/record.h>
+#include <rankcheck/wire.h>
+
+namespace rankcheck {
+
+inline constexpr size_t kNonceSize = 16;
+inline constexpr size_t kNcclIdSize = 128;  // sizeof(ncclUniqueId)
+inline constexpr uint32_t kMaxVerdictNotes = 8;
+
+struct Challenge {
+  std::array<uint8_t, kNonceSize> nonce{};
+  std::string master_version;  ///< rankcheck version of the master
+  std::string job_id;
+};
+
+struct Hello {
+  Record record;
+};
+
+struct Admit {
+  uint32_t joined_ranks = 0;
+  uint32_t world_size = 0;
+};
+
+enum class RejectCode : uint16_t {
+  kVersion = 1,
+  kForeignJob = 2,
+  kAuth = 3,
+  kMalformed = 4,
+  kLate = 5,
+  kBusy = 6,
+};
+
+/// Layout fixed across protocol versions: u16 code, then the reason.
+struct Reject {
+  RejectCode code = RejectCode::kMalformed;
+  std::string reason;
+};
+
+struct Verdict {
+  uint8_t exit_code = 0;
+  bool final = true;     ///< false: the GPU stage follows, then a final verdict
+  bool run_gpu = false;  ///< go for the GPU stage
+  std::string headline;  ///< the job's leading problem, "" on pass
+  uint32_t errors = 0;
+  uint32_t warnings = 0;
+  uint32_t joined_ranks = 0;
+  std::vector<Finding> notes;  ///< findings about the receiving member (id, severity, text)
+  uint32_t stage_ms = 0;       ///< time the GPU stage may take from now
+  std::optional<std::array<uint8_t, kNcclIdSize>> nccl_id;
+};
+
+std::vector<uint8_t> encode(const Challenge& m);
+std::vector<uint8_t> encode(const Hello& m);
+std::vector<uint8_t> encode(const Admit& m);
+std::vector<uint8_t> encode(const Reject& m);
+std::vector<uint8_t> encode(const Verdict& m);
+
+/// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
+Result<Challenge> decode_challenge(std::span<const uint8_t> payload);
+Result<Hello> decode_hello(std::span<const uint8_t> payload);
+Result<Admit> decode_admit(std::span<const uint8_t> payload);
+Result<Reject> decode_reject(std::span<const uint8_t> payload);
+Result<Verdict> decode_verdict(std::span<const uint8_t> payload);
+
+}  // namespace rankcheck

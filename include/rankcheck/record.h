@@ -1,0 +1,80 @@
+#pragma once
+// What a member sends the master: its identity and the facts of its host.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <rankcheck/identity.h>
+#include <rankcheck/wire.h>
+
+namespace rankcheck {
+
+/// Caps on what a peer may send; checked while decoding, before allocation.
+inline constexpr size_t kMaxHostName = 255;
+inline constexpr size_t kMaxShortString = 512;
+inline constexpr size_t kMaxEnvValue = 4096;
+inline constexpr uint32_t kMaxEnvVars = 128;
+inline constexpr uint32_t kMaxAddresses = 32;
+inline constexpr uint32_t kMaxInterfaces = 64;
+inline constexpr uint32_t kMaxConflicts = kFieldCount;
+inline constexpr uint32_t kMaxConflictValues = 16;
+
+struct EnvVar {
+  std::string name;
+  std::string value;
+  bool operator==(const EnvVar&) const = default;
+};
+
+struct Record {
+  std::string version;  ///< the probe's own version
+  int32_t rank = -1;    ///< first global rank
+  int32_t nranks = 1;   ///< ranks this member stands for
+  int32_t world_size = -1;
+  int32_t local_rank = -1;  ///< -1: unknown
+  int32_t local_world_size = -1;
+  int32_t node_rank = -1;
+  int32_t nnodes = -1;
+  std::string launcher;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on this host
+  std::string resolve_error;                 ///< why it did not resolve, if it did not
+  std::string job_id;
+  std::string host;
+  uint32_t pid = 0;
+  std::vector<Conflict> conflicts;
+  std::vector<EnvVar> env;  ///< variables that must agree across ranks, sorted by name
+  uint64_t env_digest = 0;
+  std::vector<std::string> interfaces;  ///< names of interfaces with an address
+  std::string node_list;                ///< the launcher's node list, compressed
+  std::string tasks_per_node;
+  uint8_t distribution = 0;  ///< Distribution
+
+  bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
+  int32_t last_rank() const { return rank + nranks - 1; }
+};
+
+/// Whether a variable must agree across ranks (NCCL_*, TORCH_NCCL_*, ...).
+bool is_tracked_env(std::string_view name);
+/// The tracked variables of `env`, sorted, values capped.
+std::vector<EnvVar> tracked_env(const EnvMap& env);
+/// FNV-1a over the tracked variables: equal sets, equal digests.
+uint64_t env_digest(const std::vector<EnvVar>& env);
+
+/// Facts about this host that go into the record.
+struct HostFacts {
+  std::string host;
+  uint32_t pid = 0;
+  std::vector<std::string> interfaces;
+  std::vector<std::string> master_resolved;
+  std::string resolve_error;
+};
+
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env);
+
+void encode_record(Writer& w, const Record& r);
+/// Decodes and validates a record; the reader fails on anything out of bounds.
+Record decode_record(Reader& r);
+
+}  // namespace rankcheck

@@ -1,0 +1,61 @@
+#pragma once
+// Structure first, text last: one Report, rendered as text for people and JSON
+// for machines.
+
+#include <string>
+#include <vector>
+
+#include <rankcheck/checks.h>
+#include <rankcheck/finding.h>
+
+namespace rankcheck {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct RenderStyle {
+  bool color = false;
+};
+
+/// What the master knows at the end of a run.
+struct Report {
+  std::string job_id;
+  long world_size = 0;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  std::string master_host;
+  std::vector<std::string> master_bound;  ///< addresses it listened on
+  std::vector<Member> members;
+  std::vector<Finding> findings;
+  bool timed_out = false;
+  bool authenticated = false;
+  std::string gpu_stage = "not run";  ///< one phrase: "not run (--no-gpu)", "passed", ...
+  double rendezvous_ms = 0;           ///< master start to decision
+  double decision_ms = 0;             ///< last join (or deadline) to verdict computed
+  double total_ms = 0;
+
+  int exit_code() const { return exit_code_for(findings); }
+};
+
+/// The first error (or warning) in one line, for the verdict line and members.
+std::string headline(const std::vector<Finding>& findings);
+
+std::string render_text(const Report& report, RenderStyle style);
+std::string render_json(const Report& report);
+
+/// What a member that is not the master knows: the job-wide verdict it was sent,
+/// or its own failure to get one.
+struct MemberReport {
+  Record self;
+  int exit_code = exit_code::kInternal;
+  bool verdict_received = false;
+  std::string headline;           ///< the job's leading problem, or "" on pass
+  uint32_t errors = 0, warnings = 0;
+  uint32_t joined_ranks = 0;      ///< ranks the master counted
+  std::vector<Finding> findings;  ///< about this member, or its own failure
+  double total_ms = 0;
+};
+
+std::string render_member_text(const MemberReport& report, RenderStyle style);
+std::string render_member_json(const MemberReport& report);
+
+}  // namespace rankcheck

@@ -1,0 +1,795 @@
+#include <rankcheck/checks.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include <rankcheck/text.h>
+
+namespace rankcheck {
+namespace {
+
+using Records = std::vector<const Record*>;
+
+std::vector<long> ranks_of(const Records& rs) {
+  std::vector<long> out;
+  for (const Record* r : rs) {
+    for (long k = r->rank; k <= r->last_rank(); ++k) out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> hosts_of(const Records& rs) {
+  std::set<std::string> hosts;
+  for (const Record* r : rs) hosts.insert(r->host);
+  return {hosts.begin(), hosts.end()};
+}
+
+std::string ranks_word(const std::vector<long>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", format_ranks(ranks));
+}
+
+// "ranks 0-6 on gpu-01", "rank 7 on gpu-02", "ranks 0-63 on 8 hosts".
+std::string where(const Records& rs) {
+  auto hosts = hosts_of(rs);
+  std::string on = hosts.size() <= 3 ? format_list(hosts) : plural(hosts.size(), "host", "hosts");
+  return fmt::format("{} on {}", ranks_word(ranks_of(rs)), on);
+}
+
+Finding make(std::string_view id, Severity sev, int code, std::string message, std::string hint,
+             const Records& about) {
+  return Finding{std::string(id), sev, code, std::move(message), std::move(hint),
+                 ranks_of(about), hosts_of(about)};
+}
+
+// The world size missing ranks are counted against: the master's, unless the
+// members disagree, in which case the one most ranks claim (ties: the master's).
+long expected_world(const JobView& v) {
+  std::map<long, long> votes;
+  for (const Member& m : v.members) votes[m.record.world_size] += m.record.nranks;
+  long best = v.world_size;
+  long best_votes = votes.count(best) ? votes[best] : 0;
+  for (auto [w, n] : votes) {
+    if (n > best_votes) best = w, best_votes = n;
+  }
+  return std::clamp(best, 1L, kMaxWorldSize);
+}
+
+bool multi_host(const JobView& v) {
+  std::set<std::string_view> hosts;
+  for (const Member& m : v.members) {
+    hosts.insert(m.record.host);
+    const Record& r = m.record;
+    if (r.local_world_size >= 1 && r.local_world_size < r.world_size) return true;
+    if (r.node_list.find_first_of(",[") != std::string::npos) return true;
+  }
+  return hosts.size() > 1;
+}
+
+// ---------------------------------------------------------------------------
+
+void check_master_addr_loopback(const JobView& v, std::vector<Finding>& out) {
+  if (v.master_resolved.empty() || !multi_host(v)) return;
+  for (const auto& a : v.master_resolved) {
+    if (!is_loopback_address(a)) return;
+  }
+  Records master;
+  for (const Member& m : v.members) {
+    if (m.record.rank == 0) master.push_back(&m.record);
+  }
+  Finding f = make(
+      "master-addr-loopback", Severity::kError, exit_code::kMismatch,
+      fmt::format("MASTER_ADDR {} resolves to {} (loopback) on the master's host {}, but the job "
+                  "spans more than one host: ranks on other hosts cannot reach a master there",
+                  printable(v.master_addr), format_list(v.master_resolved),
+                  printable(v.master_host)),
+      fmt::format("set MASTER_ADDR to an address of {} that the other hosts reach (its cluster "
+                  "network IP), or fix /etc/hosts on {}, which maps the name to loopback",
+                  printable(v.master_host), printable(v.master_host)),
+      master);
+  if (f.hosts.empty()) f.hosts.push_back(v.master_host);
+  out.push_back(std::move(f));
+}
+
+void check_foreign_job(const JobView& v, std::vector<Finding>& out) {
+  std::set<long> present;
+  for (const Member& m : v.members) {
+    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) present.insert(k);
+  }
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kForeignJob || !r.record) continue;
+    const Record& rec = *r.record;
+    bool explains_missing = false;
+    for (long k = rec.rank; k <= rec.last_rank(); ++k) {
+      if (k >= 0 && k < v.world_size && !present.count(k)) explains_missing = true;
+    }
+    std::string who = fmt::format("{} from {}", member_label(rec), printable(r.peer));
+    std::string hint =
+        "give each job its own MASTER_PORT, and check that every process of this job has the "
+        "same SLURM_JOB_ID / TORCHELASTIC_RUN_ID / --job-id";
+    if (explains_missing) {
+      out.push_back(make("foreign-job", Severity::kError, exit_code::kRejected,
+                         fmt::format("{} was refused: it says job '{}', this master serves job "
+                                     "'{}', so its rank is missing here",
+                                     who, printable(rec.job_id), printable(v.job_id)),
+                         hint, {&rec}));
+    } else {
+      out.push_back(make("foreign-job", Severity::kWarning, exit_code::kRejected,
+                         fmt::format("a process of job '{}' ({}) reached this master (job '{}') "
+                                     "and was refused",
+                                     printable(rec.job_id), who, printable(v.job_id)),
+                         hint, {&rec}));
+    }
+  }
+}
+
+void check_world_size(const JobView& v, std::vector<Finding>& out) {
+  std::map<long, Records> by_size;
+  for (const Member& m : v.members) by_size[m.record.world_size].push_back(&m.record);
+  if (by_size.size() < 2) return;
+  long expected = expected_world(v);
+  std::vector<std::pair<long, Records>> groups(by_size.begin(), by_size.end());
+  std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+    return (a.first == expected) > (b.first == expected);
+  });
+  std::string says;
+  Records odd;
+  for (const auto& [size, rs] : groups) {
+    if (!says.empty()) says += "; ";
+    says += fmt::format("{} say {}", where(rs), size);
+    if (size != expected) odd.insert(odd.end(), rs.begin(), rs.end());
+  }
+  out.push_back(make("world-size-mismatch", Severity::kError, exit_code::kMismatch,
+                     fmt::format("members disagree on the world size: {}", says),
+                     fmt::format("every process must get the same WORLD_SIZE; most say {} (the "
+                                 "master says {}): fix the launcher arguments or the exported "
+                                 "WORLD_SIZE on {}",
+                                 expected, v.world_size, format_list(hosts_of(odd))),
+                     odd));
+}
+
+void check_duplicate_rank(const JobView& v, std::vector<Finding>& out) {
+  std::map<long, std::vector<size_t>> claims;
+  for (size_t i = 0; i < v.members.size(); ++i) {
+    const Record& r = v.members[i].record;
+    for (long k = r.rank; k <= r.last_rank(); ++k) claims[k].push_back(i);
+  }
+  // Ranks claimed by the same set of members form one finding.
+  std::map<std::vector<size_t>, std::vector<long>> groups;
+  for (auto& [rank, who] : claims) {
+    if (who.size() > 1) groups[who].push_back(rank);
+  }
+  for (const auto& [who, ranks] : groups) {
+    Records rs;
+    std::vector<std::string> names;
+    for (size_t i : who) {
+      const Record& r = v.members[i].record;
+      rs.push_back(&r);
+      names.push_back(fmt::format("{} (pid {})", printable(r.host), r.pid));
+    }
+    Finding f = make("duplicate-rank", Severity::kError, exit_code::kMismatch,
+                     fmt::format("{} {} claimed by {} members: {}", ranks_word(ranks),
+                                 ranks.size() == 1 ? "is" : "are", who.size(), format_list(names)),
+                     fmt::format("each process needs its own RANK: check how RANK is set on {} "
+                                 "(a RANK exported once in the job script is copied into every "
+                                 "task)",
+                                 format_list(hosts_of(rs))),
+                     rs);
+    f.ranks = ranks;
+    out.push_back(std::move(f));
+  }
+}
+
+void check_rank_range(const JobView& v, std::vector<Finding>& out) {
+  for (const Member& m : v.members) {
+    const Record& r = m.record;
+    if (r.in_range()) continue;
+    out.push_back(make(
+        "rank-out-of-range", Severity::kError, exit_code::kMismatch,
+        fmt::format("{} is outside 0..{} for its own world size {}", member_label(r),
+                    r.world_size - 1, r.world_size),
+        r.launcher == "flags"
+            ? std::string("--rank must be below --world-size")
+            : fmt::format("RANK must be below WORLD_SIZE: check the rank this process got from "
+                          "{} on {}",
+                          r.launcher, printable(r.host)),
+        {&r}));
+  }
+}
+
+std::string conflict_text(const Conflict& c) {
+  std::string s;
+  for (size_t i = 0; i < c.values.size(); ++i) {
+    if (i == 1) s += " but ";
+    if (i > 1) s += ", ";
+    s += fmt::format("{}={}", printable(c.values[i].variable), printable(c.values[i].value, 48));
+  }
+  return s;
+}
+
+void check_launcher_conflicts(const JobView& v, std::vector<Finding>& out) {
+  // Members whose conflicts involve the same field and variables form one finding.
+  std::map<std::pair<int, std::vector<std::string>>, std::vector<std::pair<const Record*, const Conflict*>>>
+      groups;
+  for (const Member& m : v.members) {
+    for (const Conflict& c : m.record.conflicts) {
+      std::vector<std::string> vars;
+      for (const Observation& o : c.values) vars.push_back(o.variable);
+      groups[{static_cast<int>(c.field), vars}].emplace_back(&m.record, &c);
+    }
+  }
+  for (const auto& [key, items] : groups) {
+    Records rs;
+    for (const auto& item : items) rs.push_back(item.first);
+    const auto& [first_rec, first_conflict] = items.front();
+    const std::string& used = first_conflict->values.front().variable;
+    std::string message =
+        items.size() == 1
+            ? fmt::format("{}: {} (rankcheck used {})", member_label(*first_rec),
+                          conflict_text(*first_conflict), printable(used))
+            : fmt::format("{} members have conflicting {}: {}; e.g. {}: {} (rankcheck used {})",
+                          items.size(), field_name(first_conflict->field), where(rs),
+                          member_label(*first_rec), conflict_text(*first_conflict),
+                          printable(used));
+    out.push_back(make("launcher-env-conflict", Severity::kError, exit_code::kMismatch,
+                       std::move(message),
+                       fmt::format("two launchers, or a launcher and a hand-set variable, "
+                                   "disagree about the {}: remove the stale value so that one "
+                                   "launcher sets it",
+                                   field_name(first_conflict->field)),
+                       rs));
+  }
+}
+
+// Groups members by host name.
+std::map<std::string, Records> by_host(const JobView& v) {
+  std::map<std::string, Records> hosts;
+  for (const Member& m : v.members) hosts[m.record.host].push_back(&m.record);
+  return hosts;
+}
+
+void check_local_rank_collision(const JobView& v, std::vector<Finding>& out) {
+  for (const auto& [host, rs] : by_host(v)) {
+    std::map<long, std::map<long, const Record*>> owners;  // local rank -> global rank -> member
+    for (const Record* r : rs) {
+      if (r->local_rank < 0) continue;
+      for (long k = 0; k < r->nranks; ++k) owners[r->local_rank + k][r->rank + k] = r;
+    }
+    std::vector<std::string> parts;
+    Records involved;
+    std::vector<long> ranks;
+    for (const auto& [local, globals] : owners) {
+      if (globals.size() < 2) continue;
+      std::vector<long> g;
+      for (const auto& [rank, rec] : globals) {
+        g.push_back(rank);
+        involved.push_back(rec);
+      }
+      ranks.insert(ranks.end(), g.begin(), g.end());
+      parts.push_back(fmt::format("local rank {} by ranks {}", local, format_ranks(g)));
+    }
+    if (parts.empty()) continue;
+    Finding f = make("local-rank-collision", Severity::kError, exit_code::kMismatch,
+                     fmt::format("on {}, {} members share a local rank: {}", printable(host),
+                                 involved.size(), format_list(parts, 4)),
+                     fmt::format("LOCAL_RANK picks the GPU: two processes on {} would use the "
+                                 "same one. Check LOCAL_RANK / SLURM_LOCALID there",
+                                 printable(host)),
+                     involved);
+    f.ranks = ranks;
+    std::sort(f.ranks.begin(), f.ranks.end());
+    out.push_back(std::move(f));
+  }
+}
+
+void check_local_world_size(const JobView& v, std::vector<Finding>& out) {
+  for (const auto& [host, rs] : by_host(v)) {
+    std::map<long, Records> by_size;
+    long ranks_here = 0;
+    for (const Record* r : rs) {
+      ranks_here += r->nranks;
+      if (r->local_world_size >= 1) by_size[r->local_world_size].push_back(r);
+    }
+    if (by_size.size() > 1) {
+      std::string says;
+      for (const auto& [size, group] : by_size) {
+        if (!says.empty()) says += "; ";
+        says += fmt::format("{} for {}", size, ranks_word(ranks_of(group)));
+      }
+      out.push_back(make("local-world-size-mismatch", Severity::kError, exit_code::kMismatch,
+                         fmt::format("on {}, members disagree on LOCAL_WORLD_SIZE: {}",
+                                     printable(host), says),
+                         "every process on a host must get the same LOCAL_WORLD_SIZE: check "
+                         "--nproc-per-node / --ntasks-per-node for that host",
+                         rs));
+    } else if (by_size.size() == 1 && ranks_here > by_size.begin()->first) {
+      out.push_back(make("local-world-size-mismatch", Severity::kError, exit_code::kMismatch,
+                         fmt::format("{} runs {} ranks but LOCAL_WORLD_SIZE is {}",
+                                     printable(host), ranks_here, by_size.begin()->first),
+                         "more processes were started on this host than the launcher was told: "
+                         "check for a second launcher or a leftover job on it",
+                         rs));
+    }
+  }
+}
+
+void check_ifname(const JobView& v, std::vector<Finding>& out) {
+  std::map<std::pair<std::string, std::string>, Records> bad;  // (host, spec) -> members
+  for (const Member& m : v.members) {
+    for (const EnvVar& e : m.record.env) {
+      if (e.name == "NCCL_SOCKET_IFNAME" && !ifname_matches_any(e.value, m.record.interfaces)) {
+        bad[{m.record.host, e.value}].push_back(&m.record);
+      }
+    }
+  }
+  for (const auto& [key, rs] : bad) {
+    const auto& [host, spec] = key;
+    out.push_back(make(
+        "nccl-ifname-missing", Severity::kError, exit_code::kMismatch,
+        fmt::format("NCCL_SOCKET_IFNAME={} selects no interface with an address on {} ({}); it "
+                    "has {}",
+                    printable(spec, 48), printable(host), ranks_word(ranks_of(rs)),
+                    rs.front()->interfaces.empty() ? std::string("none")
+                                                   : format_list(rs.front()->interfaces, 8)),
+        fmt::format("NCCL fails at init when no interface matches: set NCCL_SOCKET_IFNAME to an "
+                    "interface {} has (a prefix, '=name' for one exact name, '^' to exclude)",
+                    printable(host)),
+        rs));
+  }
+}
+
+void check_master_addr_mismatch(const JobView& v, std::vector<Finding>& out) {
+  std::map<std::string, Records> by_addr;
+  for (const Member& m : v.members) {
+    by_addr[fmt::format("{}:{}", m.record.master_addr, m.record.master_port)].push_back(&m.record);
+  }
+  if (by_addr.size() > 1) {
+    std::string parts;
+    Records all;
+    for (const auto& [addr, rs] : by_addr) {
+      if (!parts.empty()) parts += "; ";
+      parts += fmt::format("{} for {}", printable(addr), where(rs));
+      all.insert(all.end(), rs.begin(), rs.end());
+    }
+    out.push_back(make("master-addr-mismatch", Severity::kWarning, exit_code::kMismatch,
+                       fmt::format("members were given different master addresses: {}. All "
+                                   "reached this master, but the training job may not",
+                                   parts),
+                       "give every process the same MASTER_ADDR and MASTER_PORT", all));
+  }
+  // The same name resolving differently on different hosts (loopback is its own rule).
+  for (const auto& [addr, rs] : by_addr) {
+    std::map<std::vector<std::string>, Records> by_result;
+    for (const Record* r : rs) {
+      std::vector<std::string> res;
+      for (const auto& a : r->master_resolved) {
+        if (!is_loopback_address(a)) res.push_back(a);
+      }
+      std::sort(res.begin(), res.end());
+      if (!res.empty()) by_result[res].push_back(r);
+    }
+    if (by_result.size() < 2) continue;
+    std::string parts;
+    Records all;
+    for (const auto& [res, group] : by_result) {
+      if (!parts.empty()) parts += " but to ";
+      parts += fmt::format("{} for {}", format_list(res, 4), where(group));
+      all.insert(all.end(), group.begin(), group.end());
+    }
+    out.push_back(make("master-addr-mismatch", Severity::kWarning, exit_code::kMismatch,
+                       fmt::format("MASTER_ADDR {} resolves to {}",
+                                   printable(rs.front()->master_addr), parts),
+                       "make the name resolve the same everywhere (DNS, /etc/hosts), or use the "
+                       "master's IP address",
+                       all));
+  }
+}
+
+void check_protocol_mismatch(const JobView& v, std::vector<Finding>& out) {
+  std::vector<std::string> peers;
+  std::string reason;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kVersion) continue;
+    peers.push_back(r.peer);
+    reason = r.reason;
+  }
+  if (peers.empty()) return;
+  out.push_back(Finding{"protocol-mismatch", Severity::kWarning, exit_code::kRejected,
+                        fmt::format("{} from {} refused: {}",
+                                    plural(peers.size(), "connection", "connections"),
+                                    format_list(peers, 4), printable(reason, 160)),
+                        "run the same rankcheck build on every host", {}, {}});
+}
+
+void check_stray_connections(const JobView& v, std::vector<Finding>& out) {
+  std::vector<std::string> peers;
+  std::string reason;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kMalformed && r.kind != RefusalKind::kAuth) continue;
+    peers.push_back(r.peer);
+    if (reason.empty()) reason = r.reason;
+  }
+  size_t unkept = v.refused_total > v.refused.size() ? v.refused_total - v.refused.size() : 0;
+  if (peers.empty() && unkept == 0) return;
+  out.push_back(Finding{
+      "stray-connection", Severity::kWarning, exit_code::kRejected,
+      fmt::format("{} to the master port {} not a member of this job and {} closed{}: first "
+                  "from {}: {}",
+                  plural(peers.size() + unkept, "connection", "connections"),
+                  peers.size() + unkept == 1 ? "was" : "were",
+                  peers.size() + unkept == 1 ? "was" : "were",
+                  unkept > 0 ? fmt::format(" ({} not itemised)", unkept) : std::string(),
+                  peers.empty() ? std::string("?") : printable(peers.front()),
+                  printable(reason, 160)),
+      "something else on the network talks to MASTER_PORT: a port scanner, a health check, or "
+      "a process of another run; harmless to this check unless it repeats",
+      {}, {}});
+}
+
+void check_departed(const JobView& v, std::vector<Finding>& out) {
+  std::set<long> present;
+  for (const Member& m : v.members) {
+    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) present.insert(k);
+  }
+  for (const Departure& d : v.departed) {
+    if (present.count(d.record.rank)) continue;  // it came back
+    out.push_back(make(
+        "member-disconnected", Severity::kError, exit_code::kIncomplete,
+        fmt::format("{} joined at +{} and its connection closed at +{}, before the verdict",
+                    member_label(d.record), format_seconds(d.joined_ms),
+                    format_seconds(d.left_ms)),
+        fmt::format("the process died or was killed after joining: check its log on {} (an OOM "
+                    "kill, a crash, a network reset)",
+                    printable(d.record.host)),
+        {&d.record}));
+  }
+}
+
+// Where a missing rank was expected to run.
+class Layout {
+ public:
+  explicit Layout(const JobView& v, long world) {
+    // The launcher's node list says it outright (Slurm).
+    for (const Member& m : v.members) {
+      const Record& r = m.record;
+      if (r.node_list.empty() || r.tasks_per_node.empty()) continue;
+      auto hosts = expand_hostlist(r.node_list);
+      auto tasks = expand_tasks_per_node(r.tasks_per_node);
+      if (!hosts || !tasks || hosts->size() != tasks->size()) break;
+      auto node_of = node_of_each_rank(*tasks, static_cast<Distribution>(r.distribution));
+      if (static_cast<long>(node_of.size()) != world) break;
+      host_of_rank_.resize(node_of.size());
+      for (size_t k = 0; k < node_of.size(); ++k) {
+        host_of_rank_[k] = (*hosts)[static_cast<size_t>(node_of[k])];
+      }
+      all_hosts_ = std::move(*hosts);
+      return;
+    }
+    // Otherwise the members of a host tell it: ranks base..base+lws-1 with
+    // base = rank - local_rank (torchrun and srun --distribution=block).
+    for (const Member& m : v.members) {
+      const Record& r = m.record;
+      if (r.local_rank < 0 || r.local_world_size < 1 || r.local_rank >= r.local_world_size) {
+        continue;
+      }
+      blocks_.push_back({r.rank - r.local_rank, r.local_world_size, r.host});
+      if (lws_ == 0) lws_ = r.local_world_size;
+    }
+    std::sort(blocks_.begin(), blocks_.end(),
+              [](const Block& a, const Block& b) { return a.base < b.base; });
+  }
+
+  /// The expected host, or "" when nothing tells it; `local` gets the local rank.
+  std::string host_of(long rank, long* local) const {
+    *local = -1;
+    if (!host_of_rank_.empty()) {
+      return rank >= 0 && rank < long(host_of_rank_.size()) ? host_of_rank_[size_t(rank)] : "";
+    }
+    auto it = std::upper_bound(blocks_.begin(), blocks_.end(), rank,
+                               [](long k, const Block& b) { return k < b.base; });
+    if (it == blocks_.begin()) return "";
+    --it;
+    if (rank >= it->base + it->size) return "";
+    *local = rank - it->base;
+    return it->host;
+  }
+  /// Ranks per node when the members agree on it, else 0.
+  long ranks_per_node() const { return lws_; }
+
+ private:
+  struct Block {
+    long base;
+    long size;
+    std::string host;
+  };
+  std::vector<std::string> host_of_rank_;
+  std::vector<std::string> all_hosts_;
+  std::vector<Block> blocks_;
+  long lws_ = 0;
+};
+
+void check_missing(const JobView& v, std::vector<Finding>& out) {
+  long world = expected_world(v);
+  std::vector<char> accounted(static_cast<size_t>(world), 0);
+  auto mark = [&](const Record& r) {
+    for (long k = std::max(0L, long(r.rank)); k <= r.last_rank() && k < world; ++k) {
+      accounted[size_t(k)] = 1;
+    }
+  };
+  std::map<std::string, Records> sent;  // host -> members that joined from it
+  for (const Member& m : v.members) {
+    mark(m.record);
+    sent[m.record.host].push_back(&m.record);
+  }
+  // Ranks explained by another finding are not reported twice.
+  for (const Departure& d : v.departed) mark(d.record);
+  for (const Refusal& r : v.refused) {
+    if (r.kind == RefusalKind::kForeignJob && r.record) mark(*r.record);
+  }
+  std::vector<long> missing;
+  for (long k = 0; k < world; ++k) {
+    if (!accounted[size_t(k)]) missing.push_back(k);
+  }
+  if (missing.empty()) return;
+
+  Layout layout(v, world);
+  std::map<std::string, std::vector<std::pair<long, long>>> by_host;  // host -> (rank, local)
+  for (long k : missing) {
+    long local = -1;
+    by_host[layout.host_of(k, &local)].push_back({k, local});
+  }
+
+  // Members that claimed a rank twice or out of range may be the missing ones.
+  long misplaced = 0;
+  std::map<long, int> claims;
+  for (const Member& m : v.members) {
+    if (!m.record.in_range() || m.record.world_size != world) misplaced += m.record.nranks;
+    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) {
+      if (++claims[k] > 1) ++misplaced;
+    }
+  }
+  std::string also =
+      misplaced > 0
+          ? fmt::format("; {} claimed a rank twice or out of range (see the findings above): the "
+                        "missing ranks were probably given the wrong RANK",
+                        plural(size_t(misplaced), "member", "members"))
+          : std::string();
+  std::string reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
+  const char* verb = v.timed_out ? "never joined" : "did not join";
+
+  std::vector<std::pair<std::string, std::vector<long>>> whole_hosts;
+  for (const auto& [host, items] : by_host) {
+    std::vector<long> ranks;
+    for (const auto& item : items) ranks.push_back(item.first);
+    Finding f{"missing-rank", Severity::kError, exit_code::kIncomplete, "", "", ranks, {}};
+    if (host.empty()) {
+      long per_node = layout.ranks_per_node();
+      bool whole_nodes = per_node > 0 && ranks.size() % size_t(per_node) == 0 &&
+                         ranks.front() % per_node == 0;
+      for (size_t i = 1; whole_nodes && i < ranks.size(); ++i) {
+        whole_nodes = ranks[i] == ranks[i - 1] + 1 || ranks[i] % per_node == 0;
+      }
+      f.message = fmt::format(
+          "{} {}{}", ranks_word(ranks), verb,
+          whole_nodes ? fmt::format(": {} of {} ranks, as if {} never started",
+                                    ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes",
+                                    per_node,
+                                    ranks.size() == size_t(per_node)
+                                        ? fmt::format("node {}", ranks.front() / per_node)
+                                        : std::string("those nodes"))
+                      : std::string());
+      f.hint = fmt::format("no member names their host: check that those processes were "
+                           "started, and that their hosts resolve and reach {}{}",
+                           reach, also);
+    } else if (sent.count(host)) {
+      std::vector<long> got = ranks_of(sent[host]);
+      std::string locals;
+      if (items.size() <= 4 && items.front().second >= 0) {
+        for (const auto& item : items) {
+          locals += fmt::format("{}{}", locals.empty() ? ", local rank " : ",", item.second);
+        }
+      }
+      f.message = fmt::format("{} {} (expected on {}{}): {} sent {} but not {}",
+                              ranks_word(ranks), verb, printable(host), locals, printable(host),
+                              ranks_word(got), format_ranks(ranks));
+      f.hint = fmt::format("the process for {} on {} was not started or died early: compare the "
+                           "launcher's task count on {} with --ntasks-per-node / "
+                           "--nproc-per-node, and check its log{}",
+                           ranks.size() == 1 ? "that rank" : "those ranks", printable(host),
+                           printable(host), also);
+      f.hosts = {host};
+    } else {
+      whole_hosts.emplace_back(host, ranks);
+      continue;
+    }
+    out.push_back(std::move(f));
+  }
+  // A host that sent nothing is one finding; many such hosts share one.
+  auto host_hint = [&](const std::string& hosts) {
+    return fmt::format("{} did not start the job, or cannot reach the master at {}: check that "
+                       "it is up, resolves MASTER_ADDR and reaches that port{}",
+                       hosts, reach, also);
+  };
+  if (whole_hosts.size() <= 4) {
+    for (const auto& [host, ranks] : whole_hosts) {
+      out.push_back(Finding{"missing-rank", Severity::kError, exit_code::kIncomplete,
+                            fmt::format("{} {}: all {} of its ranks ({}) are missing",
+                                        printable(host), verb, ranks.size(), format_ranks(ranks)),
+                            host_hint(printable(host)), ranks, {host}});
+    }
+  } else {
+    Finding f{"missing-rank", Severity::kError, exit_code::kIncomplete, "", "", {}, {}};
+    std::vector<std::string> parts;
+    for (const auto& [host, ranks] : whole_hosts) {
+      f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
+      f.hosts.push_back(host);
+      parts.push_back(fmt::format("{} ({})", host, format_ranks(ranks)));
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
+    f.message = fmt::format("{} hosts {}, with all their ranks: {}", whole_hosts.size(), verb,
+                            format_list(parts, 6));
+    f.hint = host_hint("those hosts");
+    out.push_back(std::move(f));
+  }
+}
+
+void check_env_mismatch(const JobView& v, std::vector<Finding>& out) {
+  // Group by digest first: 16k members with one environment cost one comparison each.
+  std::map<uint64_t, Records> groups;
+  for (const Member& m : v.members) groups[m.record.env_digest].push_back(&m.record);
+  if (groups.size() < 2) return;
+  std::set<std::string> names;
+  for (const auto& [digest, rs] : groups) {
+    for (const EnvVar& e : rs.front()->env) names.insert(e.name);
+  }
+  for (const std::string& name : names) {
+    std::map<std::optional<std::string>, Records> by_value;  // nullopt: unset
+    for (const auto& [digest, rs] : groups) {
+      std::optional<std::string> value;
+      for (const EnvVar& e : rs.front()->env) {
+        if (e.name == name) value = e.value;
+      }
+      by_value[value].insert(by_value[value].end(), rs.begin(), rs.end());
+    }
+    if (by_value.size() < 2) continue;
+    // The most common value first; "unset" after the values someone set.
+    std::vector<std::pair<std::optional<std::string>, Records>> vals(by_value.begin(),
+                                                                     by_value.end());
+    std::stable_sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
+      if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+      return a.first.has_value() && !b.first.has_value();
+    });
+    std::string parts;
+    Records odd;
+    for (size_t i = 0; i < vals.size(); ++i) {
+      const auto& [value, rs] = vals[i];
+      if (!parts.empty()) parts += "; ";
+      parts += fmt::format("{} for {}", value ? printable(*value, 48) : std::string("unset"),
+                           where(rs));
+      if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
+    }
+    out.push_back(make("env-mismatch", Severity::kWarning, exit_code::kMismatch,
+                       fmt::format("{} differs: {}", printable(name), parts),
+                       fmt::format("set {} the same way for every process (the job script, the "
+                                   "container image, or the launcher's environment)",
+                                   printable(name)),
+                       odd));
+  }
+}
+
+constexpr Rule kRules[] = {
+    {"master-addr-loopback", check_master_addr_loopback},
+    {"foreign-job", check_foreign_job},
+    {"world-size-mismatch", check_world_size},
+    {"duplicate-rank", check_duplicate_rank},
+    {"rank-out-of-range", check_rank_range},
+    {"launcher-env-conflict", check_launcher_conflicts},
+    {"local-rank-collision", check_local_rank_collision},
+    {"local-world-size-mismatch", check_local_world_size},
+    {"nccl-ifname-missing", check_ifname},
+    {"master-addr-mismatch", check_master_addr_mismatch},
+    {"protocol-mismatch", check_protocol_mismatch},
+    {"member-disconnected", check_departed},
+    {"missing-rank", check_missing},
+    {"env-mismatch", check_env_mismatch},
+    {"stray-connection", check_stray_connections},
+};
+
+std::vector<Finding> order(std::vector<Finding> findings) {
+  std::stable_sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
+    return a.is_error() && !b.is_error();
+  });
+  return findings;
+}
+
+}  // namespace
+
+std::span<const Rule> rules() { return kRules; }
+
+std::vector<Finding> run_checks(const JobView& view) {
+  std::vector<Finding> findings;
+  for (const Rule& rule : kRules) rule.check(view, findings);
+  return order(std::move(findings));
+}
+
+std::vector<Finding> local_checks(const Record& self) {
+  JobView view;
+  view.world_size = self.world_size;
+  view.job_id = self.job_id;
+  view.master_addr = self.master_addr;
+  view.master_port = self.master_port;
+  view.members.push_back(Member{self, 0, "in-process"});
+  if (self.rank == 0) {
+    view.master_host = self.host;
+    view.master_resolved = self.master_resolved;
+  }
+  std::vector<Finding> findings;
+  check_master_addr_loopback(view, findings);
+  check_rank_range(view, findings);
+  check_launcher_conflicts(view, findings);
+  check_ifname(view, findings);
+  // A member away from the master's node that resolves MASTER_ADDR to loopback
+  // would knock on its own door.
+  bool away = self.node_rank > 0 ||
+              (self.local_world_size >= 1 && self.rank >= self.local_world_size);
+  bool all_loopback = !self.master_resolved.empty();
+  for (const auto& a : self.master_resolved) all_loopback = all_loopback && is_loopback_address(a);
+  if (self.rank != 0 && away && all_loopback) {
+    findings.push_back(make(
+        "master-addr-loopback", Severity::kError, exit_code::kMismatch,
+        fmt::format("MASTER_ADDR {} resolves to {} (loopback) on {}, which is not the master's "
+                    "node: this process cannot reach rank 0 there",
+                    printable(self.master_addr), format_list(self.master_resolved),
+                    printable(self.host)),
+        "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
+        "/etc/hosts on this host",
+        {&self}));
+  }
+  return order(std::move(findings));
+}
+
+int exit_code_for(const std::vector<Finding>& findings) {
+  for (const Finding& f : findings) {
+    if (f.is_error()) return f.exit_code;
+  }
+  return exit_code::kPass;
+}
+
+std::string member_label(const Record& r) {
+  return fmt::format("{} {} ({}, pid {})", r.nranks == 1 ? "rank" : "ranks",
+                     r.nranks == 1 ? std::to_string(r.rank)
+                                   : fmt::format("{}-{}", r.rank, r.last_rank()),
+                     printable(r.host, 64), r.pid);
+}
+
+bool ifname_matches_any(std::string_view spec, const std::vector<std::string>& interfaces) {
+  bool exclude = !spec.empty() && spec.front() == '^';
+  if (exclude) spec.remove_prefix(1);
+  bool exact = !spec.empty() && spec.front() == '=';
+  if (exact) spec.remove_prefix(1);
+  std::vector<std::string_view> items;
+  while (true) {
+    auto comma = spec.find(',');
+    if (!spec.substr(0, comma).empty()) items.push_back(spec.substr(0, comma));
+    if (comma == std::string_view::npos) break;
+    spec.remove_prefix(comma + 1);
+  }
+  for (const std::string& ifname : interfaces) {
+    bool match = false;
+    for (std::string_view item : items) {
+      match = match || (exact ? ifname == item : ifname.rfind(item, 0) == 0);
+    }
+    if (match != exclude) return true;
+  }
+  return false;
+}
+
+bool is_loopback_address(std::string_view a) {
+  return a.rfind("127.", 0) == 0 || a == "::1" || a.rfind("::ffff:127.", 0) == 0;
+}
+
+}  // namespace rankcheck

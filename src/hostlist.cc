@@ -1,0 +1,153 @@
+#include <rankcheck/hostlist.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace rankcheck {
+namespace {
+
+bool parse_uint(std::string_view s, unsigned long& out) {
+  if (s.empty() || s.size() > 9) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Splits at top-level commas (not inside brackets).
+Result<std::vector<std::string_view>> split_top(std::string_view list) {
+  std::vector<std::string_view> parts;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    char c = list[i];
+    if (c == '[') {
+      if (++depth > 1) return Error{fmt::format("nested '[' at offset {}", i)};
+    } else if (c == ']') {
+      if (--depth < 0) return Error{fmt::format("unbalanced ']' at offset {}", i)};
+    } else if (c == ',' && depth == 0) {
+      parts.push_back(list.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (depth != 0) return Error{"unclosed '['"};
+  parts.push_back(list.substr(start));
+  return parts;
+}
+
+// Expands the values of one bracket group, "01-04,07", keeping zero padding.
+Result<std::vector<std::string>> expand_ranges(std::string_view body) {
+  std::vector<std::string> out;
+  while (true) {
+    auto comma = body.find(',');
+    std::string_view item = body.substr(0, comma);
+    auto dash = item.find('-');
+    std::string_view lo_s = item.substr(0, dash);
+    std::string_view hi_s = dash == std::string_view::npos ? lo_s : item.substr(dash + 1);
+    unsigned long lo = 0;
+    unsigned long hi = 0;
+    if (!parse_uint(lo_s, lo) || !parse_uint(hi_s, hi) || hi < lo) {
+      return Error{fmt::format("bad range '{}'", item)};
+    }
+    if (hi - lo >= kMaxHosts || out.size() + (hi - lo) >= kMaxHosts) {
+      return Error{fmt::format("range '{}' has more than {} hosts", item, kMaxHosts)};
+    }
+    for (unsigned long v = lo; v <= hi; ++v) {
+      out.push_back(fmt::format("{:0{}}", v, lo_s.size()));
+    }
+    if (comma == std::string_view::npos) break;
+    body = body.substr(comma + 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
+  std::vector<std::string> hosts;
+  auto parts = split_top(list);
+  if (!parts) return Error{fmt::format("host list '{}': {}", list, parts.error().message)};
+  for (std::string_view part : *parts) {
+    if (part.empty()) continue;
+    // Cartesian product over the bracket groups of this name.
+    std::vector<std::string> names{""};
+    std::string_view rest = part;
+    while (!rest.empty()) {
+      auto open = rest.find('[');
+      std::string_view lit = rest.substr(0, open);
+      for (auto& n : names) n.append(lit);
+      if (open == std::string_view::npos) break;
+      auto close = rest.find(']', open);
+      auto values = expand_ranges(rest.substr(open + 1, close - open - 1));
+      if (!values) return Error{fmt::format("host list '{}': {}", list, values.error().message)};
+      if (names.size() * values->size() + hosts.size() > kMaxHosts) {
+        return Error{fmt::format("host list '{}' has more than {} hosts", list, kMaxHosts)};
+      }
+      std::vector<std::string> next;
+      next.reserve(names.size() * values->size());
+      for (const auto& n : names) {
+        for (const auto& v : *values) next.push_back(n + v);
+      }
+      names = std::move(next);
+      rest = rest.substr(close + 1);
+    }
+    for (auto& n : names) hosts.push_back(std::move(n));
+  }
+  if (hosts.empty()) return Error{fmt::format("host list '{}' names no host", list)};
+  return hosts;
+}
+
+Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {
+  std::vector<int> tasks;
+  std::string_view rest = spec;
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    unsigned long count = 0;
+    unsigned long repeat = 1;
+    auto paren = item.find('(');
+    if (paren != std::string_view::npos) {
+      if (item.size() < paren + 4 || item.substr(paren, 2) != "(x" || item.back() != ')' ||
+          !parse_uint(item.substr(paren + 2, item.size() - paren - 3), repeat)) {
+        return Error{fmt::format("tasks per node '{}': bad item '{}'", spec, item)};
+      }
+      item = item.substr(0, paren);
+    }
+    if (!parse_uint(item, count) || count > 1u << 20) {
+      return Error{fmt::format("tasks per node '{}': bad count '{}'", spec, item)};
+    }
+    if (repeat == 0 || tasks.size() + repeat > kMaxHosts) {
+      return Error{fmt::format("tasks per node '{}': bad repeat count", spec)};
+    }
+    tasks.insert(tasks.end(), repeat, static_cast<int>(count));
+  }
+  if (tasks.empty()) return Error{fmt::format("tasks per node '{}' is empty", spec)};
+  return tasks;
+}
+
+std::vector<int> node_of_each_rank(const std::vector<int>& tasks, Distribution dist) {
+  std::vector<int> node_of;
+  if (dist == Distribution::kBlock) {
+    for (size_t n = 0; n < tasks.size(); ++n) {
+      node_of.insert(node_of.end(), static_cast<size_t>(std::max(tasks[n], 0)),
+                     static_cast<int>(n));
+    }
+    return node_of;
+  }
+  std::vector<int> left = tasks;
+  bool placed = true;
+  while (placed) {
+    placed = false;
+    for (size_t n = 0; n < left.size(); ++n) {
+      if (left[n] > 0) {
+        --left[n];
+        node_of.push_back(static_cast<int>(n));
+        placed = true;
+      }
+    }
+  }
+  return node_of;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,237 @@
+#include <rankcheck/identity.h>
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace rankcheck {
+namespace {
+
+bool is_numeric_field(Field f) { return f != Field::kMasterAddr && f != Field::kJobId; }
+
+// Strict whole-number parse: optional '-', digits, nothing else.
+std::optional<long> parse_long(std::string_view s) {
+  long v = 0;
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::string_view describe(std::string_view launcher) {
+  for (const Launcher& l : launchers()) {
+    if (l.name == launcher) return l.description;
+  }
+  return launcher;
+}
+
+long* numeric_slot(Identity& id, Field f) {
+  switch (f) {
+    case Field::kRank: return &id.rank;
+    case Field::kWorldSize: return &id.world_size;
+    case Field::kLocalRank: return &id.local_rank;
+    case Field::kLocalWorldSize: return &id.local_world_size;
+    case Field::kNodeRank: return &id.node_rank;
+    case Field::kNnodes: return &id.nnodes;
+    case Field::kNprocPerNode: return &id.nranks;
+    case Field::kMasterPort: return &id.master_port;
+    case Field::kMasterAddr:
+    case Field::kJobId: return nullptr;
+  }
+  return nullptr;
+}
+
+// Flags enter the same table as the environment, under their own names: a flag
+// name cannot collide with an environment variable a launcher sets.
+EnvMap with_flags(const EnvMap& env, const Flags& flags) {
+  EnvMap merged = env;
+  auto put = [&](const char* name, const std::optional<std::string>& v) {
+    if (v) merged.insert_or_assign(name, *v);
+  };
+  put("--rank", flags.rank);
+  put("--world-size", flags.world_size);
+  put("--local-rank", flags.local_rank);
+  put("--local-world-size", flags.local_world_size);
+  put("--node-rank", flags.node_rank);
+  put("--nnodes", flags.nnodes);
+  put("--nproc-per-node", flags.nproc_per_node);
+  put("--master-addr", flags.master_addr);
+  put("--master-port", flags.master_port);
+  put("--job-id", flags.job_id);
+  return merged;
+}
+
+// Picks each field's value by precedence and lists the disagreements.
+void resolve(Identity& id) {
+  bool have[kFieldCount] = {};
+  for (int fi = 0; fi < kFieldCount; ++fi) {
+    auto field = static_cast<Field>(fi);
+    std::vector<const Observation*> valid;
+    for (const Observation& o : id.observations) {
+      if (o.field != field) continue;
+      if (is_numeric_field(field) && !parse_long(o.value)) {
+        id.problems.push_back(fmt::format("{}='{}' is not a whole number (set by {})", o.variable,
+                                          o.value, describe(o.launcher)));
+        continue;
+      }
+      if (!is_numeric_field(field) && o.value.empty()) continue;
+      valid.push_back(&o);
+    }
+    if (valid.empty()) continue;
+    have[fi] = true;
+    const Observation& chosen = *valid.front();
+    if (long* slot = numeric_slot(id, field)) {
+      *slot = *parse_long(chosen.value);
+    } else if (field == Field::kMasterAddr) {
+      id.master_addr = chosen.value;
+    } else {
+      id.job_id = chosen.value;
+    }
+    if (field == Field::kRank) id.launcher = chosen.launcher;
+    // Job ids naturally differ between launchers (a Slurm job id, a torchrun run id).
+    if (field == Field::kJobId) continue;
+    Conflict c{field, {}};
+    for (const Observation* o : valid) {
+      bool same = is_numeric_field(field) ? parse_long(o->value) == parse_long(chosen.value)
+                                          : o->value == chosen.value;
+      if (!same) c.values.push_back(*o);
+    }
+    if (!c.values.empty()) {
+      c.values.insert(c.values.begin(), chosen);
+      id.conflicts.push_back(std::move(c));
+    }
+  }
+
+  // Node mode: one member stands for nproc-per-node consecutive ranks.
+  if (have[int(Field::kNprocPerNode)]) {
+    if (id.nranks < 1 || id.nranks > 1024) {
+      id.problems.push_back(fmt::format("nproc per node {} is outside 1..1024", id.nranks));
+      id.nranks = 1;
+    } else if (!have[int(Field::kRank)]) {
+      if (!have[int(Field::kNodeRank)]) {
+        id.problems.push_back(fmt::format("node mode needs the node rank: none of {} is set",
+                                          sources_for(Field::kNodeRank)));
+      } else {
+        id.rank = id.node_rank * id.nranks;
+        have[int(Field::kRank)] = true;
+        id.notes.push_back(fmt::format("node mode: node {} stands for ranks {}-{}", id.node_rank,
+                                       id.rank, id.rank + id.nranks - 1));
+      }
+      if (!have[int(Field::kWorldSize)] && have[int(Field::kNnodes)]) {
+        id.world_size = id.nnodes * id.nranks;
+        have[int(Field::kWorldSize)] = true;
+      }
+      if (!have[int(Field::kLocalWorldSize)]) id.local_world_size = id.nranks;
+      id.local_rank = 0;
+    }
+  }
+
+  for (long v : {id.rank, id.local_rank, id.local_world_size, id.node_rank, id.nnodes}) {
+    if (v < -kMaxWorldSize || v > kMaxWorldSize) {
+      id.problems.push_back(fmt::format("{} is not a plausible rank or count (limit {})", v,
+                                        kMaxWorldSize));
+    }
+  }
+  if (!have[int(Field::kRank)]) {
+    id.problems.push_back(fmt::format("cannot tell this process's rank: none of {} is set",
+                                      sources_for(Field::kRank)));
+  }
+  if (!have[int(Field::kWorldSize)]) {
+    id.problems.push_back(fmt::format("cannot tell the world size: none of {} is set",
+                                      sources_for(Field::kWorldSize)));
+  } else if (id.world_size < 1 || id.world_size > kMaxWorldSize) {
+    id.problems.push_back(
+        fmt::format("world size {} is outside 1..{}", id.world_size, kMaxWorldSize));
+  }
+  if (have[int(Field::kLocalWorldSize)] && id.local_world_size < 1) {
+    id.problems.push_back(fmt::format("local world size {} is below 1", id.local_world_size));
+  }
+  if (!have[int(Field::kMasterPort)]) {
+    id.notes.push_back(fmt::format("MASTER_PORT not set: using {}", kDefaultMasterPort));
+  } else if (id.master_port < 1 || id.master_port > 65535) {
+    id.problems.push_back(fmt::format("master port {} is outside 1..65535", id.master_port));
+  }
+  if (id.master_addr.empty()) {
+    if (!id.node_list.empty()) {
+      auto hosts = expand_hostlist(id.node_list);
+      if (hosts) {
+        id.master_addr = hosts->front();
+        id.notes.push_back(fmt::format(
+            "MASTER_ADDR not set: using {}, the first host of the Slurm node list", id.master_addr));
+      }
+    } else if (id.world_size == 1) {
+      id.master_addr = "127.0.0.1";
+      id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
+    }
+    if (id.master_addr.empty()) {
+      id.problems.push_back(fmt::format("cannot tell where the master is: none of {} is set",
+                                        sources_for(Field::kMasterAddr)));
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view field_name(Field f) {
+  switch (f) {
+    case Field::kRank: return "rank";
+    case Field::kWorldSize: return "world size";
+    case Field::kLocalRank: return "local rank";
+    case Field::kLocalWorldSize: return "local world size";
+    case Field::kNodeRank: return "node rank";
+    case Field::kNnodes: return "node count";
+    case Field::kNprocPerNode: return "processes per node";
+    case Field::kMasterAddr: return "master address";
+    case Field::kMasterPort: return "master port";
+    case Field::kJobId: return "job id";
+  }
+  return "?";
+}
+
+const std::string* LauncherScan::take(Field field, std::string_view variable) {
+  if (catalogue_) {
+    add(field, std::string(variable), "");
+    return nullptr;
+  }
+  const std::string* v = env_get(env_, variable);
+  if (v != nullptr) add(field, std::string(variable), *v);
+  return v;
+}
+
+void LauncherScan::add(Field field, std::string variable, std::string value) {
+  seen_ = true;
+  id_.observations.push_back(
+      Observation{field, std::string(launcher_), std::move(variable), std::move(value)});
+}
+
+Identity detect_identity(const EnvMap& env, const Flags& flags) {
+  Identity id;
+  EnvMap merged = with_flags(env, flags);
+  for (const Launcher& l : launchers()) {
+    LauncherScan scan(merged, l.name, id);
+    l.scan(scan);
+    if (scan.seen()) id.launchers.emplace_back(l.name);
+  }
+  resolve(id);
+  return id;
+}
+
+std::string sources_for(Field field) {
+  // Each row is scanned in catalogue mode, so this list follows the table and
+  // cannot drift from it.
+  std::string out;
+  EnvMap empty;
+  for (const Launcher& l : launchers()) {
+    Identity sink;
+    LauncherScan scan(empty, l.name, sink, /*catalogue=*/true);
+    l.scan(scan);
+    for (const Observation& o : sink.observations) {
+      if (o.field != field) continue;
+      if (!out.empty()) out += ", ";
+      out += fmt::format("{} ({})", o.variable, l.description);
+    }
+  }
+  return out;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,15 @@
+#pragma once
+// One launcher a file; the table in table.cc lists them in precedence order.
+
+#include <rankcheck/identity.h>
+
+namespace rankcheck::launcher {
+
+extern const Launcher kFlags;
+extern const Launcher kTorch;
+extern const Launcher kTorchrun;
+extern const Launcher kSlurm;
+extern const Launcher kOpenMpi;
+extern const Launcher kPmi;
+
+}  // namespace rankcheck::launcher

@@ -1,0 +1,13 @@
+#include "launchers/launchers.h"
+
+namespace rankcheck::launcher {
+
+// MPICH, Intel MPI and other Hydra-based launchers (and srun --mpi=pmi2).
+const Launcher kPmi{"pmi", "MPICH/PMI", [](LauncherScan& s) {
+                      s.take(Field::kRank, "PMI_RANK");
+                      s.take(Field::kWorldSize, "PMI_SIZE");
+                      s.take(Field::kLocalRank, "MPI_LOCALRANKID");
+                      s.take(Field::kLocalWorldSize, "MPI_LOCALNRANKS");
+                    }};
+
+}  // namespace rankcheck::launcher

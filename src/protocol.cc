@@ -1,0 +1,126 @@
+#include <rankcheck/protocol.h>
+
+#include <fmt/format.h>
+
+namespace rankcheck {
+namespace {
+
+template <class T>
+Result<T> finish(Reader& r, T value, std::string_view what) {
+  r.expect_end();
+  if (!r.ok()) return Error{fmt::format("malformed {}: {}", what, r.error())};
+  return value;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const Challenge& m) {
+  Writer w;
+  w.bytes(m.nonce);
+  w.str(m.master_version);
+  w.str(m.job_id);
+  return encode_frame(MsgType::kChallenge, w.data());
+}
+
+std::vector<uint8_t> encode(const Hello& m) {
+  Writer w;
+  encode_record(w, m.record);
+  return encode_frame(MsgType::kHello, w.data());
+}
+
+std::vector<uint8_t> encode(const Admit& m) {
+  Writer w;
+  w.u32(m.joined_ranks);
+  w.u32(m.world_size);
+  return encode_frame(MsgType::kAdmit, w.data());
+}
+
+std::vector<uint8_t> encode(const Reject& m) {
+  Writer w;
+  w.u16(static_cast<uint16_t>(m.code));
+  w.str(m.reason.substr(0, 2048));
+  return encode_frame(MsgType::kReject, w.data());
+}
+
+std::vector<uint8_t> encode(const Verdict& m) {
+  Writer w;
+  w.u8(m.exit_code);
+  w.u8(m.final);
+  w.u8(m.run_gpu);
+  w.str(m.headline.substr(0, 512));
+  w.u32(m.errors);
+  w.u32(m.warnings);
+  w.u32(m.joined_ranks);
+  size_t n = std::min<size_t>(m.notes.size(), kMaxVerdictNotes);
+  w.u32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    const Finding& f = m.notes[i];
+    w.str(f.id.substr(0, 64));
+    w.u8(f.is_error() ? 0 : 1);
+    w.str(f.message.substr(0, 1024));
+    w.str(f.hint.substr(0, 512));
+  }
+  w.u32(m.stage_ms);
+  w.u8(m.nccl_id.has_value());
+  if (m.nccl_id) w.bytes(*m.nccl_id);
+  return encode_frame(MsgType::kVerdict, w.data());
+}
+
+Result<Challenge> decode_challenge(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Challenge m;
+  r.bytes(m.nonce);
+  m.master_version = r.str(64, "master version");
+  m.job_id = r.str(kMaxShortString, "job id");
+  return finish(r, std::move(m), "challenge");
+}
+
+Result<Hello> decode_hello(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Hello m{decode_record(r)};
+  return finish(r, std::move(m), "hello");
+}
+
+Result<Admit> decode_admit(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Admit m;
+  m.joined_ranks = r.u32();
+  m.world_size = r.u32();
+  return finish(r, m, "admit");
+}
+
+Result<Reject> decode_reject(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Reject m;
+  m.code = static_cast<RejectCode>(r.u16());
+  m.reason = r.str(2048, "reason");
+  return finish(r, std::move(m), "reject");
+}
+
+Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  Verdict m;
+  m.exit_code = r.u8();
+  m.final = r.u8() != 0;
+  m.run_gpu = r.u8() != 0;
+  m.headline = r.str(512, "headline");
+  m.errors = r.u32();
+  m.warnings = r.u32();
+  m.joined_ranks = r.u32();
+  m.notes.resize(r.count(kMaxVerdictNotes, "note"));
+  for (Finding& f : m.notes) {
+    f.id = r.str(64, "finding id");
+    f.severity = r.u8() == 0 ? Severity::kError : Severity::kWarning;
+    f.message = r.str(1024, "finding message");
+    f.hint = r.str(512, "finding hint");
+  }
+  m.stage_ms = r.u32();
+  if (r.u8() != 0) {
+    std::array<uint8_t, kNcclIdSize> id{};
+    r.bytes(id);
+    m.nccl_id = id;
+  }
+  return finish(r, std::move(m), "verdict");
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,182 @@
+#include <rankcheck/record.h>
+
+#include <algorithm>
+
+#include <rankcheck/version.h>
+
+namespace rankcheck {
+
+bool is_tracked_env(std::string_view name) {
+  // Diagnostics-only variables may differ freely (NCCL_DEBUG_FILE names a file per rank).
+  if (name.rfind("NCCL_DEBUG", 0) == 0 || name == "NCCL_TOPO_DUMP_FILE") return false;
+  return name.rfind("NCCL_", 0) == 0 || name.rfind("TORCH_NCCL_", 0) == 0 ||
+         name == "CUDA_DEVICE_MAX_CONNECTIONS" || name == "CUDA_LAUNCH_BLOCKING" ||
+         name == "TORCH_DISTRIBUTED_DEBUG" || name == "GLOO_SOCKET_IFNAME";
+}
+
+std::vector<EnvVar> tracked_env(const EnvMap& env) {
+  std::vector<EnvVar> out;
+  for (const auto& [name, value] : env) {  // EnvMap is ordered: `out` is sorted
+    if (!is_tracked_env(name) || name.size() > kMaxShortString) continue;
+    if (out.size() == kMaxEnvVars) break;
+    out.push_back({name, value.substr(0, kMaxEnvValue)});
+  }
+  return out;
+}
+
+uint64_t env_digest(const std::vector<EnvVar>& env) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](std::string_view s) {
+    for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;  // separator: ("ab","c") != ("a","bc")
+  };
+  for (const EnvVar& v : env) {
+    mix(v.name);
+    mix(v.value);
+  }
+  return h;
+}
+
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env) {
+  Record r;
+  r.version = std::string(kVersion);
+  r.rank = static_cast<int32_t>(id.rank);
+  r.nranks = static_cast<int32_t>(id.nranks);
+  r.world_size = static_cast<int32_t>(id.world_size);
+  r.local_rank = static_cast<int32_t>(id.local_rank);
+  r.local_world_size = static_cast<int32_t>(id.local_world_size);
+  r.node_rank = static_cast<int32_t>(id.node_rank);
+  r.nnodes = static_cast<int32_t>(id.nnodes);
+  r.launcher = id.launcher;
+  r.master_addr = id.master_addr.substr(0, kMaxShortString);
+  r.master_port = static_cast<uint16_t>(id.master_port);
+  r.master_resolved = host.master_resolved;
+  if (r.master_resolved.size() > kMaxAddresses) r.master_resolved.resize(kMaxAddresses);
+  r.resolve_error = host.resolve_error.substr(0, kMaxShortString);
+  r.job_id = id.job_id.substr(0, kMaxShortString);
+  r.host = host.host.substr(0, kMaxHostName);
+  r.pid = host.pid;
+  r.conflicts = id.conflicts;
+  r.env = tracked_env(env);
+  r.env_digest = env_digest(r.env);
+  r.interfaces = host.interfaces;
+  if (r.interfaces.size() > kMaxInterfaces) r.interfaces.resize(kMaxInterfaces);
+  r.node_list = id.node_list.substr(0, kMaxEnvValue);
+  r.tasks_per_node = id.tasks_per_node.substr(0, kMaxShortString);
+  r.distribution = static_cast<uint8_t>(id.distribution);
+  return r;
+}
+
+namespace {
+
+void put_strings(Writer& w, const std::vector<std::string>& v) {
+  w.u32(static_cast<uint32_t>(v.size()));
+  for (const auto& s : v) w.str(s);
+}
+
+std::vector<std::string> get_strings(Reader& r, uint32_t max, size_t max_len,
+                                     std::string_view what) {
+  std::vector<std::string> v(r.count(max, what));
+  for (auto& s : v) s = r.str(max_len, what);
+  return v;
+}
+
+}  // namespace
+
+void encode_record(Writer& w, const Record& r) {
+  w.str(r.version);
+  w.i32(r.rank);
+  w.i32(r.nranks);
+  w.i32(r.world_size);
+  w.i32(r.local_rank);
+  w.i32(r.local_world_size);
+  w.i32(r.node_rank);
+  w.i32(r.nnodes);
+  w.str(r.launcher);
+  w.str(r.master_addr);
+  w.u16(r.master_port);
+  put_strings(w, r.master_resolved);
+  w.str(r.resolve_error);
+  w.str(r.job_id);
+  w.str(r.host);
+  w.u32(r.pid);
+  w.u32(static_cast<uint32_t>(r.conflicts.size()));
+  for (const Conflict& c : r.conflicts) {
+    w.u8(static_cast<uint8_t>(c.field));
+    w.u32(static_cast<uint32_t>(c.values.size()));
+    for (const Observation& o : c.values) {
+      w.str(o.launcher);
+      w.str(o.variable);
+      w.str(o.value);
+    }
+  }
+  w.u32(static_cast<uint32_t>(r.env.size()));
+  for (const EnvVar& v : r.env) {
+    w.str(v.name);
+    w.str(v.value);
+  }
+  w.u64(r.env_digest);
+  put_strings(w, r.interfaces);
+  w.str(r.node_list);
+  w.str(r.tasks_per_node);
+  w.u8(r.distribution);
+}
+
+Record decode_record(Reader& r) {
+  Record rec;
+  rec.version = r.str(64, "version");
+  rec.rank = r.i32();
+  rec.nranks = r.i32();
+  rec.world_size = r.i32();
+  rec.local_rank = r.i32();
+  rec.local_world_size = r.i32();
+  rec.node_rank = r.i32();
+  rec.nnodes = r.i32();
+  rec.launcher = r.str(64, "launcher");
+  rec.master_addr = r.str(kMaxShortString, "master address");
+  rec.master_port = r.u16();
+  rec.master_resolved = get_strings(r, kMaxAddresses, 64, "resolved address");
+  rec.resolve_error = r.str(kMaxShortString, "resolve error");
+  rec.job_id = r.str(kMaxShortString, "job id");
+  rec.host = r.str(kMaxHostName, "host name");
+  rec.pid = r.u32();
+  rec.conflicts.resize(r.count(kMaxConflicts, "conflict"));
+  for (Conflict& c : rec.conflicts) {
+    uint8_t field = r.u8();
+    if (field >= kFieldCount) r.fail("conflict names an unknown field");
+    c.field = static_cast<Field>(field);
+    c.values.resize(r.count(kMaxConflictValues, "conflict value"));
+    for (Observation& o : c.values) {
+      o.field = c.field;
+      o.launcher = r.str(64, "launcher");
+      o.variable = r.str(kMaxShortString, "variable name");
+      o.value = r.str(kMaxShortString, "variable value");
+    }
+  }
+  rec.env.resize(r.count(kMaxEnvVars, "environment variable"));
+  for (EnvVar& v : rec.env) {
+    v.name = r.str(kMaxShortString, "variable name");
+    v.value = r.str(kMaxEnvValue, "variable value");
+  }
+  rec.env_digest = r.u64();
+  rec.interfaces = get_strings(r, kMaxInterfaces, 64, "interface name");
+  rec.node_list = r.str(kMaxEnvValue, "node list");
+  rec.tasks_per_node = r.str(kMaxShortString, "tasks per node");
+  rec.distribution = r.u8();
+  if (!r.ok()) return rec;
+  // Shape checks: the rules may rely on these.
+  if (rec.nranks < 1 || rec.nranks > 1024) r.fail("ranks per member outside 1..1024");
+  if (rec.world_size < 1 || rec.world_size > kMaxWorldSize) r.fail("world size out of bounds");
+  for (int32_t v : {rec.rank, rec.local_rank, rec.local_world_size, rec.node_rank, rec.nnodes}) {
+    if (v < -kMaxWorldSize || v > kMaxWorldSize) r.fail("rank field out of bounds");
+  }
+  if (rec.distribution > 1) r.fail("unknown distribution");
+  if (!std::is_sorted(rec.env.begin(), rec.env.end(),
+                      [](const EnvVar& a, const EnvVar& b) { return a.name < b.name; })) {
+    r.fail("environment variables not sorted");
+  }
+  if (env_digest(rec.env) != rec.env_digest) r.fail("environment digest does not match");
+  return rec;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,305 @@
+#include <rankcheck/report.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <rankcheck/text.h>
+#include <rankcheck/version.h>
+
+namespace rankcheck {
+namespace {
+
+constexpr size_t kWidth = 100;
+
+struct Paint {
+  bool on;
+  std::string operator()(std::string_view code, std::string_view s) const {
+    return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : std::string(s);
+  }
+};
+
+// Word-wraps `text` to kWidth, every line after the first indented by `indent`.
+std::string wrap(std::string_view text, size_t first_col, size_t indent) {
+  std::string out;
+  size_t col = first_col;
+  bool first_word = true;
+  while (!text.empty()) {
+    auto sp = text.find(' ');
+    std::string_view word = text.substr(0, sp);
+    text = sp == std::string_view::npos ? std::string_view() : text.substr(sp + 1);
+    if (word.empty()) continue;
+    if (!first_word && col + 1 + word.size() > kWidth) {
+      out += '\n';
+      out.append(indent, ' ');
+      col = indent;
+    } else if (!first_word) {
+      out += ' ';
+      ++col;
+    }
+    out += word;
+    col += word.size();
+    first_word = false;
+  }
+  return out;
+}
+
+size_t host_count(const std::vector<Member>& members) {
+  std::set<std::string_view> hosts;
+  for (const Member& m : members) hosts.insert(m.record.host);
+  return hosts.size();
+}
+
+long rank_count(const std::vector<Member>& members) {
+  long n = 0;
+  for (const Member& m : members) n += m.record.nranks;
+  return n;
+}
+
+std::string member_table(const Report& r) {
+  std::vector<std::vector<std::string>> rows;
+  if (r.members.size() <= 8) {
+    rows.push_back({"rank", "host", "local", "pid", "launcher", "joined"});
+    std::vector<const Member*> sorted;
+    for (const Member& m : r.members) sorted.push_back(&m);
+    std::stable_sort(sorted.begin(), sorted.end(), [](const Member* a, const Member* b) {
+      return a->record.rank < b->record.rank;
+    });
+    for (const Member* m : sorted) {
+      const Record& rec = m->record;
+      rows.push_back({rec.nranks == 1 ? std::to_string(rec.rank)
+                                      : fmt::format("{}-{}", rec.rank, rec.last_rank()),
+                      printable(rec.host, 40),
+                      rec.local_rank < 0 ? "-" : std::to_string(rec.local_rank),
+                      std::to_string(rec.pid), printable(rec.launcher, 16),
+                      fmt::format("+{}", format_seconds(m->joined_ms))});
+    }
+  } else {
+    // Large jobs: one line per host, ranks as ranges.
+    struct HostRow {
+      std::vector<long> ranks;
+      double last_join = 0;
+      size_t members = 0;
+    };
+    std::map<std::string, HostRow> hosts;
+    for (const Member& m : r.members) {
+      HostRow& h = hosts[m.record.host];
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) h.ranks.push_back(k);
+      h.last_join = std::max(h.last_join, m.joined_ms);
+      ++h.members;
+    }
+    std::vector<std::pair<std::string, HostRow>> sorted(hosts.begin(), hosts.end());
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return *std::min_element(a.second.ranks.begin(), a.second.ranks.end()) <
+             *std::min_element(b.second.ranks.begin(), b.second.ranks.end());
+    });
+    rows.push_back({"host", "ranks", "members", "joined"});
+    size_t shown = 0;
+    for (const auto& [host, h] : sorted) {
+      if (++shown > 48) {
+        rows.push_back({fmt::format("... {} more hosts", sorted.size() - 48), "", "", ""});
+        break;
+      }
+      rows.push_back({printable(host, 40), format_ranks(h.ranks, 8), std::to_string(h.members),
+                      fmt::format("+{}", format_seconds(h.last_join))});
+    }
+  }
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 3, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+nlohmann::json finding_json(const Finding& f) {
+  return {{"id", f.id},
+          {"severity", f.is_error() ? "error" : "warning"},
+          {"exit_code", f.exit_code},
+          {"message", f.message},
+          {"hint", f.hint},
+          {"ranks", f.ranks},
+          {"hosts", f.hosts}};
+}
+
+nlohmann::json record_json(const Record& r) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const EnvVar& e : r.env) env[e.name] = e.value;
+  return {{"rank", r.rank},
+          {"nranks", r.nranks},
+          {"world_size", r.world_size},
+          {"local_rank", r.local_rank},
+          {"local_world_size", r.local_world_size},
+          {"node_rank", r.node_rank},
+          {"nnodes", r.nnodes},
+          {"host", r.host},
+          {"pid", r.pid},
+          {"launcher", r.launcher},
+          {"job_id", r.job_id},
+          {"master_addr", r.master_addr},
+          {"master_port", r.master_port},
+          {"master_resolved", r.master_resolved},
+          {"version", r.version},
+          {"env", env}};
+}
+
+std::string dump(const nlohmann::json& j) {
+  // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace
+
+std::string headline(const std::vector<Finding>& findings) {
+  if (findings.empty()) return "";
+  std::string_view m = findings.front().message;
+  // The message up to its first clause break, when that leaves something to read.
+  size_t cut = std::string_view::npos;
+  for (std::string_view sep : {": ", "; "}) {
+    size_t p = m.find(sep, 16);
+    if (p != std::string_view::npos) cut = std::min(cut, p);
+  }
+  std::string h(m.substr(0, cut));
+  if (h.size() > 120) h = h.substr(0, 117) + "...";
+  return h;
+}
+
+std::string render_text(const Report& r, RenderStyle style) {
+  Paint paint{style.color};
+  std::string out;
+  size_t errors = 0;
+  size_t warnings = 0;
+  for (const Finding& f : r.findings) (f.is_error() ? errors : warnings)++;
+
+  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}:{}{}\n", kVersion,
+                     r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
+                     plural(size_t(rank_count(r.members)), "rank", "ranks"),
+                     plural(host_count(r.members), "host", "hosts"), printable(r.master_addr, 64),
+                     r.master_port,
+                     r.master_bound.empty()
+                         ? std::string()
+                         : fmt::format(" ({})", format_list(r.master_bound, 3)));
+  if (errors == 0) {
+    out += paint("1;32", "PASS");
+    out += fmt::format(" — {} of {} joined{}\n", plural(size_t(rank_count(r.members)), "rank", "ranks"),
+                       r.world_size,
+                       warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "");
+  } else {
+    out += paint("1;31", "FAIL");
+    out += fmt::format(" — {}{}. First: {}\n", plural(errors, "error", "errors"),
+                       warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "",
+                       headline(r.findings));
+  }
+
+  if (!r.findings.empty()) out += "\n";
+  size_t id_width = 0;
+  for (const Finding& f : r.findings) id_width = std::max(id_width, f.id.size());
+  for (const Finding& f : r.findings) {
+    std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
+    size_t indent = 4 + id_width + 3;
+    out += fmt::format("  {} {:<{}}   {}\n", mark, f.id, id_width, wrap(f.message, indent, indent));
+    if (!f.hint.empty()) {
+      out += std::string(indent, ' ') + wrap("fix: " + f.hint, indent, indent) + "\n";
+    }
+  }
+  if (!r.members.empty()) out += "\n" + member_table(r);
+  out += fmt::format("\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
+                     format_seconds(r.rendezvous_ms),
+                     r.timed_out ? "deadline reached" : "all joined", r.decision_ms, r.gpu_stage,
+                     r.authenticated ? "authenticated" : "unauthenticated (no job token)");
+  return out;
+}
+
+std::string render_json(const Report& r) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "master";
+  j["verdict"] = r.exit_code() == 0 ? "pass" : "fail";
+  j["exit_code"] = r.exit_code();
+  j["job_id"] = r.job_id;
+  j["world_size"] = r.world_size;
+  j["ranks_joined"] = rank_count(r.members);
+  j["hosts_joined"] = host_count(r.members);
+  j["master"] = {{"addr", r.master_addr},
+                 {"port", r.master_port},
+                 {"host", r.master_host},
+                 {"bound", r.master_bound}};
+  j["authenticated"] = r.authenticated;
+  j["decided"] = r.timed_out ? "deadline" : "all-joined";
+  j["findings"] = nlohmann::json::array();
+  for (const Finding& f : r.findings) j["findings"].push_back(finding_json(f));
+  j["members"] = nlohmann::json::array();
+  for (const Member& m : r.members) {
+    nlohmann::json mj = record_json(m.record);
+    mj["joined_ms"] = m.joined_ms;
+    mj["peer"] = m.peer;
+    j["members"].push_back(std::move(mj));
+  }
+  j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
+                  {"decision_ms", r.decision_ms},
+                  {"total_ms", r.total_ms}};
+  j["gpu_stage"] = r.gpu_stage;
+  return dump(j);
+}
+
+std::string render_member_text(const MemberReport& r, RenderStyle style) {
+  Paint paint{style.color};
+  const Record& s = r.self;
+  std::string self = fmt::format("this is {} {} on {}", s.nranks == 1 ? "rank" : "ranks",
+                                 s.nranks == 1 ? std::to_string(s.rank)
+                                               : fmt::format("{}-{}", s.rank, s.last_rank()),
+                                 printable(s.host, 64));
+  std::string job = s.job_id.empty() ? "" : fmt::format(" (job {})", printable(s.job_id, 40));
+  std::string out;
+  if (r.exit_code == 0) {
+    out = fmt::format("rankcheck: {}{}: {} joined{}; {}\n", paint("1;32", "PASS"), job,
+                      plural(r.joined_ranks, "rank", "ranks"),
+                      r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings"))
+                                 : "",
+                      self);
+  } else {
+    out = fmt::format("rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
+                      r.headline.empty() ? std::string("see the master's report") : r.headline,
+                      self);
+  }
+  for (const Finding& f : r.findings) {
+    std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
+    out += fmt::format("  {} {}: {}\n", mark, f.id, wrap(f.message, 6 + f.id.size(), 6));
+    if (!f.hint.empty()) out += "    " + wrap("fix: " + f.hint, 4, 6) + "\n";
+  }
+  return out;
+}
+
+std::string render_member_json(const MemberReport& r) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "member";
+  j["verdict"] = r.exit_code == 0 ? "pass" : "fail";
+  j["exit_code"] = r.exit_code;
+  j["verdict_received"] = r.verdict_received;
+  j["job_id"] = r.self.job_id;
+  j["headline"] = r.headline;
+  j["errors"] = r.errors;
+  j["warnings"] = r.warnings;
+  j["ranks_joined"] = r.joined_ranks;
+  j["self"] = record_json(r.self);
+  j["findings"] = nlohmann::json::array();
+  for (const Finding& f : r.findings) j["findings"].push_back(finding_json(f));
+  j["timings"] = {{"total_ms", r.total_ms}};
+  return dump(j);
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,380 @@
+#include <rankcheck/checks.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "helpers.h"
+
+using namespace rankcheck;
+using test::find;
+using test::healthy_job;
+using Ranks = std::vector<long>;
+using Hosts = std::vector<std::string>;
+
+TEST_CASE("checks: a healthy job has no findings") {
+  CHECK(run_checks(healthy_job(16, 8)).empty());
+}
+
+TEST_CASE("missing-rank: a rank absent from a host that sent the others") {
+  JobView v = healthy_job(16, 8);
+  v.members.erase(v.members.begin() + 9);
+  v.timed_out = true;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  const Finding& f = fs[0];
+  CHECK(f.id == "missing-rank");
+  CHECK(f.exit_code == 4);
+  CHECK(f.ranks == Ranks{9});
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.message ==
+        "rank 9 never joined (expected on gpu-02, local rank 1): gpu-02 sent ranks 8,10-15 but "
+        "not 9");
+  CHECK(f.hint ==
+        "the process for that rank on gpu-02 was not started or died early: compare the "
+        "launcher's task count on gpu-02 with --ntasks-per-node / --nproc-per-node, and check "
+        "its log");
+}
+
+TEST_CASE("missing-rank: a whole host is one finding that names it (Slurm node list)") {
+  JobView v = healthy_job(16, 8);
+  v.members.resize(8);
+  v.timed_out = true;
+  for (Member& m : v.members) {
+    m.record.node_list = "gpu-[01-02]";
+    m.record.tasks_per_node = "8(x2)";
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message == "gpu-02 never joined: all 8 of its ranks (8-15) are missing");
+  CHECK(fs[0].hosts == Hosts{"gpu-02"});
+  CHECK(fs[0].ranks == Ranks{8, 9, 10, 11, 12, 13, 14, 15});
+  CHECK(fs[0].hint ==
+        "gpu-02 did not start the job, or cannot reach the master at node01:29500: check that it "
+        "is up, resolves MASTER_ADDR and reaches that port");
+}
+
+TEST_CASE("missing-rank: Slurm cyclic distribution attributes ranks round-robin") {
+  JobView v = healthy_job(4, 2);
+  for (Member& m : v.members) {
+    m.record.node_list = "n[1-2]";
+    m.record.tasks_per_node = "2(x2)";
+    m.record.distribution = uint8_t(Distribution::kCyclic);
+  }
+  v.members.erase(v.members.begin() + 3);  // rank 3: cyclic puts it on n2
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].hosts == Hosts{"n2"});
+}
+
+TEST_CASE("missing-rank: without a node list, a node's worth of ranks is named as such") {
+  JobView v = healthy_job(16, 8);
+  v.members.resize(8);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "ranks 8-15 did not join: a whole node of 8 ranks, as if node 1 never started");
+  CHECK(fs[0].hosts.empty());
+}
+
+TEST_CASE("missing-rank: many missing hosts share one finding") {
+  JobView v = healthy_job(48, 8);
+  v.members.resize(8);
+  for (Member& m : v.members) {
+    m.record.node_list = "g[1-6]";
+    m.record.tasks_per_node = "8(x6)";
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].hosts == Hosts{"g2", "g3", "g4", "g5", "g6"});
+  CHECK(fs[0].message.rfind("5 hosts did not join, with all their ranks: g2 (8-15), ", 0) == 0);
+}
+
+TEST_CASE("duplicate-rank leads, and the missing rank it caused follows") {
+  JobView v = healthy_job(8, 4);
+  v.members[3].record.rank = 1;  // rank 3's process was given rank 1
+  v.members[3].record.local_rank = 1;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() >= 2);
+  CHECK(fs[0].id == "duplicate-rank");
+  CHECK(fs[0].message == "rank 1 is claimed by 2 members: gpu-01 (pid 1001) and gpu-01 (pid 1003)");
+  CHECK(fs[0].ranks == Ranks{1});
+  CHECK(exit_code_for(fs) == 3);
+  const Finding* missing = find(fs, "missing-rank");
+  REQUIRE(missing != nullptr);
+  CHECK(missing->ranks == Ranks{3});
+  CHECK(missing->hint.find("1 member claimed a rank twice or out of range") != std::string::npos);
+}
+
+TEST_CASE("duplicate-rank names both hosts and pids") {
+  JobView v = healthy_job(8, 4);
+  v.members[5].record.rank = 1;
+  v.members[5].record.pid = 777;
+  auto fs = run_checks(v);
+  const Finding* f = find(fs, "duplicate-rank");
+  REQUIRE(f != nullptr);
+  CHECK(f->message == "rank 1 is claimed by 2 members: gpu-01 (pid 1001) and gpu-02 (pid 777)");
+  CHECK(f->hosts == Hosts{"gpu-01", "gpu-02"});
+}
+
+TEST_CASE("rank-out-of-range") {
+  JobView v = healthy_job(4, 4);
+  v.members[3].record.rank = 9;
+  auto fs = run_checks(v);
+  REQUIRE(!fs.empty());
+  CHECK(fs[0].id == "rank-out-of-range");
+  CHECK(fs[0].message == "rank 9 (gpu-01, pid 1003) is outside 0..3 for its own world size 4");
+  CHECK(fs[0].ranks == Ranks{9});
+  CHECK(find(fs, "missing-rank")->ranks == Ranks{3});
+}
+
+TEST_CASE("world-size-mismatch names who says what") {
+  JobView v = healthy_job(8, 8);
+  v.members[7].record.world_size = 16;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "world-size-mismatch");
+  CHECK(fs[0].message ==
+        "members disagree on the world size: ranks 0-6 on gpu-01 say 8; rank 7 on gpu-01 say 16");
+  CHECK(fs[0].ranks == Ranks{7});
+}
+
+TEST_CASE("world-size-mismatch: a master with the wrong size is the odd one, nothing missing") {
+  JobView v = healthy_job(8, 8);
+  v.world_size = 16;
+  v.members[0].record.world_size = 16;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].ranks == Ranks{0});
+  CHECK(fs[0].hint.find("most say 8 (the master says 16)") != std::string::npos);
+}
+
+TEST_CASE("launcher-env-conflict gathers members with the same disagreement") {
+  JobView v = healthy_job(4, 4);
+  for (int k : {1, 2}) {
+    v.members[size_t(k)].record.conflicts.push_back(
+        Conflict{Field::kRank,
+                 {{Field::kRank, "torch", "RANK", std::to_string(k)},
+                  {Field::kRank, "slurm", "SLURM_PROCID", std::to_string(k + 4)}}});
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "launcher-env-conflict");
+  CHECK(fs[0].message ==
+        "2 members have conflicting rank: ranks 1-2 on gpu-01; e.g. rank 1 (gpu-01, pid 1001): "
+        "RANK=1 but SLURM_PROCID=5 (rankcheck used RANK)");
+  CHECK(fs[0].ranks == Ranks{1, 2});
+
+  JobView one = healthy_job(4, 4);
+  one.members[3].record.conflicts.push_back(
+      Conflict{Field::kWorldSize,
+               {{Field::kWorldSize, "torch", "WORLD_SIZE", "4"},
+                {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "8"}}});
+  fs = run_checks(one);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "rank 3 (gpu-01, pid 1003): WORLD_SIZE=4 but OMPI_COMM_WORLD_SIZE=8 (rankcheck used "
+        "WORLD_SIZE)");
+}
+
+TEST_CASE("local-rank-collision") {
+  JobView v = healthy_job(4, 4);
+  v.members[3].record.local_rank = 1;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "local-rank-collision");
+  CHECK(fs[0].message == "on gpu-01, 2 members share a local rank: local rank 1 by ranks 1,3");
+  CHECK(fs[0].ranks == Ranks{1, 3});
+}
+
+TEST_CASE("local-world-size-mismatch: disagreement and too many ranks on a host") {
+  JobView v = healthy_job(8, 8);
+  v.members[7].record.local_world_size = 4;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "on gpu-01, members disagree on LOCAL_WORLD_SIZE: 4 for rank 7; 8 for ranks 0-6");
+
+  JobView w = healthy_job(8, 4);
+  w.members[4].record.host = "gpu-01";  // a fifth process on gpu-01
+  w.members[4].record.local_rank = 0;
+  fs = run_checks(w);
+  const Finding* f = find(fs, "local-world-size-mismatch");
+  REQUIRE(f != nullptr);
+  CHECK(f->message == "gpu-01 runs 5 ranks but LOCAL_WORLD_SIZE is 4");
+}
+
+TEST_CASE("master-addr-loopback: a multi-host job whose master resolves to 127.0.1.1") {
+  JobView v = healthy_job(16, 8);
+  v.master_resolved = {"127.0.1.1"};
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "master-addr-loopback");
+  CHECK(fs[0].message ==
+        "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on the master's host gpu-01, but the "
+        "job spans more than one host: ranks on other hosts cannot reach a master there");
+  CHECK(fs[0].ranks == Ranks{0});
+  // One host: loopback is fine.
+  JobView single = healthy_job(8, 8);
+  single.master_resolved = {"127.0.0.1"};
+  CHECK(run_checks(single).empty());
+}
+
+TEST_CASE("master-addr-loopback leads the missing ranks it causes") {
+  JobView v = healthy_job(16, 8);
+  v.master_resolved = {"127.0.1.1"};
+  v.members.resize(8);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].id == "master-addr-loopback");
+  CHECK(fs[1].id == "missing-rank");
+  CHECK(exit_code_for(fs) == 3);
+}
+
+TEST_CASE("master-addr-mismatch: different names, and one name resolving differently") {
+  JobView v = healthy_job(4, 2);
+  v.members[3].record.master_addr = "10.0.0.11";
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "master-addr-mismatch");
+  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(fs[0].message ==
+        "members were given different master addresses: 10.0.0.11:29500 for rank 3 on gpu-02; "
+        "node01:29500 for ranks 0-2 on gpu-01 and gpu-02. All reached this master, but the "
+        "training job may not");
+
+  JobView r = healthy_job(4, 2);
+  r.members[2].record.master_resolved = {"10.0.1.11"};
+  r.members[3].record.master_resolved = {"10.0.1.11"};
+  fs = run_checks(r);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "MASTER_ADDR node01 resolves to 10.0.0.11 for ranks 0-1 on gpu-01 but to 10.0.1.11 for "
+        "ranks 2-3 on gpu-02");
+  CHECK(exit_code_for(fs) == 0);
+}
+
+TEST_CASE("env-mismatch says which ranks and hosts have which value") {
+  JobView v = healthy_job(16, 8);
+  for (Member& m : v.members) {
+    test::set_env(m.record,
+                  {{"NCCL_SOCKET_IFNAME", m.record.host == "gpu-01" ? "ib0" : "eth0"}});
+    m.record.interfaces = {"eth0", "ib0", "lo"};
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "env-mismatch");
+  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(fs[0].message ==
+        "NCCL_SOCKET_IFNAME differs: eth0 for ranks 8-15 on gpu-02; ib0 for ranks 0-7 on gpu-01");
+  CHECK(fs[0].ranks == Ranks{0, 1, 2, 3, 4, 5, 6, 7});
+
+  JobView u = healthy_job(2, 2);
+  test::set_env(u.members[0].record, {{"NCCL_IB_DISABLE", "1"}});
+  fs = run_checks(u);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message == "NCCL_IB_DISABLE differs: 1 for rank 0 on gpu-01; unset for rank 1 on gpu-01");
+}
+
+TEST_CASE("nccl-ifname-missing") {
+  JobView v = healthy_job(4, 2);
+  for (Member& m : v.members) test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "ib"}});
+  v.members[0].record.interfaces = {"lo", "eth0", "ib0"};
+  v.members[1].record.interfaces = {"lo", "eth0", "ib0"};
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-ifname-missing");
+  CHECK(fs[0].message ==
+        "NCCL_SOCKET_IFNAME=ib selects no interface with an address on gpu-02 (ranks 2-3); it "
+        "has lo and eth0");
+  CHECK(fs[0].hosts == Hosts{"gpu-02"});
+}
+
+TEST_CASE("NCCL_SOCKET_IFNAME syntax: prefixes, exact names, exclusion") {
+  std::vector<std::string> ifs{"lo", "eth0", "docker0"};
+  CHECK(ifname_matches_any("eth", ifs));
+  CHECK(ifname_matches_any("ib,eth", ifs));
+  CHECK(!ifname_matches_any("ib", ifs));
+  CHECK(ifname_matches_any("=eth0", ifs));
+  CHECK(!ifname_matches_any("=eth", ifs));
+  CHECK(ifname_matches_any("^docker,lo", ifs));  // eth0 remains
+  CHECK(!ifname_matches_any("^docker,lo,eth", ifs));
+}
+
+TEST_CASE("foreign-job: a refused member of another job explains its missing rank") {
+  JobView v = healthy_job(4, 4);
+  Record stray = v.members[2].record;
+  stray.job_id = "99999";
+  v.members.erase(v.members.begin() + 2);
+  v.refused.push_back(Refusal{RefusalKind::kForeignJob, "10.0.0.12:4242", "job", stray, 5});
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);  // rank 2 is explained, not also "missing"
+  CHECK(fs[0].id == "foreign-job");
+  CHECK(fs[0].exit_code == 6);
+  CHECK(fs[0].message ==
+        "rank 2 (gpu-01, pid 1002) from 10.0.0.12:4242 was refused: it says job '99999', this "
+        "master serves job '48213', so its rank is missing here");
+
+  // A stray from another job whose rank is present is a warning.
+  JobView w = healthy_job(4, 4);
+  w.refused.push_back(Refusal{RefusalKind::kForeignJob, "10.0.0.12:4242", "job", stray, 5});
+  fs = run_checks(w);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == Severity::kWarning);
+}
+
+TEST_CASE("member-disconnected: joined, then gone before the verdict") {
+  JobView v = healthy_job(4, 4);
+  v.departed.push_back(Departure{v.members[1].record, 210, 930});
+  v.members.erase(v.members.begin() + 1);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "member-disconnected");
+  CHECK(fs[0].exit_code == 4);
+  CHECK(fs[0].message ==
+        "rank 1 (gpu-01, pid 1001) joined at +0.21 s and its connection closed at +0.93 s, "
+        "before the verdict");
+}
+
+TEST_CASE("stray connections are one warning") {
+  JobView v = healthy_job(2, 2);
+  v.refused.push_back(Refusal{RefusalKind::kMalformed, "127.0.0.1:5000", "bad magic", {}, 1});
+  v.refused_total = 3;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "stray-connection");
+  CHECK(fs[0].message ==
+        "3 connections to the master port were not a member of this job and were closed (2 not "
+        "itemised): first from 127.0.0.1:5000: bad magic");
+}
+
+TEST_CASE("local checks: the rules one record can answer") {
+  Record r = test::member(9, 8, "gpu-02", 1, 8);
+  test::set_env(r, {{"NCCL_SOCKET_IFNAME", "=ib0"}});
+  r.conflicts.push_back(Conflict{Field::kRank,
+                                 {{Field::kRank, "torch", "RANK", "9"},
+                                  {Field::kRank, "slurm", "SLURM_PROCID", "1"}}});
+  auto fs = local_checks(r);
+  REQUIRE(fs.size() == 3);
+  CHECK(fs[0].id == "rank-out-of-range");
+  CHECK(fs[1].id == "launcher-env-conflict");
+  CHECK(fs[2].id == "nccl-ifname-missing");
+
+  Record away = test::member(9, 16, "gpu-02", 1, 8);
+  away.master_resolved = {"127.0.1.1"};
+  fs = local_checks(away);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on gpu-02, which is not the master's "
+        "node: this process cannot reach rank 0 there");
+}
+
+TEST_CASE("every rule has an entry in docs/findings.md") {
+  std::ifstream in(std::string(RANKCHECK_FIXTURES) + "/../../docs/findings.md");
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (const Rule& rule : rules()) {
+    INFO(rule.id);
+    CHECK(ss.str().find(fmt::format("## `{}`", rule.id)) != std::string::npos);
+  }
+}

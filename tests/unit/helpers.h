@@ -1,0 +1,74 @@
+#pragma once
+// Shared builders for unit tests.
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <rankcheck/checks.h>
+#include <rankcheck/env.h>
+
+namespace rankcheck::test {
+
+inline EnvMap env_fixture(const std::string& name) {
+  std::ifstream in(std::string(RANKCHECK_FIXTURES) + "/env/" + name);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto env = parse_env_text(ss.str());
+  REQUIRE(env.ok());
+  return *env;
+}
+
+/// A record as a healthy rank-mode member of a job would send it.
+inline Record member(int rank, int world, std::string host, int local_rank = -1,
+                     int local_world = -1) {
+  Record r;
+  r.version = "0.1.0";
+  r.rank = rank;
+  r.world_size = world;
+  r.local_rank = local_rank;
+  r.local_world_size = local_world;
+  r.host = std::move(host);
+  r.pid = static_cast<uint32_t>(1000 + rank);
+  r.launcher = "torch";
+  r.master_addr = "node01";
+  r.master_port = 29500;
+  r.master_resolved = {"10.0.0.11"};
+  r.interfaces = {"lo", "eth0"};
+  r.env_digest = env_digest(r.env);
+  return r;
+}
+
+/// A job of `world` ranks on hosts of `per_host` ranks named gpu-01, gpu-02, ...
+inline JobView healthy_job(int world, int per_host) {
+  JobView v;
+  v.world_size = world;
+  v.job_id = "48213";
+  v.master_addr = "node01";
+  v.master_port = 29500;
+  v.master_host = "gpu-01";
+  v.master_resolved = {"10.0.0.11"};
+  for (int k = 0; k < world; ++k) {
+    char host[16];
+    std::snprintf(host, sizeof host, "gpu-%02d", k / per_host + 1);
+    v.members.push_back(Member{member(k, world, host, k % per_host, per_host), 10.0 + k, "peer"});
+  }
+  return v;
+}
+
+inline void set_env(Record& r, std::vector<EnvVar> env) {
+  r.env = std::move(env);
+  r.env_digest = env_digest(r.env);
+}
+
+inline const Finding* find(const std::vector<Finding>& fs, const std::string& id) {
+  for (const Finding& f : fs) {
+    if (f.id == id) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace rankcheck::test

@@ -1,0 +1,51 @@
+#include <rankcheck/hostlist.h>
+
+#include <catch2/catch.hpp>
+
+using namespace rankcheck;
+using V = std::vector<std::string>;
+
+TEST_CASE("hostlist: ranges, padding, lists and plain names") {
+  auto h = expand_hostlist("gpu-[01-04,07],cpu3");
+  REQUIRE(h.ok());
+  CHECK(*h == V{"gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07", "cpu3"});
+  CHECK(*expand_hostlist("node1") == V{"node1"});
+  CHECK(*expand_hostlist("n[8-11]") == V{"n8", "n9", "n10", "n11"});
+  CHECK(*expand_hostlist("n[098-101]") == V{"n098", "n099", "n100", "n101"});
+  CHECK(*expand_hostlist("a,b,,c") == V{"a", "b", "c"});
+}
+
+TEST_CASE("hostlist: several bracket groups multiply, suffixes stay") {
+  CHECK(*expand_hostlist("r[1-2]n[1-2]") == V{"r1n1", "r1n2", "r2n1", "r2n2"});
+  CHECK(*expand_hostlist("gpu[1-2]-ib") == V{"gpu1-ib", "gpu2-ib"});
+}
+
+TEST_CASE("hostlist: malformed lists name what is wrong") {
+  CHECK(expand_hostlist("gpu-[01-04").error().message == "host list 'gpu-[01-04': unclosed '['");
+  CHECK(expand_hostlist("gpu-[04-01]").error().message == "host list 'gpu-[04-01]': bad range '04-01'");
+  CHECK(expand_hostlist("gpu-[a-b]").error().message == "host list 'gpu-[a-b]': bad range 'a-b'");
+  CHECK(expand_hostlist("g]").error().message == "host list 'g]': unbalanced ']' at offset 1");
+  CHECK(!expand_hostlist("").ok());
+  CHECK(!expand_hostlist("x[[1]]").ok());
+}
+
+TEST_CASE("hostlist: a list that would expand past the limit is refused, not allocated") {
+  auto h = expand_hostlist("n[0-99999999]");
+  REQUIRE(!h.ok());
+  CHECK(h.error().message.find("more than 65536 hosts") != std::string::npos);
+  CHECK(!expand_hostlist("a[0-999]b[0-999]").ok());
+}
+
+TEST_CASE("tasks per node: counts and repeats") {
+  CHECK(*expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK(*expand_tasks_per_node("8") == std::vector<int>{8});
+  CHECK(!expand_tasks_per_node("2(x)").ok());
+  CHECK(!expand_tasks_per_node("x").ok());
+  CHECK(!expand_tasks_per_node("2(x0)").ok());
+  CHECK(!expand_tasks_per_node("").ok());
+}
+
+TEST_CASE("node of each rank: block and cyclic distributions") {
+  CHECK(node_of_each_rank({2, 2, 1}, Distribution::kBlock) == std::vector<int>{0, 0, 1, 1, 2});
+  CHECK(node_of_each_rank({2, 2, 1}, Distribution::kCyclic) == std::vector<int>{0, 1, 2, 0, 1});
+}

@@ -1,0 +1,186 @@
+#include <rankcheck/identity.h>
+
+#include <catch2/catch.hpp>
+
+#include "helpers.h"
+
+using namespace rankcheck;
+using rankcheck::test::env_fixture;
+
+TEST_CASE("identity: torchrun worker") {
+  Identity id = detect_identity(env_fixture("torchrun_worker.env"), {});
+  CHECK(id.usable());
+  CHECK(id.rank == 5);
+  CHECK(id.world_size == 16);
+  CHECK(id.local_rank == 1);
+  CHECK(id.local_world_size == 4);
+  CHECK(id.node_rank == 1);
+  CHECK(id.nnodes == 4);
+  CHECK(id.master_addr == "node01");
+  CHECK(id.master_port == 29500);
+  CHECK(id.job_id == "job7");
+  CHECK(id.launcher == "torch");
+  CHECK(id.launchers == std::vector<std::string>{"torch", "torchrun"});
+  CHECK(id.conflicts.empty());
+}
+
+TEST_CASE("identity: Slurm srun, MASTER_ADDR from the first host of the step") {
+  Identity id = detect_identity(env_fixture("slurm_srun.env"), {});
+  REQUIRE(id.usable());
+  CHECK(id.rank == 5);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_rank == 1);
+  CHECK(id.local_world_size == 4);  // this node's entry of SLURM_STEP_TASKS_PER_NODE
+  CHECK(id.node_rank == 1);
+  CHECK(id.nnodes == 2);
+  CHECK(id.job_id == "48213");
+  CHECK(id.launcher == "slurm");
+  CHECK(id.master_addr == "gpu-01");
+  CHECK(id.master_port == 29500);
+  CHECK(id.node_list == "gpu-[01-02]");
+  CHECK(id.tasks_per_node == "4(x2)");
+  CHECK(id.distribution == Distribution::kBlock);
+  CHECK(id.notes == std::vector<std::string>{
+                        "MASTER_PORT not set: using 29500",
+                        "MASTER_ADDR not set: using gpu-01, the first host of the Slurm node list"});
+}
+
+TEST_CASE("identity: SLURM_PROCID=3 but RANK=5 is a conflict, and RANK is used") {
+  Identity id = detect_identity(env_fixture("slurm_rank_conflict.env"), {});
+  CHECK(id.usable());
+  CHECK(id.rank == 5);
+  REQUIRE(id.conflicts.size() == 1);
+  const Conflict& c = id.conflicts[0];
+  CHECK(c.field == Field::kRank);
+  REQUIRE(c.values.size() == 2);
+  CHECK(c.values[0].variable == "RANK");
+  CHECK(c.values[0].value == "5");
+  CHECK(c.values[1].variable == "SLURM_PROCID");
+  CHECK(c.values[1].value == "3");
+}
+
+TEST_CASE("identity: torchrun inside srun does not read the agent's SLURM_PROCID as the rank") {
+  Identity id = detect_identity(env_fixture("torchrun_in_slurm.env"), {});
+  CHECK(id.usable());
+  CHECK(id.rank == 6);
+  CHECK(id.node_rank == 1);
+  CHECK(id.conflicts.empty());
+  CHECK(id.job_id == "48213");  // TORCHELASTIC_RUN_ID, same value as SLURM_JOB_ID here
+}
+
+TEST_CASE("identity: Open MPI") {
+  Identity id = detect_identity(env_fixture("openmpi.env"), {});
+  CHECK(id.usable());
+  CHECK(id.rank == 3);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_rank == 3);
+  CHECK(id.local_world_size == 4);
+  CHECK(id.master_port == 29600);
+  CHECK(id.launcher == "openmpi");
+  CHECK(id.job_id.empty());
+}
+
+TEST_CASE("identity: OMPI size 8 but WORLD_SIZE=16 is a conflict") {
+  Identity id = detect_identity(env_fixture("openmpi_world_conflict.env"), {});
+  REQUIRE(id.conflicts.size() == 1);
+  CHECK(id.conflicts[0].field == Field::kWorldSize);
+  CHECK(id.world_size == 16);  // WORLD_SIZE is what the training job reads
+  CHECK(id.conflicts[0].values[1].variable == "OMPI_COMM_WORLD_SIZE");
+}
+
+TEST_CASE("identity: MPICH / PMI") {
+  Identity id = detect_identity(env_fixture("pmi.env"), {});
+  CHECK(id.usable());
+  CHECK(id.rank == 6);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_rank == 2);
+  CHECK(id.local_world_size == 4);
+  CHECK(id.launcher == "pmi");
+}
+
+TEST_CASE("identity: flags beat the environment, and a disagreement is still reported") {
+  Flags flags;
+  flags.rank = "2";
+  flags.master_port = "29999";
+  Identity id = detect_identity(env_fixture("torchrun_worker.env"), flags);
+  CHECK(id.rank == 2);
+  CHECK(id.launcher == "flags");
+  CHECK(id.master_port == 29999);
+  REQUIRE(id.conflicts.size() == 2);  // rank: --rank vs RANK and ROLE_RANK; the port
+  CHECK(id.conflicts[0].field == Field::kRank);
+  CHECK(id.conflicts[0].values.size() == 3);
+  CHECK(id.conflicts[1].field == Field::kMasterPort);
+}
+
+TEST_CASE("identity: flags alone") {
+  Flags flags;
+  flags.rank = "0";
+  flags.world_size = "1";
+  Identity id = detect_identity({}, flags);
+  CHECK(id.usable());
+  CHECK(id.master_addr == "127.0.0.1");
+  CHECK(id.notes.back() == "MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
+}
+
+TEST_CASE("identity: a missing value names the variables and launchers that would set it") {
+  Identity id = detect_identity(env_fixture("plain_no_master.env"), {});
+  REQUIRE(id.problems.size() == 1);
+  CHECK(id.problems[0] ==
+        "cannot tell where the master is: none of --master-addr (command-line flag), "
+        "MASTER_ADDR (torch env) is set");
+
+  Identity none = detect_identity({}, {});
+  REQUIRE(none.problems.size() == 3);
+  CHECK(none.problems[0] ==
+        "cannot tell this process's rank: none of --rank (command-line flag), RANK (torch env), "
+        "ROLE_RANK (torchrun), SLURM_PROCID (Slurm srun), OMPI_COMM_WORLD_RANK (Open MPI "
+        "mpirun), PMI_RANK (MPICH/PMI) is set");
+}
+
+TEST_CASE("identity: an unparsable value is a usage problem naming the variable") {
+  Identity id = detect_identity(env_fixture("bad_rank.env"), {});
+  CHECK(!id.usable());
+  CHECK(id.problems[0] == "RANK='three' is not a whole number (set by torch env)");
+}
+
+TEST_CASE("identity: bounds") {
+  EnvMap env{{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "70000"}};
+  Identity id = detect_identity(env, {});
+  CHECK(id.problems == std::vector<std::string>{"world size 0 is outside 1..1048576",
+                                                "master port 70000 is outside 1..65535"});
+  // A rank outside the world still joins: the master reports it next to the others.
+  env = {{"RANK", "9"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "x"}};
+  id = detect_identity(env, {});
+  CHECK(id.usable());
+  CHECK(!id.rank_in_range());
+}
+
+TEST_CASE("identity: node mode stands for nproc-per-node consecutive ranks") {
+  Flags flags;
+  flags.nproc_per_node = "4";
+  flags.node_rank = "1";
+  flags.nnodes = "2";
+  flags.master_addr = "node01";
+  Identity id = detect_identity({}, flags);
+  REQUIRE(id.usable());
+  CHECK(id.node_mode());
+  CHECK(id.rank == 4);
+  CHECK(id.nranks == 4);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_world_size == 4);
+}
+
+TEST_CASE("identity: the Slurm cyclic distribution is kept for the layout") {
+  EnvMap env = env_fixture("slurm_srun.env");
+  env["SLURM_DISTRIBUTION"] = "cyclic:block";
+  CHECK(detect_identity(env, {}).distribution == Distribution::kCyclic);
+}
+
+TEST_CASE("env text: comments, export, bad lines") {
+  auto env = parse_env_text("# c\nexport A=1\n\nB=x=y\r\n");
+  REQUIRE(env.ok());
+  CHECK(env->at("A") == "1");
+  CHECK(env->at("B") == "x=y");
+  CHECK(parse_env_text("A=1\nnonsense\n").error().message ==
+        "line 2: expected KEY=VALUE, got 'nonsense'");
+}

@@ -1,0 +1,99 @@
+#include <rankcheck/report.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+
+using namespace rankcheck;
+
+namespace {
+Report report_of(const JobView& v) {
+  Report r;
+  r.job_id = v.job_id;
+  r.world_size = v.world_size;
+  r.master_addr = v.master_addr;
+  r.master_port = v.master_port;
+  r.master_host = v.master_host;
+  r.master_bound = {"10.0.0.11"};
+  r.members = v.members;
+  r.findings = run_checks(v);
+  r.timed_out = v.timed_out;
+  r.gpu_stage = "not run (--no-gpu)";
+  r.rendezvous_ms = 1330;
+  r.decision_ms = 0.4;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("report text: verdict first, then findings, table, timings") {
+  JobView v = test::healthy_job(16, 8);
+  v.members.erase(v.members.begin() + 9);
+  v.timed_out = true;
+  std::string text = render_text(report_of(v), {});
+  CHECK(text.rfind("rankcheck 0.1.0 · job 48213 · 15 ranks on 2 hosts · master node01:29500 "
+                   "(10.0.0.11)\nFAIL — 1 error. First: rank 9 never joined (expected on gpu-02, "
+                   "local rank 1)\n",
+                   0) == 0);
+  CHECK(text.find("  ✗ missing-rank   rank 9 never joined") != std::string::npos);
+  CHECK(text.find("fix: the process for that rank on gpu-02") != std::string::npos);
+  // Fifteen members collapse to one line per host with rank ranges.
+  CHECK(text.find("  gpu-02   8,10-15   7         +") != std::string::npos);
+  CHECK(text.find("rendezvous 1.33 s (deadline reached) · decision 0.4 ms · GPU stage not run "
+                  "(--no-gpu) · unauthenticated (no job token)") != std::string::npos);
+  CHECK(text.find('\x1b') == std::string::npos);  // no colour unless asked
+  CHECK(render_text(report_of(v), {true}).find("\x1b[1;31mFAIL\x1b[0m") != std::string::npos);
+}
+
+TEST_CASE("report text: a small passing job lists every member") {
+  std::string text = render_text(report_of(test::healthy_job(2, 2)), {});
+  CHECK(text.find("PASS — 2 ranks of 2 joined\n") != std::string::npos);
+  CHECK(text.find("  rank   host     local   pid    launcher   joined") != std::string::npos);
+}
+
+TEST_CASE("report text: hostile host names are escaped") {
+  JobView v = test::healthy_job(2, 2);
+  v.members[1].record.host = "evil\x1b]0;pwned\x07";
+  v.members[1].record.rank = 0;  // a duplicate, so the name appears in a finding too
+  std::string text = render_text(report_of(v), {});
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find("evil\\x1b]0;pwned\\x07") != std::string::npos);
+}
+
+TEST_CASE("report json: schema, verdict, findings with integer ranks, members, timings") {
+  JobView v = test::healthy_job(4, 2);
+  v.members[3].record.rank = 1;
+  v.members[3].record.host = "bad\xff";
+  auto j = nlohmann::json::parse(render_json(report_of(v)));
+  CHECK(j["schema_version"] == 1);
+  CHECK(j["verdict"] == "fail");
+  CHECK(j["exit_code"] == 3);
+  CHECK(j["findings"][0]["id"] == "duplicate-rank");
+  CHECK(j["findings"][0]["severity"] == "error");
+  CHECK(j["findings"][0]["ranks"] == nlohmann::json::array({1}));
+  CHECK(j["findings"][0]["hosts"][0] == "bad\xef\xbf\xbd");  // invalid UTF-8 replaced
+  CHECK(j["members"].size() == 4);
+  CHECK(j["members"][0]["joined_ms"] == 10.0);
+  CHECK(j["timings"]["rendezvous_ms"] == 1330.0);
+  CHECK(j["gpu_stage"] == "not run (--no-gpu)");
+}
+
+TEST_CASE("member line: the job-wide verdict and this member's part in it") {
+  MemberReport m;
+  m.self = test::member(3, 16, "gpu-01", 3, 8);
+  m.self.job_id = "48213";
+  m.exit_code = 4;
+  m.verdict_received = true;
+  m.headline = "rank 9 never joined (expected on gpu-02, local rank 1)";
+  CHECK(render_member_text(m, {}) ==
+        "rankcheck: FAIL (job 48213): rank 9 never joined (expected on gpu-02, local rank 1); "
+        "this is rank 3 on gpu-01\n");
+  m.exit_code = 0;
+  m.joined_ranks = 16;
+  CHECK(render_member_text(m, {}) ==
+        "rankcheck: PASS (job 48213): 16 ranks joined; this is rank 3 on gpu-01\n");
+  auto j = nlohmann::json::parse(render_member_json(m));
+  CHECK(j["role"] == "member");
+  CHECK(j["verdict"] == "pass");
+  CHECK(j["self"]["rank"] == 3);
+}

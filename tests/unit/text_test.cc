@@ -1,0 +1,37 @@
+#include <rankcheck/text.h>
+
+#include <catch2/catch.hpp>
+
+using namespace rankcheck;
+
+TEST_CASE("text: rank ranges") {
+  CHECK(format_ranks({8, 10, 11, 12, 13, 14, 15}) == "8,10-15");
+  CHECK(format_ranks({3, 1, 2, 2}) == "1-3");
+  CHECK(format_ranks({}).empty());
+  CHECK(format_ranks({0, 2, 4, 6, 8}, 2) == "0,2,... (+3 more)");
+}
+
+TEST_CASE("text: lists") {
+  CHECK(format_list({"a"}) == "a");
+  CHECK(format_list({"a", "b"}) == "a and b");
+  CHECK(format_list({"a", "b", "c"}) == "a, b and c");
+  CHECK(format_list({"a", "b", "c", "d"}, 2) == "a, b and 2 more");
+  CHECK(format_list({"a", "b", "c"}, 2) == "a, b and c");
+}
+
+TEST_CASE("text: peer strings are made safe for a terminal") {
+  CHECK(printable("gpu-01") == "gpu-01");
+  CHECK(printable("a\x1b[2Jb") == "a\\x1b[2Jb");
+  CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
+  CHECK(printable("caf\xc3\xa9") == "caf\xc3\xa9");           // valid UTF-8 stays
+  CHECK(printable("bad\xff\xfe") == "bad\\xff\\xfe");         // invalid bytes escaped
+  CHECK(printable("\xc2\x9b" "31m") == "\\xc2\\x9b31m");      // C1 CSI escaped
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");      // a surrogate is not UTF-8
+  CHECK(printable(std::string(200, 'x'), 10) == "xxxxxxxxxx...");
+}
+
+TEST_CASE("text: seconds") {
+  CHECK(format_seconds(21) == "0.021 s");
+  CHECK(format_seconds(1330) == "1.33 s");
+  CHECK(format_seconds(41000) == "41 s");
+}
