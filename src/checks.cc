@@ -72,11 +72,30 @@ bool multi_host(const JobView& v) {
 
 // ---------------------------------------------------------------------------
 
+// The host part of a peer "10.0.0.12:4242" or "[::1]:4242".
+std::string_view peer_host(std::string_view peer) {
+  if (!peer.empty() && peer.front() == '[') return peer.substr(1, peer.find(']') - 1);
+  return peer.substr(0, peer.rfind(':'));
+}
+
 void check_master_addr_loopback(const JobView& v, std::vector<Finding>& out) {
-  if (v.master_resolved.empty() || !multi_host(v)) return;
+  if (v.master_resolved.empty()) return;
   for (const auto& a : v.master_resolved) {
     if (!is_loopback_address(a)) return;
   }
+  // Members that came in over loopback share the master's machine: for them a
+  // loopback master works. It fails a member that arrived from elsewhere (the
+  // master then listens on every interface), and ranks a multi-host layout expects.
+  bool remote_member = false;
+  bool missing = false;
+  long ranks = 0;
+  for (const Member& m : v.members) {
+    ranks += m.record.nranks;
+    remote_member = remote_member || (m.peer.find(':') != std::string::npos &&
+                                      !is_loopback_address(peer_host(m.peer)));
+  }
+  missing = ranks < v.world_size;
+  if (!remote_member && !(missing && multi_host(v))) return;
   Records master;
   for (const Member& m : v.members) {
     if (m.record.rank == 0) master.push_back(&m.record);

@@ -58,4 +58,10 @@ struct MemberReport {
 std::string render_member_text(const MemberReport& report, RenderStyle style);
 std::string render_member_json(const MemberReport& report);
 
+/// `rankcheck env`: identity, every source, notes, problems and local checks.
+std::string render_env_text(const Identity& id, const Record& self,
+                            const std::vector<Finding>& local, RenderStyle style);
+std::string render_env_json(const Identity& id, const Record& self,
+                            const std::vector<Finding>& local);
+
 }  // namespace rankcheck

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <rankcheck/checks.h>
 #include <rankcheck/env.h>
@@ -54,7 +55,9 @@ inline JobView healthy_job(int world, int per_host) {
   for (int k = 0; k < world; ++k) {
     char host[16];
     std::snprintf(host, sizeof host, "gpu-%02d", k / per_host + 1);
-    v.members.push_back(Member{member(k, world, host, k % per_host, per_host), 10.0 + k, "peer"});
+    std::string peer = fmt::format("10.0.0.{}:{}", 10 + k / per_host, 40000 + k);
+    v.members.push_back(Member{member(k, world, host, k % per_host, per_host), 10.0 + k,
+                               k == 0 ? std::string("in-process") : peer});
   }
   return v;
 }

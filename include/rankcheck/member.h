@@ -1,0 +1,40 @@
+#pragma once
+// A member's side of the rendezvous: connect with retries, hand over the record,
+// wait for the verdict. Every step bounded by a deadline.
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <rankcheck/net.h>
+#include <rankcheck/protocol.h>
+
+namespace rankcheck {
+
+struct JoinOptions {
+  std::string master_addr;
+  uint16_t master_port = 0;
+  Deadline give_up = Deadline::never();  ///< stop trying to join
+  Millis handshake{5000};                ///< challenge and admit must arrive this soon
+  Millis progress_interval{5000};
+  std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+/// A joined member's connection, or why it could not join (a finding about itself).
+struct JoinResult {
+  Socket socket;
+  Admit admit;
+  int attempts = 0;
+  std::optional<Finding> failure;
+};
+
+/// Joins the master. Updates `self.master_resolved` with the addresses used.
+JoinResult join_master(Record& self, const JoinOptions& options);
+
+/// Waits for the master's verdict on a joined connection.
+Result<Verdict> wait_verdict(Socket& socket, Deadline deadline);
+
+/// Whether a rankcheck master already answers at addr:port: its challenge, if so.
+std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, Deadline deadline);
+
+}  // namespace rankcheck

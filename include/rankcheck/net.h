@@ -1,0 +1,54 @@
+#pragma once
+// The network as the member sees it: host facts, name resolution and a client
+// socket, every call bounded by a Deadline and woken by an interrupt.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rankcheck/deadline.h>
+#include <rankcheck/result.h>
+#include <rankcheck/wire.h>
+
+namespace rankcheck {
+
+/// This host's name (gethostname), or "unknown".
+std::string local_host_name();
+/// Names of interfaces that have an IPv4 or IPv6 address, sorted, unique.
+std::vector<std::string> interfaces_with_address();
+
+/// Numeric addresses `name` resolves to (IPv4 first), within the deadline. The
+/// lookup runs on a helper thread so that a stuck resolver cannot outlive it.
+Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline);
+
+/// Why a socket call failed, in Error::code (frame faults use FrameFault's values).
+enum class IoFault { kClosed = 100, kTimeout, kInterrupted, kSystem };
+inline IoFault io_fault(const Error& e) { return static_cast<IoFault>(e.code); }
+
+/// A connected TCP socket with deadline-bounded I/O. Move-only.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(o.fd_), rx_(std::move(o.rx_)) { o.fd_ = -1; }
+  Socket& operator=(Socket&& o) noexcept;
+  ~Socket();
+
+  /// Connects to a numeric address; the message carries strerror.
+  static Result<Socket> connect(const std::string& addr, uint16_t port, Deadline deadline);
+
+  Status write_all(std::span<const uint8_t> bytes, Deadline deadline);
+  /// The next whole frame; Error::code holds a FrameFault or an IoFault.
+  Result<Frame> read_frame(Deadline deadline, uint16_t* peer_version = nullptr);
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void close();
+
+ private:
+  int fd_ = -1;
+  FrameBuffer rx_;
+};
+
+}  // namespace rankcheck

@@ -1,0 +1,48 @@
+#pragma once
+// The pipeline of one run: identity, local checks, rendezvous, verdict, report.
+// Returns the exit code; only main exits.
+
+#include <optional>
+#include <string>
+
+#include <rankcheck/env.h>
+#include <rankcheck/identity.h>
+
+namespace rankcheck {
+
+struct RunOptions {
+  Flags flags;
+  std::optional<std::string> host_name;  ///< overrides gethostname()
+  double timeout_s = 300;                ///< bounds the whole run
+  double handshake_timeout_s = 5;
+  double progress_interval_s = 5;
+  std::string json_path;  ///< "" none, "-" stdout instead of text
+  bool no_gpu = false;
+  bool quiet = false;  ///< no progress lines on stderr
+  bool color = false;
+};
+
+struct LocalOptions {
+  RunOptions run;
+  int nprocs = 4;
+};
+
+struct EnvOptions {
+  Flags flags;
+  std::optional<std::string> host_name;
+  bool json = false;
+  double resolve_timeout_s = 2;
+};
+
+/// `rankcheck run`: this process is one member (rank 0 also hosts the master).
+int run_probe(const RunOptions& options, const EnvMap& env);
+/// `rankcheck local -n N`: N members on this machine, the master in this process.
+int run_local(const LocalOptions& options, const EnvMap& env);
+/// `rankcheck env`: identity, sources and local checks; no rendezvous.
+int run_env(const EnvOptions& options, const EnvMap& env);
+
+/// The environment for a child member of `rankcheck local`: the parent's, less
+/// every launcher variable, so that an enclosing Slurm or torchrun job does not leak in.
+EnvMap without_launcher_env(const EnvMap& env);
+
+}  // namespace rankcheck

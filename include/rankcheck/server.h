@@ -1,0 +1,60 @@
+#pragma once
+// The master's rendezvous server: event-driven (Asio, C++20 coroutines), one
+// thread for every connection, decides once.
+
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rankcheck/deadline.h>
+#include <rankcheck/protocol.h>
+#include <rankcheck/report.h>
+#include <rankcheck/result.h>
+
+namespace rankcheck {
+
+struct ServerConfig {
+  long world_size = 0;
+  std::string job_id;
+  std::string master_addr;  ///< MASTER_ADDR as given, for the report
+  std::string master_host;
+  std::vector<std::string> master_resolved;
+  Clock::time_point start = Clock::now();
+  Deadline decide_by = Deadline::never();  ///< decide at the latest here
+  Millis handshake_timeout{5000};          ///< a hello must be complete this soon after accept
+  Millis progress_interval{5000};
+  size_t max_pending = 1024;  ///< connections not yet admitted, beyond which new ones are closed
+  std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+/// Why listening failed, in Error::code.
+enum class ListenFault { kInUse = 1, kNotLocal, kOther };
+
+class Server {
+ public:
+  explicit Server(ServerConfig config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Listens on each numeric address at `port` (0: a free port, the same for all).
+  /// Returns the port.
+  Result<uint16_t> listen(const std::vector<std::string>& addresses, uint16_t port);
+  /// Serves on a thread of its own until finish().
+  void start();
+  /// Admits the master's own member without a socket; its verdict arrives in the future.
+  std::future<Verdict> join_local(Record self);
+  /// Decides now with what is known (the run is being cut short).
+  void decide_now();
+  /// Waits until every member has been sent the verdict, or the deadline; stops
+  /// serving and returns the report.
+  Report finish(Deadline deadline);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rankcheck

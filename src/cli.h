@@ -1,0 +1,32 @@
+#pragma once
+// Each subcommand binds an options struct in its cli_<name>.cc and runs after
+// parsing. CLI11 stays in these files.
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include <rankcheck/env.h>
+#include <rankcheck/identity.h>
+#include <rankcheck/run.h>
+
+namespace rankcheck::cli {
+
+/// A subcommand: its parser, and what runs once it parsed.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_run(CLI::App& root, const EnvMap& env);
+Command add_env(CLI::App& root, const EnvMap& env);
+Command add_local(CLI::App& root, const EnvMap& env);
+
+/// --rank, --world-size, ... : strings, so that the identity parser names a bad value.
+void add_identity_flags(CLI::App& app, Flags& flags);
+/// --timeout, --json, --no-gpu, --quiet, --color and friends.
+void add_run_flags(CLI::App& app, RunOptions& options, std::string& color);
+/// Resolves --color auto|always|never against the terminal and NO_COLOR.
+bool use_color(const std::string& mode, const EnvMap& env);
+
+}  // namespace rankcheck::cli

@@ -1,0 +1,57 @@
+#include <unistd.h>
+
+#include "cli.h"
+
+namespace rankcheck::cli {
+
+void add_identity_flags(CLI::App& app, Flags& f) {
+  auto group = "Identity (each beats the environment)";
+  app.add_option("--rank", f.rank, "Global rank of this process (else RANK, SLURM_PROCID, ...)")
+      ->group(group);
+  app.add_option("--world-size", f.world_size, "Number of ranks in the job")->group(group);
+  app.add_option("--local-rank", f.local_rank, "Rank on this host")->group(group);
+  app.add_option("--local-world-size", f.local_world_size, "Ranks on this host")->group(group);
+  app.add_option("--node-rank", f.node_rank, "Index of this node (node mode)")->group(group);
+  app.add_option("--nnodes", f.nnodes, "Number of nodes (node mode)")->group(group);
+  app.add_option("--nproc-per-node", f.nproc_per_node,
+                 "Node mode: this process stands for N consecutive ranks")
+      ->group(group);
+  app.add_option("--master-addr", f.master_addr, "Host of rank 0 (else MASTER_ADDR)")->group(group);
+  app.add_option("--master-port", f.master_port, "Port of the rendezvous (else MASTER_PORT, 29500)")
+      ->group(group);
+  app.add_option("--job-id", f.job_id,
+                 "Job id; members of other jobs are refused (else SLURM_JOB_ID, "
+                 "TORCHELASTIC_RUN_ID)")
+      ->group(group);
+}
+
+void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
+  app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)");
+  app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--handshake-timeout", o.handshake_timeout_s,
+                 "Seconds a connection has to complete its hello")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 600.0));
+  app.add_option("--progress-interval", o.progress_interval_s,
+                 "Seconds between progress lines on stderr")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
+  app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
+  app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
+  app.add_option("--color", color, "Colour the text report: auto, always, never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+}
+
+bool use_color(const std::string& mode, const EnvMap& env) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const std::string* term = env_get(env, "TERM");
+  return ::isatty(1) == 1 && env_get(env, "NO_COLOR") == nullptr &&
+         !(term != nullptr && *term == "dumb");
+}
+
+}  // namespace rankcheck::cli

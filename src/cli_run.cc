@@ -1,0 +1,20 @@
+#include "cli.h"
+
+namespace rankcheck::cli {
+
+Command add_run(CLI::App& root, const EnvMap& env) {
+  auto* app = root.add_subcommand(
+      "run",
+      "Be one member of a job: check this process's identity, meet every other member at the "
+      "master (rank 0 hosts it), and exit with the job-wide verdict");
+  auto o = std::make_shared<RunOptions>();
+  auto color = std::make_shared<std::string>("auto");
+  add_identity_flags(*app, o->flags);
+  add_run_flags(*app, *o, *color);
+  return {app, [o, color, &env] {
+    o->color = use_color(*color, env);
+    return run_probe(*o, env);
+  }};
+}
+
+}  // namespace rankcheck::cli

@@ -1,0 +1,40 @@
+// rankcheck: pre-launch rendezvous validator for multi-node GPU training.
+// Parse, then run; only main turns the result into an exit code.
+
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include <rankcheck/finding.h>
+#include <rankcheck/version.h>
+
+#include "cli.h"
+
+int main(int argc, char** argv) {
+  using namespace rankcheck;
+  const EnvMap env = process_env();
+  CLI::App app{"rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "
+               "real job starts.\nExit codes: 0 pass, 1 internal error, 2 usage, 3 mismatch, 4 "
+               "incomplete rendezvous, 5 GPU/NCCL stage, 6 rejected, 7 cannot listen, 128+N "
+               "signal N."};
+  app.set_version_flag("--version", std::string(kVersion));
+  app.require_subcommand(1);
+  const cli::Command commands[] = {cli::add_run(app, env), cli::add_env(app, env),
+                                   cli::add_local(app, env)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : exit_code::kUsage;
+  }
+  try {
+    for (const cli::Command& c : commands) {
+      if (c.app->parsed()) return c.run();
+    }
+    return exit_code::kUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rankcheck: internal error: %s\n", e.what());
+    return exit_code::kInternal;
+  }
+}

@@ -1,0 +1,221 @@
+#include <rankcheck/member.h>
+
+#include <random>
+
+#include <poll.h>
+
+#include <fmt/format.h>
+
+#include <rankcheck/checks.h>
+#include <rankcheck/interrupt.h>
+#include <rankcheck/text.h>
+
+namespace rankcheck {
+namespace {
+
+std::string endpoint(const std::string& addr, uint16_t port) {
+  return addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, port)
+                                             : fmt::format("{}:{}", addr, port);
+}
+
+// Sleeps until the deadline, waking early on a signal.
+void nap(Deadline until) {
+  while (!until.expired() && !interrupted()) {
+    pollfd p{interrupt_fd(), POLLIN, 0};
+    ::poll(&p, interrupt_fd() >= 0 ? 1 : 0, until.poll_ms(Millis(200)));
+  }
+}
+
+Finding failure(std::string id, int code, std::string message, std::string hint,
+                const Record& self) {
+  return Finding{std::move(id), Severity::kError, code, std::move(message), std::move(hint),
+                 {self.rank}, {self.host}};
+}
+
+enum class Step { kRetry, kJoined, kFatal };
+
+// One attempt on one address: connect, challenge, hello, admit.
+Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinResult& out,
+             std::string& last_error) {
+  // Name the address only when MASTER_ADDR is a name that resolved to it.
+  std::string where = endpoint(addr, o.master_port);
+  std::string via = addr == o.master_addr ? "" : fmt::format("via {}: ", addr);
+  auto sock = Socket::connect(addr, o.master_port, o.give_up.sooner(Deadline::after(Millis(2000))));
+  if (!sock) {
+    last_error = via + sock.error().message;
+    return Step::kRetry;
+  }
+  // Once connected, the handshake may run a little past give_up: a master answers in
+  // milliseconds, and a late member is better told so than left guessing.
+  Deadline hs = Deadline::after(o.handshake).sooner(Deadline(o.give_up.when() + Millis(250)));
+  uint16_t peer_version = 0;
+  auto frame = sock->read_frame(hs, &peer_version);
+  if (!frame) {
+    const Error& e = frame.error();
+    if (e.code == int(FrameFault::kVersion)) {
+      out.failure = failure("protocol-mismatch", exit_code::kRejected,
+                            fmt::format("the master at {} speaks rankcheck protocol version {}, "
+                                        "this rankcheck speaks {}",
+                                        where, peer_version, kProtocolVersion),
+                            "run the same rankcheck build on every host", self);
+      return Step::kFatal;
+    }
+    if (e.code == int(IoFault::kInterrupted)) return Step::kFatal;
+    last_error = e.code < int(IoFault::kClosed)
+                     ? fmt::format("{} answered, but is not a rankcheck master ({})", where, e.message)
+                     : fmt::format("{} accepted the connection but sent no challenge ({})", where,
+                                   e.message);
+    return Step::kRetry;
+  }
+  if (frame->header.type != uint16_t(MsgType::kChallenge) || !decode_challenge(frame->payload)) {
+    last_error = fmt::format("{} answered with a {} instead of a challenge", where,
+                             type_name(frame->header.type));
+    return Step::kRetry;
+  }
+  auto sent = sock->write_all(encode(Hello{self}), hs);
+  if (!sent) {
+    last_error = fmt::format("{}: sending the hello: {}", where, sent.error().message);
+    return Step::kRetry;
+  }
+  auto reply = sock->read_frame(hs);
+  if (!reply) {
+    last_error = fmt::format("{}: waiting to be admitted: {}", where, reply.error().message);
+    return Step::kRetry;
+  }
+  if (reply->header.type == uint16_t(MsgType::kAdmit)) {
+    auto admit = decode_admit(reply->payload);
+    if (!admit) {
+      last_error = fmt::format("{}: {}", where, admit.error().message);
+      return Step::kRetry;
+    }
+    out.admit = *admit;
+    out.socket = std::move(*sock);
+    return Step::kJoined;
+  }
+  if (reply->header.type != uint16_t(MsgType::kReject)) {
+    last_error = fmt::format("{} answered the hello with a {}", where, type_name(reply->header.type));
+    return Step::kRetry;
+  }
+  auto reject = decode_reject(reply->payload);
+  if (!reject) {
+    last_error = fmt::format("{}: {}", where, reject.error().message);
+    return Step::kRetry;
+  }
+  std::string reason = printable(reject->reason, 300);
+  switch (reject->code) {
+    case RejectCode::kForeignJob:
+      out.failure = failure("foreign-job", exit_code::kRejected,
+                            fmt::format("the master at {} refused this member: {}", where, reason),
+                            "give each job its own MASTER_PORT, and the same job id to every "
+                            "process of a job",
+                            self);
+      return Step::kFatal;
+    case RejectCode::kLate:
+      out.failure = failure("late-join", exit_code::kIncomplete,
+                            fmt::format("the master at {} had already decided: {}", where, reason),
+                            "raise --timeout, or find why this host started late", self);
+      return Step::kFatal;
+    case RejectCode::kVersion:
+      out.failure = failure("protocol-mismatch", exit_code::kRejected,
+                            fmt::format("the master at {} refused this member: {}", where, reason),
+                            "run the same rankcheck build on every host", self);
+      return Step::kFatal;
+    case RejectCode::kBusy:
+      last_error = fmt::format("{} is busy: {}", where, reason);
+      return Step::kRetry;
+    case RejectCode::kAuth:
+    case RejectCode::kMalformed:
+      break;
+  }
+  out.failure = failure("protocol-mismatch", exit_code::kRejected,
+                        fmt::format("the master at {} refused this member's hello: {}", where,
+                                    reason),
+                        "run the same rankcheck build on every host", self);
+  return Step::kFatal;
+}
+
+}  // namespace
+
+JoinResult join_master(Record& self, const JoinOptions& o) {
+  JoinResult out;
+  std::string last_error = "no attempt made";
+  Millis backoff(50);
+  std::minstd_rand jitter(self.pid ^ static_cast<uint32_t>(self.rank));
+  auto next_progress = Clock::now();
+  std::string label = fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
+                                  self.nranks == 1 ? std::to_string(self.rank)
+                                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
+                                  printable(self.host, 64));
+  while (true) {
+    if (interrupted()) return out;
+    if (out.attempts > 0 && o.give_up.expired()) break;
+    ++out.attempts;
+    auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(5000))));
+    if (!addrs) {
+      last_error = addrs.error().message;
+      if (last_error.find("resolve") == 0) last_error += " (not resolvable yet?)";
+    } else {
+      self.master_resolved = *addrs;
+      self.resolve_error.clear();
+      for (const std::string& a : *addrs) {
+        if (attempt(a, self, o, out, last_error) != Step::kRetry) return out;
+      }
+    }
+    if (Clock::now() >= next_progress) {
+      o.log(fmt::format("{} -> master {}: {} (attempt {}, {} s left)", label,
+                        endpoint(o.master_addr, o.master_port), last_error, out.attempts,
+                        o.give_up.seconds_left()));
+      next_progress = Clock::now() + o.progress_interval;
+    }
+    auto wait = Millis(backoff.count() / 2 + long(jitter() % uint32_t(backoff.count())));
+    nap(o.give_up.sooner(Deadline::after(wait)));
+    backoff = std::min(backoff * 2, Millis(1000));
+  }
+  out.failure = failure(
+      "master-unreachable", exit_code::kIncomplete,
+      fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
+                  endpoint(o.master_addr, o.master_port), last_error, out.attempts),
+      fmt::format("check that rank 0 is running and that this host resolves {} and reaches port "
+                  "{} (getent hosts {}; nc -z {} {}); compare MASTER_ADDR/MASTER_PORT with rank "
+                  "0's",
+                  printable(o.master_addr), o.master_port, printable(o.master_addr),
+                  printable(o.master_addr), o.master_port),
+      self);
+  return out;
+}
+
+Result<Verdict> wait_verdict(Socket& socket, Deadline deadline) {
+  while (true) {
+    auto frame = socket.read_frame(deadline);
+    if (!frame) {
+      const Error& e = frame.error();
+      if (e.code == int(IoFault::kClosed)) {
+        return Error{"the master closed the connection before its verdict (it exited or was "
+                     "killed)",
+                     e.code};
+      }
+      if (e.code == int(IoFault::kTimeout)) {
+        return Error{"no verdict from the master by the deadline", e.code};
+      }
+      return Error{fmt::format("waiting for the verdict: {}", e.message), e.code};
+    }
+    if (frame->header.type == uint16_t(MsgType::kVerdict)) {
+      auto v = decode_verdict(frame->payload);
+      if (!v) return v.error();
+      return v;
+    }
+    // Anything else before the verdict is ignored: the master sends nothing else now.
+  }
+}
+
+std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, Deadline deadline) {
+  auto sock = Socket::connect(addr, port, deadline);
+  if (!sock) return std::nullopt;
+  auto frame = sock->read_frame(deadline);
+  if (!frame || frame->header.type != uint16_t(MsgType::kChallenge)) return std::nullopt;
+  auto c = decode_challenge(frame->payload);
+  if (!c) return std::nullopt;
+  return *c;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,230 @@
+#include <rankcheck/net.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <rankcheck/interrupt.h>
+
+namespace rankcheck {
+
+std::string local_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "unknown";
+  return buf;
+}
+
+std::vector<std::string> interfaces_with_address() {
+  std::set<std::string> names;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  for (ifaddrs* p = list; p != nullptr; p = p->ifa_next) {
+    if (p->ifa_addr == nullptr || p->ifa_name == nullptr) continue;
+    int family = p->ifa_addr->sa_family;
+    if (family == AF_INET || family == AF_INET6) names.insert(p->ifa_name);
+  }
+  ::freeifaddrs(list);
+  return {names.begin(), names.end()};
+}
+
+namespace {
+
+std::string numeric(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  } else if (sa->sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+// Shared between the waiting caller and the lookup thread, which may outlive it.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = 0;
+  std::vector<std::string> v4, v6;
+};
+
+// Waits until `fd` is ready for `events`, the deadline passes, or a signal arrives.
+Status wait_fd(int fd, short events, Deadline deadline, std::string_view what) {
+  while (true) {
+    if (interrupted()) {
+      return Error{fmt::format("{}: interrupted by {}", what, signal_name(interrupted())),
+                   int(IoFault::kInterrupted)};
+    }
+    pollfd fds[2] = {{fd, events, 0}, {interrupt_fd(), POLLIN, 0}};
+    int n = ::poll(fds, interrupt_fd() >= 0 ? 2 : 1, deadline.poll_ms(Millis(1000)));
+    if (n < 0 && errno != EINTR) {
+      return Error{fmt::format("{}: poll: {}", what, std::strerror(errno)), int(IoFault::kSystem)};
+    }
+    if (n > 0 && fds[0].revents != 0) return ok_status();
+    if (deadline.expired()) {
+      return Error{fmt::format("{}: timed out", what), int(IoFault::kTimeout)};
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline) {
+  auto state = std::make_shared<Lookup>();
+  std::thread([state, name] {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res);
+    std::vector<std::string> v4, v6;
+    for (addrinfo* p = res; p != nullptr; p = p->ai_next) {
+      std::string a = numeric(p->ai_addr);
+      auto& list = p->ai_family == AF_INET ? v4 : v6;
+      if (!a.empty() && std::find(list.begin(), list.end(), a) == list.end()) list.push_back(a);
+    }
+    if (res != nullptr) ::freeaddrinfo(res);
+    std::lock_guard lock(state->mu);
+    state->rc = rc;
+    state->v4 = std::move(v4);
+    state->v6 = std::move(v6);
+    state->done = true;
+    state->cv.notify_all();
+  }).detach();
+
+  std::unique_lock lock(state->mu);
+  while (!state->done) {
+    if (interrupted()) return Error{"interrupted", int(IoFault::kInterrupted)};
+    auto until = std::min(deadline.when(), Clock::now() + Millis(100));
+    state->cv.wait_until(lock, until);
+    if (!state->done && deadline.expired()) {
+      return Error{fmt::format("resolve {}: no answer in time", name), int(IoFault::kTimeout)};
+    }
+  }
+  if (state->rc != 0) {
+    return Error{fmt::format("resolve {}: {}", name, ::gai_strerror(state->rc)),
+                 int(IoFault::kSystem)};
+  }
+  std::vector<std::string> all = std::move(state->v4);
+  all.insert(all.end(), state->v6.begin(), state->v6.end());
+  if (all.empty()) return Error{fmt::format("resolve {}: no address", name), int(IoFault::kSystem)};
+  return all;
+}
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    close();
+    fd_ = o.fd_;
+    rx_ = std::move(o.rx_);
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+Socket::~Socket() { close(); }
+
+void Socket::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+Result<Socket> Socket::connect(const std::string& addr, uint16_t port, Deadline deadline) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    len = sizeof *v4;
+  } else if (::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    len = sizeof *v6;
+  } else {
+    return Error{fmt::format("{} is not a numeric address", addr), int(IoFault::kSystem)};
+  }
+  Socket s(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!s.valid()) {
+    return Error{fmt::format("socket: {}", std::strerror(errno)), int(IoFault::kSystem)};
+  }
+  int one = 1;
+  ::setsockopt(s.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(s.fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) {
+      return Error{fmt::format("connect: {}", std::strerror(errno)), int(IoFault::kSystem)};
+    }
+    auto ready = wait_fd(s.fd_, POLLOUT, deadline, "connect");
+    if (!ready) return ready.error();
+    int err = 0;
+    socklen_t elen = sizeof err;
+    ::getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &elen);
+    if (err != 0) {
+      return Error{fmt::format("connect: {}", std::strerror(err)), int(IoFault::kSystem)};
+    }
+  }
+  return s;
+}
+
+Status Socket::write_all(std::span<const uint8_t> bytes, Deadline deadline) {
+  while (!bytes.empty()) {
+    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes = bytes.subspan(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      auto ready = wait_fd(fd_, POLLOUT, deadline, "send");
+      if (!ready) return ready.error();
+      continue;
+    }
+    return Error{fmt::format("send: {}", std::strerror(errno)),
+                 errno == EPIPE || errno == ECONNRESET ? int(IoFault::kClosed)
+                                                       : int(IoFault::kSystem)};
+  }
+  return ok_status();
+}
+
+Result<Frame> Socket::read_frame(Deadline deadline, uint16_t* peer_version) {
+  while (true) {
+    auto f = rx_.next(peer_version);
+    if (!f) return f.error();
+    if (f->has_value()) return std::move(**f);
+    uint8_t buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n > 0) {
+      rx_.feed(std::span(buf, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n == 0) {
+      return Error{rx_.buffered() ? "connection closed mid-frame" : "connection closed",
+                   int(IoFault::kClosed)};
+    }
+    if (errno == EAGAIN || errno == EINTR) {
+      auto ready = wait_fd(fd_, POLLIN, deadline, "read");
+      if (!ready) return ready.error();
+      continue;
+    }
+    return Error{fmt::format("recv: {}", std::strerror(errno)),
+                 errno == ECONNRESET ? int(IoFault::kClosed) : int(IoFault::kSystem)};
+  }
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,518 @@
+#include <rankcheck/run.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <rankcheck/checks.h>
+#include <rankcheck/interrupt.h>
+#include <rankcheck/member.h>
+#include <rankcheck/net.h>
+#include <rankcheck/report.h>
+#include <rankcheck/server.h>
+#include <rankcheck/text.h>
+
+namespace rankcheck {
+namespace {
+
+// How long after --timeout the watchdog ends a process that is still running.
+constexpr Millis kWatchdogGrace{1800};
+// How long past --timeout a member waits for a master that decided at the deadline.
+constexpr Millis kVerdictGrace{1000};
+
+// Ends the process if the run outlives its deadline: the last word on "never hangs".
+class Watchdog {
+ public:
+  Watchdog(Clock::time_point at, std::atomic<int>& exit_code)
+      : thread_([this, at, &exit_code] {
+          std::unique_lock lock(mu_);
+          if (cv_.wait_until(lock, at, [this] { return cancelled_; })) return;
+          std::string msg = fmt::format(
+              "rankcheck: watchdog: still running {} ms past the deadline; exiting with {}\n",
+              kWatchdogGrace.count(), exit_code.load());
+          [[maybe_unused]] ssize_t n = ::write(2, msg.data(), msg.size());
+          ::_exit(exit_code.load());
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool cancelled_ = false;
+  std::thread thread_;
+};
+
+class Log {
+ public:
+  explicit Log(bool quiet) : quiet_(quiet) {}
+  /// Progress: dropped with --quiet.
+  void progress(const std::string& line) const {
+    if (!quiet_) error(line);
+  }
+  /// Always printed.
+  static void error(const std::string& line) {
+    std::string s = "rankcheck: " + line + "\n";
+    std::fwrite(s.data(), 1, s.size(), stderr);
+  }
+
+ private:
+  bool quiet_;
+};
+
+Millis seconds(double s) { return Millis(static_cast<long>(s * 1000.0)); }
+
+// Time the master keeps between its decision and --timeout, to send verdicts.
+Millis reserve_for(double timeout_s) {
+  return std::clamp(seconds(timeout_s / 10), Millis(500), Millis(5000));
+}
+
+bool all_loopback(const std::vector<std::string>& addrs) {
+  if (addrs.empty()) return false;
+  for (const auto& a : addrs) {
+    if (!is_loopback_address(a)) return false;
+  }
+  return true;
+}
+
+// What a record alone says about the job spanning several hosts.
+bool looks_multi_host(const Record& r) {
+  return (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
+         r.node_list.find_first_of(",[") != std::string::npos;
+}
+
+// Writes the report where --json asked, and the text to stdout otherwise.
+struct Output {
+  std::string json_path;
+  bool color;
+
+  template <class Text, class Json>
+  void emit(Text text, Json json) const {
+    if (json_path != "-") std::fputs(text().c_str(), stdout);
+    if (json_path.empty()) return;
+    std::string j = json();
+    if (json_path == "-") {
+      std::fputs(j.c_str(), stdout);
+      return;
+    }
+    std::ofstream out(json_path, std::ios::trunc);
+    out << j;
+    if (!out) Log::error(fmt::format("cannot write the JSON report to {}", json_path));
+  }
+};
+
+Status check_json_path(const std::string& path) {
+  if (path.empty() || path == "-") return ok_status();
+  std::ofstream out(path, std::ios::app);
+  if (!out) {
+    return Error{fmt::format("--json {}: cannot open for writing: {}", path, std::strerror(errno))};
+  }
+  return ok_status();
+}
+
+Record build_self(const Identity& id, const std::optional<std::string>& host_name,
+                  const EnvMap& env, Deadline resolve_by) {
+  HostFacts facts;
+  facts.host = host_name ? *host_name : local_host_name();
+  facts.pid = static_cast<uint32_t>(::getpid());
+  facts.interfaces = interfaces_with_address();
+  if (!id.master_addr.empty()) {
+    auto resolved = resolve_host(id.master_addr, resolve_by);
+    if (resolved) {
+      facts.master_resolved = *resolved;
+    } else {
+      facts.resolve_error = resolved.error().message;
+    }
+  }
+  return make_record(id, facts, env);
+}
+
+int print_member(const MemberReport& m, const Output& out) {
+  out.emit([&] { return render_member_text(m, {out.color}); },
+           [&] { return render_member_json(m); });
+  return m.exit_code;
+}
+
+int interrupted_exit(const Log& log, Record& self, const Output& out, Clock::time_point start) {
+  int sig = interrupted();
+  log.error(fmt::format("interrupted by {}", signal_name(sig)));
+  MemberReport m;
+  m.self = self;
+  m.exit_code = exit_code::kSignalBase + sig;
+  m.headline = fmt::format("interrupted by {} before the verdict", signal_name(sig));
+  m.total_ms = ms_between(start, Clock::now());
+  print_member(m, out);
+  return m.exit_code;
+}
+
+// The member side of a run: join, wait for the verdict, print the one-line summary.
+int member_path(Record& self, const Identity& id, const RunOptions& o, const Log& log,
+                const Output& out, Clock::time_point start, Deadline end) {
+  JoinOptions jo;
+  jo.master_addr = id.master_addr;
+  jo.master_port = static_cast<uint16_t>(id.master_port);
+  jo.give_up = end;
+  jo.handshake = seconds(o.handshake_timeout_s);
+  jo.progress_interval = seconds(o.progress_interval_s);
+  jo.log = [&log](const std::string& line) { log.progress(line); };
+  JoinResult joined = join_master(self, jo);
+  if (interrupted()) return interrupted_exit(log, self, out, start);
+
+  MemberReport m;
+  m.self = self;
+  if (joined.failure) {
+    m.exit_code = joined.failure->exit_code;
+    m.headline = headline({*joined.failure});
+    m.findings.push_back(*joined.failure);
+  } else {
+    log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.master_port,
+                             joined.admit.joined_ranks, joined.admit.world_size));
+    auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
+    if (interrupted()) return interrupted_exit(log, self, out, start);
+    if (!verdict) {
+      Finding lost{"master-lost", Severity::kError, exit_code::kIncomplete,
+                   fmt::format("{} joined the master at {}:{}, then: {}", member_label(self),
+                               printable(id.master_addr), id.master_port,
+                               verdict.error().message),
+                   "read rank 0's log and report: it was killed, crashed, or the network "
+                   "between the hosts failed",
+                   {self.rank},
+                   {self.host}};
+      m.exit_code = lost.exit_code;
+      m.headline = headline({lost});
+      m.findings.push_back(std::move(lost));
+    } else {
+      m.verdict_received = true;
+      m.exit_code = verdict->exit_code;
+      m.headline = verdict->headline;
+      m.errors = verdict->errors;
+      m.warnings = verdict->warnings;
+      m.joined_ranks = verdict->joined_ranks;
+      m.findings = verdict->notes;
+    }
+  }
+  m.total_ms = ms_between(start, Clock::now());
+  return print_member(m, out);
+}
+
+struct MasterSetup {
+  std::vector<std::string> addresses;  // to listen on
+  uint16_t port = 0;
+};
+
+// Hosts the master in this process, joins it as a member, and prints the report.
+// Returns nullopt when another master of this job already answers (this process
+// then joins it as an ordinary member).
+std::optional<int> master_path(Record& self, const Identity& id, const RunOptions& o,
+                               const Log& log, const Output& out, Clock::time_point start,
+                               Deadline end, const MasterSetup& setup,
+                               const std::function<void(uint16_t)>& on_listening = {}) {
+  ServerConfig cfg;
+  cfg.world_size = id.world_size;
+  cfg.job_id = id.job_id;
+  cfg.master_addr = id.master_addr;
+  cfg.master_host = self.host;
+  cfg.master_resolved = self.master_resolved;
+  cfg.start = start;
+  cfg.decide_by = Deadline(end.when() - reserve_for(o.timeout_s));
+  cfg.handshake_timeout = seconds(o.handshake_timeout_s);
+  cfg.progress_interval = seconds(o.progress_interval_s);
+  cfg.log = [&log](const std::string& line) { log.progress(line); };
+
+  Server server(cfg);
+  auto port = server.listen(setup.addresses, setup.port);
+  if (!port) {
+    // A master of this job may already be there: then this is a duplicate rank 0,
+    // and the report that says so comes from that master.
+    auto other = probe_master(setup.addresses.front(), setup.port, Deadline::after(Millis(1500)));
+    if (other && (other->job_id.empty() || id.job_id.empty() || other->job_id == id.job_id)) {
+      log.error(fmt::format(
+          "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
+          "that it reports the duplicate rank 0",
+          printable(id.master_addr), setup.port));
+      return std::nullopt;
+    }
+    auto fault = static_cast<ListenFault>(port.error().code);
+    Finding f;
+    f.severity = Severity::kError;
+    f.exit_code = exit_code::kCannotListen;
+    f.ranks = {self.rank};
+    f.hosts = {self.host};
+    if (fault == ListenFault::kNotLocal) {
+      f.id = "master-addr-not-local";
+      f.message = fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}",
+                              printable(id.master_addr), format_list(self.master_resolved, 4),
+                              printable(self.host), port.error().message);
+      f.hint = fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to {}",
+                           printable(self.host));
+    } else {
+      f.id = "master-port-in-use";
+      f.message = fmt::format(
+          "MASTER_PORT {} is taken on {}: {}{}", setup.port, printable(self.host),
+          port.error().message,
+          other ? fmt::format(" (by a rankcheck master of job '{}')", printable(other->job_id))
+                : "");
+      f.hint = fmt::format("pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
+                           "names it)",
+                           setup.port);
+    }
+    log.error(f.message);
+    MemberReport m;
+    m.self = self;
+    m.exit_code = f.exit_code;
+    m.headline = headline({f});
+    m.findings.push_back(std::move(f));
+    m.total_ms = ms_between(start, Clock::now());
+    return print_member(m, out);
+  }
+  self.master_port = *port;
+  if (on_listening) on_listening(*port);
+  log.progress(fmt::format("master listening on {} port {}; waiting for {} ({} s left)",
+                           format_list(setup.addresses, 4), *port,
+                           plural(size_t(id.world_size), "rank", "ranks"),
+                           cfg.decide_by.seconds_left()));
+  server.start();
+  auto verdict = server.join_local(self);
+  Deadline verdict_by(end.when() + kVerdictGrace);
+  bool cut_short = false;
+  while (verdict.wait_for(Millis(50)) != std::future_status::ready && !verdict_by.expired()) {
+    if (interrupted() && !cut_short) {
+      cut_short = true;
+      server.decide_now();
+    }
+  }
+  Report report = server.finish(verdict_by.sooner(Deadline::after(Millis(500))));
+  report.gpu_stage = o.no_gpu ? "not run (--no-gpu)" : "not run (not part of this build)";
+  out.emit([&] { return render_text(report, {out.color}); }, [&] { return render_json(report); });
+  if (interrupted()) return exit_code::kSignalBase + interrupted();
+  return report.exit_code();
+}
+
+int usage_problems(const Identity& id) {
+  for (const auto& p : id.problems) Log::error("cannot run: " + p);
+  Log::error("`rankcheck env` shows every source rankcheck looked at");
+  return exit_code::kUsage;
+}
+
+}  // namespace
+
+int run_probe(const RunOptions& o, const EnvMap& env) {
+  auto start = Clock::now();
+  Deadline end(start + seconds(o.timeout_s));
+  std::atomic<int> watchdog_code{exit_code::kIncomplete};
+  Watchdog watchdog(end.when() + kWatchdogGrace, watchdog_code);
+  install_interrupt_handlers();
+  Log log(o.quiet);
+  Output out{o.json_path, o.color};
+  if (auto ok = check_json_path(o.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
+
+  Identity id = detect_identity(env, o.flags);
+  if (!id.usable()) return usage_problems(id);
+  Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))));
+  for (const Finding& f : local_checks(self)) {
+    log.error(fmt::format("{} {}: {}", f.is_error() ? "✗" : "!", f.id, f.message));
+  }
+
+  if (id.rank == 0) {
+    if (!self.resolve_error.empty()) {
+      Log::error(fmt::format("rank 0 cannot resolve its own MASTER_ADDR: {}", self.resolve_error));
+      MemberReport m;
+      m.self = self;
+      Finding f{"master-addr-not-local", Severity::kError, exit_code::kCannotListen,
+                fmt::format("MASTER_ADDR {} does not resolve on {}, where rank 0 runs: {}",
+                            printable(id.master_addr), printable(self.host), self.resolve_error),
+                "set MASTER_ADDR to a name or address of the host rank 0 runs on",
+                {self.rank},
+                {self.host}};
+      m.exit_code = f.exit_code;
+      m.headline = headline({f});
+      m.findings.push_back(std::move(f));
+      return print_member(m, out);
+    }
+    MasterSetup setup;
+    setup.port = static_cast<uint16_t>(id.master_port);
+    setup.addresses = self.master_resolved;
+    if (all_loopback(self.master_resolved) && looks_multi_host(self)) {
+      // Listening on loopback would leave every other host out of the report.
+      log.error(fmt::format("MASTER_ADDR {} is loopback here but the job spans hosts: listening "
+                            "on all interfaces so that the others still reach this master",
+                            printable(id.master_addr)));
+      setup.addresses = {"0.0.0.0"};
+    }
+    if (auto code = master_path(self, id, o, log, out, start, end, setup)) return *code;
+  }
+  return member_path(self, id, o, log, out, start, end);
+}
+
+EnvMap without_launcher_env(const EnvMap& env) {
+  EnvMap out = env;
+  for (const Launcher& l : launchers()) {
+    Identity sink;
+    EnvMap empty;
+    LauncherScan scan(empty, l.name, sink, /*catalogue=*/true);
+    l.scan(scan);
+    for (const Observation& o : sink.observations) out.erase(o.variable);
+  }
+  for (auto it = out.begin(); it != out.end();) {
+    const std::string& k = it->first;
+    bool launcher = k.rfind("SLURM_", 0) == 0 || k.rfind("OMPI_", 0) == 0 ||
+                    k.rfind("PMI_", 0) == 0 || k.rfind("PMIX_", 0) == 0 ||
+                    k.rfind("TORCHELASTIC_", 0) == 0;
+    it = launcher ? out.erase(it) : std::next(it);
+  }
+  return out;
+}
+
+int run_local(const LocalOptions& lo, const EnvMap& env) {
+  const RunOptions& o = lo.run;
+  auto start = Clock::now();
+  Deadline end(start + seconds(o.timeout_s));
+  std::atomic<int> watchdog_code{exit_code::kIncomplete};
+  Watchdog watchdog(end.when() + kWatchdogGrace, watchdog_code);
+  install_interrupt_handlers();
+  Log log(o.quiet);
+  Output out{o.json_path, o.color};
+  if (auto ok = check_json_path(o.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
+  if (lo.nprocs < 1 || lo.nprocs > 1024) {
+    Log::error(fmt::format("-n {}: rankcheck local runs 1 to 1024 members", lo.nprocs));
+    return exit_code::kUsage;
+  }
+
+  // Rank 0 is this process; its identity comes from flags alone.
+  std::string job_id = o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid());
+  Flags flags;
+  flags.rank = "0";
+  flags.world_size = std::to_string(lo.nprocs);
+  flags.local_rank = "0";
+  flags.local_world_size = std::to_string(lo.nprocs);
+  flags.master_addr = "127.0.0.1";
+  flags.master_port = o.flags.master_port;
+  flags.job_id = job_id;
+  EnvMap child_env = without_launcher_env(env);
+  Identity id = detect_identity(child_env, flags);
+  id.master_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
+  if (!id.usable()) return usage_problems(id);
+  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)));
+
+  char exe[4096] = {};
+  ssize_t exe_len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (exe_len <= 0) {
+    Log::error(fmt::format("cannot find this program's path: {}", std::strerror(errno)));
+    return exit_code::kInternal;
+  }
+
+  std::vector<pid_t> children;
+  auto spawn_members = [&](uint16_t port) {
+    for (int k = 1; k < lo.nprocs; ++k) {
+      EnvMap e = child_env;
+      e["RANK"] = std::to_string(k);
+      e["WORLD_SIZE"] = std::to_string(lo.nprocs);
+      e["LOCAL_RANK"] = std::to_string(k);
+      e["LOCAL_WORLD_SIZE"] = std::to_string(lo.nprocs);
+      e["MASTER_ADDR"] = "127.0.0.1";
+      e["MASTER_PORT"] = std::to_string(port);
+      std::vector<std::string> storage;
+      for (const auto& [key, value] : e) storage.push_back(key + "=" + value);
+      std::vector<char*> envp;
+      for (auto& s : storage) envp.push_back(s.data());
+      envp.push_back(nullptr);
+      // Children end by the same deadline as this process.
+      double left = std::max(0.5, double(end.remaining().count()) / 1000.0);
+      std::vector<std::string> args = {exe,
+                                       "run",
+                                       "--quiet",
+                                       "--job-id",
+                                       job_id,
+                                       "--timeout",
+                                       fmt::format("{:.3f}", left),
+                                       "--handshake-timeout",
+                                       fmt::format("{}", o.handshake_timeout_s)};
+      if (o.no_gpu) args.push_back("--no-gpu");
+      if (o.host_name) {
+        args.push_back("--host-name");
+        args.push_back(*o.host_name);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+      pid_t pid = 0;
+      int rc = ::posix_spawn(&pid, exe, &fa, nullptr, argv.data(), envp.data());
+      posix_spawn_file_actions_destroy(&fa);
+      if (rc != 0) {
+        Log::error(fmt::format("cannot start member {}: {}", k, std::strerror(rc)));
+        continue;
+      }
+      children.push_back(pid);
+    }
+  };
+
+  MasterSetup setup;
+  setup.addresses = {"127.0.0.1"};
+  setup.port = static_cast<uint16_t>(id.master_port);
+  auto code = master_path(self, id, o, log, out, start, end, setup, spawn_members);
+
+  // Reap the members; any still running past the deadline are killed.
+  Deadline reap_by(end.when() + Millis(1500));
+  int odd = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (reap_by.expired()) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(Millis(5));
+    }
+    int child_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code && child_code != *code && ++odd <= 4) {
+      log.error(fmt::format("member pid {} exited with {}, the job's verdict is {}", pid,
+                            child_code, *code));
+    }
+  }
+  return code ? *code : exit_code::kInternal;
+}
+
+int run_env(const EnvOptions& o, const EnvMap& env) {
+  Identity id = detect_identity(env, o.flags);
+  Record self = build_self(id, o.host_name, env, Deadline::after(seconds(o.resolve_timeout_s)));
+  std::vector<Finding> local = id.usable() ? local_checks(self) : std::vector<Finding>{};
+  if (o.json) {
+    std::fputs(render_env_json(id, self, local).c_str(), stdout);
+  } else {
+    std::fputs(render_env_text(id, self, local, {::isatty(1) && !env.count("NO_COLOR")}).c_str(),
+               stdout);
+  }
+  if (!id.usable()) return exit_code::kUsage;
+  return exit_code_for(local);
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,503 @@
+#include <rankcheck/server.h>
+
+#include <deque>
+#include <map>
+#include <thread>
+
+#include <sys/random.h>
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <fmt/format.h>
+
+#include <rankcheck/text.h>
+#include <rankcheck/version.h>
+
+namespace rankcheck {
+namespace {
+
+using asio::awaitable;
+using asio::ip::tcp;
+constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
+// Refusals kept for the report; the rest are only counted.
+constexpr size_t kMaxRefusalsKept = 64;
+// Refusals logged to stderr one by one before they are only counted.
+constexpr size_t kMaxRefusalsLogged = 8;
+
+std::array<uint8_t, kNonceSize> fresh_nonce() {
+  std::array<uint8_t, kNonceSize> n{};
+  size_t got = 0;
+  while (got < n.size()) {
+    ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
+    if (r > 0) got += static_cast<size_t>(r);
+  }
+  return n;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  struct Conn {
+    Conn(tcp::socket s, asio::io_context& io) : sock(std::move(s)), timer(io) {}
+    tcp::socket sock;
+    asio::steady_timer timer;
+    std::string peer;
+    int slot = -1;
+    bool admitted = false;
+    bool handshake_expired = false;
+    std::deque<std::vector<uint8_t>> outbox;
+    bool writing = false;
+    bool close_after_write = false;
+    bool pending = false;  // counted among connections not yet admitted
+  };
+  using ConnPtr = std::shared_ptr<Conn>;
+
+  struct Slot {
+    Member member;
+    ConnPtr conn;  // nullptr for the master's own member
+    bool alive = true;
+  };
+
+  explicit Impl(ServerConfig c) : cfg(std::move(c)), decide_timer(io), progress_timer(io) {
+    claims.assign(static_cast<size_t>(std::max(cfg.world_size, 1L)), 0);
+  }
+
+  ServerConfig cfg;
+  asio::io_context io{1};
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::vector<std::string> bound;
+  asio::steady_timer decide_timer;
+  asio::steady_timer progress_timer;
+  std::thread thread;
+
+  // Everything below is touched only on the server thread (or after it stopped).
+  std::vector<Slot> slots;
+  std::vector<uint32_t> claims;  // members claiming each rank in [0, world)
+  long joined_ranks = 0;
+  std::vector<Departure> departed;
+  std::vector<Refusal> refused;
+  size_t refused_total = 0;
+  size_t pending = 0;
+  size_t writes_in_flight = 0;
+  double last_join_ms = 0;
+  bool decided = false;
+  Report report;
+  std::optional<std::promise<Verdict>> local_verdict;
+  std::promise<void> done;
+  bool done_set = false;
+  size_t accept_errors = 0;
+
+  double now_ms() const { return ms_between(cfg.start, Clock::now()); }
+
+  // ----- sending -------------------------------------------------------------
+
+  void send(const ConnPtr& c, std::vector<uint8_t> frame) {
+    c->outbox.push_back(std::move(frame));
+    pump(c);
+  }
+
+  void pump(const ConnPtr& c) {
+    if (c->writing) return;
+    if (c->outbox.empty()) {
+      if (c->close_after_write) close(c);
+      check_done();
+      return;
+    }
+    c->writing = true;
+    ++writes_in_flight;
+    asio::async_write(c->sock, asio::buffer(c->outbox.front()),
+                      [this, c](std::error_code ec, size_t) {
+                        --writes_in_flight;
+                        c->writing = false;
+                        c->outbox.pop_front();
+                        if (ec) c->outbox.clear();
+                        pump(c);
+                      });
+  }
+
+  void close(const ConnPtr& c) {
+    std::error_code ignored;
+    c->timer.cancel();
+    c->sock.shutdown(tcp::socket::shutdown_both, ignored);
+    c->sock.close(ignored);
+  }
+
+  void check_done() {
+    if (!decided || done_set || writes_in_flight > 0) return;
+    done_set = true;
+    done.set_value();
+  }
+
+  // ----- refusing ------------------------------------------------------------
+
+  void unpend(const ConnPtr& c) {
+    if (c->pending) --pending;
+    c->pending = false;
+  }
+
+  void refuse(const ConnPtr& c, RefusalKind kind, std::string reason,
+              std::optional<Record> record = std::nullopt,
+              std::optional<RejectCode> reply = std::nullopt) {
+    unpend(c);
+    ++refused_total;
+    if (refused_total <= kMaxRefusalsLogged) {
+      cfg.log(fmt::format("refused {}: {}", printable(c->peer), printable(reason, 200)));
+    } else if (refused_total == kMaxRefusalsLogged + 1) {
+      cfg.log("more connections refused; counting them without logging each");
+    }
+    if (refused.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) {
+      refused.push_back(Refusal{kind, c->peer, reason, std::move(record), now_ms()});
+    }
+    if (reply) {
+      send(c, encode(Reject{*reply, std::move(reason)}));
+      c->close_after_write = true;
+      pump(c);
+    } else {
+      close(c);
+    }
+  }
+
+  // ----- serving -------------------------------------------------------------
+
+  awaitable<void> accept_loop(tcp::acceptor& acceptor) {
+    asio::steady_timer backoff(io);
+    for (;;) {
+      auto [ec, sock] = co_await acceptor.async_accept(kAwait);
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (ec) {
+        // Out of file descriptors (or buffers): keep serving those already here.
+        if (++accept_errors <= 3) {
+          cfg.log(fmt::format("accept on {}: {}; still serving, retrying in 100 ms",
+                              acceptor.local_endpoint().port(), ec.message()));
+        }
+        backoff.expires_after(Millis(100));
+        co_await backoff.async_wait(kAwait);
+        continue;
+      }
+      if (pending >= cfg.max_pending) {
+        ++refused_total;
+        std::error_code ignored;
+        sock.close(ignored);
+        continue;
+      }
+      auto c = std::make_shared<Conn>(std::move(sock), io);
+      std::error_code pec;
+      auto ep = c->sock.remote_endpoint(pec);
+      c->peer = pec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+      asio::co_spawn(io, serve(c), asio::detached);
+    }
+  }
+
+  awaitable<void> serve(ConnPtr c) {
+    ++pending;
+    c->pending = true;
+    // A connection that has not completed its hello in time is dropped.
+    c->timer.expires_after(cfg.handshake_timeout);
+    c->timer.async_wait([this, c](std::error_code ec) {
+      if (ec || c->admitted) return;
+      c->handshake_expired = true;
+      std::error_code ignored;
+      c->sock.close(ignored);
+    });
+    send(c, encode(Challenge{fresh_nonce(), std::string(kVersion), cfg.job_id}));
+
+    std::array<uint8_t, kHeaderSize> hdr{};
+    auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
+    if (ec) {
+      refuse(c, RefusalKind::kMalformed,
+             c->handshake_expired
+                 ? fmt::format("no hello within the handshake deadline of {}",
+                               format_seconds(double(cfg.handshake_timeout.count())))
+                 : n == 0 ? std::string("closed without a hello")
+                          : fmt::format("closed after {} bytes, mid-header", n));
+      co_return;
+    }
+    uint16_t peer_version = 0;
+    auto header = decode_header(hdr, &peer_version);
+    if (!header) {
+      if (frame_fault(header.error()) == FrameFault::kVersion) {
+        refuse(c, RefusalKind::kVersion,
+               fmt::format("peer speaks rankcheck protocol version {}, this master speaks {}",
+                           peer_version, kProtocolVersion),
+               std::nullopt, RejectCode::kVersion);
+      } else {
+        refuse(c, RefusalKind::kMalformed, header.error().message);
+      }
+      co_return;
+    }
+    if (header->type != uint16_t(MsgType::kHello)) {
+      refuse(c, RefusalKind::kMalformed,
+             fmt::format("sent a {} frame before its hello", type_name(header->type)));
+      co_return;
+    }
+    std::vector<uint8_t> payload(header->length);  // within the cap: checked above
+    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
+    if (ec2) {
+      refuse(c, RefusalKind::kMalformed,
+             c->handshake_expired ? std::string("hello not complete within the handshake deadline")
+                                  : fmt::format("closed mid-hello ({} of {} bytes)", n2,
+                                                payload.size()));
+      co_return;
+    }
+    auto hello = decode_hello(payload);
+    if (!hello) {
+      refuse(c, RefusalKind::kMalformed, hello.error().message, std::nullopt,
+             RejectCode::kMalformed);
+      co_return;
+    }
+    unpend(c);
+    Record& rec = hello->record;
+    if (!cfg.job_id.empty() && !rec.job_id.empty() && rec.job_id != cfg.job_id) {
+      std::string why = fmt::format("this master serves job '{}', not job '{}'",
+                                    printable(cfg.job_id), printable(rec.job_id));
+      refuse(c, RefusalKind::kForeignJob, why, std::move(rec), RejectCode::kForeignJob);
+      co_return;
+    }
+    if (decided) {
+      refuse(c, RefusalKind::kLate,
+             fmt::format("the master decided at +{} without this member: {}",
+                         format_seconds(report.rendezvous_ms),
+                         report.exit_code() == 0 ? std::string("the job was already complete")
+                                                 : headline(report.findings)),
+             std::nullopt, RejectCode::kLate);
+      co_return;
+    }
+    c->admitted = true;
+    c->timer.cancel();
+    c->slot = admit(std::move(rec), c->peer, c);
+    send(c, encode(Admit{static_cast<uint32_t>(joined_ranks), static_cast<uint32_t>(cfg.world_size)}));
+    maybe_decide();
+
+    // Admitted: the next thing from the member is its stage result, or EOF.
+    for (;;) {
+      auto [ec3, n3] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
+      if (ec3) break;
+      // Nothing else is expected from a member yet: treat it as gone.
+      break;
+    }
+    depart(c);
+    close(c);
+  }
+
+  int admit(Record rec, std::string peer, ConnPtr conn) {
+    double at = now_ms();
+    last_join_ms = at;
+    for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg.world_size; ++k) {
+      ++claims[size_t(k)];
+    }
+    joined_ranks += rec.nranks;
+    slots.push_back(Slot{Member{std::move(rec), at, std::move(peer)}, std::move(conn), true});
+    return static_cast<int>(slots.size() - 1);
+  }
+
+  void depart(const ConnPtr& c) {
+    if (decided || c->slot < 0) return;
+    Slot& s = slots[size_t(c->slot)];
+    if (!s.alive) return;
+    s.alive = false;
+    const Record& rec = s.member.record;
+    for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg.world_size; ++k) {
+      --claims[size_t(k)];
+    }
+    joined_ranks -= rec.nranks;
+    departed.push_back(Departure{rec, s.member.joined_ms, now_ms()});
+    cfg.log(fmt::format("{} disconnected before the verdict; joined {}/{}", member_label(rec),
+                        joined_ranks, cfg.world_size));
+  }
+
+  // ----- deciding ------------------------------------------------------------
+
+  std::vector<long> missing_ranks() const {
+    std::vector<long> out;
+    for (size_t k = 0; k < claims.size(); ++k) {
+      if (claims[k] == 0) out.push_back(long(k));
+    }
+    return out;
+  }
+
+  // Every member but the master claims one smaller world, and all of it is here:
+  // the master's WORLD_SIZE is the odd one, and waiting longer cannot help.
+  bool smaller_world_complete() const {
+    long claim = -1;
+    for (const Slot& s : slots) {
+      if (!s.alive || s.conn == nullptr) continue;
+      if (claim == -1) claim = s.member.record.world_size;
+      if (s.member.record.world_size != claim) return false;
+    }
+    if (claim < 1 || claim >= cfg.world_size || joined_ranks < claim) return false;
+    for (long k = 0; k < claim; ++k) {
+      if (claims[size_t(k)] == 0) return false;
+    }
+    return true;
+  }
+
+  void maybe_decide() {
+    if (decided) return;
+    if (joined_ranks >= cfg.world_size || smaller_world_complete()) decide(false);
+  }
+
+  void decide(bool timed_out) {
+    if (decided) return;
+    decided = true;
+    auto t0 = Clock::now();
+    decide_timer.cancel();
+    progress_timer.cancel();
+
+    JobView view;
+    view.world_size = cfg.world_size;
+    view.job_id = cfg.job_id;
+    view.master_addr = cfg.master_addr;
+    view.master_host = cfg.master_host;
+    view.master_resolved = cfg.master_resolved;
+    view.timed_out = timed_out;
+    view.departed = std::move(departed);
+    view.refused = std::move(refused);
+    view.refused_total = refused_total;
+    std::vector<size_t> slot_of;  // view member -> slot
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (!slots[i].alive) continue;
+      view.members.push_back(std::move(slots[i].member));
+      slot_of.push_back(i);
+    }
+    if (!bound.empty() && acceptors.size() > 0) {
+      view.master_port = acceptors.front()->local_endpoint().port();
+    }
+    report.findings = run_checks(view);
+    report.job_id = cfg.job_id;
+    report.world_size = cfg.world_size;
+    report.master_addr = cfg.master_addr;
+    report.master_port = view.master_port;
+    report.master_host = cfg.master_host;
+    report.master_bound = bound;
+    report.timed_out = timed_out;
+    report.rendezvous_ms = ms_between(cfg.start, t0);
+
+    Verdict base;
+    base.exit_code = static_cast<uint8_t>(report.exit_code());
+    base.headline = headline(report.findings);
+    base.joined_ranks = static_cast<uint32_t>(joined_ranks);
+    for (const Finding& f : report.findings) (f.is_error() ? base.errors : base.warnings)++;
+
+    for (size_t i = 0; i < view.members.size(); ++i) {
+      const Record& rec = view.members[i].record;
+      Verdict v = base;
+      for (const Finding& f : report.findings) {
+        auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
+        if (lo != f.ranks.end() && *lo <= rec.last_rank()) v.notes.push_back(f);
+        if (v.notes.size() == kMaxVerdictNotes) break;
+      }
+      const ConnPtr& c = slots[slot_of[i]].conn;
+      if (c == nullptr) {
+        if (local_verdict) local_verdict->set_value(std::move(v));
+        local_verdict.reset();
+      } else {
+        c->close_after_write = true;
+        send(c, encode(v));
+      }
+    }
+    report.members = std::move(view.members);
+    auto t1 = Clock::now();
+    // From the last join (or the deadline) to every verdict queued.
+    report.decision_ms = timed_out ? ms_between(t0, t1)
+                                   : ms_between(cfg.start, t1) - last_join_ms;
+    cfg.log(fmt::format("decided at +{} ({}): {}, {}/{} ranks joined",
+                        format_seconds(report.rendezvous_ms),
+                        timed_out ? "deadline reached" : "all joined",
+                        base.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", base.exit_code),
+                        joined_ranks, cfg.world_size));
+    check_done();
+  }
+
+  void schedule_progress() {
+    progress_timer.expires_after(cfg.progress_interval);
+    progress_timer.async_wait([this](std::error_code ec) {
+      if (ec || decided) return;
+      auto missing = missing_ranks();
+      cfg.log(fmt::format("joined {}/{}; missing: {} ({} s left)", joined_ranks, cfg.world_size,
+                          missing.empty() ? std::string("none") : format_ranks(missing, 12),
+                          cfg.decide_by.seconds_left()));
+      schedule_progress();
+    });
+  }
+};
+
+Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Server::~Server() {
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint16_t port) {
+  for (const std::string& a : addresses) {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(a, ec);
+    if (ec) return Error{fmt::format("{} is not a numeric address", a), int(ListenFault::kOther)};
+    tcp::endpoint ep(addr, port);
+    auto acc = std::make_unique<tcp::acceptor>(impl_->io);
+    acc->open(ep.protocol(), ec);
+    if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && addr.is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      ListenFault fault = ec == asio::error::address_in_use        ? ListenFault::kInUse
+                          : ec.value() == EADDRNOTAVAIL ? ListenFault::kNotLocal
+                                                        : ListenFault::kOther;
+      std::string where = addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
+      return Error{fmt::format("cannot listen on {}: {}", where, ec.message()), int(fault)};
+    }
+    port = acc->local_endpoint().port();
+    impl_->bound.push_back(a);
+    impl_->acceptors.push_back(std::move(acc));
+  }
+  return port;
+}
+
+void Server::start() {
+  Impl& s = *impl_;
+  for (auto& acc : s.acceptors) asio::co_spawn(s.io, s.accept_loop(*acc), asio::detached);
+  s.decide_timer.expires_at(s.cfg.decide_by.when());
+  s.decide_timer.async_wait([&s](std::error_code ec) {
+    if (!ec) s.decide(true);
+  });
+  s.schedule_progress();
+  s.thread = std::thread([&s] { s.io.run(); });
+}
+
+std::future<Verdict> Server::join_local(Record self) {
+  auto p = std::make_shared<std::promise<Verdict>>();
+  auto f = p->get_future();
+  asio::post(impl_->io, [this, p, self = std::move(self)]() mutable {
+    Impl& s = *impl_;
+    if (s.decided) {
+      Verdict v;
+      v.exit_code = static_cast<uint8_t>(s.report.exit_code());
+      v.headline = headline(s.report.findings);
+      p->set_value(v);
+      return;
+    }
+    s.local_verdict.emplace(std::move(*p));
+    s.admit(std::move(self), "in-process", nullptr);
+    s.maybe_decide();
+  });
+  return f;
+}
+
+void Server::decide_now() {
+  asio::post(impl_->io, [this] { impl_->decide(true); });
+}
+
+Report Server::finish(Deadline deadline) {
+  Impl& s = *impl_;
+  auto done = s.done.get_future();
+  done.wait_until(deadline.when());
+  s.io.stop();
+  if (s.thread.joinable()) s.thread.join();
+  // The server thread has stopped: its state is this thread's now.
+  if (!s.decided) s.decide(true);
+  s.report.total_ms = ms_between(s.cfg.start, Clock::now());
+  return s.report;
+}
+
+}  // namespace rankcheck
