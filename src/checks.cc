@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -49,6 +50,9 @@ Finding make(std::string_view id, Severity sev, int code, std::string message, s
 // The world size missing ranks are counted against: the master's, unless the
 // members disagree, in which case the one most ranks claim (ties: the master's).
 long expected_world(const JobView& v) {
+  bool agree = true;
+  for (const Member& m : v.members) agree = agree && m.record.world_size == v.world_size;
+  if (agree) return std::clamp(v.world_size, 1L, kMaxWorldSize);
   std::map<long, long> votes;
   for (const Member& m : v.members) votes[m.record.world_size] += m.record.nranks;
   long best = v.world_size;
@@ -59,16 +63,47 @@ long expected_world(const JobView& v) {
   return std::clamp(best, 1L, kMaxWorldSize);
 }
 
-bool multi_host(const JobView& v) {
-  std::set<std::string_view> hosts;
-  for (const Member& m : v.members) {
-    hosts.insert(m.record.host);
-    const Record& r = m.record;
-    if (r.local_world_size >= 1 && r.local_world_size < r.world_size) return true;
-    if (r.node_list.find_first_of(",[") != std::string::npos) return true;
+}  // namespace
+
+// Built once per decision: at 16k members, rules that each rebuilt maps of ranks
+// and hosts took longer than the target for the whole decision.
+struct CheckContext {
+  explicit CheckContext(const JobView& v) : view(v), expected_world(rankcheck::expected_world(v)) {
+    claims.assign(static_cast<size_t>(expected_world), 0);
+    std::unordered_map<std::string_view, size_t> host_index;
+    for (const Member& m : v.members) {
+      const Record& r = m.record;
+      for (long k = r.rank; k <= r.last_rank(); ++k) {
+        if (k >= 0 && k < expected_world) {
+          if (++claims[size_t(k)] > 1) duplicates = true;
+        } else {
+          outside.push_back(k);
+        }
+      }
+      auto [it, fresh] = host_index.try_emplace(r.host, hosts.size());
+      if (fresh) hosts.emplace_back(r.host, Records{});
+      hosts[it->second].second.push_back(&r);
+      multi_host = multi_host || (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
+                   r.node_list.find_first_of(",[") != std::string::npos;
+    }
+    std::sort(outside.begin(), outside.end());
+    duplicates = duplicates || std::adjacent_find(outside.begin(), outside.end()) != outside.end();
+    std::sort(hosts.begin(), hosts.end());
+    multi_host = multi_host || hosts.size() > 1;
   }
-  return hosts.size() > 1;
-}
+
+  bool present(long k) const { return k >= 0 && k < expected_world && claims[size_t(k)] > 0; }
+
+  const JobView& view;
+  long expected_world;
+  std::vector<uint32_t> claims;   // members claiming each rank in [0, expected_world)
+  std::vector<long> outside;      // claimed ranks outside it, sorted
+  bool duplicates = false;        // some rank claimed twice
+  std::vector<std::pair<std::string_view, Records>> hosts;  // members by host name, sorted
+  bool multi_host = false;
+};
+
+namespace {
 
 // ---------------------------------------------------------------------------
 
@@ -78,7 +113,8 @@ std::string_view peer_host(std::string_view peer) {
   return peer.substr(0, peer.rfind(':'));
 }
 
-void check_master_addr_loopback(const JobView& v, std::vector<Finding>& out) {
+void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   if (v.master_resolved.empty()) return;
   for (const auto& a : v.master_resolved) {
     if (!is_loopback_address(a)) return;
@@ -86,16 +122,18 @@ void check_master_addr_loopback(const JobView& v, std::vector<Finding>& out) {
   // Members that came in over loopback share the master's machine: for them a
   // loopback master works. It fails a member that arrived from elsewhere (the
   // master then listens on every interface), and ranks a multi-host layout expects.
-  bool remote_member = false;
-  bool missing = false;
+  bool remote_member = false;  // arrived from another machine
+  bool local_other = false;    // another host name, but over loopback: one machine
   long ranks = 0;
   for (const Member& m : v.members) {
     ranks += m.record.nranks;
-    remote_member = remote_member || (m.peer.find(':') != std::string::npos &&
-                                      !is_loopback_address(peer_host(m.peer)));
+    if (m.peer.find(':') == std::string::npos) continue;  // the master's own
+    bool loop = is_loopback_address(peer_host(m.peer));
+    remote_member = remote_member || !loop;
+    local_other = local_other || (loop && m.record.host != v.master_host);
   }
-  missing = ranks < v.world_size;
-  if (!remote_member && !(missing && multi_host(v))) return;
+  bool missing = ranks < v.world_size;
+  if (!remote_member && !(missing && !local_other && ctx.multi_host)) return;
   Records master;
   for (const Member& m : v.members) {
     if (m.record.rank == 0) master.push_back(&m.record);
@@ -114,17 +152,14 @@ void check_master_addr_loopback(const JobView& v, std::vector<Finding>& out) {
   out.push_back(std::move(f));
 }
 
-void check_foreign_job(const JobView& v, std::vector<Finding>& out) {
-  std::set<long> present;
-  for (const Member& m : v.members) {
-    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) present.insert(k);
-  }
+void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   for (const Refusal& r : v.refused) {
     if (r.kind != RefusalKind::kForeignJob || !r.record) continue;
     const Record& rec = *r.record;
     bool explains_missing = false;
     for (long k = rec.rank; k <= rec.last_rank(); ++k) {
-      if (k >= 0 && k < v.world_size && !present.count(k)) explains_missing = true;
+      if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
     }
     std::string who = fmt::format("{} from {}", member_label(rec), printable(r.peer));
     std::string hint =
@@ -146,11 +181,15 @@ void check_foreign_job(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_world_size(const JobView& v, std::vector<Finding>& out) {
+void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  bool agree = true;
+  for (const Member& m : v.members) agree = agree && m.record.world_size == v.world_size;
+  if (agree) return;
   std::map<long, Records> by_size;
   for (const Member& m : v.members) by_size[m.record.world_size].push_back(&m.record);
   if (by_size.size() < 2) return;
-  long expected = expected_world(v);
+  long expected = ctx.expected_world;
   std::vector<std::pair<long, Records>> groups(by_size.begin(), by_size.end());
   std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
     return (a.first == expected) > (b.first == expected);
@@ -171,11 +210,15 @@ void check_world_size(const JobView& v, std::vector<Finding>& out) {
                      odd));
 }
 
-void check_duplicate_rank(const JobView& v, std::vector<Finding>& out) {
+void check_duplicate_rank(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!ctx.duplicates) return;
   std::map<long, std::vector<size_t>> claims;
   for (size_t i = 0; i < v.members.size(); ++i) {
     const Record& r = v.members[i].record;
-    for (long k = r.rank; k <= r.last_rank(); ++k) claims[k].push_back(i);
+    for (long k = r.rank; k <= r.last_rank(); ++k) {
+      if (!ctx.present(k) || ctx.claims[size_t(k)] > 1) claims[k].push_back(i);
+    }
   }
   // Ranks claimed by the same set of members form one finding.
   std::map<std::vector<size_t>, std::vector<long>> groups;
@@ -203,7 +246,8 @@ void check_duplicate_rank(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_rank_range(const JobView& v, std::vector<Finding>& out) {
+void check_rank_range(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   for (const Member& m : v.members) {
     const Record& r = m.record;
     if (r.in_range()) continue;
@@ -230,7 +274,8 @@ std::string conflict_text(const Conflict& c) {
   return s;
 }
 
-void check_launcher_conflicts(const JobView& v, std::vector<Finding>& out) {
+void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   // Members whose conflicts involve the same field and variables form one finding.
   std::map<std::pair<int, std::vector<std::string>>, std::vector<std::pair<const Record*, const Conflict*>>>
       groups;
@@ -264,32 +309,46 @@ void check_launcher_conflicts(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-// Groups members by host name.
-std::map<std::string, Records> by_host(const JobView& v) {
-  std::map<std::string, Records> hosts;
-  for (const Member& m : v.members) hosts[m.record.host].push_back(&m.record);
-  return hosts;
-}
-
-void check_local_rank_collision(const JobView& v, std::vector<Finding>& out) {
-  for (const auto& [host, rs] : by_host(v)) {
-    std::map<long, std::map<long, const Record*>> owners;  // local rank -> global rank -> member
+void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& out) {
+  struct Claim {
+    long local, global;
+    const Record* rec;
+  };
+  std::vector<Claim> claims;
+  for (const auto& [host, rs] : ctx.hosts) {
+    claims.clear();
     for (const Record* r : rs) {
       if (r->local_rank < 0) continue;
-      for (long k = 0; k < r->nranks; ++k) owners[r->local_rank + k][r->rank + k] = r;
+      for (long k = 0; k < r->nranks; ++k) claims.push_back({r->local_rank + k, r->rank + k, r});
     }
+    std::sort(claims.begin(), claims.end(), [](const Claim& a, const Claim& b) {
+      return a.local != b.local ? a.local < b.local : a.global < b.global;
+    });
+    bool collision = false;
+    for (size_t i = 1; i < claims.size() && !collision; ++i) {
+      collision = claims[i].local == claims[i - 1].local && claims[i].global != claims[i - 1].global;
+    }
+    if (!collision) continue;
     std::vector<std::string> parts;
     Records involved;
     std::vector<long> ranks;
-    for (const auto& [local, globals] : owners) {
-      if (globals.size() < 2) continue;
-      std::vector<long> g;
-      for (const auto& [rank, rec] : globals) {
-        g.push_back(rank);
-        involved.push_back(rec);
+    for (size_t i = 0; i < claims.size();) {
+      size_t j = i;
+      std::vector<long> globals;
+      Records recs;
+      for (; j < claims.size() && claims[j].local == claims[i].local; ++j) {
+        if (globals.empty() || globals.back() != claims[j].global) {
+          globals.push_back(claims[j].global);
+          recs.push_back(claims[j].rec);
+        }
       }
-      ranks.insert(ranks.end(), g.begin(), g.end());
-      parts.push_back(fmt::format("local rank {} by ranks {}", local, format_ranks(g)));
+      if (globals.size() > 1) {
+        parts.push_back(fmt::format("local rank {} by ranks {}", claims[i].local,
+                                    format_ranks(globals)));
+        ranks.insert(ranks.end(), globals.begin(), globals.end());
+        involved.insert(involved.end(), recs.begin(), recs.end());
+      }
+      i = j;
     }
     if (parts.empty()) continue;
     Finding f = make("local-rank-collision", Severity::kError, exit_code::kMismatch,
@@ -305,10 +364,19 @@ void check_local_rank_collision(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_local_world_size(const JobView& v, std::vector<Finding>& out) {
-  for (const auto& [host, rs] : by_host(v)) {
-    std::map<long, Records> by_size;
+void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const auto& [host, rs] : ctx.hosts) {
     long ranks_here = 0;
+    bool agree = true;
+    for (const Record* r : rs) {
+      ranks_here += r->nranks;
+      agree = agree && r->local_world_size == rs.front()->local_world_size;
+    }
+    if (agree && (rs.front()->local_world_size < 1 || ranks_here <= rs.front()->local_world_size)) {
+      continue;
+    }
+    std::map<long, Records> by_size;
+    ranks_here = 0;
     for (const Record* r : rs) {
       ranks_here += r->nranks;
       if (r->local_world_size >= 1) by_size[r->local_world_size].push_back(r);
@@ -336,7 +404,8 @@ void check_local_world_size(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_ifname(const JobView& v, std::vector<Finding>& out) {
+void check_ifname(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   std::map<std::pair<std::string, std::string>, Records> bad;  // (host, spec) -> members
   for (const Member& m : v.members) {
     for (const EnvVar& e : m.record.env) {
@@ -361,7 +430,17 @@ void check_ifname(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_master_addr_mismatch(const JobView& v, std::vector<Finding>& out) {
+void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (v.members.empty()) return;
+  const Record& first = v.members.front().record;
+  bool same = true;
+  for (const Member& m : v.members) {
+    same = same && m.record.master_addr == first.master_addr &&
+           m.record.master_port == first.master_port &&
+           m.record.master_resolved == first.master_resolved;
+  }
+  if (same) return;
   std::map<std::string, Records> by_addr;
   for (const Member& m : v.members) {
     by_addr[fmt::format("{}:{}", m.record.master_addr, m.record.master_port)].push_back(&m.record);
@@ -408,7 +487,8 @@ void check_master_addr_mismatch(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_protocol_mismatch(const JobView& v, std::vector<Finding>& out) {
+void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   std::vector<std::string> peers;
   std::string reason;
   for (const Refusal& r : v.refused) {
@@ -424,7 +504,8 @@ void check_protocol_mismatch(const JobView& v, std::vector<Finding>& out) {
                         "run the same rankcheck build on every host", {}, {}});
 }
 
-void check_stray_connections(const JobView& v, std::vector<Finding>& out) {
+void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   std::vector<std::string> peers;
   std::string reason;
   for (const Refusal& r : v.refused) {
@@ -449,13 +530,10 @@ void check_stray_connections(const JobView& v, std::vector<Finding>& out) {
       {}, {}});
 }
 
-void check_departed(const JobView& v, std::vector<Finding>& out) {
-  std::set<long> present;
-  for (const Member& m : v.members) {
-    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) present.insert(k);
-  }
+void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
   for (const Departure& d : v.departed) {
-    if (present.count(d.record.rank)) continue;  // it came back
+    if (ctx.present(d.record.rank)) continue;  // it came back
     out.push_back(make(
         "member-disconnected", Severity::kError, exit_code::kIncomplete,
         fmt::format("{} joined at +{} and its connection closed at +{}, before the verdict",
@@ -531,19 +609,16 @@ class Layout {
   long lws_ = 0;
 };
 
-void check_missing(const JobView& v, std::vector<Finding>& out) {
-  long world = expected_world(v);
+void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  long world = ctx.expected_world;
   std::vector<char> accounted(static_cast<size_t>(world), 0);
+  for (long k = 0; k < world; ++k) accounted[size_t(k)] = ctx.claims[size_t(k)] > 0;
   auto mark = [&](const Record& r) {
     for (long k = std::max(0L, long(r.rank)); k <= r.last_rank() && k < world; ++k) {
       accounted[size_t(k)] = 1;
     }
   };
-  std::map<std::string, Records> sent;  // host -> members that joined from it
-  for (const Member& m : v.members) {
-    mark(m.record);
-    sent[m.record.host].push_back(&m.record);
-  }
   // Ranks explained by another finding are not reported twice.
   for (const Departure& d : v.departed) mark(d.record);
   for (const Refusal& r : v.refused) {
@@ -555,6 +630,8 @@ void check_missing(const JobView& v, std::vector<Finding>& out) {
   }
   if (missing.empty()) return;
 
+  std::map<std::string_view, const Records*> sent;  // host -> members that joined from it
+  for (const auto& [host, rs] : ctx.hosts) sent[host] = &rs;
   Layout layout(v, world);
   std::map<std::string, std::vector<std::pair<long, long>>> by_host;  // host -> (rank, local)
   for (long k : missing) {
@@ -605,7 +682,7 @@ void check_missing(const JobView& v, std::vector<Finding>& out) {
                            "started, and that their hosts resolve and reach {}{}",
                            reach, also);
     } else if (sent.count(host)) {
-      std::vector<long> got = ranks_of(sent[host]);
+      std::vector<long> got = ranks_of(*sent[host]);
       std::string locals;
       if (items.size() <= 4 && items.front().second >= 0) {
         for (const auto& item : items) {
@@ -656,8 +733,14 @@ void check_missing(const JobView& v, std::vector<Finding>& out) {
   }
 }
 
-void check_env_mismatch(const JobView& v, std::vector<Finding>& out) {
-  // Group by digest first: 16k members with one environment cost one comparison each.
+void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  // Compare digests first: 16k members with one environment cost one comparison each.
+  bool same = true;
+  for (const Member& m : v.members) {
+    same = same && m.record.env_digest == v.members.front().record.env_digest;
+  }
+  if (same) return;
   std::map<uint64_t, Records> groups;
   for (const Member& m : v.members) groups[m.record.env_digest].push_back(&m.record);
   if (groups.size() < 2) return;
@@ -730,8 +813,9 @@ std::vector<Finding> order(std::vector<Finding> findings) {
 std::span<const Rule> rules() { return kRules; }
 
 std::vector<Finding> run_checks(const JobView& view) {
+  CheckContext ctx(view);
   std::vector<Finding> findings;
-  for (const Rule& rule : kRules) rule.check(view, findings);
+  for (const Rule& rule : kRules) rule.check(ctx, findings);
   return order(std::move(findings));
 }
 
@@ -746,11 +830,12 @@ std::vector<Finding> local_checks(const Record& self) {
     view.master_host = self.host;
     view.master_resolved = self.master_resolved;
   }
+  CheckContext ctx(view);
   std::vector<Finding> findings;
-  check_master_addr_loopback(view, findings);
-  check_rank_range(view, findings);
-  check_launcher_conflicts(view, findings);
-  check_ifname(view, findings);
+  check_master_addr_loopback(ctx, findings);
+  check_rank_range(ctx, findings);
+  check_launcher_conflicts(ctx, findings);
+  check_ifname(ctx, findings);
   // A member away from the master's node that resolves MASTER_ADDR to loopback
   // would knock on its own door.
   bool away = self.node_rank > 0 ||
@@ -769,6 +854,58 @@ std::vector<Finding> local_checks(const Record& self) {
         {&self}));
   }
   return order(std::move(findings));
+}
+
+JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved)
+    : world_size_(world_size),
+      master_loopback_(!master_resolved.empty() &&
+                       std::all_of(master_resolved.begin(), master_resolved.end(),
+                                   [](const std::string& a) { return is_loopback_address(a); })) {
+  claimed_.assign(static_cast<size_t>(std::clamp(world_size, 0L, kMaxWorldSize)), 0);
+}
+
+// Each condition mirrors a rule's: anything one rule could report taints.
+void JoinTracker::add(const Record& r, std::string_view peer) {
+  if (tainted_) return;
+  bool ok = r.world_size == world_size_ && r.in_range() && r.conflicts.empty();  // world size,
+  for (long k = r.rank; ok && k <= r.last_rank(); ++k) {  // range, conflicts, duplicates
+    ok = claimed_[size_t(k)] == 0;
+    claimed_[size_t(k)] = 1;
+    ++distinct_;
+  }
+  for (const EnvVar& e : r.env) {  // NCCL_SOCKET_IFNAME
+    if (e.name == "NCCL_SOCKET_IFNAME") ok = ok && ifname_matches_any(e.value, r.interfaces);
+  }
+  if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
+    ok = ok && is_loopback_address(peer_host(peer));
+  }
+  if (!have_first_) {
+    have_first_ = true;
+    first_digest_ = r.env_digest;
+    first_addr_ = r.master_addr;
+    first_port_ = r.master_port;
+    first_resolved_ = r.master_resolved;
+  }
+  ok = ok && r.env_digest == first_digest_ && r.master_addr == first_addr_ &&
+       r.master_port == first_port_ && r.master_resolved == first_resolved_;
+  // Per host: one local world size, room for these ranks, no local rank twice.
+  auto it = hosts_.find(r.host);
+  if (it == hosts_.end()) {
+    it = hosts_.emplace(r.host, HostState{r.local_world_size, 0, {}}).first;
+    if (r.local_world_size > 0) it->second.locals.assign(size_t(r.local_world_size), false);
+  }
+  HostState& h = it->second;
+  h.ranks += r.nranks;
+  ok = ok && r.local_world_size == h.local_world_size &&
+       (h.local_world_size < 1 || h.ranks <= h.local_world_size);
+  for (long k = r.local_rank; ok && r.local_rank >= 0 && k < r.local_rank + r.nranks; ++k) {
+    if (h.local_world_size < 1 && k >= long(h.locals.size()) && k < (1 << 16)) {
+      h.locals.resize(size_t(k) + 1, false);  // no local world size: grow as ranks arrive
+    }
+    ok = k < long(h.locals.size()) && !h.locals[size_t(k)];
+    if (ok) h.locals[size_t(k)] = true;
+  }
+  tainted_ = !ok;
 }
 
 int exit_code_for(const std::vector<Finding>& findings) {

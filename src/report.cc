@@ -249,7 +249,9 @@ std::string render_json(const Report& r) {
   }
   j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
                   {"decision_ms", r.decision_ms},
+                  {"broadcast_ms", r.broadcast_ms},
                   {"total_ms", r.total_ms}};
+  j["master_peak_rss_kib"] = r.peak_rss_kib;
   j["gpu_stage"] = r.gpu_stage;
   return dump(j);
 }

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +215,30 @@ int member_path(Record& self, const Identity& id, const RunOptions& o, const Log
   return print_member(m, out);
 }
 
+// A master holds one descriptor per member: raise the soft limit where the hard one
+// allows, and say so when the machine cannot take the job.
+void check_capacity(long world_size, const Log& log) {
+  rlimit rl{};
+  auto need = static_cast<rlim_t>(world_size + 64);
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = std::min(need, rl.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need) {
+      log.error(fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
+                            "needs for {} members: raise `ulimit -n`",
+                            was, rl.rlim_max, need, world_size));
+    }
+  }
+  std::ifstream somaxconn("/proc/sys/net/core/somaxconn");
+  long backlog = 0;
+  if (somaxconn >> backlog && backlog < world_size) {
+    log.progress(fmt::format("net.core.somaxconn is {}, below the {} members: connections beyond "
+                             "it wait for a SYN retry (about 1 s)",
+                             backlog, world_size));
+  }
+}
+
 struct MasterSetup {
   std::vector<std::string> addresses;  // to listen on
   uint16_t port = 0;
@@ -238,6 +263,7 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
   cfg.progress_interval = seconds(o.progress_interval_s);
   cfg.log = [&log](const std::string& line) { log.progress(line); };
 
+  check_capacity(id.world_size, log);
   Server server(cfg);
   auto port = server.listen(setup.addresses, setup.port);
   if (!port) {

@@ -1,10 +1,10 @@
 #include <rankcheck/server.h>
 
-#include <deque>
 #include <map>
 #include <thread>
 
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -37,29 +37,35 @@ std::array<uint8_t, kNonceSize> fresh_nonce() {
 }  // namespace
 
 struct Server::Impl {
+  // One verdict frame is shared by every member it is the same for.
+  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+
   struct Conn {
-    Conn(tcp::socket s, asio::io_context& io) : sock(std::move(s)), timer(io) {}
+    // Kept small: one lives as long as its member. The handshake timer and the
+    // peer's address live in the handshake coroutine, which ends at admission.
+    explicit Conn(tcp::socket s) : sock(std::move(s)) {}
     tcp::socket sock;
-    asio::steady_timer timer;
-    std::string peer;
     int slot = -1;
     bool admitted = false;
     bool handshake_expired = false;
-    std::deque<std::vector<uint8_t>> outbox;
+    std::vector<Bytes> outbox;  // frames not yet written, oldest first
+    std::array<uint8_t, kHeaderSize> header{};
     bool writing = false;
     bool close_after_write = false;
     bool pending = false;  // counted among connections not yet admitted
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
-  struct Slot {
-    Member member;
-    ConnPtr conn;  // nullptr for the master's own member
-    bool alive = true;
-  };
-
-  explicit Impl(ServerConfig c) : cfg(std::move(c)), decide_timer(io), progress_timer(io) {
+  explicit Impl(ServerConfig c)
+      : cfg(std::move(c)),
+        decide_timer(io),
+        progress_timer(io),
+        tracker(cfg.world_size, cfg.master_resolved) {
     claims.assign(static_cast<size_t>(std::max(cfg.world_size, 1L)), 0);
+    // Memory is proportional to the world size; a bogus huge one is not reserved.
+    size_t expect = static_cast<size_t>(std::clamp(cfg.world_size, 1L, 1L << 16));
+    members.reserve(expect);
+    conns.reserve(expect);
   }
 
   ServerConfig cfg;
@@ -71,8 +77,12 @@ struct Server::Impl {
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
-  std::vector<Slot> slots;
+  std::vector<Member> members;  // admitted and still connected, in arrival order
+  std::vector<ConnPtr> conns;   // conns[i] is members[i]'s; nullptr for the master's own
+  JoinTracker tracker;          // lets a clean job skip the rules at the decision
   std::vector<uint32_t> claims;  // members claiming each rank in [0, world)
+  long distinct_claimed = 0;     // ranks in [0, world) claimed at least once
+  std::map<long, long> world_votes;  // world size -> members (not the master) claiming it
   long joined_ranks = 0;
   std::vector<Departure> departed;
   std::vector<Refusal> refused;
@@ -92,6 +102,9 @@ struct Server::Impl {
   // ----- sending -------------------------------------------------------------
 
   void send(const ConnPtr& c, std::vector<uint8_t> frame) {
+    send(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)));
+  }
+  void send(const ConnPtr& c, Bytes frame) {
     c->outbox.push_back(std::move(frame));
     pump(c);
   }
@@ -105,19 +118,19 @@ struct Server::Impl {
     }
     c->writing = true;
     ++writes_in_flight;
-    asio::async_write(c->sock, asio::buffer(c->outbox.front()),
+    asio::async_write(c->sock, asio::buffer(*c->outbox.front()),
                       [this, c](std::error_code ec, size_t) {
                         --writes_in_flight;
                         c->writing = false;
-                        c->outbox.pop_front();
+                        c->outbox.erase(c->outbox.begin());
                         if (ec) c->outbox.clear();
+                        if (c->outbox.empty()) std::vector<Bytes>().swap(c->outbox);
                         pump(c);
                       });
   }
 
   void close(const ConnPtr& c) {
     std::error_code ignored;
-    c->timer.cancel();
     c->sock.shutdown(tcp::socket::shutdown_both, ignored);
     c->sock.close(ignored);
   }
@@ -135,18 +148,19 @@ struct Server::Impl {
     c->pending = false;
   }
 
-  void refuse(const ConnPtr& c, RefusalKind kind, std::string reason,
+  void refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
               std::optional<Record> record = std::nullopt,
               std::optional<RejectCode> reply = std::nullopt) {
     unpend(c);
+    tracker.taint();
     ++refused_total;
     if (refused_total <= kMaxRefusalsLogged) {
-      cfg.log(fmt::format("refused {}: {}", printable(c->peer), printable(reason, 200)));
+      cfg.log(fmt::format("refused {}: {}", printable(peer), printable(reason, 200)));
     } else if (refused_total == kMaxRefusalsLogged + 1) {
       cfg.log("more connections refused; counting them without logging each");
     }
     if (refused.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) {
-      refused.push_back(Refusal{kind, c->peer, reason, std::move(record), now_ms()});
+      refused.push_back(Refusal{kind, peer, reason, std::move(record), now_ms()});
     }
     if (reply) {
       send(c, encode(Reject{*reply, std::move(reason)}));
@@ -162,6 +176,12 @@ struct Server::Impl {
   awaitable<void> accept_loop(tcp::acceptor& acceptor) {
     asio::steady_timer backoff(io);
     for (;;) {
+      // Past the cap on connections still in their handshake, leave the rest in
+      // the kernel's backlog: slow or silent clients cannot crowd out members.
+      while (pending >= cfg.max_pending && acceptor.is_open()) {
+        backoff.expires_after(Millis(5));
+        co_await backoff.async_wait(kAwait);
+      }
       auto [ec, sock] = co_await acceptor.async_accept(kAwait);
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) {
@@ -174,26 +194,21 @@ struct Server::Impl {
         co_await backoff.async_wait(kAwait);
         continue;
       }
-      if (pending >= cfg.max_pending) {
-        ++refused_total;
-        std::error_code ignored;
-        sock.close(ignored);
-        continue;
-      }
-      auto c = std::make_shared<Conn>(std::move(sock), io);
       std::error_code pec;
-      auto ep = c->sock.remote_endpoint(pec);
-      c->peer = pec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
-      asio::co_spawn(io, serve(c), asio::detached);
+      auto ep = sock.remote_endpoint(pec);
+      std::string peer = pec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+      asio::co_spawn(io, serve(std::make_shared<Conn>(std::move(sock)), std::move(peer)),
+                     asio::detached);
     }
   }
 
-  awaitable<void> serve(ConnPtr c) {
+  awaitable<void> serve(ConnPtr c, std::string peer) {
     ++pending;
     c->pending = true;
     // A connection that has not completed its hello in time is dropped.
-    c->timer.expires_after(cfg.handshake_timeout);
-    c->timer.async_wait([this, c](std::error_code ec) {
+    asio::steady_timer timer(io);
+    timer.expires_after(cfg.handshake_timeout);
+    timer.async_wait([c](std::error_code ec) {
       if (ec || c->admitted) return;
       c->handshake_expired = true;
       std::error_code ignored;
@@ -204,7 +219,7 @@ struct Server::Impl {
     std::array<uint8_t, kHeaderSize> hdr{};
     auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
     if (ec) {
-      refuse(c, RefusalKind::kMalformed,
+      refuse(c, peer, RefusalKind::kMalformed,
              c->handshake_expired
                  ? fmt::format("no hello within the handshake deadline of {}",
                                format_seconds(double(cfg.handshake_timeout.count())))
@@ -216,32 +231,33 @@ struct Server::Impl {
     auto header = decode_header(hdr, &peer_version);
     if (!header) {
       if (frame_fault(header.error()) == FrameFault::kVersion) {
-        refuse(c, RefusalKind::kVersion,
+        refuse(c, peer, RefusalKind::kVersion,
                fmt::format("peer speaks rankcheck protocol version {}, this master speaks {}",
                            peer_version, kProtocolVersion),
                std::nullopt, RejectCode::kVersion);
       } else {
-        refuse(c, RefusalKind::kMalformed, header.error().message);
+        refuse(c, peer, RefusalKind::kMalformed, header.error().message);
       }
       co_return;
     }
     if (header->type != uint16_t(MsgType::kHello)) {
-      refuse(c, RefusalKind::kMalformed,
+      refuse(c, peer, RefusalKind::kMalformed,
              fmt::format("sent a {} frame before its hello", type_name(header->type)));
       co_return;
     }
-    std::vector<uint8_t> payload(header->length);  // within the cap: checked above
-    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
+    auto payload = std::make_unique<std::vector<uint8_t>>(header->length);  // within its cap
+    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(*payload), kAwait);
     if (ec2) {
-      refuse(c, RefusalKind::kMalformed,
+      refuse(c, peer, RefusalKind::kMalformed,
              c->handshake_expired ? std::string("hello not complete within the handshake deadline")
                                   : fmt::format("closed mid-hello ({} of {} bytes)", n2,
-                                                payload.size()));
+                                                payload->size()));
       co_return;
     }
-    auto hello = decode_hello(payload);
+    auto hello = decode_hello(*payload);
+    payload.reset();
     if (!hello) {
-      refuse(c, RefusalKind::kMalformed, hello.error().message, std::nullopt,
+      refuse(c, peer, RefusalKind::kMalformed, hello.error().message, std::nullopt,
              RejectCode::kMalformed);
       co_return;
     }
@@ -250,11 +266,11 @@ struct Server::Impl {
     if (!cfg.job_id.empty() && !rec.job_id.empty() && rec.job_id != cfg.job_id) {
       std::string why = fmt::format("this master serves job '{}', not job '{}'",
                                     printable(cfg.job_id), printable(rec.job_id));
-      refuse(c, RefusalKind::kForeignJob, why, std::move(rec), RejectCode::kForeignJob);
+      refuse(c, peer, RefusalKind::kForeignJob, why, std::move(rec), RejectCode::kForeignJob);
       co_return;
     }
     if (decided) {
-      refuse(c, RefusalKind::kLate,
+      refuse(c, peer, RefusalKind::kLate,
              fmt::format("the master decided at +{} without this member: {}",
                          format_seconds(report.rendezvous_ms),
                          report.exit_code() == 0 ? std::string("the job was already complete")
@@ -263,46 +279,58 @@ struct Server::Impl {
       co_return;
     }
     c->admitted = true;
-    c->timer.cancel();
-    c->slot = admit(std::move(rec), c->peer, c);
+    timer.cancel();
+    c->slot = admit(std::move(rec), std::move(peer), c);
     send(c, encode(Admit{static_cast<uint32_t>(joined_ranks), static_cast<uint32_t>(cfg.world_size)}));
+    watch(c);
     maybe_decide();
+  }
 
-    // Admitted: the next thing from the member is its stage result, or EOF.
-    for (;;) {
-      auto [ec3, n3] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-      if (ec3) break;
-      // Nothing else is expected from a member yet: treat it as gone.
-      break;
+  // An admitted member sends nothing more until the verdict: a read that ends
+  // means it is gone. A plain handler, not a coroutine frame, per member.
+  void watch(const ConnPtr& c) {
+    asio::async_read(c->sock, asio::buffer(c->header), [this, c](std::error_code, size_t) {
+      depart(c);
+      close(c);
+    });
+  }
+
+  // Adds or removes a member's claims on ranks (`by` is +1 or -1).
+  void count(const Record& rec, int by, bool master) {
+    for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg.world_size; ++k) {
+      uint32_t& n = claims[size_t(k)];
+      if (by > 0 && n++ == 0) ++distinct_claimed;
+      if (by < 0 && --n == 0) --distinct_claimed;
     }
-    depart(c);
-    close(c);
+    joined_ranks += by * rec.nranks;
+    if (!master && (world_votes[rec.world_size] += by) == 0) world_votes.erase(rec.world_size);
   }
 
   int admit(Record rec, std::string peer, ConnPtr conn) {
     double at = now_ms();
     last_join_ms = at;
-    for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg.world_size; ++k) {
-      ++claims[size_t(k)];
-    }
-    joined_ranks += rec.nranks;
-    slots.push_back(Slot{Member{std::move(rec), at, std::move(peer)}, std::move(conn), true});
-    return static_cast<int>(slots.size() - 1);
+    count(rec, +1, conn == nullptr);
+    tracker.add(rec, peer);
+    members.push_back(Member{std::move(rec), at, std::move(peer)});
+    conns.push_back(std::move(conn));
+    return static_cast<int>(members.size() - 1);
   }
 
   void depart(const ConnPtr& c) {
     if (decided || c->slot < 0) return;
-    Slot& s = slots[size_t(c->slot)];
-    if (!s.alive) return;
-    s.alive = false;
-    const Record& rec = s.member.record;
-    for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg.world_size; ++k) {
-      --claims[size_t(k)];
+    auto i = static_cast<size_t>(c->slot);
+    c->slot = -1;
+    Member gone = std::move(members[i]);
+    members.erase(members.begin() + static_cast<std::ptrdiff_t>(i));
+    conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+    for (size_t k = i; k < conns.size(); ++k) {
+      if (conns[k] != nullptr) conns[k]->slot = static_cast<int>(k);
     }
-    joined_ranks -= rec.nranks;
-    departed.push_back(Departure{rec, s.member.joined_ms, now_ms()});
-    cfg.log(fmt::format("{} disconnected before the verdict; joined {}/{}", member_label(rec),
-                        joined_ranks, cfg.world_size));
+    count(gone.record, -1, false);
+    tracker.taint();
+    cfg.log(fmt::format("{} disconnected before the verdict; joined {}/{}",
+                        member_label(gone.record), joined_ranks, cfg.world_size));
+    departed.push_back(Departure{std::move(gone.record), gone.joined_ms, now_ms()});
   }
 
   // ----- deciding ------------------------------------------------------------
@@ -318,13 +346,9 @@ struct Server::Impl {
   // Every member but the master claims one smaller world, and all of it is here:
   // the master's WORLD_SIZE is the odd one, and waiting longer cannot help.
   bool smaller_world_complete() const {
-    long claim = -1;
-    for (const Slot& s : slots) {
-      if (!s.alive || s.conn == nullptr) continue;
-      if (claim == -1) claim = s.member.record.world_size;
-      if (s.member.record.world_size != claim) return false;
-    }
-    if (claim < 1 || claim >= cfg.world_size || joined_ranks < claim) return false;
+    if (world_votes.size() != 1) return false;
+    long claim = world_votes.begin()->first;
+    if (claim < 1 || claim >= cfg.world_size || distinct_claimed < claim) return false;
     for (long k = 0; k < claim; ++k) {
       if (claims[size_t(k)] == 0) return false;
     }
@@ -353,16 +377,11 @@ struct Server::Impl {
     view.departed = std::move(departed);
     view.refused = std::move(refused);
     view.refused_total = refused_total;
-    std::vector<size_t> slot_of;  // view member -> slot
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (!slots[i].alive) continue;
-      view.members.push_back(std::move(slots[i].member));
-      slot_of.push_back(i);
-    }
+    view.members = std::move(members);
     if (!bound.empty() && acceptors.size() > 0) {
       view.master_port = acceptors.front()->local_endpoint().port();
     }
-    report.findings = run_checks(view);
+    if (!tracker.clean()) report.findings = run_checks(view);
     report.job_id = cfg.job_id;
     report.world_size = cfg.world_size;
     report.master_addr = cfg.master_addr;
@@ -378,28 +397,39 @@ struct Server::Impl {
     base.joined_ranks = static_cast<uint32_t>(joined_ranks);
     for (const Finding& f : report.findings) (f.is_error() ? base.errors : base.warnings)++;
 
+    const Bytes shared = std::make_shared<const std::vector<uint8_t>>(encode(base));
+    auto t_decided = Clock::now();
     for (size_t i = 0; i < view.members.size(); ++i) {
       const Record& rec = view.members[i].record;
-      Verdict v = base;
+      std::vector<Finding> notes;  // the findings that name this member's ranks
       for (const Finding& f : report.findings) {
         auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
-        if (lo != f.ranks.end() && *lo <= rec.last_rank()) v.notes.push_back(f);
-        if (v.notes.size() == kMaxVerdictNotes) break;
+        if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
+        if (notes.size() == kMaxVerdictNotes) break;
       }
-      const ConnPtr& c = slots[slot_of[i]].conn;
-      if (c == nullptr) {
-        if (local_verdict) local_verdict->set_value(std::move(v));
+      const ConnPtr& c = conns[i];
+      if (c != nullptr) c->close_after_write = true;
+      if (c != nullptr && notes.empty()) {
+        send(c, shared);
+        continue;
+      }
+      Verdict own = base;
+      own.notes = std::move(notes);
+      if (c != nullptr) {
+        send(c, encode(own));
+      } else if (local_verdict) {
+        local_verdict->set_value(std::move(own));
         local_verdict.reset();
-      } else {
-        c->close_after_write = true;
-        send(c, encode(v));
       }
     }
     report.members = std::move(view.members);
-    auto t1 = Clock::now();
-    // From the last join (or the deadline) to every verdict queued.
-    report.decision_ms = timed_out ? ms_between(t0, t1)
-                                   : ms_between(cfg.start, t1) - last_join_ms;
+    auto t_queued = Clock::now();
+    // From the last join (or the deadline) to the verdict; then to every frame queued.
+    report.decision_ms = timed_out ? ms_between(t0, t_decided)
+                                   : ms_between(cfg.start, t_decided) - last_join_ms;
+    report.broadcast_ms = ms_between(t_decided, t_queued);
+    rusage usage{};
+    if (::getrusage(RUSAGE_SELF, &usage) == 0) report.peak_rss_kib = usage.ru_maxrss;
     cfg.log(fmt::format("decided at +{} ({}): {}, {}/{} ranks joined",
                         format_seconds(report.rendezvous_ms),
                         timed_out ? "deadline reached" : "all joined",

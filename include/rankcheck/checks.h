@@ -2,6 +2,7 @@
 // Cross-checks: pure rules over every record the master holds. A rule returns
 // findings; it never prints or exits.
 
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -59,10 +60,13 @@ struct JobView {
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
 };
 
+/// What the rules share, built once per decision (claims per rank, members per host).
+struct CheckContext;
+
 /// One rule: a table row, like a launcher.
 struct Rule {
   std::string_view id;
-  void (*check)(const JobView&, std::vector<Finding>&);
+  void (*check)(const CheckContext&, std::vector<Finding>&);
 };
 
 /// The rules, in the order their findings lead the report: causes before effects.
@@ -70,6 +74,37 @@ std::span<const Rule> rules();
 
 /// Runs every rule and orders the findings: errors first, causes before effects.
 std::vector<Finding> run_checks(const JobView& view);
+
+/// A summary kept up to date as members join, so that a clean job needs no pass
+/// over every record at the moment of the decision. Conservative: when clean()
+/// is true, run_checks() on the same members finds nothing; when it is false,
+/// run the rules.
+class JoinTracker {
+ public:
+  JoinTracker(long world_size, std::vector<std::string> master_resolved);
+  void add(const Record& r, std::string_view peer);
+  /// Anything that is never clean: a departure, a refusal.
+  void taint() { tainted_ = true; }
+  bool clean() const { return !tainted_ && distinct_ == world_size_; }
+
+ private:
+  struct HostState {
+    int32_t local_world_size;
+    int32_t ranks = 0;
+    std::vector<bool> locals;
+  };
+  long world_size_;
+  bool master_loopback_;
+  bool tainted_ = false;
+  long distinct_ = 0;  // ranks in [0, world) claimed exactly once so far
+  std::vector<uint8_t> claimed_;
+  bool have_first_ = false;  // what every member must share with the first
+  uint64_t first_digest_ = 0;
+  std::string first_addr_;
+  uint16_t first_port_ = 0;
+  std::vector<std::string> first_resolved_;
+  std::map<std::string, HostState, std::less<>> hosts_;
+};
 
 /// The rules that need only this member's own record, for `rankcheck env` and
 /// for early warnings before the rendezvous.

@@ -31,6 +31,8 @@ struct Report {
   std::string gpu_stage = "not run";  ///< one phrase: "not run (--no-gpu)", "passed", ...
   double rendezvous_ms = 0;           ///< master start to decision
   double decision_ms = 0;             ///< last join (or deadline) to verdict computed
+  double broadcast_ms = 0;            ///< verdict computed to a frame queued for every member
+  long peak_rss_kib = 0;              ///< the master process's peak memory at the decision
   double total_ms = 0;
 
   int exit_code() const { return exit_code_for(findings); }

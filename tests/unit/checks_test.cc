@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <random>
+
 #include "helpers.h"
 
 using namespace rankcheck;
@@ -381,4 +383,63 @@ TEST_CASE("every rule has an entry in docs/findings.md") {
     INFO(rule.id);
     CHECK(ss.str().find(fmt::format("## `{}`", rule.id)) != std::string::npos);
   }
+}
+
+namespace {
+bool tracker_clean(const JobView& v) {
+  JoinTracker t(v.world_size, v.master_resolved);
+  for (const Member& m : v.members) t.add(m.record, m.peer);
+  if (!v.refused.empty() || !v.departed.empty()) t.taint();
+  return t.clean();
+}
+}  // namespace
+
+TEST_CASE("join tracker: a healthy job is clean, so the decision skips the rules") {
+  CHECK(tracker_clean(healthy_job(16, 4)));
+  JobView loop = healthy_job(8, 8);
+  loop.master_resolved = {"127.0.0.1"};
+  for (Member& m : loop.members) {
+    if (m.peer != "in-process") m.peer = "127.0.0.1:4000";
+  }
+  CHECK(tracker_clean(loop));
+  JobView missing = healthy_job(8, 4);
+  missing.members.pop_back();
+  CHECK(!tracker_clean(missing));
+}
+
+TEST_CASE("join tracker: never clean when the rules would find something (random perturbations)") {
+  std::minstd_rand rng(12345);
+  int clean_and_silent = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    JobView v = healthy_job(16, 4);
+    for (Member& m : v.members) test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "eth"}});
+    int changes = 1 + int(rng() % 2);
+    for (int c = 0; c < changes; ++c) {
+      Record& r = v.members[rng() % v.members.size()].record;
+      switch (rng() % 13) {
+        case 0: r.rank = int32_t(rng() % 18) - 1; break;
+        case 1: r.world_size = int32_t(rng() % 3) + 15; break;
+        case 2: r.local_rank = int32_t(rng() % 5) - 1; break;
+        case 3: r.local_world_size = int32_t(rng() % 6) - 1; break;
+        case 4: r.host = "gpu-0" + std::to_string(rng() % 5 + 1); break;
+        case 5: test::set_env(r, {{"NCCL_SOCKET_IFNAME", rng() % 2 ? "ib" : "eth"}}); break;
+        case 6: r.master_addr = rng() % 2 ? "node01" : "node02"; break;
+        case 7: r.master_resolved = {rng() % 2 ? "10.0.0.11" : "10.0.1.11"}; break;
+        case 8: r.interfaces = {"lo"}; break;
+        case 9:
+          r.conflicts.push_back(Conflict{Field::kRank, {{Field::kRank, "torch", "RANK", "1"},
+                                                        {Field::kRank, "slurm", "SLURM_PROCID", "2"}}});
+          break;
+        case 10: v.members.erase(v.members.begin() + long(rng() % v.members.size())); break;
+        case 11: v.master_resolved = {"127.0.1.1"}; break;
+        case 12: r.nranks = int32_t(rng() % 3) + 1; break;
+      }
+    }
+    bool clean = tracker_clean(v);
+    auto fs = run_checks(v);
+    INFO("trial " << trial);
+    if (clean) CHECK(fs.empty());
+    if (clean && fs.empty()) ++clean_and_silent;
+  }
+  CHECK(clean_and_silent > 0);  // some perturbations are harmless, and the tracker sees that
 }

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds into build/ (or $BUILD_DIR), with warnings as errors.
+#   scripts/build.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${BUILD_DIR:-build}
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
+      -DRANKCHECK_WERROR=ON "$@" >/dev/null
+ninja -C "$dir" ${NINJA_FLAGS:-}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages rankcheck needs that are missing, and nothing else.
+#   scripts/setup.sh build   compilers and libraries
+#   scripts/setup.sh test    the above, plus what the tests run against
+set -euo pipefail
+
+profile=${1:-build}
+build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
+            nlohmann-json3-dev libssl-dev)
+test_pkgs=(python3 iproute2 procps)
+
+case "$profile" in
+  build) want=("${build_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "setup.sh: unknown profile '$profile' (build or test)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#want[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,127 @@
+"""Runs real rankcheck processes on loopback and checks what they report.
+
+Every test asserts exit codes, finding ids with the ranks and hosts they name,
+and that every process ended within --timeout + 2 s.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("RANKCHECK_BIN", os.path.join(os.path.dirname(__file__), "../../build/rankcheck"))
+GRACE = 2.0  # every process must end within --timeout + GRACE
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_", "PET_")
+LAUNCHER_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+                 "ROLE_WORLD_SIZE", "NODE_RANK", "JOB_COMPLETION_INDEX", "MPI_LOCALRANKID",
+                 "MPI_LOCALNRANKS"}
+
+
+def clean_env(**extra):
+    """This process's environment without any launcher's variables, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """One rankcheck process, with its JSON report in a file of its own."""
+
+    def __init__(self, args, env, tmpdir, name):
+        self.name = name
+        self.json_path = os.path.join(tmpdir, f"{name}.json")
+        self.args = [BIN] + args[:1] + ["--json", self.json_path] + args[1:]
+        self.start = time.monotonic()
+        self.popen = subprocess.Popen(self.args, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        self.rc = self.out = self.err = None
+        self.elapsed = None
+
+    def wait(self, limit):
+        try:
+            self.out, self.err = self.popen.communicate(timeout=max(0.1, limit))
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.out, self.err = self.popen.communicate()
+            raise AssertionError(f"{self.name} still running after {limit:.1f} s: {self.err}")
+        self.elapsed = time.monotonic() - self.start
+        self.rc = self.popen.returncode
+        return self
+
+    @property
+    def report(self):
+        with open(self.json_path) as f:
+            return json.load(f)
+
+    def finding(self, fid):
+        for f in self.report["findings"]:
+            if f["id"] == fid:
+                return f
+        raise AssertionError(f"{self.name}: no finding {fid} in {self.ids()}")
+
+    def ids(self):
+        return [f["id"] for f in self.report["findings"]]
+
+
+class RankcheckTest(unittest.TestCase):
+    timeout = 3.0
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.procs = []
+        self.port = free_port()
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait()
+        self.tmp.cleanup()
+
+    def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, **env):
+        """Starts `rankcheck run` as one rank, given its identity in the torch variables."""
+        e = clean_env(RANK=rank, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=port or self.port, **env)
+        if local is not None:
+            e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"] = str(local[0]), str(local[1])
+        args = ["run", "--timeout", str(self.timeout), "--progress-interval", "1", *extra]
+        if host:
+            args += ["--host-name", host]
+        p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}")
+        self.procs.append(p)
+        return p
+
+    def job(self, world, per_host=None, skip=(), **kw):
+        """Ranks 0..world-1 except `skip`, `per_host` to a host named h0, h1, ..."""
+        procs = {}
+        for r in range(world):
+            if r in skip:
+                continue
+            host = f"h{r // per_host}" if per_host else None
+            local = (r % per_host, per_host) if per_host else None
+            procs[r] = self.rank(r, world, host=host, local=local, **kw)
+        return procs
+
+    def finish(self, procs=None):
+        """Waits for every process; each must end within --timeout + GRACE of its start."""
+        procs = list(procs or self.procs)
+        for p in procs:
+            p.wait(self.timeout + GRACE + 1.0 - (time.monotonic() - p.start))
+            self.assertLessEqual(p.elapsed, self.timeout + GRACE,
+                                 f"{p.name} took {p.elapsed:.2f} s")
+        return procs
+
+    def assertExit(self, procs, code):
+        for p in procs:
+            self.assertEqual(p.rc, code, f"{p.name}: exit {p.rc}\nstdout:\n{p.out}\nstderr:\n{p.err}")

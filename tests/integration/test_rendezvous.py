@@ -1,0 +1,145 @@
+"""Rendezvous scenarios with real processes on loopback, one behaviour per test."""
+
+import socket
+import unittest
+
+from harness import RankcheckTest, GRACE
+
+
+class Rendezvous(RankcheckTest):
+
+    def test_healthy_job_of_eight(self):
+        procs = self.job(8, per_host=4)
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        master = procs[0].report
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual(master["schema_version"], 1)
+        self.assertEqual(master["findings"], [])
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), list(range(8)))
+        self.assertEqual(master["decided"], "all-joined")
+        # Nobody waited for the deadline.
+        for p in procs.values():
+            self.assertLess(p.elapsed, self.timeout / 2, p.name)
+        self.assertIn("PASS — 8 ranks of 8 joined", procs[0].out)
+        self.assertRegex(procs[5].out, r"rankcheck: PASS: 8 ranks joined; this is rank 5 on h1")
+        self.assertEqual(procs[5].report["role"], "member")
+
+    def test_rank_never_started(self):
+        procs = self.job(8, per_host=4, skip={5})
+        self.finish()
+        self.assertExit(procs.values(), 4)
+        f = procs[0].finding("missing-rank")
+        self.assertEqual(f["ranks"], [5])
+        self.assertEqual(f["hosts"], ["h1"])
+        self.assertEqual(f["message"],
+                         "rank 5 never joined (expected on h1, local rank 1): h1 sent ranks "
+                         "4,6-7 but not 5")
+        self.assertEqual(procs[0].ids(), ["missing-rank"])
+        # Members print the job-wide verdict.
+        self.assertIn("rankcheck: FAIL: rank 5 never joined (expected on h1, local rank 1); "
+                      "this is rank 3 on h0", procs[3].out)
+
+    def test_duplicate_rank(self):
+        procs = self.job(8, per_host=4, skip={6})
+        dup = self.rank(3, 8, host="h1", local=(2, 4))  # the process meant to be rank 6
+        self.finish()
+        self.assertExit(self.procs, 3)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["duplicate-rank", "missing-rank"])
+        f = master.finding("duplicate-rank")
+        self.assertEqual(f["ranks"], [3])
+        self.assertEqual(f["hosts"], ["h0", "h1"])
+        self.assertIn(f"h0 (pid {procs[3].popen.pid})", f["message"])
+        self.assertIn(f"h1 (pid {dup.popen.pid})", f["message"])
+        self.assertEqual(master.finding("missing-rank")["ranks"], [6])
+        self.assertEqual(master.report["decided"], "all-joined")
+        self.assertIn("duplicate-rank: rank 3 is claimed by 2 members", dup.out)
+
+    def test_one_rank_with_another_world_size(self):
+        procs = self.job(8, per_host=4, skip={5})
+        odd = self.rank(5, 16, host="h1", local=(1, 4))
+        self.finish()
+        self.assertExit(self.procs, 3)
+        self.assertEqual(procs[0].ids(), ["world-size-mismatch"])
+        f = procs[0].finding("world-size-mismatch")
+        self.assertEqual(f["ranks"], [5])
+        self.assertEqual(f["message"], "members disagree on the world size: ranks 0-4,6-7 on "
+                                       "h0 and h1 say 8; rank 5 on h1 say 16")
+        self.assertEqual(odd.report["exit_code"], 3)
+
+    def test_rank_out_of_range(self):
+        procs = self.job(4, skip={3})
+        self.rank(7, 4)
+        self.finish()
+        self.assertExit(self.procs, 3)
+        self.assertEqual(procs[0].ids(), ["rank-out-of-range", "missing-rank"])
+        self.assertEqual(procs[0].finding("rank-out-of-range")["ranks"], [7])
+        self.assertEqual(procs[0].finding("missing-rank")["ranks"], [3])
+
+    def test_one_rank_with_a_wrong_master_port(self):
+        procs = self.job(4, skip={2})
+        lost = self.rank(2, 4, port=self.port + 1 if self.port < 65535 else self.port - 1)
+        self.finish()
+        self.assertExit(procs.values(), 4)
+        self.assertEqual(procs[0].finding("missing-rank")["ranks"], [2])
+        self.assertEqual(lost.rc, 4)
+        f = lost.finding("master-unreachable")
+        self.assertRegex(f["message"], r"cannot reach the master at 127\.0\.0\.1:\d+ by the "
+                                       r"deadline: connect: Connection refused \(attempt \d+\)")
+        self.assertEqual(f["ranks"], [2])
+
+    def test_no_master_at_all(self):
+        members = [self.rank(r, 4) for r in (1, 2, 3)]
+        self.finish()
+        self.assertExit(members, 4)
+        for m in members:
+            self.assertEqual(m.ids(), ["master-unreachable"])
+            self.assertGreaterEqual(m.elapsed, self.timeout - 0.5)
+        self.assertIn("rank 1 (", members[0].err)  # progress lines say who and where
+
+    def test_master_port_already_taken(self):
+        holder = socket.socket()
+        holder.bind(("127.0.0.1", self.port))
+        holder.listen()
+        try:
+            procs = self.job(3)
+            self.finish()
+        finally:
+            holder.close()
+        self.assertEqual(procs[0].rc, 7)
+        f = procs[0].finding("master-port-in-use")
+        self.assertEqual(f["message"],
+                         f"MASTER_PORT {self.port} is taken on {f['hosts'][0]}: cannot listen on "
+                         f"127.0.0.1:{self.port}: Address already in use")
+        self.assertLess(procs[0].elapsed, 2.5)  # it says so at once
+        self.assertExit([procs[1], procs[2]], 4)
+        f = procs[1].finding("master-unreachable")
+        self.assertIn("accepted the connection but sent no challenge", f["message"])
+
+    def test_foreign_job_id(self):
+        procs = self.job(4, skip={2}, extra=("--job-id", "job-a"))
+        stray = self.rank(2, 4, extra=("--job-id", "job-b"))
+        self.finish()
+        self.assertEqual(stray.rc, 6)
+        self.assertEqual(stray.ids(), ["foreign-job"])
+        self.assertIn("this master serves job 'job-a', not job 'job-b'",
+                      stray.finding("foreign-job")["message"])
+        self.assertExit(procs.values(), 6)
+        f = procs[0].finding("foreign-job")
+        self.assertEqual(f["ranks"], [2])
+        self.assertEqual(procs[0].ids(), ["foreign-job"])  # not also "missing"
+        self.assertEqual(len(procs[0].report["members"]), 3)  # never counted
+
+    def test_master_starting_late_is_waited_for(self):
+        members = [self.rank(r, 3) for r in (1, 2)]
+        import time
+        time.sleep(1.0)
+        master = self.rank(0, 3)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertEqual(len(master.report["members"]), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
