@@ -50,18 +50,27 @@ def master_run(members):
 
 def main(counts):
     base_report, base_rss, _, _ = master_run(0)
-    print(f"master alone: {base_report['master_peak_rss_kib']} KiB at the decision, verdict "
+    base_mem = base_report["master_memory_kib"]
+    print(f"master alone: {base_mem['resident_at_decision']} KiB resident at the decision, verdict "
           f"{base_report['verdict']}")
+    previous = None
     for n in counts:
         report, rss, line, code = master_run(n)
         t = report["timings"]
-        at_decision = report["master_peak_rss_kib"]
-        per = (at_decision - base_report["master_peak_rss_kib"]) * 1024 / n
+        mem = report["master_memory_kib"]
+        at_decision = mem["resident_at_decision"]
+        per = (at_decision - base_mem["resident_at_decision"]) * 1024 / n
         print(f"{n:>6} members: verdict {report['verdict']} (exit {code}); rendezvous "
               f"{t['rendezvous_ms']:.1f} ms; decision {t['decision_ms']:.2f} ms after the last "
               f"join, verdict queued to all {t['broadcast_ms']:.2f} ms later")
-        print(f"        master memory at the decision {at_decision} KiB ({per:.0f} bytes per "
-              f"member over a master alone); peak with the JSON report {rss} KiB")
+        print(f"        master resident at the decision {at_decision} KiB ({per:.0f} bytes per "
+              f"member over a master alone); peak before it {mem['peak_at_decision']} KiB, "
+              f"peak with the JSON report {rss} KiB")
+        if previous:
+            pn, prss = previous
+            print(f"        marginal memory from {pn} to {n} members: "
+                  f"{(at_decision - prss) * 1024 / (n - pn):.0f} bytes per member")
+        previous = (n, at_decision)
         print(f"        {line}")
 
 

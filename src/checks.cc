@@ -1,5 +1,3 @@
-#include <rankcheck/checks.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -7,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <rankcheck/checks.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -17,7 +16,8 @@ using Records = std::vector<const Record*>;
 std::vector<long> ranks_of(const Records& rs) {
   std::vector<long> out;
   for (const Record* r : rs) {
-    for (long k = r->rank; k <= r->last_rank(); ++k) out.push_back(k);
+    for (long k = r->rank; k <= r->last_rank(); ++k)
+      out.push_back(k);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
@@ -26,7 +26,8 @@ std::vector<long> ranks_of(const Records& rs) {
 
 std::vector<std::string> hosts_of(const Records& rs) {
   std::set<std::string> hosts;
-  for (const Record* r : rs) hosts.insert(r->host);
+  for (const Record* r : rs)
+    hosts.insert(r->host);
   return {hosts.begin(), hosts.end()};
 }
 
@@ -43,18 +44,20 @@ std::string where(const Records& rs) {
 
 Finding make(std::string_view id, Severity sev, int code, std::string message, std::string hint,
              const Records& about) {
-  return Finding{std::string(id), sev, code, std::move(message), std::move(hint),
-                 ranks_of(about), hosts_of(about)};
+  return Finding{std::string(id), sev, code, std::move(message), std::move(hint), ranks_of(about),
+                 hosts_of(about)};
 }
 
 // The world size missing ranks are counted against: the master's, unless the
 // members disagree, in which case the one most ranks claim (ties: the master's).
 long expected_world(const JobView& v) {
   bool agree = true;
-  for (const Member& m : v.members) agree = agree && m.record.world_size == v.world_size;
+  for (const Member& m : v.members)
+    agree = agree && m.record.world_size == v.world_size;
   if (agree) return std::clamp(v.world_size, 1L, kMaxWorldSize);
   std::map<long, long> votes;
-  for (const Member& m : v.members) votes[m.record.world_size] += m.record.nranks;
+  for (const Member& m : v.members)
+    votes[m.record.world_size] += m.record.nranks;
   long best = v.world_size;
   long best_votes = votes.count(best) ? votes[best] : 0;
   for (auto [w, n] : votes) {
@@ -96,9 +99,9 @@ struct CheckContext {
 
   const JobView& view;
   long expected_world;
-  std::vector<uint32_t> claims;   // members claiming each rank in [0, expected_world)
-  std::vector<long> outside;      // claimed ranks outside it, sorted
-  bool duplicates = false;        // some rank claimed twice
+  std::vector<uint32_t> claims;  // members claiming each rank in [0, expected_world)
+  std::vector<long> outside;     // claimed ranks outside it, sorted
+  bool duplicates = false;       // some rank claimed twice
   std::vector<std::pair<std::string_view, Records>> hosts;  // members by host name, sorted
   bool multi_host = false;
 };
@@ -184,10 +187,12 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
 void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   bool agree = true;
-  for (const Member& m : v.members) agree = agree && m.record.world_size == v.world_size;
+  for (const Member& m : v.members)
+    agree = agree && m.record.world_size == v.world_size;
   if (agree) return;
   std::map<long, Records> by_size;
-  for (const Member& m : v.members) by_size[m.record.world_size].push_back(&m.record);
+  for (const Member& m : v.members)
+    by_size[m.record.world_size].push_back(&m.record);
   if (by_size.size() < 2) return;
   long expected = ctx.expected_world;
   std::vector<std::pair<long, Records>> groups(by_size.begin(), by_size.end());
@@ -277,18 +282,21 @@ std::string conflict_text(const Conflict& c) {
 void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // Members whose conflicts involve the same field and variables form one finding.
-  std::map<std::pair<int, std::vector<std::string>>, std::vector<std::pair<const Record*, const Conflict*>>>
+  std::map<std::pair<int, std::vector<std::string>>,
+           std::vector<std::pair<const Record*, const Conflict*>>>
       groups;
   for (const Member& m : v.members) {
     for (const Conflict& c : m.record.conflicts) {
       std::vector<std::string> vars;
-      for (const Observation& o : c.values) vars.push_back(o.variable);
+      for (const Observation& o : c.values)
+        vars.push_back(o.variable);
       groups[{static_cast<int>(c.field), vars}].emplace_back(&m.record, &c);
     }
   }
   for (const auto& [key, items] : groups) {
     Records rs;
-    for (const auto& item : items) rs.push_back(item.first);
+    for (const auto& item : items)
+      rs.push_back(item.first);
     const auto& [first_rec, first_conflict] = items.front();
     const std::string& used = first_conflict->values.front().variable;
     std::string message =
@@ -319,14 +327,16 @@ void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& o
     claims.clear();
     for (const Record* r : rs) {
       if (r->local_rank < 0) continue;
-      for (long k = 0; k < r->nranks; ++k) claims.push_back({r->local_rank + k, r->rank + k, r});
+      for (long k = 0; k < r->nranks; ++k)
+        claims.push_back({r->local_rank + k, r->rank + k, r});
     }
     std::sort(claims.begin(), claims.end(), [](const Claim& a, const Claim& b) {
       return a.local != b.local ? a.local < b.local : a.global < b.global;
     });
     bool collision = false;
     for (size_t i = 1; i < claims.size() && !collision; ++i) {
-      collision = claims[i].local == claims[i - 1].local && claims[i].global != claims[i - 1].global;
+      collision =
+          claims[i].local == claims[i - 1].local && claims[i].global != claims[i - 1].global;
     }
     if (!collision) continue;
     std::vector<std::string> parts;
@@ -343,8 +353,8 @@ void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& o
         }
       }
       if (globals.size() > 1) {
-        parts.push_back(fmt::format("local rank {} by ranks {}", claims[i].local,
-                                    format_ranks(globals)));
+        parts.push_back(
+            fmt::format("local rank {} by ranks {}", claims[i].local, format_ranks(globals)));
         ranks.insert(ranks.end(), globals.begin(), globals.end());
         involved.insert(involved.end(), recs.begin(), recs.end());
       }
@@ -387,16 +397,16 @@ void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out) 
         if (!says.empty()) says += "; ";
         says += fmt::format("{} for {}", size, ranks_word(ranks_of(group)));
       }
-      out.push_back(make("local-world-size-mismatch", Severity::kError, exit_code::kMismatch,
-                         fmt::format("on {}, members disagree on LOCAL_WORLD_SIZE: {}",
-                                     printable(host), says),
-                         "every process on a host must get the same LOCAL_WORLD_SIZE: check "
-                         "--nproc-per-node / --ntasks-per-node for that host",
-                         rs));
+      out.push_back(make(
+          "local-world-size-mismatch", Severity::kError, exit_code::kMismatch,
+          fmt::format("on {}, members disagree on LOCAL_WORLD_SIZE: {}", printable(host), says),
+          "every process on a host must get the same LOCAL_WORLD_SIZE: check "
+          "--nproc-per-node / --ntasks-per-node for that host",
+          rs));
     } else if (by_size.size() == 1 && ranks_here > by_size.begin()->first) {
       out.push_back(make("local-world-size-mismatch", Severity::kError, exit_code::kMismatch,
-                         fmt::format("{} runs {} ranks but LOCAL_WORLD_SIZE is {}",
-                                     printable(host), ranks_here, by_size.begin()->first),
+                         fmt::format("{} runs {} ranks but LOCAL_WORLD_SIZE is {}", printable(host),
+                                     ranks_here, by_size.begin()->first),
                          "more processes were started on this host than the launcher was told: "
                          "check for a second launcher or a leftover job on it",
                          rs));
@@ -409,7 +419,8 @@ void check_ifname(const CheckContext& ctx, std::vector<Finding>& out) {
   std::map<std::pair<std::string, std::string>, Records> bad;  // (host, spec) -> members
   for (const Member& m : v.members) {
     for (const EnvVar& e : m.record.env) {
-      if (e.name == "NCCL_SOCKET_IFNAME" && !ifname_matches_any(e.value, m.record.interfaces)) {
+      if (e.name == "NCCL_SOCKET_IFNAME" &&
+          !ifname_matches_any(e.value, m.record.interfaces.get())) {
         bad[{m.record.host, e.value}].push_back(&m.record);
       }
     }
@@ -422,7 +433,7 @@ void check_ifname(const CheckContext& ctx, std::vector<Finding>& out) {
                     "has {}",
                     printable(spec, 48), printable(host), ranks_word(ranks_of(rs)),
                     rs.front()->interfaces.empty() ? std::string("none")
-                                                   : format_list(rs.front()->interfaces, 8)),
+                                                   : format_list(rs.front()->interfaces.get(), 8)),
         fmt::format("NCCL fails at init when no interface matches: set NCCL_SOCKET_IFNAME to an "
                     "interface {} has (a prefix, '=name' for one exact name, '^' to exclude)",
                     printable(host)),
@@ -478,12 +489,12 @@ void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& o
       parts += fmt::format("{} for {}", format_list(res, 4), where(group));
       all.insert(all.end(), group.begin(), group.end());
     }
-    out.push_back(make("master-addr-mismatch", Severity::kWarning, exit_code::kMismatch,
-                       fmt::format("MASTER_ADDR {} resolves to {}",
-                                   printable(rs.front()->master_addr), parts),
-                       "make the name resolve the same everywhere (DNS, /etc/hosts), or use the "
-                       "master's IP address",
-                       all));
+    out.push_back(make(
+        "master-addr-mismatch", Severity::kWarning, exit_code::kMismatch,
+        fmt::format("MASTER_ADDR {} resolves to {}", printable(rs.front()->master_addr), parts),
+        "make the name resolve the same everywhere (DNS, /etc/hosts), or use the "
+        "master's IP address",
+        all));
   }
 }
 
@@ -497,11 +508,15 @@ void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out)
     reason = r.reason;
   }
   if (peers.empty()) return;
-  out.push_back(Finding{"protocol-mismatch", Severity::kWarning, exit_code::kRejected,
-                        fmt::format("{} from {} refused: {}",
-                                    plural(peers.size(), "connection", "connections"),
-                                    format_list(peers, 4), printable(reason, 160)),
-                        "run the same rankcheck build on every host", {}, {}});
+  out.push_back(Finding{
+      "protocol-mismatch",
+      Severity::kWarning,
+      exit_code::kRejected,
+      fmt::format("{} from {} refused: {}", plural(peers.size(), "connection", "connections"),
+                  format_list(peers, 4), printable(reason, 160)),
+      "run the same rankcheck build on every host",
+      {},
+      {}});
 }
 
 void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -516,18 +531,20 @@ void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out)
   size_t unkept = v.refused_total > v.refused.size() ? v.refused_total - v.refused.size() : 0;
   if (peers.empty() && unkept == 0) return;
   out.push_back(Finding{
-      "stray-connection", Severity::kWarning, exit_code::kRejected,
-      fmt::format("{} to the master port {} not a member of this job and {} closed{}: first "
-                  "from {}: {}",
-                  plural(peers.size() + unkept, "connection", "connections"),
-                  peers.size() + unkept == 1 ? "was" : "were",
-                  peers.size() + unkept == 1 ? "was" : "were",
-                  unkept > 0 ? fmt::format(" ({} not itemised)", unkept) : std::string(),
-                  peers.empty() ? std::string("?") : printable(peers.front()),
-                  printable(reason, 160)),
+      "stray-connection",
+      Severity::kWarning,
+      exit_code::kRejected,
+      fmt::format(
+          "{} to the master port {} not a member of this job and {} closed{}: first "
+          "from {}: {}",
+          plural(peers.size() + unkept, "connection", "connections"),
+          peers.size() + unkept == 1 ? "was" : "were", peers.size() + unkept == 1 ? "was" : "were",
+          unkept > 0 ? fmt::format(" ({} not itemised)", unkept) : std::string(),
+          peers.empty() ? std::string("?") : printable(peers.front()), printable(reason, 160)),
       "something else on the network talks to MASTER_PORT: a port scanner, a health check, or "
       "a process of another run; harmless to this check unless it repeats",
-      {}, {}});
+      {},
+      {}});
 }
 
 void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -537,8 +554,7 @@ void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
     out.push_back(make(
         "member-disconnected", Severity::kError, exit_code::kIncomplete,
         fmt::format("{} joined at +{} and its connection closed at +{}, before the verdict",
-                    member_label(d.record), format_seconds(d.joined_ms),
-                    format_seconds(d.left_ms)),
+                    member_label(d.record), format_seconds(d.joined_ms), format_seconds(d.left_ms)),
         fmt::format("the process died or was killed after joining: check its log on {} (an OOM "
                     "kill, a crash, a network reset)",
                     printable(d.record.host)),
@@ -613,14 +629,16 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   long world = ctx.expected_world;
   std::vector<char> accounted(static_cast<size_t>(world), 0);
-  for (long k = 0; k < world; ++k) accounted[size_t(k)] = ctx.claims[size_t(k)] > 0;
+  for (long k = 0; k < world; ++k)
+    accounted[size_t(k)] = ctx.claims[size_t(k)] > 0;
   auto mark = [&](const Record& r) {
     for (long k = std::max(0L, long(r.rank)); k <= r.last_rank() && k < world; ++k) {
       accounted[size_t(k)] = 1;
     }
   };
   // Ranks explained by another finding are not reported twice.
-  for (const Departure& d : v.departed) mark(d.record);
+  for (const Departure& d : v.departed)
+    mark(d.record);
   for (const Refusal& r : v.refused) {
     if (r.kind == RefusalKind::kForeignJob && r.record) mark(*r.record);
   }
@@ -631,7 +649,8 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   if (missing.empty()) return;
 
   std::map<std::string_view, const Records*> sent;  // host -> members that joined from it
-  for (const auto& [host, rs] : ctx.hosts) sent[host] = &rs;
+  for (const auto& [host, rs] : ctx.hosts)
+    sent[host] = &rs;
   Layout layout(v, world);
   std::map<std::string, std::vector<std::pair<long, long>>> by_host;  // host -> (rank, local)
   for (long k : missing) {
@@ -649,38 +668,41 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
     }
   }
   std::string also =
-      misplaced > 0
-          ? fmt::format("; {} claimed a rank twice or out of range (see the findings above): the "
-                        "missing ranks were probably given the wrong RANK",
-                        plural(size_t(misplaced), "member", "members"))
-          : std::string();
+      misplaced > 0 ? fmt::format(
+                          "; {} claimed a rank twice or out of range (see the findings above): the "
+                          "missing ranks were probably given the wrong RANK",
+                          plural(size_t(misplaced), "member", "members"))
+                    : std::string();
   std::string reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
   const char* verb = v.timed_out ? "never joined" : "did not join";
 
   std::vector<std::pair<std::string, std::vector<long>>> whole_hosts;
   for (const auto& [host, items] : by_host) {
     std::vector<long> ranks;
-    for (const auto& item : items) ranks.push_back(item.first);
+    for (const auto& item : items)
+      ranks.push_back(item.first);
     Finding f{"missing-rank", Severity::kError, exit_code::kIncomplete, "", "", ranks, {}};
     if (host.empty()) {
       long per_node = layout.ranks_per_node();
-      bool whole_nodes = per_node > 0 && ranks.size() % size_t(per_node) == 0 &&
-                         ranks.front() % per_node == 0;
+      bool whole_nodes =
+          per_node > 0 && ranks.size() % size_t(per_node) == 0 && ranks.front() % per_node == 0;
       for (size_t i = 1; whole_nodes && i < ranks.size(); ++i) {
         whole_nodes = ranks[i] == ranks[i - 1] + 1 || ranks[i] % per_node == 0;
       }
       f.message = fmt::format(
           "{} {}{}", ranks_word(ranks), verb,
-          whole_nodes ? fmt::format(": {} of {} ranks, as if {} never started",
-                                    ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes",
-                                    per_node,
-                                    ranks.size() == size_t(per_node)
-                                        ? fmt::format("node {}", ranks.front() / per_node)
-                                        : std::string("those nodes"))
-                      : std::string());
-      f.hint = fmt::format("no member names their host: check that those processes were "
-                           "started, and that their hosts resolve and reach {}{}",
-                           reach, also);
+          whole_nodes
+              ? fmt::format(": {} of {} ranks, as if {} never started",
+                            ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes",
+                            per_node,
+                            ranks.size() == size_t(per_node)
+                                ? fmt::format("node {}", ranks.front() / per_node)
+                                : std::string("those nodes"))
+              : std::string());
+      f.hint = fmt::format(
+          "no member names their host: check that those processes were "
+          "started, and that their hosts resolve and reach {}{}",
+          reach, also);
     } else if (sent.count(host)) {
       std::vector<long> got = ranks_of(*sent[host]);
       std::string locals;
@@ -689,14 +711,14 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
           locals += fmt::format("{}{}", locals.empty() ? ", local rank " : ",", item.second);
         }
       }
-      f.message = fmt::format("{} {} (expected on {}{}): {} sent {} but not {}",
-                              ranks_word(ranks), verb, printable(host), locals, printable(host),
-                              ranks_word(got), format_ranks(ranks));
-      f.hint = fmt::format("the process for {} on {} was not started or died early: compare the "
-                           "launcher's task count on {} with --ntasks-per-node / "
-                           "--nproc-per-node, and check its log{}",
-                           ranks.size() == 1 ? "that rank" : "those ranks", printable(host),
-                           printable(host), also);
+      f.message = fmt::format("{} {} (expected on {}{}): {} sent {} but not {}", ranks_word(ranks),
+                              verb, printable(host), locals, printable(host), ranks_word(got),
+                              format_ranks(ranks));
+      f.hint = fmt::format(
+          "the process for {} on {} was not started or died early: compare the "
+          "launcher's task count on {} with --ntasks-per-node / "
+          "--nproc-per-node, and check its log{}",
+          ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host), also);
       f.hosts = {host};
     } else {
       whole_hosts.emplace_back(host, ranks);
@@ -706,16 +728,21 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   }
   // A host that sent nothing is one finding; many such hosts share one.
   auto host_hint = [&](const std::string& hosts) {
-    return fmt::format("{} did not start the job, or cannot reach the master at {}: check that "
-                       "it is up, resolves MASTER_ADDR and reaches that port{}",
-                       hosts, reach, also);
+    return fmt::format(
+        "{} did not start the job, or cannot reach the master at {}: check that "
+        "it is up, resolves MASTER_ADDR and reaches that port{}",
+        hosts, reach, also);
   };
   if (whole_hosts.size() <= 4) {
     for (const auto& [host, ranks] : whole_hosts) {
-      out.push_back(Finding{"missing-rank", Severity::kError, exit_code::kIncomplete,
+      out.push_back(Finding{"missing-rank",
+                            Severity::kError,
+                            exit_code::kIncomplete,
                             fmt::format("{} {}: all {} of its ranks ({}) are missing",
                                         printable(host), verb, ranks.size(), format_ranks(ranks)),
-                            host_hint(printable(host)), ranks, {host}});
+                            host_hint(printable(host)),
+                            ranks,
+                            {host}});
     }
   } else {
     Finding f{"missing-rank", Severity::kError, exit_code::kIncomplete, "", "", {}, {}};
@@ -742,11 +769,13 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   }
   if (same) return;
   std::map<uint64_t, Records> groups;
-  for (const Member& m : v.members) groups[m.record.env_digest].push_back(&m.record);
+  for (const Member& m : v.members)
+    groups[m.record.env_digest].push_back(&m.record);
   if (groups.size() < 2) return;
   std::set<std::string> names;
   for (const auto& [digest, rs] : groups) {
-    for (const EnvVar& e : rs.front()->env) names.insert(e.name);
+    for (const EnvVar& e : rs.front()->env)
+      names.insert(e.name);
   }
   for (const std::string& name : names) {
     std::map<std::optional<std::string>, Records> by_value;  // nullopt: unset
@@ -770,8 +799,8 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
     for (size_t i = 0; i < vals.size(); ++i) {
       const auto& [value, rs] = vals[i];
       if (!parts.empty()) parts += "; ";
-      parts += fmt::format("{} for {}", value ? printable(*value, 48) : std::string("unset"),
-                           where(rs));
+      parts +=
+          fmt::format("{} for {}", value ? printable(*value, 48) : std::string("unset"), where(rs));
       if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
     }
     out.push_back(make("env-mismatch", Severity::kWarning, exit_code::kMismatch,
@@ -810,12 +839,15 @@ std::vector<Finding> order(std::vector<Finding> findings) {
 
 }  // namespace
 
-std::span<const Rule> rules() { return kRules; }
+std::span<const Rule> rules() {
+  return kRules;
+}
 
 std::vector<Finding> run_checks(const JobView& view) {
   CheckContext ctx(view);
   std::vector<Finding> findings;
-  for (const Rule& rule : kRules) rule.check(ctx, findings);
+  for (const Rule& rule : kRules)
+    rule.check(ctx, findings);
   return order(std::move(findings));
 }
 
@@ -828,7 +860,7 @@ std::vector<Finding> local_checks(const Record& self) {
   view.members.push_back(Member{self, 0, "in-process"});
   if (self.rank == 0) {
     view.master_host = self.host;
-    view.master_resolved = self.master_resolved;
+    view.master_resolved = self.master_resolved.get();
   }
   CheckContext ctx(view);
   std::vector<Finding> findings;
@@ -838,16 +870,18 @@ std::vector<Finding> local_checks(const Record& self) {
   check_ifname(ctx, findings);
   // A member away from the master's node that resolves MASTER_ADDR to loopback
   // would knock on its own door.
-  bool away = self.node_rank > 0 ||
-              (self.local_world_size >= 1 && self.rank >= self.local_world_size);
+  bool away =
+      self.node_rank > 0 || (self.local_world_size >= 1 && self.rank >= self.local_world_size);
   bool all_loopback = !self.master_resolved.empty();
-  for (const auto& a : self.master_resolved) all_loopback = all_loopback && is_loopback_address(a);
+  for (const auto& a : self.master_resolved)
+    all_loopback = all_loopback && is_loopback_address(a);
   if (self.rank != 0 && away && all_loopback) {
+    // A warning: it is fatal unless rank 0 runs on this very machine after all.
     findings.push_back(make(
-        "master-addr-loopback", Severity::kError, exit_code::kMismatch,
+        "master-addr-loopback", Severity::kWarning, exit_code::kMismatch,
         fmt::format("MASTER_ADDR {} resolves to {} (loopback) on {}, which is not the master's "
-                    "node: this process cannot reach rank 0 there",
-                    printable(self.master_addr), format_list(self.master_resolved),
+                    "node: unless rank 0 runs on this machine, this process cannot reach it",
+                    printable(self.master_addr), format_list(self.master_resolved.get()),
                     printable(self.host)),
         "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
         "/etc/hosts on this host",
@@ -874,7 +908,7 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     ++distinct_;
   }
   for (const EnvVar& e : r.env) {  // NCCL_SOCKET_IFNAME
-    if (e.name == "NCCL_SOCKET_IFNAME") ok = ok && ifname_matches_any(e.value, r.interfaces);
+    if (e.name == "NCCL_SOCKET_IFNAME") ok = ok && ifname_matches_any(e.value, r.interfaces.get());
   }
   if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
     ok = ok && is_loopback_address(peer_host(peer));
@@ -884,10 +918,10 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     first_digest_ = r.env_digest;
     first_addr_ = r.master_addr;
     first_port_ = r.master_port;
-    first_resolved_ = r.master_resolved;
+    first_resolved_ = r.master_resolved.get();
   }
   ok = ok && r.env_digest == first_digest_ && r.master_addr == first_addr_ &&
-       r.master_port == first_port_ && r.master_resolved == first_resolved_;
+       r.master_port == first_port_ && r.master_resolved.get() == first_resolved_;
   // Per host: one local world size, room for these ranks, no local rank twice.
   auto it = hosts_.find(r.host);
   if (it == hosts_.end()) {
@@ -916,10 +950,10 @@ int exit_code_for(const std::vector<Finding>& findings) {
 }
 
 std::string member_label(const Record& r) {
-  return fmt::format("{} {} ({}, pid {})", r.nranks == 1 ? "rank" : "ranks",
-                     r.nranks == 1 ? std::to_string(r.rank)
-                                   : fmt::format("{}-{}", r.rank, r.last_rank()),
-                     printable(r.host, 64), r.pid);
+  return fmt::format(
+      "{} {} ({}, pid {})", r.nranks == 1 ? "rank" : "ranks",
+      r.nranks == 1 ? std::to_string(r.rank) : fmt::format("{}-{}", r.rank, r.last_rank()),
+      printable(r.host, 64), r.pid);
 }
 
 bool ifname_matches_any(std::string_view spec, const std::vector<std::string>& interfaces) {

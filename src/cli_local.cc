@@ -16,9 +16,9 @@ Command add_local(CLI::App& root, const EnvMap& env) {
   app->add_option("--job-id", o->run.flags.job_id, "Job id (default: local-<pid>)");
   add_run_flags(*app, o->run, *color);
   return {app, [o, color, &env] {
-    o->run.color = use_color(*color, env);
-    return run_local(*o, env);
-  }};
+            o->run.color = use_color(*color, env);
+            return run_local(*o, env);
+          }};
 }
 
 }  // namespace rankcheck::cli

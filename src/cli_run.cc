@@ -12,9 +12,9 @@ Command add_run(CLI::App& root, const EnvMap& env) {
   add_identity_flags(*app, o->flags);
   add_run_flags(*app, *o, *color);
   return {app, [o, color, &env] {
-    o->color = use_color(*color, env);
-    return run_probe(*o, env);
-  }};
+            o->color = use_color(*color, env);
+            return run_probe(*o, env);
+          }};
 }
 
 }  // namespace rankcheck::cli

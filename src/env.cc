@@ -1,6 +1,6 @@
-#include <rankcheck/env.h>
-
 #include <fmt/format.h>
+
+#include <rankcheck/env.h>
 
 extern char** environ;
 
@@ -25,8 +25,10 @@ Result<EnvMap> parse_env_text(std::string_view text) {
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' '))
+      line.remove_suffix(1);
+    while (!line.empty() && line.front() == ' ')
+      line.remove_prefix(1);
     if (line.empty() || line.front() == '#') continue;
     if (line.substr(0, 7) == "export ") line.remove_prefix(7);
     auto eq = line.find('=');

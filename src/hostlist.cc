@@ -1,9 +1,9 @@
-#include <rankcheck/hostlist.h>
-
 #include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
+
+#include <rankcheck/hostlist.h>
 
 namespace rankcheck {
 namespace {
@@ -75,7 +75,8 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
     while (!rest.empty()) {
       auto open = rest.find('[');
       std::string_view lit = rest.substr(0, open);
-      for (auto& n : names) n.append(lit);
+      for (auto& n : names)
+        n.append(lit);
       if (open == std::string_view::npos) break;
       auto close = rest.find(']', open);
       auto values = expand_ranges(rest.substr(open + 1, close - open - 1));
@@ -86,12 +87,14 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
       std::vector<std::string> next;
       next.reserve(names.size() * values->size());
       for (const auto& n : names) {
-        for (const auto& v : *values) next.push_back(n + v);
+        for (const auto& v : *values)
+          next.push_back(n + v);
       }
       names = std::move(next);
       rest = rest.substr(close + 1);
     }
-    for (auto& n : names) hosts.push_back(std::move(n));
+    for (auto& n : names)
+      hosts.push_back(std::move(n));
   }
   if (hosts.empty()) return Error{fmt::format("host list '{}' names no host", list)};
   return hosts;

@@ -1,13 +1,15 @@
-#include <rankcheck/identity.h>
-
 #include <charconv>
 
 #include <fmt/format.h>
 
+#include <rankcheck/identity.h>
+
 namespace rankcheck {
 namespace {
 
-bool is_numeric_field(Field f) { return f != Field::kMasterAddr && f != Field::kJobId; }
+bool is_numeric_field(Field f) {
+  return f != Field::kMasterAddr && f != Field::kJobId;
+}
 
 // Strict whole-number parse: optional '-', digits, nothing else.
 std::optional<long> parse_long(std::string_view s) {
@@ -27,16 +29,25 @@ std::string_view describe(std::string_view launcher) {
 
 long* numeric_slot(Identity& id, Field f) {
   switch (f) {
-    case Field::kRank: return &id.rank;
-    case Field::kWorldSize: return &id.world_size;
-    case Field::kLocalRank: return &id.local_rank;
-    case Field::kLocalWorldSize: return &id.local_world_size;
-    case Field::kNodeRank: return &id.node_rank;
-    case Field::kNnodes: return &id.nnodes;
-    case Field::kNprocPerNode: return &id.nranks;
-    case Field::kMasterPort: return &id.master_port;
+    case Field::kRank:
+      return &id.rank;
+    case Field::kWorldSize:
+      return &id.world_size;
+    case Field::kLocalRank:
+      return &id.local_rank;
+    case Field::kLocalWorldSize:
+      return &id.local_world_size;
+    case Field::kNodeRank:
+      return &id.node_rank;
+    case Field::kNnodes:
+      return &id.nnodes;
+    case Field::kNprocPerNode:
+      return &id.nranks;
+    case Field::kMasterPort:
+      return &id.master_port;
     case Field::kMasterAddr:
-    case Field::kJobId: return nullptr;
+    case Field::kJobId:
+      return nullptr;
   }
   return nullptr;
 }
@@ -128,8 +139,8 @@ void resolve(Identity& id) {
 
   for (long v : {id.rank, id.local_rank, id.local_world_size, id.node_rank, id.nnodes}) {
     if (v < -kMaxWorldSize || v > kMaxWorldSize) {
-      id.problems.push_back(fmt::format("{} is not a plausible rank or count (limit {})", v,
-                                        kMaxWorldSize));
+      id.problems.push_back(
+          fmt::format("{} is not a plausible rank or count (limit {})", v, kMaxWorldSize));
     }
   }
   if (!have[int(Field::kRank)]) {
@@ -156,8 +167,9 @@ void resolve(Identity& id) {
       auto hosts = expand_hostlist(id.node_list);
       if (hosts) {
         id.master_addr = hosts->front();
-        id.notes.push_back(fmt::format(
-            "MASTER_ADDR not set: using {}, the first host of the Slurm node list", id.master_addr));
+        id.notes.push_back(
+            fmt::format("MASTER_ADDR not set: using {}, the first host of the Slurm node list",
+                        id.master_addr));
       }
     } else if (id.world_size == 1) {
       id.master_addr = "127.0.0.1";
@@ -174,16 +186,26 @@ void resolve(Identity& id) {
 
 std::string_view field_name(Field f) {
   switch (f) {
-    case Field::kRank: return "rank";
-    case Field::kWorldSize: return "world size";
-    case Field::kLocalRank: return "local rank";
-    case Field::kLocalWorldSize: return "local world size";
-    case Field::kNodeRank: return "node rank";
-    case Field::kNnodes: return "node count";
-    case Field::kNprocPerNode: return "processes per node";
-    case Field::kMasterAddr: return "master address";
-    case Field::kMasterPort: return "master port";
-    case Field::kJobId: return "job id";
+    case Field::kRank:
+      return "rank";
+    case Field::kWorldSize:
+      return "world size";
+    case Field::kLocalRank:
+      return "local rank";
+    case Field::kLocalWorldSize:
+      return "local world size";
+    case Field::kNodeRank:
+      return "node rank";
+    case Field::kNnodes:
+      return "node count";
+    case Field::kNprocPerNode:
+      return "processes per node";
+    case Field::kMasterAddr:
+      return "master address";
+    case Field::kMasterPort:
+      return "master port";
+    case Field::kJobId:
+      return "job id";
   }
   return "?";
 }

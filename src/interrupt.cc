@@ -1,10 +1,10 @@
-#include <rankcheck/interrupt.h>
-
 #include <atomic>
 #include <csignal>
 
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <rankcheck/interrupt.h>
 
 namespace rankcheck {
 namespace {
@@ -36,14 +36,21 @@ void install_interrupt_handlers() {
   std::signal(SIGPIPE, SIG_IGN);
 }
 
-int interrupted() { return g_signal.load(); }
-int interrupt_fd() { return g_pipe[0]; }
+int interrupted() {
+  return g_signal.load();
+}
+int interrupt_fd() {
+  return g_pipe[0];
+}
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    default: return "a signal";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "a signal";
   }
 }
 

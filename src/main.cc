@@ -14,10 +14,11 @@
 int main(int argc, char** argv) {
   using namespace rankcheck;
   const EnvMap env = process_env();
-  CLI::App app{"rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "
-               "real job starts.\nExit codes: 0 pass, 1 internal error, 2 usage, 3 mismatch, 4 "
-               "incomplete rendezvous, 5 GPU/NCCL stage, 6 rejected, 7 cannot listen, 128+N "
-               "signal N."};
+  CLI::App app{
+      "rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "
+      "real job starts.\nExit codes: 0 pass, 1 internal error, 2 usage, 3 mismatch, 4 "
+      "incomplete rendezvous, 5 GPU/NCCL stage, 6 rejected, 7 cannot listen, 128+N "
+      "signal N."};
   app.set_version_flag("--version", std::string(kVersion));
   app.require_subcommand(1);
   const cli::Command commands[] = {cli::add_run(app, env), cli::add_env(app, env),

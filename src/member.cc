@@ -1,13 +1,11 @@
-#include <rankcheck/member.h>
-
 #include <random>
 
-#include <poll.h>
-
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <rankcheck/checks.h>
 #include <rankcheck/interrupt.h>
+#include <rankcheck/member.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -28,8 +26,8 @@ void nap(Deadline until) {
 
 Finding failure(std::string id, int code, std::string message, std::string hint,
                 const Record& self) {
-  return Finding{std::move(id), Severity::kError, code, std::move(message), std::move(hint),
-                 {self.rank}, {self.host}};
+  return Finding{std::move(id),   Severity::kError, code,       std::move(message),
+                 std::move(hint), {self.rank},      {self.host}};
 }
 
 enum class Step { kRetry, kJoined, kFatal };
@@ -61,10 +59,11 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
       return Step::kFatal;
     }
     if (e.code == int(IoFault::kInterrupted)) return Step::kFatal;
-    last_error = e.code < int(IoFault::kClosed)
-                     ? fmt::format("{} answered, but is not a rankcheck master ({})", where, e.message)
-                     : fmt::format("{} accepted the connection but sent no challenge ({})", where,
-                                   e.message);
+    last_error =
+        e.code < int(IoFault::kClosed)
+            ? fmt::format("{} answered, but is not a rankcheck master ({})", where, e.message)
+            : fmt::format("{} accepted the connection but sent no challenge ({})", where,
+                          e.message);
     return Step::kRetry;
   }
   if (frame->header.type != uint16_t(MsgType::kChallenge) || !decode_challenge(frame->payload)) {
@@ -93,7 +92,8 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
     return Step::kJoined;
   }
   if (reply->header.type != uint16_t(MsgType::kReject)) {
-    last_error = fmt::format("{} answered the hello with a {}", where, type_name(reply->header.type));
+    last_error =
+        fmt::format("{} answered the hello with a {}", where, type_name(reply->header.type));
     return Step::kRetry;
   }
   auto reject = decode_reject(reply->payload);
@@ -127,10 +127,10 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
     case RejectCode::kMalformed:
       break;
   }
-  out.failure = failure("protocol-mismatch", exit_code::kRejected,
-                        fmt::format("the master at {} refused this member's hello: {}", where,
-                                    reason),
-                        "run the same rankcheck build on every host", self);
+  out.failure =
+      failure("protocol-mismatch", exit_code::kRejected,
+              fmt::format("the master at {} refused this member's hello: {}", where, reason),
+              "run the same rankcheck build on every host", self);
   return Step::kFatal;
 }
 
@@ -142,10 +142,11 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
   Millis backoff(50);
   std::minstd_rand jitter(self.pid ^ static_cast<uint32_t>(self.rank));
   auto next_progress = Clock::now();
-  std::string label = fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
-                                  self.nranks == 1 ? std::to_string(self.rank)
-                                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
-                                  printable(self.host, 64));
+  std::string label =
+      fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
+                  self.nranks == 1 ? std::to_string(self.rank)
+                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
+                  printable(self.host, 64));
   while (true) {
     if (interrupted()) return out;
     if (out.attempts > 0 && o.give_up.expired()) break;
@@ -190,9 +191,10 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline) {
     if (!frame) {
       const Error& e = frame.error();
       if (e.code == int(IoFault::kClosed)) {
-        return Error{"the master closed the connection before its verdict (it exited or was "
-                     "killed)",
-                     e.code};
+        return Error{
+            "the master closed the connection before its verdict (it exited or was "
+            "killed)",
+            e.code};
       }
       if (e.code == int(IoFault::kTimeout)) {
         return Error{"no verdict from the master by the deadline", e.code};

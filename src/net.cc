@@ -1,5 +1,3 @@
-#include <rankcheck/net.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -11,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -19,9 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <rankcheck/interrupt.h>
+#include <rankcheck/net.h>
 
 namespace rankcheck {
 
@@ -138,7 +136,9 @@ Socket& Socket::operator=(Socket&& o) noexcept {
   return *this;
 }
 
-Socket::~Socket() { close(); }
+Socket::~Socket() {
+  close();
+}
 
 void Socket::close() {
   if (fd_ >= 0) ::close(fd_);
@@ -195,9 +195,9 @@ Status Socket::write_all(std::span<const uint8_t> bytes, Deadline deadline) {
       if (!ready) return ready.error();
       continue;
     }
-    return Error{fmt::format("send: {}", std::strerror(errno)),
-                 errno == EPIPE || errno == ECONNRESET ? int(IoFault::kClosed)
-                                                       : int(IoFault::kSystem)};
+    return Error{
+        fmt::format("send: {}", std::strerror(errno)),
+        errno == EPIPE || errno == ECONNRESET ? int(IoFault::kClosed) : int(IoFault::kSystem)};
   }
   return ok_status();
 }

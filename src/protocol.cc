@@ -1,6 +1,6 @@
-#include <rankcheck/protocol.h>
-
 #include <fmt/format.h>
+
+#include <rankcheck/protocol.h>
 
 namespace rankcheck {
 namespace {

@@ -1,7 +1,6 @@
-#include <rankcheck/record.h>
-
 #include <algorithm>
 
+#include <rankcheck/record.h>
 #include <rankcheck/version.h>
 
 namespace rankcheck {
@@ -27,7 +26,8 @@ std::vector<EnvVar> tracked_env(const EnvMap& env) {
 uint64_t env_digest(const std::vector<EnvVar>& env) {
   uint64_t h = 0xcbf29ce484222325ull;
   auto mix = [&h](std::string_view s) {
-    for (char c : s) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+    for (char c : s)
+      h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
     h = (h ^ 0xff) * 0x100000001b3ull;  // separator: ("ab","c") != ("a","bc")
   };
   for (const EnvVar& v : env) {
@@ -50,17 +50,20 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env)
   r.launcher = id.launcher;
   r.master_addr = id.master_addr.substr(0, kMaxShortString);
   r.master_port = static_cast<uint16_t>(id.master_port);
-  r.master_resolved = host.master_resolved;
-  if (r.master_resolved.size() > kMaxAddresses) r.master_resolved.resize(kMaxAddresses);
+  std::vector<std::string> resolved = host.master_resolved;
+  if (resolved.size() > kMaxAddresses) resolved.resize(kMaxAddresses);
+  r.master_resolved = std::move(resolved);
   r.resolve_error = host.resolve_error.substr(0, kMaxShortString);
   r.job_id = id.job_id.substr(0, kMaxShortString);
   r.host = host.host.substr(0, kMaxHostName);
   r.pid = host.pid;
   r.conflicts = id.conflicts;
-  r.env = tracked_env(env);
-  r.env_digest = env_digest(r.env);
-  r.interfaces = host.interfaces;
-  if (r.interfaces.size() > kMaxInterfaces) r.interfaces.resize(kMaxInterfaces);
+  std::vector<EnvVar> tracked = tracked_env(env);
+  r.env_digest = env_digest(tracked);
+  r.env = std::move(tracked);
+  std::vector<std::string> interfaces = host.interfaces;
+  if (interfaces.size() > kMaxInterfaces) interfaces.resize(kMaxInterfaces);
+  r.interfaces = std::move(interfaces);
   r.node_list = id.node_list.substr(0, kMaxEnvValue);
   r.tasks_per_node = id.tasks_per_node.substr(0, kMaxShortString);
   r.distribution = static_cast<uint8_t>(id.distribution);
@@ -69,15 +72,17 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env)
 
 namespace {
 
-void put_strings(Writer& w, const std::vector<std::string>& v) {
+void put_strings(Writer& w, const SharedList<std::string>& v) {
   w.u32(static_cast<uint32_t>(v.size()));
-  for (const auto& s : v) w.str(s);
+  for (const auto& s : v)
+    w.str(s);
 }
 
 std::vector<std::string> get_strings(Reader& r, uint32_t max, size_t max_len,
                                      std::string_view what) {
   std::vector<std::string> v(r.count(max, what));
-  for (auto& s : v) s = r.str(max_len, what);
+  for (auto& s : v)
+    s = r.str(max_len, what);
   return v;
 }
 
@@ -153,11 +158,12 @@ Record decode_record(Reader& r) {
       o.value = r.str(kMaxShortString, "variable value");
     }
   }
-  rec.env.resize(r.count(kMaxEnvVars, "environment variable"));
-  for (EnvVar& v : rec.env) {
+  std::vector<EnvVar> env(r.count(kMaxEnvVars, "environment variable"));
+  for (EnvVar& v : env) {
     v.name = r.str(kMaxShortString, "variable name");
     v.value = r.str(kMaxEnvValue, "variable value");
   }
+  rec.env = std::move(env);
   rec.env_digest = r.u64();
   rec.interfaces = get_strings(r, kMaxInterfaces, 64, "interface name");
   rec.node_list = r.str(kMaxEnvValue, "node list");
@@ -175,7 +181,7 @@ Record decode_record(Reader& r) {
                       [](const EnvVar& a, const EnvVar& b) { return a.name < b.name; })) {
     r.fail("environment variables not sorted");
   }
-  if (env_digest(rec.env) != rec.env_digest) r.fail("environment digest does not match");
+  if (env_digest(rec.env.get()) != rec.env_digest) r.fail("environment digest does not match");
   return rec;
 }
 

@@ -1,5 +1,3 @@
-#include <rankcheck/report.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -7,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <rankcheck/report.h>
 #include <rankcheck/text.h>
 #include <rankcheck/version.h>
 
@@ -49,13 +48,15 @@ std::string wrap(std::string_view text, size_t first_col, size_t indent) {
 
 size_t host_count(const std::vector<Member>& members) {
   std::set<std::string_view> hosts;
-  for (const Member& m : members) hosts.insert(m.record.host);
+  for (const Member& m : members)
+    hosts.insert(m.record.host);
   return hosts.size();
 }
 
 long rank_count(const std::vector<Member>& members) {
   long n = 0;
-  for (const Member& m : members) n += m.record.nranks;
+  for (const Member& m : members)
+    n += m.record.nranks;
   return n;
 }
 
@@ -64,7 +65,8 @@ std::string member_table(const Report& r) {
   if (r.members.size() <= 8) {
     rows.push_back({"rank", "host", "local", "pid", "launcher", "joined"});
     std::vector<const Member*> sorted;
-    for (const Member& m : r.members) sorted.push_back(&m);
+    for (const Member& m : r.members)
+      sorted.push_back(&m);
     std::stable_sort(sorted.begin(), sorted.end(), [](const Member* a, const Member* b) {
       return a->record.rank < b->record.rank;
     });
@@ -87,7 +89,8 @@ std::string member_table(const Report& r) {
     std::map<std::string, HostRow> hosts;
     for (const Member& m : r.members) {
       HostRow& h = hosts[m.record.host];
-      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) h.ranks.push_back(k);
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k)
+        h.ranks.push_back(k);
       h.last_join = std::max(h.last_join, m.joined_ms);
       ++h.members;
     }
@@ -109,7 +112,8 @@ std::string member_table(const Report& r) {
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
   }
   std::string out;
   for (const auto& row : rows) {
@@ -135,7 +139,8 @@ nlohmann::json finding_json(const Finding& f) {
 
 nlohmann::json record_json(const Record& r) {
   nlohmann::json env = nlohmann::json::object();
-  for (const EnvVar& e : r.env) env[e.name] = e.value;
+  for (const EnvVar& e : r.env)
+    env[e.name] = e.value;
   return {{"rank", r.rank},
           {"nranks", r.nranks},
           {"world_size", r.world_size},
@@ -149,7 +154,7 @@ nlohmann::json record_json(const Record& r) {
           {"job_id", r.job_id},
           {"master_addr", r.master_addr},
           {"master_port", r.master_port},
-          {"master_resolved", r.master_resolved},
+          {"master_resolved", r.master_resolved.get()},
           {"version", r.version},
           {"env", env}};
 }
@@ -180,21 +185,21 @@ std::string render_text(const Report& r, RenderStyle style) {
   std::string out;
   size_t errors = 0;
   size_t warnings = 0;
-  for (const Finding& f : r.findings) (f.is_error() ? errors : warnings)++;
+  for (const Finding& f : r.findings)
+    (f.is_error() ? errors : warnings)++;
 
   out += fmt::format("rankcheck {} · job {} · {} on {} · master {}:{}{}\n", kVersion,
                      r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
                      plural(size_t(rank_count(r.members)), "rank", "ranks"),
                      plural(host_count(r.members), "host", "hosts"), printable(r.master_addr, 64),
                      r.master_port,
-                     r.master_bound.empty()
-                         ? std::string()
-                         : fmt::format(" ({})", format_list(r.master_bound, 3)));
+                     r.master_bound.empty() ? std::string()
+                                            : fmt::format(" ({})", format_list(r.master_bound, 3)));
   if (errors == 0) {
     out += paint("1;32", "PASS");
-    out += fmt::format(" — {} of {} joined{}\n", plural(size_t(rank_count(r.members)), "rank", "ranks"),
-                       r.world_size,
-                       warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "");
+    out += fmt::format(
+        " — {} of {} joined{}\n", plural(size_t(rank_count(r.members)), "rank", "ranks"),
+        r.world_size, warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "");
   } else {
     out += paint("1;31", "FAIL");
     out += fmt::format(" — {}{}. First: {}\n", plural(errors, "error", "errors"),
@@ -204,7 +209,8 @@ std::string render_text(const Report& r, RenderStyle style) {
 
   if (!r.findings.empty()) out += "\n";
   size_t id_width = 0;
-  for (const Finding& f : r.findings) id_width = std::max(id_width, f.id.size());
+  for (const Finding& f : r.findings)
+    id_width = std::max(id_width, f.id.size());
   for (const Finding& f : r.findings) {
     std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
     size_t indent = 4 + id_width + 3;
@@ -239,7 +245,8 @@ std::string render_json(const Report& r) {
   j["authenticated"] = r.authenticated;
   j["decided"] = r.timed_out ? "deadline" : "all-joined";
   j["findings"] = nlohmann::json::array();
-  for (const Finding& f : r.findings) j["findings"].push_back(finding_json(f));
+  for (const Finding& f : r.findings)
+    j["findings"].push_back(finding_json(f));
   j["members"] = nlohmann::json::array();
   for (const Member& m : r.members) {
     nlohmann::json mj = record_json(m.record);
@@ -251,7 +258,8 @@ std::string render_json(const Report& r) {
                   {"decision_ms", r.decision_ms},
                   {"broadcast_ms", r.broadcast_ms},
                   {"total_ms", r.total_ms}};
-  j["master_peak_rss_kib"] = r.peak_rss_kib;
+  j["master_memory_kib"] = {{"resident_at_decision", r.rss_kib},
+                            {"peak_at_decision", r.peak_rss_kib}};
   j["gpu_stage"] = r.gpu_stage;
   return dump(j);
 }
@@ -259,22 +267,21 @@ std::string render_json(const Report& r) {
 std::string render_member_text(const MemberReport& r, RenderStyle style) {
   Paint paint{style.color};
   const Record& s = r.self;
-  std::string self = fmt::format("this is {} {} on {}", s.nranks == 1 ? "rank" : "ranks",
-                                 s.nranks == 1 ? std::to_string(s.rank)
-                                               : fmt::format("{}-{}", s.rank, s.last_rank()),
-                                 printable(s.host, 64));
+  std::string self = fmt::format(
+      "this is {} {} on {}", s.nranks == 1 ? "rank" : "ranks",
+      s.nranks == 1 ? std::to_string(s.rank) : fmt::format("{}-{}", s.rank, s.last_rank()),
+      printable(s.host, 64));
   std::string job = s.job_id.empty() ? "" : fmt::format(" (job {})", printable(s.job_id, 40));
   std::string out;
   if (r.exit_code == 0) {
-    out = fmt::format("rankcheck: {}{}: {} joined{}; {}\n", paint("1;32", "PASS"), job,
-                      plural(r.joined_ranks, "rank", "ranks"),
-                      r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings"))
-                                 : "",
-                      self);
+    out = fmt::format(
+        "rankcheck: {}{}: {} joined{}; {}\n", paint("1;32", "PASS"), job,
+        plural(r.joined_ranks, "rank", "ranks"),
+        r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings")) : "", self);
   } else {
-    out = fmt::format("rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
-                      r.headline.empty() ? std::string("see the master's report") : r.headline,
-                      self);
+    out =
+        fmt::format("rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
+                    r.headline.empty() ? std::string("see the master's report") : r.headline, self);
   }
   for (const Finding& f : r.findings) {
     std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
@@ -299,7 +306,8 @@ std::string render_member_json(const MemberReport& r) {
   j["ranks_joined"] = r.joined_ranks;
   j["self"] = record_json(r.self);
   j["findings"] = nlohmann::json::array();
-  for (const Finding& f : r.findings) j["findings"].push_back(finding_json(f));
+  for (const Finding& f : r.findings)
+    j["findings"].push_back(finding_json(f));
   j["timings"] = {{"total_ms", r.total_ms}};
   return dump(j);
 }
@@ -333,15 +341,15 @@ std::string of(long v, long total) {
 std::string render_env_text(const Identity& id, const Record& self,
                             const std::vector<Finding>& local, RenderStyle style) {
   Paint paint{style.color};
-  std::string out = fmt::format("rankcheck {} · identity of this process (no network)\n\n", kVersion);
+  std::string out =
+      fmt::format("rankcheck {} · identity of this process (no network)\n\n", kVersion);
   auto row = [&out](std::string_view name, const std::string& value, const std::string& src) {
     out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
   };
-  std::string rank = id.rank < 0 && !chosen(id, Field::kRank)
-                         ? "-"
-                         : id.node_mode() ? fmt::format("{}-{} of {}", id.rank,
-                                                        id.rank + id.nranks - 1, id.world_size)
-                                          : of(id.rank, id.world_size);
+  std::string rank =
+      id.rank < 0 && !chosen(id, Field::kRank) ? "-"
+      : id.node_mode() ? fmt::format("{}-{} of {}", id.rank, id.rank + id.nranks - 1, id.world_size)
+                       : of(id.rank, id.world_size);
   row("rank", rank, source_of(id, Field::kRank));
   row("world size", id.world_size < 0 ? "-" : std::to_string(id.world_size),
       source_of(id, Field::kWorldSize));
@@ -349,14 +357,16 @@ std::string render_env_text(const Identity& id, const Record& self,
   row("node", of(id.node_rank, id.nnodes), source_of(id, Field::kNodeRank));
   std::string resolved =
       self.master_resolved.empty()
-          ? (self.resolve_error.empty() ? std::string() : " (" + printable(self.resolve_error) + ")")
-          : " -> " + format_list(self.master_resolved, 4);
-  row("master", fmt::format("{}:{}", printable(id.master_addr.empty() ? "?" : id.master_addr),
-                            id.master_port),
+          ? (self.resolve_error.empty() ? std::string()
+                                        : " (" + printable(self.resolve_error) + ")")
+          : " -> " + format_list(self.master_resolved.get(), 4);
+  row("master",
+      fmt::format("{}:{}", printable(id.master_addr.empty() ? "?" : id.master_addr),
+                  id.master_port),
       source_of(id, Field::kMasterAddr) + resolved);
   row("job", id.job_id.empty() ? "-" : printable(id.job_id, 24), source_of(id, Field::kJobId));
   row("host", fmt::format("{} (pid {})", printable(self.host, 40), self.pid),
-      self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces, 8));
+      self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces.get(), 8));
   row("launchers", id.launchers.empty() ? "none" : format_list(id.launchers, 8),
       id.launcher.empty() ? "" : fmt::format("rank from {}", id.launcher));
 
@@ -375,14 +385,17 @@ std::string render_env_text(const Identity& id, const Record& self,
   }
   if (!id.notes.empty()) {
     out += "\n  notes\n";
-    for (const auto& n : id.notes) out += "    - " + wrap(n, 6, 6) + "\n";
+    for (const auto& n : id.notes)
+      out += "    - " + wrap(n, 6, 6) + "\n";
   }
   if (!id.problems.empty()) {
     out += "\n  problems (a usage error: rankcheck run would stop with exit 2)\n";
-    for (const auto& p : id.problems) out += "    " + paint("31", "✗") + " " + wrap(p, 6, 6) + "\n";
+    for (const auto& p : id.problems)
+      out += "    " + paint("31", "✗") + " " + wrap(p, 6, 6) + "\n";
   }
   out += "\n  local checks\n";
-  if (local.empty()) out += "    " + paint("32", "✓") + " nothing wrong that this process can see alone\n";
+  if (local.empty())
+    out += "    " + paint("32", "✓") + " nothing wrong that this process can see alone\n";
   for (const Finding& f : local) {
     std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
     out += fmt::format("    {} {}: {}\n", mark, f.id, wrap(f.message, 8 + f.id.size(), 6));
@@ -410,13 +423,15 @@ std::string render_env_json(const Identity& id, const Record& self,
   j["conflicts"] = nlohmann::json::array();
   for (const Conflict& c : id.conflicts) {
     nlohmann::json values = nlohmann::json::array();
-    for (const Observation& o : c.values) values.push_back({{o.variable, o.value}});
+    for (const Observation& o : c.values)
+      values.push_back({{o.variable, o.value}});
     j["conflicts"].push_back({{"field", field_name(c.field)}, {"values", values}});
   }
   j["notes"] = id.notes;
   j["problems"] = id.problems;
   j["findings"] = nlohmann::json::array();
-  for (const Finding& f : local) j["findings"].push_back(finding_json(f));
+  for (const Finding& f : local)
+    j["findings"].push_back(finding_json(f));
   return dump(j);
 }
 

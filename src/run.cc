@@ -1,5 +1,3 @@
-#include <rankcheck/run.h>
-
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -10,19 +8,19 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <rankcheck/checks.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/member.h>
 #include <rankcheck/net.h>
 #include <rankcheck/report.h>
+#include <rankcheck/run.h>
 #include <rankcheck/server.h>
 #include <rankcheck/text.h>
 
@@ -80,7 +78,9 @@ class Log {
   bool quiet_;
 };
 
-Millis seconds(double s) { return Millis(static_cast<long>(s * 1000.0)); }
+Millis seconds(double s) {
+  return Millis(static_cast<long>(s * 1000.0));
+}
 
 // Time the master keeps between its decision and --timeout, to send verdicts.
 Millis reserve_for(double timeout_s) {
@@ -190,10 +190,11 @@ int member_path(Record& self, const Identity& id, const RunOptions& o, const Log
     auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
     if (interrupted()) return interrupted_exit(log, self, out, start);
     if (!verdict) {
-      Finding lost{"master-lost", Severity::kError, exit_code::kIncomplete,
+      Finding lost{"master-lost",
+                   Severity::kError,
+                   exit_code::kIncomplete,
                    fmt::format("{} joined the master at {}:{}, then: {}", member_label(self),
-                               printable(id.master_addr), id.master_port,
-                               verdict.error().message),
+                               printable(id.master_addr), id.master_port, verdict.error().message),
                    "read rank 0's log and report: it was killed, crashed, or the network "
                    "between the hosts failed",
                    {self.rank},
@@ -225,17 +226,19 @@ void check_capacity(long world_size, const Log& log) {
     rl.rlim_cur = std::min(need, rl.rlim_max);
     ::setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < need) {
-      log.error(fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
-                            "needs for {} members: raise `ulimit -n`",
-                            was, rl.rlim_max, need, world_size));
+      log.error(
+          fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
+                      "needs for {} members: raise `ulimit -n`",
+                      was, rl.rlim_max, need, world_size));
     }
   }
   std::ifstream somaxconn("/proc/sys/net/core/somaxconn");
   long backlog = 0;
   if (somaxconn >> backlog && backlog < world_size) {
-    log.progress(fmt::format("net.core.somaxconn is {}, below the {} members: connections beyond "
-                             "it wait for a SYN retry (about 1 s)",
-                             backlog, world_size));
+    log.progress(
+        fmt::format("net.core.somaxconn is {}, below the {} members: connections beyond "
+                    "it wait for a SYN retry (about 1 s)",
+                    backlog, world_size));
   }
 }
 
@@ -256,7 +259,7 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
   cfg.job_id = id.job_id;
   cfg.master_addr = id.master_addr;
   cfg.master_host = self.host;
-  cfg.master_resolved = self.master_resolved;
+  cfg.master_resolved = self.master_resolved.get();
   cfg.start = start;
   cfg.decide_by = Deadline(end.when() - reserve_for(o.timeout_s));
   cfg.handshake_timeout = seconds(o.handshake_timeout_s);
@@ -286,7 +289,7 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
     if (fault == ListenFault::kNotLocal) {
       f.id = "master-addr-not-local";
       f.message = fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}",
-                              printable(id.master_addr), format_list(self.master_resolved, 4),
+                              printable(id.master_addr), format_list(self.master_resolved.get(), 4),
                               printable(self.host), port.error().message);
       f.hint = fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to {}",
                            printable(self.host));
@@ -297,9 +300,10 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
           port.error().message,
           other ? fmt::format(" (by a rankcheck master of job '{}')", printable(other->job_id))
                 : "");
-      f.hint = fmt::format("pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
-                           "names it)",
-                           setup.port);
+      f.hint = fmt::format(
+          "pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
+          "names it)",
+          setup.port);
     }
     log.error(f.message);
     MemberReport m;
@@ -312,10 +316,9 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
   }
   self.master_port = *port;
   if (on_listening) on_listening(*port);
-  log.progress(fmt::format("master listening on {} port {}; waiting for {} ({} s left)",
-                           format_list(setup.addresses, 4), *port,
-                           plural(size_t(id.world_size), "rank", "ranks"),
-                           cfg.decide_by.seconds_left()));
+  log.progress(fmt::format(
+      "master listening on {} port {}; waiting for {} ({} s left)", format_list(setup.addresses, 4),
+      *port, plural(size_t(id.world_size), "rank", "ranks"), cfg.decide_by.seconds_left()));
   server.start();
   auto verdict = server.join_local(self);
   Deadline verdict_by(end.when() + kVerdictGrace);
@@ -334,7 +337,8 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
 }
 
 int usage_problems(const Identity& id) {
-  for (const auto& p : id.problems) Log::error("cannot run: " + p);
+  for (const auto& p : id.problems)
+    Log::error("cannot run: " + p);
   Log::error("`rankcheck env` shows every source rankcheck looked at");
   return exit_code::kUsage;
 }
@@ -366,7 +370,9 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
       Log::error(fmt::format("rank 0 cannot resolve its own MASTER_ADDR: {}", self.resolve_error));
       MemberReport m;
       m.self = self;
-      Finding f{"master-addr-not-local", Severity::kError, exit_code::kCannotListen,
+      Finding f{"master-addr-not-local",
+                Severity::kError,
+                exit_code::kCannotListen,
                 fmt::format("MASTER_ADDR {} does not resolve on {}, where rank 0 runs: {}",
                             printable(id.master_addr), printable(self.host), self.resolve_error),
                 "set MASTER_ADDR to a name or address of the host rank 0 runs on",
@@ -379,12 +385,13 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     }
     MasterSetup setup;
     setup.port = static_cast<uint16_t>(id.master_port);
-    setup.addresses = self.master_resolved;
-    if (all_loopback(self.master_resolved) && looks_multi_host(self)) {
+    setup.addresses = self.master_resolved.get();
+    if (all_loopback(self.master_resolved.get()) && looks_multi_host(self)) {
       // Listening on loopback would leave every other host out of the report.
-      log.error(fmt::format("MASTER_ADDR {} is loopback here but the job spans hosts: listening "
-                            "on all interfaces so that the others still reach this master",
-                            printable(id.master_addr)));
+      log.error(
+          fmt::format("MASTER_ADDR {} is loopback here but the job spans hosts: listening "
+                      "on all interfaces so that the others still reach this master",
+                      printable(id.master_addr)));
       setup.addresses = {"0.0.0.0"};
     }
     if (auto code = master_path(self, id, o, log, out, start, end, setup)) return *code;
@@ -399,7 +406,8 @@ EnvMap without_launcher_env(const EnvMap& env) {
     EnvMap empty;
     LauncherScan scan(empty, l.name, sink, /*catalogue=*/true);
     l.scan(scan);
-    for (const Observation& o : sink.observations) out.erase(o.variable);
+    for (const Observation& o : sink.observations)
+      out.erase(o.variable);
   }
   for (auto it = out.begin(); it != out.end();) {
     const std::string& k = it->first;
@@ -463,9 +471,11 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       e["MASTER_ADDR"] = "127.0.0.1";
       e["MASTER_PORT"] = std::to_string(port);
       std::vector<std::string> storage;
-      for (const auto& [key, value] : e) storage.push_back(key + "=" + value);
+      for (const auto& [key, value] : e)
+        storage.push_back(key + "=" + value);
       std::vector<char*> envp;
-      for (auto& s : storage) envp.push_back(s.data());
+      for (auto& s : storage)
+        envp.push_back(s.data());
       envp.push_back(nullptr);
       // Children end by the same deadline as this process.
       double left = std::max(0.5, double(end.remaining().count()) / 1000.0);
@@ -484,7 +494,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
         args.push_back(*o.host_name);
       }
       std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
+      for (auto& a : args)
+        argv.push_back(a.data());
       argv.push_back(nullptr);
       posix_spawn_file_actions_t fa;
       posix_spawn_file_actions_init(&fa);

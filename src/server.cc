@@ -1,15 +1,15 @@
-#include <rankcheck/server.h>
-
+#include <fstream>
 #include <map>
 #include <thread>
-
-#include <sys/random.h>
-#include <sys/resource.h>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <rankcheck/server.h>
 #include <rankcheck/text.h>
 #include <rankcheck/version.h>
 
@@ -49,7 +49,6 @@ struct Server::Impl {
     bool admitted = false;
     bool handshake_expired = false;
     std::vector<Bytes> outbox;  // frames not yet written, oldest first
-    std::array<uint8_t, kHeaderSize> header{};
     bool writing = false;
     bool close_after_write = false;
     bool pending = false;  // counted among connections not yet admitted
@@ -77,11 +76,13 @@ struct Server::Impl {
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
-  std::vector<Member> members;  // admitted and still connected, in arrival order
-  std::vector<ConnPtr> conns;   // conns[i] is members[i]'s; nullptr for the master's own
-  JoinTracker tracker;          // lets a clean job skip the rules at the decision
-  std::vector<uint32_t> claims;  // members claiming each rank in [0, world)
-  long distinct_claimed = 0;     // ranks in [0, world) claimed at least once
+  std::vector<Member> members;         // admitted and still connected, in arrival order
+  std::vector<ConnPtr> conns;          // conns[i] is members[i]'s; nullptr for the master's own
+  JoinTracker tracker;                 // lets a clean job skip the rules at the decision
+  ListPool<std::string> string_lists;  // interfaces and resolved addresses, one copy each
+  ListPool<EnvVar> envs;
+  std::vector<uint32_t> claims;      // members claiming each rank in [0, world)
+  long distinct_claimed = 0;         // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes;  // world size -> members (not the master) claiming it
   long joined_ranks = 0;
   std::vector<Departure> departed;
@@ -223,8 +224,8 @@ struct Server::Impl {
              c->handshake_expired
                  ? fmt::format("no hello within the handshake deadline of {}",
                                format_seconds(double(cfg.handshake_timeout.count())))
-                 : n == 0 ? std::string("closed without a hello")
-                          : fmt::format("closed after {} bytes, mid-header", n));
+             : n == 0 ? std::string("closed without a hello")
+                      : fmt::format("closed after {} bytes, mid-header", n));
       co_return;
     }
     uint16_t peer_version = 0;
@@ -249,9 +250,9 @@ struct Server::Impl {
     auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(*payload), kAwait);
     if (ec2) {
       refuse(c, peer, RefusalKind::kMalformed,
-             c->handshake_expired ? std::string("hello not complete within the handshake deadline")
-                                  : fmt::format("closed mid-hello ({} of {} bytes)", n2,
-                                                payload->size()));
+             c->handshake_expired
+                 ? std::string("hello not complete within the handshake deadline")
+                 : fmt::format("closed mid-hello ({} of {} bytes)", n2, payload->size()));
       co_return;
     }
     auto hello = decode_hello(*payload);
@@ -281,7 +282,8 @@ struct Server::Impl {
     c->admitted = true;
     timer.cancel();
     c->slot = admit(std::move(rec), std::move(peer), c);
-    send(c, encode(Admit{static_cast<uint32_t>(joined_ranks), static_cast<uint32_t>(cfg.world_size)}));
+    send(c,
+         encode(Admit{static_cast<uint32_t>(joined_ranks), static_cast<uint32_t>(cfg.world_size)}));
     watch(c);
     maybe_decide();
   }
@@ -289,8 +291,9 @@ struct Server::Impl {
   // An admitted member sends nothing more until the verdict: a read that ends
   // means it is gone. A plain handler, not a coroutine frame, per member.
   void watch(const ConnPtr& c) {
-    asio::async_read(c->sock, asio::buffer(c->header), [this, c](std::error_code, size_t) {
-      depart(c);
+    c->sock.async_wait(tcp::socket::wait_read, [this, c](std::error_code ec) {
+      if (ec == asio::error::operation_aborted) return;
+      depart(c);  // EOF, a reset, or bytes it had no business sending yet
       close(c);
     });
   }
@@ -311,6 +314,9 @@ struct Server::Impl {
     last_join_ms = at;
     count(rec, +1, conn == nullptr);
     tracker.add(rec, peer);
+    string_lists.intern(rec.interfaces);
+    string_lists.intern(rec.master_resolved);
+    envs.intern(rec.env);
     members.push_back(Member{std::move(rec), at, std::move(peer)});
     conns.push_back(std::move(conn));
     return static_cast<int>(members.size() - 1);
@@ -395,8 +401,18 @@ struct Server::Impl {
     base.exit_code = static_cast<uint8_t>(report.exit_code());
     base.headline = headline(report.findings);
     base.joined_ranks = static_cast<uint32_t>(joined_ranks);
-    for (const Finding& f : report.findings) (f.is_error() ? base.errors : base.warnings)++;
+    for (const Finding& f : report.findings)
+      (f.is_error() ? base.errors : base.warnings)++;
 
+    // What holding the members cost, before the broadcast adds a write to each.
+    rusage usage{};
+    if (::getrusage(RUSAGE_SELF, &usage) == 0) report.peak_rss_kib = usage.ru_maxrss;
+    std::ifstream statm("/proc/self/statm");
+    long pages_total = 0;
+    long pages_resident = 0;
+    if (statm >> pages_total >> pages_resident) {
+      report.rss_kib = pages_resident * (::getpagesize() / 1024);
+    }
     const Bytes shared = std::make_shared<const std::vector<uint8_t>>(encode(base));
     auto t_decided = Clock::now();
     for (size_t i = 0; i < view.members.size(); ++i) {
@@ -425,16 +441,14 @@ struct Server::Impl {
     report.members = std::move(view.members);
     auto t_queued = Clock::now();
     // From the last join (or the deadline) to the verdict; then to every frame queued.
-    report.decision_ms = timed_out ? ms_between(t0, t_decided)
-                                   : ms_between(cfg.start, t_decided) - last_join_ms;
+    report.decision_ms =
+        timed_out ? ms_between(t0, t_decided) : ms_between(cfg.start, t_decided) - last_join_ms;
     report.broadcast_ms = ms_between(t_decided, t_queued);
-    rusage usage{};
-    if (::getrusage(RUSAGE_SELF, &usage) == 0) report.peak_rss_kib = usage.ru_maxrss;
-    cfg.log(fmt::format("decided at +{} ({}): {}, {}/{} ranks joined",
-                        format_seconds(report.rendezvous_ms),
-                        timed_out ? "deadline reached" : "all joined",
-                        base.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", base.exit_code),
-                        joined_ranks, cfg.world_size));
+    cfg.log(fmt::format(
+        "decided at +{} ({}): {}, {}/{} ranks joined", format_seconds(report.rendezvous_ms),
+        timed_out ? "deadline reached" : "all joined",
+        base.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", base.exit_code), joined_ranks,
+        cfg.world_size));
     check_done();
   }
 
@@ -471,10 +485,11 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
     if (!ec) acc->bind(ep, ec);
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      ListenFault fault = ec == asio::error::address_in_use        ? ListenFault::kInUse
-                          : ec.value() == EADDRNOTAVAIL ? ListenFault::kNotLocal
-                                                        : ListenFault::kOther;
-      std::string where = addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
+      ListenFault fault = ec == asio::error::address_in_use ? ListenFault::kInUse
+                          : ec.value() == EADDRNOTAVAIL     ? ListenFault::kNotLocal
+                                                            : ListenFault::kOther;
+      std::string where =
+          addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
       return Error{fmt::format("cannot listen on {}: {}", where, ec.message()), int(fault)};
     }
     port = acc->local_endpoint().port();
@@ -486,7 +501,8 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
 
 void Server::start() {
   Impl& s = *impl_;
-  for (auto& acc : s.acceptors) asio::co_spawn(s.io, s.accept_loop(*acc), asio::detached);
+  for (auto& acc : s.acceptors)
+    asio::co_spawn(s.io, s.accept_loop(*acc), asio::detached);
   s.decide_timer.expires_at(s.cfg.decide_by.when());
   s.decide_timer.async_wait([&s](std::error_code ec) {
     if (!ec) s.decide(true);

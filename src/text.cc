@@ -1,8 +1,8 @@
-#include <rankcheck/text.h>
-
 #include <algorithm>
 
 #include <fmt/format.h>
+
+#include <rankcheck/text.h>
 
 namespace rankcheck {
 
@@ -13,7 +13,8 @@ std::string format_ranks(std::vector<long> ranks, size_t max_runs) {
   size_t runs = 0;
   for (size_t i = 0; i < ranks.size();) {
     size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+      ++j;
     if (runs == max_runs) {
       out += fmt::format(",... (+{} more)", ranks.size() - i);
       break;

@@ -1,39 +1,53 @@
-#include <rankcheck/wire.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include <rankcheck/wire.h>
+
 namespace rankcheck {
 
 uint32_t payload_cap(uint16_t type) {
   switch (static_cast<MsgType>(type)) {
-    case MsgType::kChallenge: return 1024;
-    case MsgType::kHello: return 64 * 1024;
-    case MsgType::kAdmit: return 64;
-    case MsgType::kReject: return 4096;
-    case MsgType::kVerdict: return 16 * 1024;
-    case MsgType::kStageResult: return 16 * 1024;
+    case MsgType::kChallenge:
+      return 1024;
+    case MsgType::kHello:
+      return 64 * 1024;
+    case MsgType::kAdmit:
+      return 64;
+    case MsgType::kReject:
+      return 4096;
+    case MsgType::kVerdict:
+      return 16 * 1024;
+    case MsgType::kStageResult:
+      return 16 * 1024;
   }
   return 0;
 }
 
 std::string_view type_name(uint16_t type) {
   switch (static_cast<MsgType>(type)) {
-    case MsgType::kChallenge: return "challenge";
-    case MsgType::kHello: return "hello";
-    case MsgType::kAdmit: return "admit";
-    case MsgType::kReject: return "reject";
-    case MsgType::kVerdict: return "verdict";
-    case MsgType::kStageResult: return "stage result";
+    case MsgType::kChallenge:
+      return "challenge";
+    case MsgType::kHello:
+      return "hello";
+    case MsgType::kAdmit:
+      return "admit";
+    case MsgType::kReject:
+      return "reject";
+    case MsgType::kVerdict:
+      return "verdict";
+    case MsgType::kStageResult:
+      return "stage result";
   }
   return "unknown";
 }
 
 namespace {
-uint16_t load16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint16_t load16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
 uint32_t load32(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
@@ -52,23 +66,25 @@ Result<FrameHeader> decode_header(std::span<const uint8_t> b, uint16_t* peer_ver
   FrameHeader h{load16(&b[4]), load16(&b[6]), load32(&b[8])};
   if (h.version != kProtocolVersion) {
     if (peer_version != nullptr) *peer_version = h.version;
-    return Error{fmt::format("protocol version {} (this rankcheck speaks {})", h.version,
-                             kProtocolVersion),
-                 int(FrameFault::kVersion)};
+    return Error{
+        fmt::format("protocol version {} (this rankcheck speaks {})", h.version, kProtocolVersion),
+        int(FrameFault::kVersion)};
   }
   uint32_t cap = payload_cap(h.type);
   if (cap == 0) {
     return Error{fmt::format("unknown message type {}", h.type), int(FrameFault::kUnknownType)};
   }
   if (h.length > cap) {
-    return Error{fmt::format("{} of {} bytes exceeds its cap of {}", type_name(h.type), h.length,
-                             cap),
-                 int(FrameFault::kTooLarge)};
+    return Error{
+        fmt::format("{} of {} bytes exceeds its cap of {}", type_name(h.type), h.length, cap),
+        int(FrameFault::kTooLarge)};
   }
   return h;
 }
 
-FrameFault frame_fault(const Error& e) { return static_cast<FrameFault>(e.code); }
+FrameFault frame_fault(const Error& e) {
+  return static_cast<FrameFault>(e.code);
+}
 
 void Writer::u16(uint16_t v) {
   u8(static_cast<uint8_t>(v));
@@ -82,7 +98,9 @@ void Writer::u64(uint64_t v) {
   u32(static_cast<uint32_t>(v));
   u32(static_cast<uint32_t>(v >> 32));
 }
-void Writer::f64(double v) { u64(std::bit_cast<uint64_t>(v)); }
+void Writer::f64(double v) {
+  u64(std::bit_cast<uint64_t>(v));
+}
 void Writer::str(std::string_view s) {
   u32(static_cast<uint32_t>(s.size()));
   buf_.insert(buf_.end(), s.begin(), s.end());
@@ -102,7 +120,9 @@ bool Reader::need(size_t n) {
   return true;
 }
 
-uint8_t Reader::u8() { return need(1) ? data_[pos_++] : 0; }
+uint8_t Reader::u8() {
+  return need(1) ? data_[pos_++] : 0;
+}
 uint16_t Reader::u16() {
   if (!need(2)) return 0;
   uint16_t v = load16(&data_[pos_]);
@@ -120,7 +140,9 @@ uint64_t Reader::u64() {
   uint64_t hi = u32();
   return lo | hi << 32;
 }
-double Reader::f64() { return std::bit_cast<double>(u64()); }
+double Reader::f64() {
+  return std::bit_cast<double>(u64());
+}
 
 std::string Reader::str(size_t max_len, std::string_view what) {
   uint32_t n = u32();
@@ -182,8 +204,9 @@ Result<std::optional<Frame>> FrameBuffer::next(uint16_t* peer_version) {
   auto h = decode_header(std::span(buf_.data(), kHeaderSize), peer_version);
   if (!h) return h.error();
   if (buf_.size() < kHeaderSize + h->length) return std::optional<Frame>();
-  Frame f{*h, std::vector<uint8_t>(buf_.begin() + kHeaderSize,
-                                   buf_.begin() + static_cast<std::ptrdiff_t>(kHeaderSize + h->length))};
+  Frame f{*h, std::vector<uint8_t>(
+                  buf_.begin() + kHeaderSize,
+                  buf_.begin() + static_cast<std::ptrdiff_t>(kHeaderSize + h->length))};
   buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(kHeaderSize + h->length));
   return std::optional<Frame>(std::move(f));
 }

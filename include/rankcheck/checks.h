@@ -56,7 +56,7 @@ struct JobView {
   bool timed_out = false;    ///< decided at the deadline rather than on the last join
   std::string master_addr;   ///< MASTER_ADDR as the master was given it
   uint16_t master_port = 0;
-  std::string master_host;   ///< host name of the master
+  std::string master_host;                   ///< host name of the master
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
 };
 

@@ -54,8 +54,8 @@ struct Conflict {
 
 struct Identity {
   // Resolved values; -1 where no source gave one.
-  long rank = -1;        ///< first global rank this member stands for
-  long nranks = 1;       ///< ranks this member stands for (node mode: nproc per node)
+  long rank = -1;   ///< first global rank this member stands for
+  long nranks = 1;  ///< ranks this member stands for (node mode: nproc per node)
   long world_size = -1;
   long local_rank = -1;
   long local_world_size = -1;

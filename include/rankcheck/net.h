@@ -24,7 +24,9 @@ Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline 
 
 /// Why a socket call failed, in Error::code (frame faults use FrameFault's values).
 enum class IoFault { kClosed = 100, kTimeout, kInterrupted, kSystem };
-inline IoFault io_fault(const Error& e) { return static_cast<IoFault>(e.code); }
+inline IoFault io_fault(const Error& e) {
+  return static_cast<IoFault>(e.code);
+}
 
 /// A connected TCP socket with deadline-bounded I/O. Move-only.
 class Socket {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <rankcheck/identity.h>
+#include <rankcheck/shared_list.h>
 #include <rankcheck/wire.h>
 
 namespace rankcheck {
@@ -23,7 +24,7 @@ inline constexpr uint32_t kMaxConflictValues = 16;
 struct EnvVar {
   std::string name;
   std::string value;
-  bool operator==(const EnvVar&) const = default;
+  auto operator<=>(const EnvVar&) const = default;
 };
 
 struct Record {
@@ -38,16 +39,16 @@ struct Record {
   std::string launcher;
   std::string master_addr;
   uint16_t master_port = 0;
-  std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on this host
-  std::string resolve_error;                 ///< why it did not resolve, if it did not
+  SharedList<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on this host
+  std::string resolve_error;                ///< why it did not resolve, if it did not
   std::string job_id;
   std::string host;
   uint32_t pid = 0;
   std::vector<Conflict> conflicts;
-  std::vector<EnvVar> env;  ///< variables that must agree across ranks, sorted by name
+  SharedList<EnvVar> env;  ///< variables that must agree across ranks, sorted by name
   uint64_t env_digest = 0;
-  std::vector<std::string> interfaces;  ///< names of interfaces with an address
-  std::string node_list;                ///< the launcher's node list, compressed
+  SharedList<std::string> interfaces;  ///< names of interfaces with an address
+  std::string node_list;               ///< the launcher's node list, compressed
   std::string tasks_per_node;
   uint8_t distribution = 0;  ///< Distribution
 

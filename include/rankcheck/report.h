@@ -33,6 +33,7 @@ struct Report {
   double decision_ms = 0;             ///< last join (or deadline) to verdict computed
   double broadcast_ms = 0;            ///< verdict computed to a frame queued for every member
   long peak_rss_kib = 0;              ///< the master process's peak memory at the decision
+  long rss_kib = 0;                   ///< its resident memory at the decision
   double total_ms = 0;
 
   int exit_code() const { return exit_code_for(findings); }
@@ -50,7 +51,7 @@ struct MemberReport {
   Record self;
   int exit_code = exit_code::kInternal;
   bool verdict_received = false;
-  std::string headline;           ///< the job's leading problem, or "" on pass
+  std::string headline;  ///< the job's leading problem, or "" on pass
   uint32_t errors = 0, warnings = 0;
   uint32_t joined_ranks = 0;      ///< ranks the master counted
   std::vector<Finding> findings;  ///< about this member, or its own failure

@@ -43,8 +43,7 @@ enum class FrameFault { kBadMagic = 1, kVersion, kUnknownType, kTooLarge };
 /// Validates magic, version, type and cap. On failure Error::code holds a FrameFault,
 /// except for kVersion where the message names both versions and `peer_version`
 /// is set.
-Result<FrameHeader> decode_header(std::span<const uint8_t> bytes,
-                                  uint16_t* peer_version = nullptr);
+Result<FrameHeader> decode_header(std::span<const uint8_t> bytes, uint16_t* peer_version = nullptr);
 FrameFault frame_fault(const Error& e);
 
 /// Appends little-endian fields to a payload.

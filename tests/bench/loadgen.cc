@@ -79,7 +79,7 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, S
   r.master_port = port;
   r.master_resolved = {"127.0.0.1"};
   r.interfaces = {"eth0", "lo"};
-  r.env_digest = env_digest(r.env);  // none: the benchmark's master runs without NCCL_* too
+  r.env_digest = env_digest(r.env.get());  // none: the benchmark's master runs without NCCL_* too
   auto hello = encode(Hello{r});
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
   if (ec) {
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   io.run_for(std::chrono::seconds(90));
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   std::string codes;
-  for (auto [code, n] : st.exit_codes) codes += fmt::format(" {}x exit {}", n, code);
+  for (auto [code, n] : st.exit_codes)
+    codes += fmt::format(" {}x exit {}", n, code);
   std::printf("loadgen: %d members: %d admitted in %.1f ms, %d verdicts by %.1f ms,%s, %d failed\n",
               count, st.admitted, ms(st.first_connect, st.last_admit), st.verdicts,
               ms(st.first_connect, st.last_verdict), codes.c_str(), st.failed);

@@ -1,9 +1,9 @@
-#include <rankcheck/checks.h>
+#include <random>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <random>
+#include <rankcheck/checks.h>
 
 #include "helpers.h"
 
@@ -262,8 +262,7 @@ TEST_CASE("master-addr-mismatch: different names, and one name resolving differe
 TEST_CASE("env-mismatch says which ranks and hosts have which value") {
   JobView v = healthy_job(16, 8);
   for (Member& m : v.members) {
-    test::set_env(m.record,
-                  {{"NCCL_SOCKET_IFNAME", m.record.host == "gpu-01" ? "ib0" : "eth0"}});
+    test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", m.record.host == "gpu-01" ? "ib0" : "eth0"}});
     m.record.interfaces = {"eth0", "ib0", "lo"};
   }
   auto fs = run_checks(v);
@@ -278,12 +277,14 @@ TEST_CASE("env-mismatch says which ranks and hosts have which value") {
   test::set_env(u.members[0].record, {{"NCCL_IB_DISABLE", "1"}});
   fs = run_checks(u);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message == "NCCL_IB_DISABLE differs: 1 for rank 0 on gpu-01; unset for rank 1 on gpu-01");
+  CHECK(fs[0].message ==
+        "NCCL_IB_DISABLE differs: 1 for rank 0 on gpu-01; unset for rank 1 on gpu-01");
 }
 
 TEST_CASE("nccl-ifname-missing") {
   JobView v = healthy_job(4, 2);
-  for (Member& m : v.members) test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "ib"}});
+  for (Member& m : v.members)
+    test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "ib"}});
   v.members[0].record.interfaces = {"lo", "eth0", "ib0"};
   v.members[1].record.interfaces = {"lo", "eth0", "ib0"};
   auto fs = run_checks(v);
@@ -356,9 +357,9 @@ TEST_CASE("stray connections are one warning") {
 TEST_CASE("local checks: the rules one record can answer") {
   Record r = test::member(9, 8, "gpu-02", 1, 8);
   test::set_env(r, {{"NCCL_SOCKET_IFNAME", "=ib0"}});
-  r.conflicts.push_back(Conflict{Field::kRank,
-                                 {{Field::kRank, "torch", "RANK", "9"},
-                                  {Field::kRank, "slurm", "SLURM_PROCID", "1"}}});
+  r.conflicts.push_back(Conflict{
+      Field::kRank,
+      {{Field::kRank, "torch", "RANK", "9"}, {Field::kRank, "slurm", "SLURM_PROCID", "1"}}});
   auto fs = local_checks(r);
   REQUIRE(fs.size() == 3);
   CHECK(fs[0].id == "rank-out-of-range");
@@ -371,7 +372,8 @@ TEST_CASE("local checks: the rules one record can answer") {
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].message ==
         "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on gpu-02, which is not the master's "
-        "node: this process cannot reach rank 0 there");
+        "node: unless rank 0 runs on this machine, this process cannot reach it");
+  CHECK(fs[0].severity == Severity::kWarning);
 }
 
 TEST_CASE("every rule has an entry in docs/findings.md") {
@@ -388,7 +390,8 @@ TEST_CASE("every rule has an entry in docs/findings.md") {
 namespace {
 bool tracker_clean(const JobView& v) {
   JoinTracker t(v.world_size, v.master_resolved);
-  for (const Member& m : v.members) t.add(m.record, m.peer);
+  for (const Member& m : v.members)
+    t.add(m.record, m.peer);
   if (!v.refused.empty() || !v.departed.empty()) t.taint();
   return t.clean();
 }
@@ -412,27 +415,53 @@ TEST_CASE("join tracker: never clean when the rules would find something (random
   int clean_and_silent = 0;
   for (int trial = 0; trial < 3000; ++trial) {
     JobView v = healthy_job(16, 4);
-    for (Member& m : v.members) test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "eth"}});
+    for (Member& m : v.members)
+      test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "eth"}});
     int changes = 1 + int(rng() % 2);
     for (int c = 0; c < changes; ++c) {
       Record& r = v.members[rng() % v.members.size()].record;
       switch (rng() % 13) {
-        case 0: r.rank = int32_t(rng() % 18) - 1; break;
-        case 1: r.world_size = int32_t(rng() % 3) + 15; break;
-        case 2: r.local_rank = int32_t(rng() % 5) - 1; break;
-        case 3: r.local_world_size = int32_t(rng() % 6) - 1; break;
-        case 4: r.host = "gpu-0" + std::to_string(rng() % 5 + 1); break;
-        case 5: test::set_env(r, {{"NCCL_SOCKET_IFNAME", rng() % 2 ? "ib" : "eth"}}); break;
-        case 6: r.master_addr = rng() % 2 ? "node01" : "node02"; break;
-        case 7: r.master_resolved = {rng() % 2 ? "10.0.0.11" : "10.0.1.11"}; break;
-        case 8: r.interfaces = {"lo"}; break;
-        case 9:
-          r.conflicts.push_back(Conflict{Field::kRank, {{Field::kRank, "torch", "RANK", "1"},
-                                                        {Field::kRank, "slurm", "SLURM_PROCID", "2"}}});
+        case 0:
+          r.rank = int32_t(rng() % 18) - 1;
           break;
-        case 10: v.members.erase(v.members.begin() + long(rng() % v.members.size())); break;
-        case 11: v.master_resolved = {"127.0.1.1"}; break;
-        case 12: r.nranks = int32_t(rng() % 3) + 1; break;
+        case 1:
+          r.world_size = int32_t(rng() % 3) + 15;
+          break;
+        case 2:
+          r.local_rank = int32_t(rng() % 5) - 1;
+          break;
+        case 3:
+          r.local_world_size = int32_t(rng() % 6) - 1;
+          break;
+        case 4:
+          r.host = "gpu-0" + std::to_string(rng() % 5 + 1);
+          break;
+        case 5:
+          test::set_env(r, {{"NCCL_SOCKET_IFNAME", rng() % 2 ? "ib" : "eth"}});
+          break;
+        case 6:
+          r.master_addr = rng() % 2 ? "node01" : "node02";
+          break;
+        case 7:
+          r.master_resolved = {rng() % 2 ? "10.0.0.11" : "10.0.1.11"};
+          break;
+        case 8:
+          r.interfaces = {"lo"};
+          break;
+        case 9:
+          r.conflicts.push_back(Conflict{Field::kRank,
+                                         {{Field::kRank, "torch", "RANK", "1"},
+                                          {Field::kRank, "slurm", "SLURM_PROCID", "2"}}});
+          break;
+        case 10:
+          v.members.erase(v.members.begin() + long(rng() % v.members.size()));
+          break;
+        case 11:
+          v.master_resolved = {"127.0.1.1"};
+          break;
+        case 12:
+          r.nranks = int32_t(rng() % 3) + 1;
+          break;
       }
     }
     bool clean = tracker_clean(v);

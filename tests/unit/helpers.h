@@ -39,7 +39,7 @@ inline Record member(int rank, int world, std::string host, int local_rank = -1,
   r.master_port = 29500;
   r.master_resolved = {"10.0.0.11"};
   r.interfaces = {"lo", "eth0"};
-  r.env_digest = env_digest(r.env);
+  r.env_digest = env_digest(r.env.get());
   return r;
 }
 
@@ -64,7 +64,7 @@ inline JobView healthy_job(int world, int per_host) {
 
 inline void set_env(Record& r, std::vector<EnvVar> env) {
   r.env = std::move(env);
-  r.env_digest = env_digest(r.env);
+  r.env_digest = env_digest(r.env.get());
 }
 
 inline const Finding* find(const std::vector<Finding>& fs, const std::string& id) {

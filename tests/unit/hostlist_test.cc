@@ -1,6 +1,6 @@
-#include <rankcheck/hostlist.h>
-
 #include <catch2/catch.hpp>
+
+#include <rankcheck/hostlist.h>
 
 using namespace rankcheck;
 using V = std::vector<std::string>;
@@ -22,7 +22,8 @@ TEST_CASE("hostlist: several bracket groups multiply, suffixes stay") {
 
 TEST_CASE("hostlist: malformed lists name what is wrong") {
   CHECK(expand_hostlist("gpu-[01-04").error().message == "host list 'gpu-[01-04': unclosed '['");
-  CHECK(expand_hostlist("gpu-[04-01]").error().message == "host list 'gpu-[04-01]': bad range '04-01'");
+  CHECK(expand_hostlist("gpu-[04-01]").error().message ==
+        "host list 'gpu-[04-01]': bad range '04-01'");
   CHECK(expand_hostlist("gpu-[a-b]").error().message == "host list 'gpu-[a-b]': bad range 'a-b'");
   CHECK(expand_hostlist("g]").error().message == "host list 'g]': unbalanced ']' at offset 1");
   CHECK(!expand_hostlist("").ok());

@@ -1,6 +1,6 @@
-#include <rankcheck/identity.h>
-
 #include <catch2/catch.hpp>
+
+#include <rankcheck/identity.h>
 
 #include "helpers.h"
 
@@ -40,9 +40,10 @@ TEST_CASE("identity: Slurm srun, MASTER_ADDR from the first host of the step") {
   CHECK(id.node_list == "gpu-[01-02]");
   CHECK(id.tasks_per_node == "4(x2)");
   CHECK(id.distribution == Distribution::kBlock);
-  CHECK(id.notes == std::vector<std::string>{
-                        "MASTER_PORT not set: using 29500",
-                        "MASTER_ADDR not set: using gpu-01, the first host of the Slurm node list"});
+  CHECK(id.notes ==
+        std::vector<std::string>{
+            "MASTER_PORT not set: using 29500",
+            "MASTER_ADDR not set: using gpu-01, the first host of the Slurm node list"});
 }
 
 TEST_CASE("identity: SLURM_PROCID=3 but RANK=5 is a conflict, and RANK is used") {

@@ -1,6 +1,6 @@
-#include <rankcheck/protocol.h>
-
 #include <catch2/catch.hpp>
+
+#include <rankcheck/protocol.h>
 
 #include "helpers.h"
 
@@ -17,9 +17,9 @@ std::span<const uint8_t> payload_of(const std::vector<uint8_t>& frame) {
 
 TEST_CASE("protocol: a hello carries the whole record") {
   Record r = test::member(5, 8, "gpu-02", 1, 4);
-  r.conflicts.push_back(Conflict{Field::kRank,
-                                 {{Field::kRank, "torch", "RANK", "5"},
-                                  {Field::kRank, "slurm", "SLURM_PROCID", "3"}}});
+  r.conflicts.push_back(Conflict{
+      Field::kRank,
+      {{Field::kRank, "torch", "RANK", "5"}, {Field::kRank, "slurm", "SLURM_PROCID", "3"}}});
   test::set_env(r, {{"NCCL_IB_HCA", "mlx5"}, {"NCCL_SOCKET_IFNAME", "eth0"}});
   r.node_list = "gpu-[01-02]";
   r.tasks_per_node = "4(x2)";

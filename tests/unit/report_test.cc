@@ -1,7 +1,7 @@
-#include <rankcheck/report.h>
-
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+
+#include <rankcheck/report.h>
 
 #include "helpers.h"
 

@@ -1,6 +1,6 @@
-#include <rankcheck/text.h>
-
 #include <catch2/catch.hpp>
+
+#include <rankcheck/text.h>
 
 using namespace rankcheck;
 
@@ -23,10 +23,11 @@ TEST_CASE("text: peer strings are made safe for a terminal") {
   CHECK(printable("gpu-01") == "gpu-01");
   CHECK(printable("a\x1b[2Jb") == "a\\x1b[2Jb");
   CHECK(printable(std::string("a\0b", 3)) == "a\\x00b");
-  CHECK(printable("caf\xc3\xa9") == "caf\xc3\xa9");           // valid UTF-8 stays
-  CHECK(printable("bad\xff\xfe") == "bad\\xff\\xfe");         // invalid bytes escaped
-  CHECK(printable("\xc2\x9b" "31m") == "\\xc2\\x9b31m");      // C1 CSI escaped
-  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");      // a surrogate is not UTF-8
+  CHECK(printable("caf\xc3\xa9") == "caf\xc3\xa9");    // valid UTF-8 stays
+  CHECK(printable("bad\xff\xfe") == "bad\\xff\\xfe");  // invalid bytes escaped
+  CHECK(printable("\xc2\x9b"
+                  "31m") == "\\xc2\\x9b31m");             // C1 CSI escaped
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate is not UTF-8
   CHECK(printable(std::string(200, 'x'), 10) == "xxxxxxxxxx...");
 }
 
