@@ -31,6 +31,17 @@ std::vector<std::string> hosts_of(const Records& rs) {
   return {hosts.begin(), hosts.end()};
 }
 
+// Our own composed parts, already escaped: joined without cutting them.
+std::string join(const std::vector<std::string>& parts, std::string_view sep, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < parts.size() && i < max; ++i) {
+    if (i > 0) out += sep;
+    out += parts[i];
+  }
+  if (parts.size() > max) out += fmt::format("{}and {} more", sep, parts.size() - max);
+  return out;
+}
+
 std::string ranks_word(const std::vector<long>& ranks) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", format_ranks(ranks));
 }
@@ -760,6 +771,198 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   }
 }
 
+
+// ----- GPUs, decided before any NCCL call -----------------------------------
+
+const char* state_text(GpuState s) {
+  switch (s) {
+    case GpuState::kUsable: return "usable";
+    case GpuState::kSkipped: return "skipped (--no-gpu)";
+    case GpuState::kNoDriver: return "no CUDA driver";
+    case GpuState::kInitFailed: return "CUDA init failed";
+    case GpuState::kNoDevice: return "no GPU";
+    case GpuState::kUnavailable: return "GPU stage not built";
+  }
+  return "?";
+}
+
+// Members grouped by a key, the largest group first: "who says what".
+template <class Key, class Fn>
+std::vector<std::pair<Key, Records>> group_by(const JobView& v, Fn key_of) {
+  std::map<Key, Records> groups;
+  for (const Member& m : v.members) {
+    if (auto k = key_of(m.record)) groups[*k].push_back(&m.record);
+  }
+  std::vector<std::pair<Key, Records>> out(groups.begin(), groups.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  return out;
+}
+
+bool any_usable(const JobView& v) {
+  return std::any_of(v.members.begin(), v.members.end(),
+                     [](const Member& m) { return m.record.gpu.usable(); });
+}
+
+void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  // Two ranks on one host with one GPU UUID.
+  std::map<std::pair<std::string, std::string>,
+           std::vector<std::pair<const Record*, const GpuDevice*>>>
+      by_uuid;
+  for (const Member& m : v.members) {
+    for (const GpuDevice& d : m.record.gpu.devices) {
+      if (!d.uuid.empty()) by_uuid[{m.record.host, d.uuid}].emplace_back(&m.record, &d);
+    }
+  }
+  for (const auto& [key, users] : by_uuid) {
+    const std::string& uuid = key.second;
+    if (users.size() < 2) continue;
+    Records rs;
+    std::vector<std::string> how;
+    std::vector<long> ranks;
+    for (const auto& [rec, dev] : users) {
+      rs.push_back(rec);
+      ranks.push_back(dev->rank);
+      std::string cvd = rec->gpu.visible_devices.empty()
+                            ? std::string("CUDA_VISIBLE_DEVICES unset")
+                            : fmt::format("CUDA_VISIBLE_DEVICES={}", printable(rec->gpu.visible_devices, 40));
+      how.push_back(fmt::format("rank {} (LOCAL_RANK={}, {}, device {})", dev->rank,
+                                rec->local_rank, cvd, dev->ordinal));
+    }
+    Finding f = make("duplicate-gpu", Severity::kError, exit_code::kMismatch,
+                     fmt::format("{} on {} use the same GPU {}: {}", ranks_word(ranks),
+                                 printable(key.first), printable(uuid, 64), join(how, "; ", 4)),
+                     "NCCL refuses two ranks on one GPU at init, after every other rank has "
+                     "waited: give each process its own device (LOCAL_RANK must differ, and "
+                     "CUDA_VISIBLE_DEVICES must not pin them to one GPU)",
+                     rs);
+    f.ranks = ranks;
+    std::sort(f.ranks.begin(), f.ranks.end());
+    out.push_back(std::move(f));
+  }
+}
+
+void check_nccl_version(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  auto groups = group_by<int32_t>(v, [](const Record& r) -> std::optional<int32_t> {
+    if (!r.gpu.usable() || !r.gpu.nccl_loaded()) return std::nullopt;
+    return r.gpu.nccl_version;
+  });
+  if (groups.size() < 2) return;
+  std::string parts;
+  Records odd;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& [version, rs] = groups[i];
+    if (!parts.empty()) parts += i + 1 == groups.size() ? " but " : ", ";
+    parts += fmt::format("{} loads NCCL {} ({})", where(rs), nccl_version_text(version),
+                         printable(rs.front()->gpu.nccl_path, 80));
+    if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
+  }
+  out.push_back(make("nccl-version-mismatch", Severity::kError, exit_code::kMismatch,
+                     fmt::format("hosts load different NCCL versions: {}", parts),
+                     "every rank must load the same NCCL: install one version everywhere, or "
+                     "point --nccl-lib (RANKCHECK_NCCL_LIB) at the library the training job "
+                     "loads, e.g. the one inside its PyTorch",
+                     odd));
+}
+
+void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage || !any_usable(v)) return;
+  // Hosts without a usable driver, and ranks without a device, while others have them.
+  auto groups = group_by<std::pair<int, std::string>>(
+      v, [](const Record& r) -> std::optional<std::pair<int, std::string>> {
+        if (r.gpu.usable()) return std::nullopt;
+        return std::pair{static_cast<int>(r.gpu.state), r.gpu.error};
+      });
+  for (const auto& [key, rs] : groups) {
+    auto state = static_cast<GpuState>(key.first);
+    bool node = rs.front()->nranks > 1 && state == GpuState::kNoDevice;
+    std::string id = state == GpuState::kNoDriver || state == GpuState::kInitFailed ||
+                             state == GpuState::kUnavailable
+                         ? "cuda-driver-missing"
+                     : node ? "gpu-count-mismatch"
+                            : "gpu-missing";
+    std::string hint =
+        id == "cuda-driver-missing"
+            ? "install or load the NVIDIA driver on that host (and in the container: the "
+              "NVIDIA container runtime mounts libcuda.so.1)"
+        : id == "gpu-count-mismatch"
+            ? "give the node as many GPUs as --nproc-per-node (the pod's nvidia.com/gpu limit, "
+              "Slurm's --gpus-per-node), or lower --nproc-per-node"
+            : "give every rank a GPU: check the job's GPU request (--gpus-per-task, "
+              "nvidia.com/gpu) and CUDA_VISIBLE_DEVICES on that host";
+    out.push_back(make(id, Severity::kError, exit_code::kGpu,
+                       fmt::format("{} for {}, while the other ranks have GPUs: {}",
+                                   state_text(state), where(rs), printable(key.second, 200)),
+                       hint, rs));
+  }
+}
+
+void check_nccl_missing(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  auto groups = group_by<std::string>(v, [](const Record& r) -> std::optional<std::string> {
+    if (!r.gpu.usable() || r.gpu.nccl_loaded()) return std::nullopt;
+    return r.gpu.nccl_error;
+  });
+  for (const auto& [error, rs] : groups) {
+    out.push_back(make("nccl-missing", Severity::kError, exit_code::kGpu,
+                       fmt::format("NCCL not found for {}: {}", where(rs), printable(error, 200)),
+                       "install NCCL on that host, or point --nccl-lib (RANKCHECK_NCCL_LIB) at "
+                       "the libnccl.so.2 the training job loads",
+                       rs));
+  }
+}
+
+void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  auto groups = group_by<std::pair<int32_t, std::string>>(
+      v, [](const Record& r) -> std::optional<std::pair<int32_t, std::string>> {
+        if (!r.gpu.usable()) return std::nullopt;
+        return std::pair{r.gpu.cuda_version, r.gpu.driver};
+      });
+  if (groups.size() < 2) return;
+  std::string parts;
+  Records odd;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& [key, rs] = groups[i];
+    if (!parts.empty()) parts += "; ";
+    parts += fmt::format("{} on {}", key.second.empty() ? "CUDA " + cuda_version_text(key.first)
+                                                        : fmt::format("driver {} (CUDA {})",
+                                                                      printable(key.second, 32),
+                                                                      cuda_version_text(key.first)),
+                         where(rs));
+    if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
+  }
+  out.push_back(make("cuda-driver-mismatch", Severity::kWarning, exit_code::kMismatch,
+                     fmt::format("hosts run different NVIDIA drivers: {}", parts),
+                     "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the "
+                     "stragglers",
+                     odd));
+}
+
+void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage || v.members.empty() || any_usable(v)) return;
+  auto groups = group_by<std::string>(v, [](const Record& r) -> std::optional<std::string> {
+    return fmt::format("{}: {}", state_text(r.gpu.state), r.gpu.error);
+  });
+  std::string why = fmt::format("{} for {}", printable(groups.front().first, 200),
+                                where(groups.front().second));
+  if (groups.size() > 1) why += fmt::format(" (and {} other reasons)", groups.size() - 1);
+  out.push_back(Finding{"gpu-unavailable", Severity::kWarning, exit_code::kGpu,
+                        fmt::format("no member has a usable GPU, so the NCCL stage did not run: {}",
+                                    why),
+                        "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU "
+                        "node, check the driver and the container runtime",
+                        {}, {}});
+}
+
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // Compare digests first: 16k members with one environment cost one comparison each.
@@ -822,11 +1025,17 @@ constexpr Rule kRules[] = {
     {"local-rank-collision", check_local_rank_collision},
     {"local-world-size-mismatch", check_local_world_size},
     {"nccl-ifname-missing", check_ifname},
+    {"duplicate-gpu", check_duplicate_gpu},
+    {"nccl-version-mismatch", check_nccl_version},
+    {"cuda-driver-missing", check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
+    {"nccl-missing", check_nccl_missing},
     {"master-addr-mismatch", check_master_addr_mismatch},
     {"protocol-mismatch", check_protocol_mismatch},
     {"member-disconnected", check_departed},
     {"missing-rank", check_missing},
     {"env-mismatch", check_env_mismatch},
+    {"cuda-driver-mismatch", check_cuda_driver_mismatch},
+    {"gpu-unavailable", check_gpu_unavailable},
     {"stray-connection", check_stray_connections},
 };
 
@@ -839,9 +1048,9 @@ std::vector<Finding> order(std::vector<Finding> findings) {
 
 }  // namespace
 
-std::span<const Rule> rules() {
-  return kRules;
-}
+std::span<const Rule> rules() { return kRules; }
+
+void order_findings(std::vector<Finding>& findings) { findings = order(std::move(findings)); }
 
 std::vector<Finding> run_checks(const JobView& view) {
   CheckContext ctx(view);
@@ -890,11 +1099,13 @@ std::vector<Finding> local_checks(const Record& self) {
   return order(std::move(findings));
 }
 
-JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved)
+JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved,
+                         bool gpu_stage)
     : world_size_(world_size),
       master_loopback_(!master_resolved.empty() &&
                        std::all_of(master_resolved.begin(), master_resolved.end(),
-                                   [](const std::string& a) { return is_loopback_address(a); })) {
+                                   [](const std::string& a) { return is_loopback_address(a); })),
+      gpu_stage_(gpu_stage) {
   claimed_.assign(static_cast<size_t>(std::clamp(world_size, 0L, kMaxWorldSize)), 0);
 }
 
@@ -919,9 +1130,17 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     first_addr_ = r.master_addr;
     first_port_ = r.master_port;
     first_resolved_ = r.master_resolved.get();
+    first_gpu_ = r.gpu;
   }
   ok = ok && r.env_digest == first_digest_ && r.master_addr == first_addr_ &&
        r.master_port == first_port_ && r.master_resolved.get() == first_resolved_;
+  if (gpu_stage_) {  // usable, one NCCL and one driver everywhere, no GPU twice
+    const GpuFacts& g = r.gpu;
+    ok = ok && g.usable() && g.nccl_loaded() && g.nccl_version == first_gpu_.nccl_version &&
+         g.cuda_version == first_gpu_.cuda_version && g.driver == first_gpu_.driver &&
+         long(g.devices.size()) == r.nranks;
+    for (const GpuDevice& d : g.devices) ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
+  }
   // Per host: one local world size, room for these ranks, no local rank twice.
   auto it = hosts_.find(r.host);
   if (it == hosts_.end()) {
@@ -940,6 +1159,161 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     if (ok) h.locals[size_t(k)] = true;
   }
   tainted_ = !ok;
+}
+
+std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members) {
+  for (const Member& m : members) {
+    if (m.record.gpu.state == GpuState::kSkipped) {
+      return fmt::format("{} was started with --no-gpu", member_label(m.record));
+    }
+  }
+  bool usable = std::any_of(members.begin(), members.end(),
+                            [](const Member& m) { return m.record.gpu.usable(); });
+  if (!usable) return std::string("no member has a usable GPU");
+  return std::nullopt;
+}
+
+std::vector<Finding> stage_checks(const StageView& sv) {
+  std::vector<Finding> out;
+  // Where each rank ran, for the hosts of a finding.
+  std::map<long, const Record*> owner;
+  if (sv.members != nullptr) {
+    for (const Member& m : *sv.members) {
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) owner[k] = &m.record;
+    }
+  }
+  auto about = [&](const std::vector<long>& ranks) {
+    Records rs;
+    for (long k : ranks) {
+      if (auto it = owner.find(k); it != owner.end()) rs.push_back(it->second);
+    }
+    return rs;
+  };
+  auto ranks_hosts = [&](const std::vector<long>& ranks) {
+    Records rs = about(ranks);
+    Finding f;
+    f.ranks = ranks;
+    f.hosts = hosts_of(rs);
+    return f;
+  };
+  std::map<long, const RankResult*> by_rank;
+  for (const RankResult& r : sv.results) by_rank[r.rank] = &r;
+
+  // Init that failed, grouped by the error NCCL gave.
+  std::map<std::string, std::vector<long>> failed;
+  std::vector<long> init_timeout;
+  std::vector<long> init_done;
+  std::vector<long> silent;  // no result at all
+  for (long k = 0; k < sv.world_size; ++k) {
+    auto it = by_rank.find(k);
+    if (it == by_rank.end()) {
+      silent.push_back(k);
+      continue;
+    }
+    const RankResult& r = *it->second;
+    if (r.init_ok) {
+      init_done.push_back(k);
+    } else if (r.init_timed_out) {
+      init_timeout.push_back(k);
+    } else {
+      failed[r.init_error.empty() ? std::string("no error given") : r.init_error].push_back(k);
+    }
+  }
+  for (const auto& [error, ranks] : failed) {
+    Finding f = ranks_hosts(ranks);
+    f.id = "nccl-init-failed";
+    f.exit_code = exit_code::kGpu;
+    f.message = fmt::format("NCCL init failed for {} on {}: {}", ranks_word(ranks),
+                            format_list(f.hosts, 4), printable(error, 300));
+    f.hint = "NCCL_DEBUG=INFO on those ranks shows why; a network or topology error on one host "
+             "usually names the interface or device";
+    out.push_back(std::move(f));
+  }
+  std::vector<long> stuck = init_timeout;
+  stuck.insert(stuck.end(), silent.begin(), silent.end());
+  std::sort(stuck.begin(), stuck.end());
+  if (!stuck.empty()) {
+    Finding f = ranks_hosts(stuck);
+    f.id = "nccl-init-timeout";
+    f.exit_code = exit_code::kGpu;
+    std::string done = init_done.empty() ? std::string("no rank finished init")
+                                         : fmt::format("{} finished", ranks_word(init_done));
+    f.message = fmt::format("NCCL init did not finish within {} for {} on {}{}; {}",
+                            format_seconds(sv.stage_ms), ranks_word(stuck), format_list(f.hosts, 4),
+                            silent.empty() ? std::string()
+                                           : fmt::format(" ({} sent no result: the process died "
+                                                         "or lost its connection)",
+                                                         ranks_word(silent)),
+                            done);
+    f.hint = "ranks stuck in init wait for a peer they cannot reach: check the network between "
+             "the hosts (NCCL_SOCKET_IFNAME, firewalls, InfiniBand ports); NCCL_DEBUG=INFO "
+             "shows the bootstrap";
+    out.push_back(std::move(f));
+  }
+
+  std::vector<long> ar_timeout;
+  std::vector<std::string> wrong;
+  std::vector<long> wrong_ranks;
+  std::vector<long> low;
+  std::vector<std::string> low_text;
+  std::vector<long> failed_ranks;
+  std::vector<std::string> failed_text;
+  for (const RankResult& r : sv.results) {
+    if (!r.init_ok) continue;
+    if (r.allreduce_timed_out) {
+      ar_timeout.push_back(r.rank);
+    } else if (!r.allreduce_done) {
+      failed_ranks.push_back(r.rank);
+      failed_text.push_back(fmt::format("rank {}: {}", r.rank, printable(r.allreduce_error, 200)));
+    } else if (!r.allreduce_ok) {
+      wrong_ranks.push_back(r.rank);
+      wrong.push_back(fmt::format("rank {} expected {}, got {}", r.rank, r.expected, r.got));
+    } else if (sv.min_busbw_gbps > 0 && r.bandwidth_bytes > 0 &&
+               r.busbw_gbps < sv.min_busbw_gbps) {
+      low.push_back(r.rank);
+      low_text.push_back(fmt::format("rank {} {:.1f} GB/s", r.rank, r.busbw_gbps));
+    }
+  }
+  if (!wrong_ranks.empty()) {
+    Finding f = ranks_hosts(wrong_ranks);
+    f.id = "allreduce-wrong-result";
+    f.exit_code = exit_code::kGpu;
+    f.message = fmt::format("the all-reduce of one value per rank gave a wrong total: {}",
+                            format_list(wrong, 4));
+    f.hint = "a wrong sum from NCCL means broken hardware or a broken NCCL/driver pairing on "
+             "those hosts: run nccl-tests there, check the GPU's ECC and NVLink errors";
+    out.push_back(std::move(f));
+  }
+  if (!failed_ranks.empty()) {
+    Finding f = ranks_hosts(failed_ranks);
+    f.id = "allreduce-failed";
+    f.exit_code = exit_code::kGpu;
+    f.message = fmt::format("the all-reduce failed: {}", join(failed_text, "; ", 4));
+    f.hint = "NCCL_DEBUG=INFO on those ranks says why; an error right after a successful init "
+             "usually points at the network transport (NCCL_NET, NCCL_IB_HCA)";
+    out.push_back(std::move(f));
+  }
+  if (!ar_timeout.empty()) {
+    Finding f = ranks_hosts(ar_timeout);
+    f.id = "allreduce-timeout";
+    f.exit_code = exit_code::kGpu;
+    f.message = fmt::format("the all-reduce did not complete within the deadline for {} on {}",
+                            ranks_word(ar_timeout), format_list(f.hosts, 4));
+    f.hint = "init succeeded but data does not flow: check the inter-host links (IB/RoCE, "
+             "NCCL_IB_HCA, NCCL_NET) and NCCL_DEBUG=INFO";
+    out.push_back(std::move(f));
+  }
+  if (!low.empty()) {
+    Finding f = ranks_hosts(low);
+    f.id = "bandwidth-low";
+    f.exit_code = exit_code::kGpu;
+    f.message = fmt::format("all-reduce bus bandwidth below --min-busbw {:.1f} GB/s: {}",
+                            sv.min_busbw_gbps, format_list(low_text, 6));
+    f.hint = "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
+             "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause";
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 int exit_code_for(const std::vector<Finding>& findings) {

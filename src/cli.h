@@ -26,6 +26,8 @@ Command add_local(CLI::App& root, const EnvMap& env);
 void add_identity_flags(CLI::App& app, Flags& flags);
 /// --timeout, --json, --no-gpu, --quiet, --color and friends.
 void add_run_flags(CLI::App& app, RunOptions& options, std::string& color);
+/// "256M", "1G", "4096": bytes, or 0 when not a size from 4 B to 64 GiB.
+uint64_t parse_size(const std::string& text);
 /// Resolves --color auto|always|never against the terminal and NO_COLOR.
 bool use_color(const std::string& mode, const EnvMap& env);
 

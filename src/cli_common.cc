@@ -40,10 +40,45 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
+  app.add_option("--nccl-lib", o.nccl_lib,
+                 "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
+  app.add_option("--device", o.device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
+      ->check(CLI::Range(0, 1023));
+  app.add_option_function<std::string>(
+         "--bandwidth",
+         [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
+         "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
+          },
+          "SIZE"));
+  app.add_option("--min-busbw", o.min_busbw_gbps,
+                 "With --bandwidth: a bus bandwidth below GBPS is a finding")
+      ->check(CLI::PositiveNumber);
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
   app.add_option("--color", color, "Colour the text report: auto, always, never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
+}
+
+uint64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  std::string unit = text.substr(used);
+  double scale = unit.empty() || unit == "B" ? 1
+                 : unit == "K" || unit == "KiB" ? 1024.0
+                 : unit == "M" || unit == "MiB" ? 1024.0 * 1024
+                 : unit == "G" || unit == "GiB" ? 1024.0 * 1024 * 1024
+                                                : 0;
+  double bytes = n * scale;
+  if (!(bytes >= 4) || bytes > 64.0 * 1024 * 1024 * 1024) return 0;
+  return static_cast<uint64_t>(bytes);
 }
 
 bool use_color(const std::string& mode, const EnvMap& env) {

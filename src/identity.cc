@@ -115,8 +115,9 @@ void resolve(Identity& id) {
 
   // Node mode: one member stands for nproc-per-node consecutive ranks.
   if (have[int(Field::kNprocPerNode)]) {
-    if (id.nranks < 1 || id.nranks > 1024) {
-      id.problems.push_back(fmt::format("nproc per node {} is outside 1..1024", id.nranks));
+    if (id.nranks < 1 || id.nranks > kMaxRanksPerMember) {
+      id.problems.push_back(fmt::format("nproc per node {} is outside 1..{}", id.nranks,
+                                        kMaxRanksPerMember));
       id.nranks = 1;
     } else if (!have[int(Field::kRank)]) {
       if (!have[int(Field::kNodeRank)]) {
@@ -125,6 +126,9 @@ void resolve(Identity& id) {
       } else {
         id.rank = id.node_rank * id.nranks;
         have[int(Field::kRank)] = true;
+        for (const Observation& o : id.observations) {  // the row that gave the node rank
+          if (o.field == Field::kNodeRank && id.launcher.empty()) id.launcher = o.launcher;
+        }
         id.notes.push_back(fmt::format("node mode: node {} stands for ranks {}-{}", id.node_rank,
                                        id.rank, id.rank + id.nranks - 1));
       }

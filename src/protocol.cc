@@ -66,6 +66,51 @@ std::vector<uint8_t> encode(const Verdict& m) {
   return encode_frame(MsgType::kVerdict, w.data());
 }
 
+std::vector<uint8_t> encode(const StageReport& m) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(m.ranks.size()));
+  for (const RankResult& r : m.ranks) {
+    w.i32(r.rank);
+    w.u8(static_cast<uint8_t>(r.init_ok | r.init_timed_out << 1 | r.allreduce_ok << 2 |
+                              r.allreduce_done << 3 | r.allreduce_timed_out << 4));
+    w.str(r.init_error.substr(0, 256));
+    w.f64(r.init_ms);
+    w.str(r.allreduce_error.substr(0, 256));
+    w.u64(static_cast<uint64_t>(r.expected));
+    w.u64(static_cast<uint64_t>(r.got));
+    w.f64(r.allreduce_us);
+    w.u64(r.bandwidth_bytes);
+    w.f64(r.algbw_gbps);
+    w.f64(r.busbw_gbps);
+  }
+  return encode_frame(MsgType::kStageResult, w.data());
+}
+
+Result<StageReport> decode_stage_report(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  StageReport m;
+  m.ranks.resize(r.count(kMaxRanksPerMember, "rank result"));
+  for (RankResult& x : m.ranks) {
+    x.rank = r.i32();
+    uint8_t flags = r.u8();
+    x.init_ok = flags & 1;
+    x.init_timed_out = flags & 2;
+    x.allreduce_ok = flags & 4;
+    x.allreduce_done = flags & 8;
+    x.allreduce_timed_out = flags & 16;
+    x.init_error = r.str(256, "init error");
+    x.init_ms = r.f64();
+    x.allreduce_error = r.str(256, "all-reduce error");
+    x.expected = static_cast<int64_t>(r.u64());
+    x.got = static_cast<int64_t>(r.u64());
+    x.allreduce_us = r.f64();
+    x.bandwidth_bytes = r.u64();
+    x.algbw_gbps = r.f64();
+    x.busbw_gbps = r.f64();
+  }
+  return finish(r, std::move(m), "stage result");
+}
+
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload) {
   Reader r(payload);
   Challenge m;

@@ -37,7 +37,8 @@ uint64_t env_digest(const std::vector<EnvVar>& env) {
   return h;
 }
 
-Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env) {
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
+                   GpuFacts gpu) {
   Record r;
   r.version = std::string(kVersion);
   r.rank = static_cast<int32_t>(id.rank);
@@ -67,6 +68,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env)
   r.node_list = id.node_list.substr(0, kMaxEnvValue);
   r.tasks_per_node = id.tasks_per_node.substr(0, kMaxShortString);
   r.distribution = static_cast<uint8_t>(id.distribution);
+  r.gpu = std::move(gpu);
   return r;
 }
 
@@ -125,6 +127,55 @@ void encode_record(Writer& w, const Record& r) {
   w.str(r.node_list);
   w.str(r.tasks_per_node);
   w.u8(r.distribution);
+  encode_gpu(w, r.gpu);
+}
+
+void encode_gpu(Writer& w, const GpuFacts& g) {
+  w.u8(static_cast<uint8_t>(g.state));
+  w.str(g.error.substr(0, kMaxShortString));
+  w.i32(g.cuda_version);
+  w.str(g.driver.substr(0, 64));
+  w.i32(g.device_count);
+  w.str(g.visible_devices.substr(0, kMaxShortString));
+  w.str(g.choice.substr(0, kMaxShortString));
+  w.u32(static_cast<uint32_t>(g.devices.size()));
+  for (const GpuDevice& d : g.devices) {
+    w.i32(d.rank);
+    w.i32(d.ordinal);
+    w.str(d.uuid.substr(0, 64));
+    w.str(d.pci_bus_id.substr(0, 64));
+    w.str(d.name.substr(0, 128));
+    w.u64(d.memory_bytes);
+  }
+  w.str(g.nccl_path.substr(0, kMaxShortString));
+  w.i32(g.nccl_version);
+  w.str(g.nccl_error.substr(0, kMaxShortString));
+}
+
+GpuFacts decode_gpu(Reader& r) {
+  GpuFacts g;
+  uint8_t state = r.u8();
+  if (state > static_cast<uint8_t>(GpuState::kUnavailable)) r.fail("unknown GPU state");
+  g.state = static_cast<GpuState>(state);
+  g.error = r.str(kMaxShortString, "GPU error");
+  g.cuda_version = r.i32();
+  g.driver = r.str(64, "driver version");
+  g.device_count = r.i32();
+  g.visible_devices = r.str(kMaxShortString, "CUDA_VISIBLE_DEVICES");
+  g.choice = r.str(kMaxShortString, "device choice");
+  g.devices.resize(r.count(kMaxRanksPerMember, "GPU"));
+  for (GpuDevice& d : g.devices) {
+    d.rank = r.i32();
+    d.ordinal = r.i32();
+    d.uuid = r.str(64, "GPU UUID");
+    d.pci_bus_id = r.str(64, "PCI bus id");
+    d.name = r.str(128, "GPU name");
+    d.memory_bytes = r.u64();
+  }
+  g.nccl_path = r.str(kMaxShortString, "NCCL path");
+  g.nccl_version = r.i32();
+  g.nccl_error = r.str(kMaxShortString, "NCCL error");
+  return g;
 }
 
 Record decode_record(Reader& r) {
@@ -169,9 +220,10 @@ Record decode_record(Reader& r) {
   rec.node_list = r.str(kMaxEnvValue, "node list");
   rec.tasks_per_node = r.str(kMaxShortString, "tasks per node");
   rec.distribution = r.u8();
+  rec.gpu = decode_gpu(r);
   if (!r.ok()) return rec;
   // Shape checks: the rules may rely on these.
-  if (rec.nranks < 1 || rec.nranks > 1024) r.fail("ranks per member outside 1..1024");
+  if (rec.nranks < 1 || rec.nranks > kMaxRanksPerMember) r.fail("ranks per member out of bounds");
   if (rec.world_size < 1 || rec.world_size > kMaxWorldSize) r.fail("world size out of bounds");
   for (int32_t v : {rec.rank, rec.local_rank, rec.local_world_size, rec.node_rank, rec.nnodes}) {
     if (v < -kMaxWorldSize || v > kMaxWorldSize) r.fail("rank field out of bounds");

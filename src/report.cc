@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -60,13 +61,37 @@ long rank_count(const std::vector<Member>& members) {
   return n;
 }
 
+// "H100" from "NVIDIA H100 80GB HBM3": the model, short enough for a table.
+std::string short_gpu_name(const std::string& name) {
+  std::string n = name.rfind("NVIDIA ", 0) == 0 ? name.substr(7) : name;
+  return printable(n.substr(0, n.find(' ')), 16);
+}
+
+std::string gpu_cell(const GpuFacts& g, const Record& rec) {
+  if (!g.usable()) {
+    return g.state == GpuState::kSkipped ? "-" : g.state == GpuState::kNoDriver ? "no driver"
+                                             : g.state == GpuState::kNoDevice   ? "no GPU"
+                                                                                : "unusable";
+  }
+  if (g.devices.empty()) return "-";
+  if (rec.nranks > 1) {
+    return fmt::format("{} × {}", g.devices.size(), short_gpu_name(g.devices.front().name));
+  }
+  const GpuDevice& d = g.devices.front();
+  return fmt::format("{} {} {}", d.ordinal, short_gpu_name(d.name), printable(d.uuid, 12));
+}
+
 std::string member_table(const Report& r) {
+  bool gpus = std::any_of(r.members.begin(), r.members.end(), [](const Member& m) {
+    return m.record.gpu.state != GpuState::kSkipped;
+  });
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
-    rows.push_back({"rank", "host", "local", "pid", "launcher", "joined"});
+    rows.push_back({"rank", "host", "local", "pid", "launcher"});
+    if (gpus) rows.back().insert(rows.back().end(), {"gpu", "nccl"});
+    rows.back().push_back("joined");
     std::vector<const Member*> sorted;
-    for (const Member& m : r.members)
-      sorted.push_back(&m);
+    for (const Member& m : r.members) sorted.push_back(&m);
     std::stable_sort(sorted.begin(), sorted.end(), [](const Member* a, const Member* b) {
       return a->record.rank < b->record.rank;
     });
@@ -76,8 +101,13 @@ std::string member_table(const Report& r) {
                                       : fmt::format("{}-{}", rec.rank, rec.last_rank()),
                       printable(rec.host, 40),
                       rec.local_rank < 0 ? "-" : std::to_string(rec.local_rank),
-                      std::to_string(rec.pid), printable(rec.launcher, 16),
-                      fmt::format("+{}", format_seconds(m->joined_ms))});
+                      std::to_string(rec.pid), printable(rec.launcher, 16)});
+      if (gpus) {
+        rows.back().push_back(gpu_cell(rec.gpu, rec));
+        rows.back().push_back(rec.gpu.nccl_loaded() ? nccl_version_text(rec.gpu.nccl_version)
+                                                    : "-");
+      }
+      rows.back().push_back(fmt::format("+{}", format_seconds(m->joined_ms)));
     }
   } else {
     // Large jobs: one line per host, ranks as ranges.
@@ -85,46 +115,108 @@ std::string member_table(const Report& r) {
       std::vector<long> ranks;
       double last_join = 0;
       size_t members = 0;
+      size_t gpus = 0;
+      std::string gpu_name;
+      std::set<std::string> nccl, driver;
     };
     std::map<std::string, HostRow> hosts;
     for (const Member& m : r.members) {
       HostRow& h = hosts[m.record.host];
-      for (long k = m.record.rank; k <= m.record.last_rank(); ++k)
-        h.ranks.push_back(k);
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) h.ranks.push_back(k);
       h.last_join = std::max(h.last_join, m.joined_ms);
       ++h.members;
+      const GpuFacts& g = m.record.gpu;
+      h.gpus += g.devices.size();
+      if (!g.devices.empty()) h.gpu_name = short_gpu_name(g.devices.front().name);
+      h.nccl.insert(g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "-");
+      if (g.usable()) h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
+                                                        : printable(g.driver, 20));
     }
     std::vector<std::pair<std::string, HostRow>> sorted(hosts.begin(), hosts.end());
     std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
       return *std::min_element(a.second.ranks.begin(), a.second.ranks.end()) <
              *std::min_element(b.second.ranks.begin(), b.second.ranks.end());
     });
-    rows.push_back({"host", "ranks", "members", "joined"});
+    rows.push_back({"host", "ranks", "members"});
+    if (gpus) rows.back().insert(rows.back().end(), {"gpus", "nccl", "driver"});
+    rows.back().push_back("joined");
     size_t shown = 0;
     for (const auto& [host, h] : sorted) {
       if (++shown > 48) {
-        rows.push_back({fmt::format("... {} more hosts", sorted.size() - 48), "", "", ""});
+        rows.push_back({fmt::format("... {} more hosts", sorted.size() - 48)});
+        rows.back().resize(rows.front().size());
         break;
       }
-      rows.push_back({printable(host, 40), format_ranks(h.ranks, 8), std::to_string(h.members),
-                      fmt::format("+{}", format_seconds(h.last_join))});
+      rows.push_back({printable(host, 40), format_ranks(h.ranks, 8), std::to_string(h.members)});
+      if (gpus) {
+        rows.back().push_back(h.gpus == 0 ? "-" : fmt::format("{} × {}", h.gpus, h.gpu_name));
+        rows.back().push_back(format_list({h.nccl.begin(), h.nccl.end()}, 2));
+        rows.back().push_back(h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
+      }
+      rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));
     }
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c)
-      width[c] = std::max(width[c], row[c].size());
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], display_width(row[c]));
   }
   std::string out;
   for (const auto& row : rows) {
     std::string line = "  ";
     for (size_t c = 0; c < row.size(); ++c) {
       line += row[c];
-      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 3, ' ');
+      if (c + 1 < row.size()) line.append(width[c] - display_width(row[c]) + 3, ' ');
     }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
   return out;
+}
+
+nlohmann::json gpu_json(const GpuFacts& g) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const GpuDevice& d : g.devices) {
+    devices.push_back({{"rank", d.rank},
+                       {"ordinal", d.ordinal},
+                       {"uuid", d.uuid},
+                       {"pci_bus_id", d.pci_bus_id},
+                       {"name", d.name},
+                       {"memory_bytes", d.memory_bytes}});
+  }
+  static constexpr const char* kStates[] = {"usable",   "skipped",   "no-driver",
+                                            "init-failed", "no-device", "not-built"};
+  return {{"state", kStates[static_cast<size_t>(g.state)]},
+          {"error", g.error},
+          {"cuda_version", g.cuda_version},
+          {"driver", g.driver},
+          {"device_count", g.device_count},
+          {"visible_devices", g.visible_devices},
+          {"choice", g.choice},
+          {"devices", devices},
+          {"nccl_version", g.nccl_version},
+          {"nccl_version_text", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : ""},
+          {"nccl_path", g.nccl_path},
+          {"nccl_error", g.nccl_error}};
+}
+
+nlohmann::json stage_json(const RankResult& r) {
+  nlohmann::json j = {{"rank", r.rank},
+                      {"init_ok", r.init_ok},
+                      {"init_timed_out", r.init_timed_out},
+                      {"init_error", r.init_error},
+                      {"init_ms", r.init_ms},
+                      {"allreduce_ok", r.allreduce_ok},
+                      {"allreduce_timed_out", r.allreduce_timed_out},
+                      {"allreduce_error", r.allreduce_error},
+                      {"allreduce_us", r.allreduce_us},
+                      {"expected", r.expected},
+                      {"got", r.got}};
+  if (r.bandwidth_bytes > 0) {
+    j["bandwidth"] = {{"bytes", r.bandwidth_bytes},
+                      {"algbw_gbps", r.algbw_gbps},
+                      {"busbw_gbps", r.busbw_gbps}};
+  }
+  return j;
 }
 
 nlohmann::json finding_json(const Finding& f) {
@@ -156,7 +248,8 @@ nlohmann::json record_json(const Record& r) {
           {"master_port", r.master_port},
           {"master_resolved", r.master_resolved.get()},
           {"version", r.version},
-          {"env", env}};
+          {"env", env},
+          {"gpu", gpu_json(r.gpu)}};
 }
 
 std::string dump(const nlohmann::json& j) {
@@ -261,6 +354,8 @@ std::string render_json(const Report& r) {
   j["master_memory_kib"] = {{"resident_at_decision", r.rss_kib},
                             {"peak_at_decision", r.peak_rss_kib}};
   j["gpu_stage"] = r.gpu_stage;
+  j["stage_results"] = nlohmann::json::array();
+  for (const RankResult& x : r.stage_results) j["stage_results"].push_back(stage_json(x));
   return dump(j);
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <rankcheck/checks.h>
+#include <rankcheck/gpu.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/member.h>
 #include <rankcheck/net.h>
@@ -130,8 +131,20 @@ Status check_json_path(const std::string& path) {
   return ok_status();
 }
 
+// What one run carries from step to step.
+struct Session {
+  const RunOptions& o;
+  Log log;
+  Output out;
+  Clock::time_point start;
+  Deadline end;
+  std::atomic<int>& watchdog_code;  // what the watchdog exits with, by phase
+  std::unique_ptr<GpuStage> stage;
+  GpuPlan plan;
+};
+
 Record build_self(const Identity& id, const std::optional<std::string>& host_name,
-                  const EnvMap& env, Deadline resolve_by) {
+                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu = {}) {
   HostFacts facts;
   facts.host = host_name ? *host_name : local_host_name();
   facts.pid = static_cast<uint32_t>(::getpid());
@@ -144,7 +157,16 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
       facts.resolve_error = resolved.error().message;
     }
   }
-  return make_record(id, facts, env);
+  return make_record(id, facts, env, std::move(gpu));
+}
+
+// Runs this member's GPU stage on the master's go; the results for its ranks.
+StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
+  s.watchdog_code = exit_code::kGpu;
+  // Leave time to send the results before the master's stage deadline.
+  Deadline by = Deadline::after(Millis(std::max<long>(0, long(go.stage_ms) - 150))).sooner(s.end);
+  s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
+  return StageReport{s.stage->run(*go.nccl_id, world_size, s.plan, by)};
 }
 
 int print_member(const MemberReport& m, const Output& out) {
@@ -166,8 +188,12 @@ int interrupted_exit(const Log& log, Record& self, const Output& out, Clock::tim
 }
 
 // The member side of a run: join, wait for the verdict, print the one-line summary.
-int member_path(Record& self, const Identity& id, const RunOptions& o, const Log& log,
-                const Output& out, Clock::time_point start, Deadline end) {
+int member_path(Record& self, const Identity& id, Session& s) {
+  const RunOptions& o = s.o;
+  const Log& log = s.log;
+  const Output& out = s.out;
+  Clock::time_point start = s.start;
+  Deadline end = s.end;
   JoinOptions jo;
   jo.master_addr = id.master_addr;
   jo.master_port = static_cast<uint16_t>(id.master_port);
@@ -188,6 +214,12 @@ int member_path(Record& self, const Identity& id, const RunOptions& o, const Log
     log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.master_port,
                              joined.admit.joined_ranks, joined.admit.world_size));
     auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
+    if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
+      StageReport results = run_gpu_stage(s, *verdict, id.world_size);
+      auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
+      if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
+      verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
+    }
     if (interrupted()) return interrupted_exit(log, self, out, start);
     if (!verdict) {
       Finding lost{"master-lost",
@@ -250,10 +282,14 @@ struct MasterSetup {
 // Hosts the master in this process, joins it as a member, and prints the report.
 // Returns nullopt when another master of this job already answers (this process
 // then joins it as an ordinary member).
-std::optional<int> master_path(Record& self, const Identity& id, const RunOptions& o,
-                               const Log& log, const Output& out, Clock::time_point start,
-                               Deadline end, const MasterSetup& setup,
+std::optional<int> master_path(Record& self, const Identity& id, Session& s,
+                               const MasterSetup& setup,
                                const std::function<void(uint16_t)>& on_listening = {}) {
+  const RunOptions& o = s.o;
+  const Log& log = s.log;
+  const Output& out = s.out;
+  Clock::time_point start = s.start;
+  Deadline end = s.end;
   ServerConfig cfg;
   cfg.world_size = id.world_size;
   cfg.job_id = id.job_id;
@@ -265,6 +301,10 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
   cfg.handshake_timeout = seconds(o.handshake_timeout_s);
   cfg.progress_interval = seconds(o.progress_interval_s);
   cfg.log = [&log](const std::string& line) { log.progress(line); };
+  cfg.gpu_stage = !o.no_gpu;
+  cfg.make_nccl_id = [&s] { return s.stage->unique_id(); };
+  cfg.stage_by = Deadline(end.when() - Millis(600));
+  cfg.min_busbw_gbps = o.min_busbw_gbps;
 
   check_capacity(id.world_size, log);
   Server server(cfg);
@@ -329,11 +369,48 @@ std::optional<int> master_path(Record& self, const Identity& id, const RunOption
       server.decide_now();
     }
   }
+  if (verdict.wait_for(Millis(0)) == std::future_status::ready) {
+    Verdict first = verdict.get();
+    if (!first.final && first.run_gpu && first.nccl_id && !interrupted()) {
+      auto final_verdict = server.submit_local(run_gpu_stage(s, first, id.world_size));
+      final_verdict.wait_until(verdict_by.when());
+    }
+  }
   Report report = server.finish(verdict_by.sooner(Deadline::after(Millis(500))));
-  report.gpu_stage = o.no_gpu ? "not run (--no-gpu)" : "not run (not part of this build)";
   out.emit([&] { return render_text(report, {out.color}); }, [&] { return render_json(report); });
   if (interrupted()) return exit_code::kSignalBase + interrupted();
   return report.exit_code();
+}
+
+StageOptions stage_options(const RunOptions& o, const EnvMap& env) {
+  StageOptions so;
+  if (const std::string* lib = env_get(env, "RANKCHECK_CUDA_LIB")) so.cuda_lib = *lib;
+  if (const std::string* lib = env_get(env, "RANKCHECK_NCCL_LIB")) so.nccl_lib = *lib;
+  if (!o.nccl_lib.empty()) so.nccl_lib = o.nccl_lib;
+  so.bandwidth_bytes = o.bandwidth_bytes;
+  return so;
+}
+
+GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env) {
+  GpuPlan plan;
+  plan.first_rank = id.rank;
+  plan.nranks = id.nranks;
+  plan.local_rank = id.local_rank;
+  plan.device = o.device;
+  if (const std::string* cvd = env_get(env, "CUDA_VISIBLE_DEVICES")) plan.visible_devices = *cvd;
+  return plan;
+}
+
+GpuFacts probe_gpus(Session& s) {
+  if (s.o.no_gpu) return GpuFacts{};  // kSkipped
+  auto t0 = Clock::now();
+  GpuFacts gpu = s.stage->inventory(s.plan);
+  s.log.progress(fmt::format(
+      "GPU inventory in {}: {}", format_seconds(ms_between(t0, Clock::now())),
+      gpu.usable() ? fmt::format("{} ({}), NCCL {}", gpu.devices.empty() ? "-" : gpu.devices[0].uuid,
+                                 gpu.choice, nccl_version_text(gpu.nccl_version))
+                   : gpu.error));
+  return gpu;
 }
 
 int usage_problems(const Identity& id) {
@@ -360,7 +437,10 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
 
   Identity id = detect_identity(env, o.flags);
   if (!id.usable()) return usage_problems(id);
-  Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))));
+  Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, env)};
+  Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))),
+                           probe_gpus(s));
   for (const Finding& f : local_checks(self)) {
     log.error(fmt::format("{} {}: {}", f.is_error() ? "✗" : "!", f.id, f.message));
   }
@@ -394,9 +474,9 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
                       printable(id.master_addr)));
       setup.addresses = {"0.0.0.0"};
     }
-    if (auto code = master_path(self, id, o, log, out, start, end, setup)) return *code;
+    if (auto code = master_path(self, id, s, setup)) return *code;
   }
-  return member_path(self, id, o, log, out, start, end);
+  return member_path(self, id, s);
 }
 
 EnvMap without_launcher_env(const EnvMap& env) {
@@ -451,7 +531,9 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   Identity id = detect_identity(child_env, flags);
   id.master_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
   if (!id.usable()) return usage_problems(id);
-  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)));
+  Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, child_env)};
+  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
 
   char exe[4096] = {};
   ssize_t exe_len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -474,8 +556,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       for (const auto& [key, value] : e)
         storage.push_back(key + "=" + value);
       std::vector<char*> envp;
-      for (auto& s : storage)
-        envp.push_back(s.data());
+      for (auto& entry : storage) envp.push_back(entry.data());
       envp.push_back(nullptr);
       // Children end by the same deadline as this process.
       double left = std::max(0.5, double(end.remaining().count()) / 1000.0);
@@ -489,6 +570,10 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        "--handshake-timeout",
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
+      if (!o.nccl_lib.empty()) args.insert(args.end(), {"--nccl-lib", o.nccl_lib});
+      if (o.bandwidth_bytes > 0) {
+        args.insert(args.end(), {"--bandwidth", std::to_string(o.bandwidth_bytes)});
+      }
       if (o.host_name) {
         args.push_back("--host-name");
         args.push_back(*o.host_name);
@@ -514,7 +599,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   MasterSetup setup;
   setup.addresses = {"127.0.0.1"};
   setup.port = static_cast<uint16_t>(id.master_port);
-  auto code = master_path(self, id, o, log, out, start, end, setup, spawn_members);
+  auto code = master_path(self, id, s, setup, spawn_members);
 
   // Reap the members; any still running past the deadline are killed.
   Deadline reap_by(end.when() + Millis(1500));

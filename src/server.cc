@@ -51,7 +51,8 @@ struct Server::Impl {
     std::vector<Bytes> outbox;  // frames not yet written, oldest first
     bool writing = false;
     bool close_after_write = false;
-    bool pending = false;  // counted among connections not yet admitted
+    bool pending = false;   // counted among connections not yet admitted
+    bool reported = false;  // its GPU stage result is in (or will never be)
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -59,7 +60,8 @@ struct Server::Impl {
       : cfg(std::move(c)),
         decide_timer(io),
         progress_timer(io),
-        tracker(cfg.world_size, cfg.master_resolved) {
+        stage_timer(io),
+        tracker(cfg.world_size, cfg.master_resolved, cfg.gpu_stage) {
     claims.assign(static_cast<size_t>(std::max(cfg.world_size, 1L)), 0);
     // Memory is proportional to the world size; a bogus huge one is not reserved.
     size_t expect = static_cast<size_t>(std::clamp(cfg.world_size, 1L, 1L << 16));
@@ -73,6 +75,7 @@ struct Server::Impl {
   std::vector<std::string> bound;
   asio::steady_timer decide_timer;
   asio::steady_timer progress_timer;
+  asio::steady_timer stage_timer;
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
@@ -94,6 +97,13 @@ struct Server::Impl {
   bool decided = false;
   Report report;
   std::optional<std::promise<Verdict>> local_verdict;
+  std::optional<std::promise<Verdict>> local_final;
+  // The GPU stage, between the go verdict and the final one.
+  bool stage_running = false;
+  bool finalized = false;
+  long results_expected = 0;  // ranks whose results are still out
+  std::vector<RankResult> stage_results;
+  double stage_ms = 0;
   std::promise<void> done;
   bool done_set = false;
   size_t accept_errors = 0;
@@ -137,7 +147,7 @@ struct Server::Impl {
   }
 
   void check_done() {
-    if (!decided || done_set || writes_in_flight > 0) return;
+    if (!decided || stage_running || done_set || writes_in_flight > 0) return;
     done_set = true;
     done.set_value();
   }
@@ -293,9 +303,45 @@ struct Server::Impl {
   void watch(const ConnPtr& c) {
     c->sock.async_wait(tcp::socket::wait_read, [this, c](std::error_code ec) {
       if (ec == asio::error::operation_aborted) return;
+      if (stage_running && !c->reported) {
+        asio::co_spawn(io, read_stage_result(c), asio::detached);
+        return;
+      }
       depart(c);  // EOF, a reset, or bytes it had no business sending yet
       close(c);
     });
+  }
+
+  // A member's GPU stage results; anything else (or nothing) counts as none.
+  awaitable<void> read_stage_result(ConnPtr c) {
+    c->reported = true;
+    const Member& m = report.members[size_t(c->slot)];
+    std::array<uint8_t, kHeaderSize> hdr{};
+    std::optional<StageReport> got;
+    auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
+    auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
+    if (header && header->type == uint16_t(MsgType::kStageResult)) {
+      std::vector<uint8_t> payload(header->length);
+      auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
+      if (!ec2) {
+        if (auto r = decode_stage_report(payload)) got = std::move(*r);
+      }
+    }
+    if (!got) {
+      cfg.log(fmt::format("{} sent no GPU stage result", member_label(m.record)));
+      close(c);
+    }
+    accept_results(m.record, got ? std::move(got->ranks) : std::vector<RankResult>{});
+  }
+
+  // Keeps the results for the ranks this member stands for, and no others.
+  void accept_results(const Record& rec, std::vector<RankResult> results) {
+    if (finalized) return;
+    for (RankResult& r : results) {
+      if (r.rank >= rec.rank && r.rank <= rec.last_rank()) stage_results.push_back(std::move(r));
+    }
+    results_expected -= rec.nranks;
+    if (results_expected <= 0) finalize();
   }
 
   // Adds or removes a member's claims on ranks (`by` is +1 or -1).
@@ -323,6 +369,13 @@ struct Server::Impl {
   }
 
   void depart(const ConnPtr& c) {
+    if (stage_running && !c->reported && c->slot >= 0) {
+      c->reported = true;  // gone mid-stage: its ranks report nothing
+      const Member& m = report.members[size_t(c->slot)];
+      cfg.log(fmt::format("{} disconnected during the GPU stage", member_label(m.record)));
+      accept_results(m.record, {});
+      return;
+    }
     if (decided || c->slot < 0) return;
     auto i = static_cast<size_t>(c->slot);
     c->slot = -1;
@@ -380,6 +433,7 @@ struct Server::Impl {
     view.master_host = cfg.master_host;
     view.master_resolved = cfg.master_resolved;
     view.timed_out = timed_out;
+    view.gpu_stage = cfg.gpu_stage;
     view.departed = std::move(departed);
     view.refused = std::move(refused);
     view.refused_total = refused_total;
@@ -397,12 +451,44 @@ struct Server::Impl {
     report.timed_out = timed_out;
     report.rendezvous_ms = ms_between(cfg.start, t0);
 
-    Verdict base;
-    base.exit_code = static_cast<uint8_t>(report.exit_code());
-    base.headline = headline(report.findings);
-    base.joined_ranks = static_cast<uint32_t>(joined_ranks);
-    for (const Finding& f : report.findings)
-      (f.is_error() ? base.errors : base.warnings)++;
+    // Go for the GPU stage only when nothing is wrong: NCCL is never started on a
+    // job that would hang.
+    std::optional<NcclId> nccl_id;
+    if (!cfg.gpu_stage) {
+      report.gpu_stage = "not run (--no-gpu)";
+    } else if (report.exit_code() != 0) {
+      report.gpu_stage = "not run (the rendezvous failed)";
+    } else if (auto blocker = gpu_stage_blocker(view.members)) {
+      report.gpu_stage = fmt::format("not run ({})", *blocker);
+    } else if (auto id = cfg.make_nccl_id ? cfg.make_nccl_id()
+                                          : Result<NcclId>(Error{"no NCCL on the master"})) {
+      nccl_id = *id;
+    } else {
+      report.findings.insert(
+          report.findings.begin(),
+          Finding{"nccl-init-failed", Severity::kError, exit_code::kGpu,
+                  fmt::format("ncclGetUniqueId failed on the master ({}): {}",
+                              printable(cfg.master_host), id.error().message),
+                  "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name an "
+                  "interface rank 0 has",
+                  {0},
+                  {cfg.master_host}});
+      report.gpu_stage = "failed (no NCCL unique id)";
+    }
+    Verdict base = verdict_base();
+    if (nccl_id) {
+      base.final = false;
+      base.run_gpu = true;
+      base.nccl_id = nccl_id;
+      stage_ms = double(cfg.stage_by.remaining().count());
+      base.stage_ms = static_cast<uint32_t>(stage_ms);
+      stage_running = true;
+      results_expected = joined_ranks;
+      stage_timer.expires_at(cfg.stage_by.when() + Millis(300));
+      stage_timer.async_wait([this](std::error_code ec) {
+        if (!ec) finalize();
+      });
+    }
 
     // What holding the members cost, before the broadcast adds a write to each.
     rusage usage{};
@@ -413,32 +499,9 @@ struct Server::Impl {
     if (statm >> pages_total >> pages_resident) {
       report.rss_kib = pages_resident * (::getpagesize() / 1024);
     }
-    const Bytes shared = std::make_shared<const std::vector<uint8_t>>(encode(base));
     auto t_decided = Clock::now();
-    for (size_t i = 0; i < view.members.size(); ++i) {
-      const Record& rec = view.members[i].record;
-      std::vector<Finding> notes;  // the findings that name this member's ranks
-      for (const Finding& f : report.findings) {
-        auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
-        if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
-        if (notes.size() == kMaxVerdictNotes) break;
-      }
-      const ConnPtr& c = conns[i];
-      if (c != nullptr) c->close_after_write = true;
-      if (c != nullptr && notes.empty()) {
-        send(c, shared);
-        continue;
-      }
-      Verdict own = base;
-      own.notes = std::move(notes);
-      if (c != nullptr) {
-        send(c, encode(own));
-      } else if (local_verdict) {
-        local_verdict->set_value(std::move(own));
-        local_verdict.reset();
-      }
-    }
     report.members = std::move(view.members);
+    broadcast(base, local_verdict);
     auto t_queued = Clock::now();
     // From the last join (or the deadline) to the verdict; then to every frame queued.
     report.decision_ms =
@@ -449,6 +512,83 @@ struct Server::Impl {
         timed_out ? "deadline reached" : "all joined",
         base.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", base.exit_code), joined_ranks,
         cfg.world_size));
+    check_done();
+  }
+
+  Verdict verdict_base() const {
+    Verdict v;
+    v.exit_code = static_cast<uint8_t>(report.exit_code());
+    v.headline = headline(report.findings);
+    v.joined_ranks = static_cast<uint32_t>(joined_ranks);
+    for (const Finding& f : report.findings) (f.is_error() ? v.errors : v.warnings)++;
+    return v;
+  }
+
+  // Sends `base` to every member, each with the findings that name its ranks;
+  // the master's own member gets it through `local`.
+  void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local) {
+    const Bytes shared = std::make_shared<const std::vector<uint8_t>>(encode(base));
+    for (size_t i = 0; i < report.members.size(); ++i) {
+      const Record& rec = report.members[i].record;
+      std::vector<Finding> notes;
+      for (const Finding& f : report.findings) {
+        auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
+        if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
+        if (notes.size() == kMaxVerdictNotes) break;
+      }
+      const ConnPtr& c = conns[i];
+      if (c != nullptr) c->close_after_write = base.final;
+      if (c != nullptr && notes.empty()) {
+        send(c, shared);
+        continue;
+      }
+      Verdict own = base;
+      own.notes = std::move(notes);
+      if (c != nullptr) {
+        send(c, encode(own));
+      } else if (local) {
+        local->set_value(std::move(own));
+        local.reset();
+      }
+    }
+  }
+
+  // The GPU stage is over (every result in, or its deadline): judge it, send the final verdict.
+  void finalize() {
+    if (finalized || !stage_running) return;
+    finalized = true;
+    stage_timer.cancel();
+    std::sort(stage_results.begin(), stage_results.end(),
+              [](const RankResult& a, const RankResult& b) { return a.rank < b.rank; });
+    StageView sv;
+    sv.world_size = cfg.world_size;
+    sv.members = &report.members;
+    sv.results = stage_results;
+    sv.stage_ms = stage_ms;
+    sv.min_busbw_gbps = cfg.min_busbw_gbps;
+    auto found = stage_checks(sv);
+    report.findings.insert(report.findings.end(), found.begin(), found.end());
+    order_findings(report.findings);
+    report.stage_results = std::move(stage_results);
+    double init_max = 0;
+    double ar_max = 0;
+    double busbw = 0;
+    for (const RankResult& r : report.stage_results) {
+      init_max = std::max(init_max, r.init_ms);
+      ar_max = std::max(ar_max, r.allreduce_us);
+      if (r.bandwidth_bytes > 0) busbw = r.busbw_gbps;
+    }
+    report.gpu_stage =
+        found.empty() ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
+                                    format_seconds(init_max), ar_max,
+                                    busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
+                                              : std::string())
+                      : "failed";
+    Verdict base = verdict_base();
+    cfg.log(fmt::format("GPU stage over at +{}: {}", format_seconds(now_ms()),
+                        base.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", base.exit_code)));
+    broadcast(base, local_final);
+    stage_running = false;
     check_done();
   }
 
@@ -530,6 +670,26 @@ std::future<Verdict> Server::join_local(Record self) {
   return f;
 }
 
+std::future<Verdict> Server::submit_local(StageReport results) {
+  auto p = std::make_shared<std::promise<Verdict>>();
+  auto f = p->get_future();
+  asio::post(impl_->io, [this, p, results = std::move(results)]() mutable {
+    Impl& s = *impl_;
+    s.local_final.emplace(std::move(*p));
+    const Member* self = nullptr;
+    for (size_t i = 0; i < s.report.members.size(); ++i) {
+      if (s.conns[i] == nullptr) self = &s.report.members[i];
+    }
+    if (self != nullptr) s.accept_results(self->record, std::move(results.ranks));
+    if (s.finalized && s.local_final) {  // too late: the verdict stands as sent
+      Verdict v = s.verdict_base();
+      s.local_final->set_value(v);
+      s.local_final.reset();
+    }
+  });
+  return f;
+}
+
 void Server::decide_now() {
   asio::post(impl_->io, [this] { impl_->decide(true); });
 }
@@ -542,6 +702,7 @@ Report Server::finish(Deadline deadline) {
   if (s.thread.joinable()) s.thread.join();
   // The server thread has stopped: its state is this thread's now.
   if (!s.decided) s.decide(true);
+  if (s.stage_running) s.finalize();
   s.report.total_ms = ms_between(s.cfg.start, Clock::now());
   return s.report;
 }

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,7 +59,24 @@ struct JobView {
   uint16_t master_port = 0;
   std::string master_host;                   ///< host name of the master
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
+  bool gpu_stage = false;  ///< the master will run the GPU stage: check the GPUs too
 };
+
+/// What the GPU stage rules look at: every rank's result, after the stage.
+struct StageView {
+  long world_size = 0;
+  const std::vector<Member>* members = nullptr;
+  std::vector<RankResult> results;  ///< as reported, any order
+  double stage_ms = 0;              ///< the time the stage had
+  double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
+};
+
+/// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor.
+std::vector<Finding> stage_checks(const StageView& view);
+
+/// Whether the GPU stage can run at all: some member has a usable GPU and none
+/// was started with --no-gpu. Otherwise the reason.
+std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members);
 
 /// What the rules share, built once per decision (claims per rank, members per host).
 struct CheckContext;
@@ -75,13 +93,16 @@ std::span<const Rule> rules();
 /// Runs every rule and orders the findings: errors first, causes before effects.
 std::vector<Finding> run_checks(const JobView& view);
 
+/// Errors before warnings, keeping each group's order (causes before effects).
+void order_findings(std::vector<Finding>& findings);
+
 /// A summary kept up to date as members join, so that a clean job needs no pass
 /// over every record at the moment of the decision. Conservative: when clean()
 /// is true, run_checks() on the same members finds nothing; when it is false,
 /// run the rules.
 class JoinTracker {
  public:
-  JoinTracker(long world_size, std::vector<std::string> master_resolved);
+  JoinTracker(long world_size, std::vector<std::string> master_resolved, bool gpu_stage = false);
   void add(const Record& r, std::string_view peer);
   /// Anything that is never clean: a departure, a refusal.
   void taint() { tainted_ = true; }
@@ -95,6 +116,9 @@ class JoinTracker {
   };
   long world_size_;
   bool master_loopback_;
+  bool gpu_stage_;
+  std::set<std::string, std::less<>> uuids_;
+  GpuFacts first_gpu_;
   bool tainted_ = false;
   long distinct_ = 0;  // ranks in [0, world) claimed exactly once so far
   std::vector<uint8_t> claimed_;

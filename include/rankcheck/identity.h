@@ -15,6 +15,8 @@ namespace rankcheck {
 inline constexpr int kDefaultMasterPort = 29500;
 /// Largest world size rankcheck accepts; a larger one is a usage error.
 inline constexpr long kMaxWorldSize = 1 << 20;
+/// Most ranks one member stands for in node mode (GPUs in one node).
+inline constexpr long kMaxRanksPerMember = 64;
 
 enum class Field {
   kRank,

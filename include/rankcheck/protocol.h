@@ -13,6 +13,7 @@
 #include <optional>
 
 #include <rankcheck/finding.h>
+#include <rankcheck/gpu.h>
 #include <rankcheck/record.h>
 #include <rankcheck/wire.h>
 
@@ -65,11 +66,17 @@ struct Verdict {
   std::optional<std::array<uint8_t, kNcclIdSize>> nccl_id;
 };
 
+/// A member's GPU stage results, one per rank it stands for.
+struct StageReport {
+  std::vector<RankResult> ranks;
+};
+
 std::vector<uint8_t> encode(const Challenge& m);
 std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Admit& m);
 std::vector<uint8_t> encode(const Reject& m);
 std::vector<uint8_t> encode(const Verdict& m);
+std::vector<uint8_t> encode(const StageReport& m);
 
 /// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload);
@@ -77,5 +84,6 @@ Result<Hello> decode_hello(std::span<const uint8_t> payload);
 Result<Admit> decode_admit(std::span<const uint8_t> payload);
 Result<Reject> decode_reject(std::span<const uint8_t> payload);
 Result<Verdict> decode_verdict(std::span<const uint8_t> payload);
+Result<StageReport> decode_stage_report(std::span<const uint8_t> payload);
 
 }  // namespace rankcheck

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <rankcheck/gpu.h>
 #include <rankcheck/identity.h>
 #include <rankcheck/shared_list.h>
 #include <rankcheck/wire.h>
@@ -51,6 +52,7 @@ struct Record {
   std::string node_list;               ///< the launcher's node list, compressed
   std::string tasks_per_node;
   uint8_t distribution = 0;  ///< Distribution
+  GpuFacts gpu;              ///< what the GPU inventory found
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -72,10 +74,14 @@ struct HostFacts {
   std::string resolve_error;
 };
 
-Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env);
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
+                   GpuFacts gpu = {});
 
 void encode_record(Writer& w, const Record& r);
 /// Decodes and validates a record; the reader fails on anything out of bounds.
 Record decode_record(Reader& r);
+
+void encode_gpu(Writer& w, const GpuFacts& g);
+GpuFacts decode_gpu(Reader& r);
 
 }  // namespace rankcheck

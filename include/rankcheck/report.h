@@ -29,6 +29,7 @@ struct Report {
   bool timed_out = false;
   bool authenticated = false;
   std::string gpu_stage = "not run";  ///< one phrase: "not run (--no-gpu)", "passed", ...
+  std::vector<RankResult> stage_results;  ///< by rank, when the GPU stage ran
   double rendezvous_ms = 0;           ///< master start to decision
   double decision_ms = 0;             ///< last join (or deadline) to verdict computed
   double broadcast_ms = 0;            ///< verdict computed to a frame queued for every member

@@ -2,6 +2,7 @@
 // The pipeline of one run: identity, local checks, rendezvous, verdict, report.
 // Returns the exit code; only main exits.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,10 @@ struct RunOptions {
   double progress_interval_s = 5;
   std::string json_path;  ///< "" none, "-" stdout instead of text
   bool no_gpu = false;
+  std::string nccl_lib;             ///< --nccl-lib: the NCCL the training job loads
+  std::optional<int> device;        ///< --device: the CUDA device, else LOCAL_RANK's
+  uint64_t bandwidth_bytes = 0;     ///< --bandwidth: a timed all-reduce of this size
+  double min_busbw_gbps = 0;        ///< --min-busbw: a lower bus bandwidth is a finding
   bool quiet = false;  ///< no progress lines on stderr
   bool color = false;
 };

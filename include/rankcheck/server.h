@@ -25,8 +25,14 @@ struct ServerConfig {
   Deadline decide_by = Deadline::never();  ///< decide at the latest here
   Millis handshake_timeout{5000};          ///< a hello must be complete this soon after accept
   Millis progress_interval{5000};
-  size_t max_pending = 1024;  ///< connections not yet admitted, beyond which new ones are closed
+  size_t max_pending = 1024;  ///< connections not yet admitted, beyond which new ones wait
   std::function<void(const std::string&)> log = [](const std::string&) {};
+
+  // The GPU stage (off: --no-gpu).
+  bool gpu_stage = false;
+  std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
+  Deadline stage_by = Deadline::never();          ///< every rank's stage ends by then
+  double min_busbw_gbps = 0;
 };
 
 /// Why listening failed, in Error::code.
@@ -46,6 +52,8 @@ class Server {
   void start();
   /// Admits the master's own member without a socket; its verdict arrives in the future.
   std::future<Verdict> join_local(Record self);
+  /// The master's own GPU stage results; the final verdict arrives in the future.
+  std::future<Verdict> submit_local(StageReport results);
   /// Decides now with what is known (the run is being cut short).
   void decide_now();
   /// Waits until every member has been sent the verdict, or the deadline; stops

@@ -18,6 +18,9 @@ std::string format_list(const std::vector<std::string>& items, size_t max_items 
 /// sequences and invalid UTF-8 become \xNN; longer than `max_len` is cut with "...".
 std::string printable(std::string_view s, size_t max_len = 96);
 
+/// Columns a UTF-8 string takes on a terminal (one per code point).
+size_t display_width(std::string_view s);
+
 /// "1 rank" / "3 ranks".
 std::string plural(size_t n, std::string_view one, std::string_view many);
 

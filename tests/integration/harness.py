@@ -89,6 +89,8 @@ class RankcheckTest(unittest.TestCase):
                 p.popen.wait()
         self.tmp.cleanup()
 
+    gpu = False  # rendezvous tests skip the GPU stage; GPU tests load the fake libraries
+
     def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, **env):
         """Starts `rankcheck run` as one rank, given its identity in the torch variables."""
         e = clean_env(RANK=rank, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
@@ -96,6 +98,8 @@ class RankcheckTest(unittest.TestCase):
         if local is not None:
             e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"] = str(local[0]), str(local[1])
         args = ["run", "--timeout", str(self.timeout), "--progress-interval", "1", *extra]
+        if not self.gpu:
+            args.append("--no-gpu")
         if host:
             args += ["--host-name", host]
         p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}")

@@ -1,0 +1,121 @@
+#pragma once
+// The GPU stage, behind one interface: inventory before the rendezvous, then a
+// real NCCL init and a one-element all-reduce once the master says go. The real
+// stage dlopen()s the CUDA driver and NCCL; tests load fake libraries with the
+// same symbols through the same path.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rankcheck/deadline.h>
+#include <rankcheck/result.h>
+
+namespace rankcheck {
+
+inline constexpr size_t kNcclUniqueIdSize = 128;
+using NcclId = std::array<uint8_t, kNcclUniqueIdSize>;
+
+/// Why a member has no usable GPU (or that it has one).
+enum class GpuState : uint8_t {
+  kUsable = 0,
+  kSkipped = 1,      ///< --no-gpu
+  kNoDriver = 2,     ///< libcuda.so.1 could not be loaded
+  kInitFailed = 3,   ///< cuInit or a device query failed
+  kNoDevice = 4,     ///< the driver sees no device (or fewer than this member needs)
+  kUnavailable = 5,  ///< built without the CUDA/NCCL headers
+};
+
+/// One GPU a rank will use.
+struct GpuDevice {
+  int32_t rank = -1;
+  int32_t ordinal = -1;  ///< CUDA device ordinal, after CUDA_VISIBLE_DEVICES
+  std::string uuid;      ///< "GPU-8f3c..."
+  std::string pci_bus_id;
+  std::string name;
+  uint64_t memory_bytes = 0;
+  auto operator<=>(const GpuDevice&) const = default;
+};
+
+/// What a member found on its host, sent with its record before the verdict.
+struct GpuFacts {
+  GpuState state = GpuState::kSkipped;
+  std::string error;             ///< why not usable
+  int32_t cuda_version = 0;      ///< cuDriverGetVersion, e.g. 13000
+  std::string driver;            ///< NVIDIA driver version, when the host tells it
+  int32_t device_count = -1;     ///< devices visible to this process
+  std::string visible_devices;   ///< CUDA_VISIBLE_DEVICES as set, "" when unset
+  std::string choice;            ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
+  std::vector<GpuDevice> devices;  ///< one per rank this member stands for
+  std::string nccl_path;         ///< the library loaded
+  int32_t nccl_version = 0;      ///< ncclGetVersion, e.g. 22809; 0 when not loaded
+  std::string nccl_error;        ///< why NCCL could not be loaded
+
+  bool usable() const { return state == GpuState::kUsable; }
+  bool nccl_loaded() const { return nccl_version > 0; }
+};
+
+/// "2.28.9" from 22809 (and the old 2.x scheme, 2703 -> 2.7.3).
+std::string nccl_version_text(int32_t v);
+/// "13.0" from 13000.
+std::string cuda_version_text(int32_t v);
+
+/// How a member picks its devices.
+struct GpuPlan {
+  long first_rank = 0;
+  long nranks = 1;         ///< node mode: one device per rank, ordinals 0..N-1
+  long local_rank = -1;    ///< rank mode: LOCAL_RANK picks the device...
+  std::optional<int> device;  ///< ...unless --device says which
+  std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES, for the record
+};
+
+/// One rank's GPU stage, as it reports it to the master.
+struct RankResult {
+  int32_t rank = -1;
+  bool init_ok = false;
+  bool init_timed_out = false;
+  std::string init_error;  ///< ncclGetErrorString + ncclGetLastError
+  double init_ms = 0;
+  bool allreduce_ok = false;        ///< completed with the exact total
+  bool allreduce_done = false;      ///< completed at all
+  bool allreduce_timed_out = false;
+  std::string allreduce_error;
+  int64_t expected = 0;
+  int64_t got = 0;
+  double allreduce_us = 0;
+  uint64_t bandwidth_bytes = 0;  ///< 0: no bandwidth test
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+};
+
+struct StageOptions {
+  std::string cuda_lib = "libcuda.so.1";  ///< RANKCHECK_CUDA_LIB
+  std::string nccl_lib = "libnccl.so.2";  ///< --nccl-lib, RANKCHECK_NCCL_LIB
+  uint64_t bandwidth_bytes = 0;           ///< --bandwidth
+};
+
+/// The seam where the GPU enters. Real: dlopen'd CUDA driver and NCCL.
+class GpuStage {
+ public:
+  virtual ~GpuStage() = default;
+  /// Loads the libraries, finds this member's devices. Never throws, never exits.
+  virtual GpuFacts inventory(const GpuPlan& plan) = 0;
+  /// ncclGetUniqueId, on the master's host.
+  virtual Result<NcclId> unique_id() = 0;
+  /// NCCL init and the all-reduce for each rank of the plan, by the deadline;
+  /// aborts communicators that are still in progress when it passes.
+  virtual std::vector<RankResult> run(const NcclId& id, long world_size, const GpuPlan& plan,
+                                      Deadline deadline) = 0;
+};
+
+/// The real stage (or, without the CUDA/NCCL headers at build time, one that
+/// reports itself unavailable).
+std::unique_ptr<GpuStage> make_gpu_stage(const StageOptions& options);
+
+/// Whether this build can run the real stage at all.
+bool gpu_stage_built();
+
+}  // namespace rankcheck
