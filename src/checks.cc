@@ -794,8 +794,16 @@ std::vector<std::pair<Key, Records>> group_by(const JobView& v, Fn key_of) {
     if (auto k = key_of(m.record)) groups[*k].push_back(&m.record);
   }
   std::vector<std::pair<Key, Records>> out(groups.begin(), groups.end());
-  std::stable_sort(out.begin(), out.end(),
-                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  // Largest first; between equals, the one with the lowest rank (the master's side).
+  auto lowest = [](const Records& rs) {
+    long low = kMaxWorldSize;
+    for (const Record* r : rs) low = std::min(low, long(r->rank));
+    return low;
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+    return lowest(a.second) < lowest(b.second);
+  });
   return out;
 }
 

@@ -464,6 +464,24 @@ std::string render_env_text(const Identity& id, const Record& self,
       self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces.get(), 8));
   row("launchers", id.launchers.empty() ? "none" : format_list(id.launchers, 8),
       id.launcher.empty() ? "" : fmt::format("rank from {}", id.launcher));
+  const GpuFacts& g = self.gpu;
+  if (g.state == GpuState::kSkipped) {
+    row("gpu", "not probed", "--no-gpu");
+  } else if (!g.usable()) {
+    row("gpu", "none usable", printable(g.error, 120));
+  } else {
+    for (const GpuDevice& d : g.devices) {
+      row(g.devices.size() == 1 ? "gpu" : fmt::format("gpu (rank {})", d.rank),
+          fmt::format("{} {}", d.ordinal, short_gpu_name(d.name)),
+          fmt::format("{} {} · {}", printable(d.uuid, 48), printable(d.pci_bus_id, 20), g.choice));
+    }
+    row("driver", g.driver.empty() ? "-" : printable(g.driver, 24),
+        fmt::format("CUDA {}", cuda_version_text(g.cuda_version)));
+  }
+  if (g.state != GpuState::kSkipped) {
+    row("nccl", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "not loaded",
+        g.nccl_loaded() ? printable(g.nccl_path, 120) : printable(g.nccl_error, 120));
+  }
 
   out += "\n  sources, highest precedence first\n";
   if (id.observations.empty()) out += "    none\n";

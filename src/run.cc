@@ -625,7 +625,14 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
 
 int run_env(const EnvOptions& o, const EnvMap& env) {
   Identity id = detect_identity(env, o.flags);
-  Record self = build_self(id, o.host_name, env, Deadline::after(seconds(o.resolve_timeout_s)));
+  RunOptions ro;
+  ro.no_gpu = o.no_gpu;
+  ro.nccl_lib = o.nccl_lib;
+  ro.device = o.device;
+  GpuFacts gpu;
+  if (!o.no_gpu) gpu = make_gpu_stage(stage_options(ro, env))->inventory(gpu_plan(id, ro, env));
+  Record self = build_self(id, o.host_name, env, Deadline::after(seconds(o.resolve_timeout_s)),
+                           std::move(gpu));
   std::vector<Finding> local = id.usable() ? local_checks(self) : std::vector<Finding>{};
   if (o.json) {
     std::fputs(render_env_json(id, self, local).c_str(), stdout);

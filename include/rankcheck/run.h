@@ -37,6 +37,9 @@ struct EnvOptions {
   std::optional<std::string> host_name;
   bool json = false;
   double resolve_timeout_s = 2;
+  bool no_gpu = false;
+  std::string nccl_lib;
+  std::optional<int> device;
 };
 
 /// `rankcheck run`: this process is one member (rank 0 also hosts the master).

@@ -1,0 +1,323 @@
+// The GPU rules (decided before NCCL), the stage rules (after it), and the GPU
+// parts of the wire format. No GPU involved: records and results are built here.
+
+#include <rankcheck/checks.h>
+#include <rankcheck/protocol.h>
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "helpers.h"
+
+using namespace rankcheck;
+using test::find;
+using Ranks = std::vector<long>;
+using Hosts = std::vector<std::string>;
+
+namespace {
+
+std::string uuid(int host, int dev) {
+  return fmt::format("GPU-{:02d}{:02d}0000-0000-0000-0000-000000000000", host, dev);
+}
+
+// A healthy GPU job: `per_host` ranks per host, each on its own GPU.
+JobView gpu_job(int world, int per_host) {
+  JobView v = test::healthy_job(world, per_host);
+  v.gpu_stage = true;
+  for (Member& m : v.members) {
+    Record& r = m.record;
+    GpuFacts& g = r.gpu;
+    g.state = GpuState::kUsable;
+    g.cuda_version = 13000;
+    g.driver = "580.65.06";
+    g.device_count = per_host;
+    g.nccl_version = 22809;
+    g.nccl_path = "/usr/lib/x86_64-linux-gnu/libnccl.so.2";
+    g.choice = "LOCAL_RANK";
+    g.devices = {GpuDevice{r.rank, r.local_rank, uuid(r.rank / per_host, r.local_rank),
+                           "00000000:18:00.0", "NVIDIA H100 80GB HBM3", 80ull << 30}};
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("gpu rules: a healthy GPU job has no findings, and the tracker agrees") {
+  JobView v = gpu_job(16, 8);
+  CHECK(run_checks(v).empty());
+  JoinTracker t(v.world_size, v.master_resolved, true);
+  for (const Member& m : v.members) t.add(m.record, m.peer);
+  CHECK(t.clean());
+  CHECK(!gpu_stage_blocker(v.members));
+}
+
+TEST_CASE("duplicate-gpu: two ranks on one host, one UUID, and how they got there") {
+  JobView v = gpu_job(4, 4);
+  v.members[3].record.gpu.devices[0] = v.members[2].record.gpu.devices[0];
+  v.members[3].record.gpu.devices[0].rank = 3;
+  v.members[2].record.gpu.visible_devices = "2";
+  v.members[3].record.gpu.visible_devices = "2";
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "duplicate-gpu");
+  CHECK(fs[0].exit_code == 3);
+  CHECK(fs[0].ranks == Ranks{2, 3});
+  CHECK(fs[0].message ==
+        "ranks 2-3 on gpu-01 use the same GPU GPU-00020000-0000-0000-0000-000000000000: rank 2 "
+        "(LOCAL_RANK=2, CUDA_VISIBLE_DEVICES=2, device 2); rank 3 (LOCAL_RANK=3, "
+        "CUDA_VISIBLE_DEVICES=2, device 2)");
+  // The same UUID on two hosts is two machines (or simulated ones), not one GPU twice.
+  JobView w = gpu_job(2, 1);
+  w.members[1].record.gpu.devices[0].uuid = w.members[0].record.gpu.devices[0].uuid;
+  CHECK(run_checks(w).empty());
+}
+
+TEST_CASE("nccl-version-mismatch groups hosts by the NCCL they load") {
+  JobView v = gpu_job(16, 8);
+  for (Member& m : v.members) {
+    if (m.record.host == "gpu-02") {
+      m.record.gpu.nccl_version = 22105;
+      m.record.gpu.nccl_path = "/opt/nccl/lib/libnccl.so.2";
+    }
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-version-mismatch");
+  CHECK(fs[0].exit_code == 3);
+  CHECK(fs[0].hosts == Hosts{"gpu-02"});
+  CHECK(fs[0].message ==
+        "hosts load different NCCL versions: ranks 0-7 on gpu-01 loads NCCL 2.28.9 "
+        "(/usr/lib/x86_64-linux-gnu/libnccl.so.2) but ranks 8-15 on gpu-02 loads NCCL 2.21.5 "
+        "(/opt/nccl/lib/libnccl.so.2)");
+}
+
+TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs") {
+  JobView v = gpu_job(16, 8);
+  for (Member& m : v.members) {
+    if (m.record.host == "gpu-02") {
+      m.record.gpu = GpuFacts{};
+      m.record.gpu.state = GpuState::kNoDriver;
+      m.record.gpu.error = "libcuda.so.1: cannot open shared object file: No such file or directory";
+    }
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "cuda-driver-missing");
+  CHECK(fs[0].exit_code == 5);
+  CHECK(fs[0].message ==
+        "no CUDA driver for ranks 8-15 on gpu-02, while the other ranks have GPUs: libcuda.so.1: "
+        "cannot open shared object file: No such file or directory");
+
+  JobView w = gpu_job(4, 4);
+  w.members[1].record.gpu.state = GpuState::kNoDevice;
+  w.members[1].record.gpu.error = "no GPU visible (CUDA_VISIBLE_DEVICES=)";
+  w.members[1].record.gpu.devices.clear();
+  fs = run_checks(w);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "gpu-missing");
+  CHECK(fs[0].ranks == Ranks{1});
+
+  JobView n = gpu_job(8, 4);
+  n.members.resize(2);  // node mode: two members of 4 ranks each
+  for (int k = 0; k < 2; ++k) {
+    Record& r = n.members[size_t(k)].record;
+    r.rank = k * 4;
+    r.nranks = 4;
+    r.world_size = 8;
+    r.local_rank = 0;
+    r.host = fmt::format("node{}", k);
+  }
+  n.members[1].record.gpu.state = GpuState::kNoDevice;
+  n.members[1].record.gpu.error = "3 GPUs visible (CUDA_VISIBLE_DEVICES unset), but this node "
+                                  "stands for 4 ranks";
+  n.members[1].record.gpu.devices.clear();
+  for (long k = 0; k < 4; ++k) {
+    n.members[0].record.gpu.devices.resize(4, n.members[0].record.gpu.devices[0]);
+    n.members[0].record.gpu.devices[size_t(k)].rank = int32_t(k);
+    n.members[0].record.gpu.devices[size_t(k)].uuid = uuid(0, int(k));
+  }
+  fs = run_checks(n);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "gpu-count-mismatch");
+  CHECK(fs[0].ranks == Ranks{4, 5, 6, 7});
+}
+
+TEST_CASE("nccl-missing and cuda-driver-mismatch") {
+  JobView v = gpu_job(4, 2);
+  v.members[3].record.gpu.nccl_version = 0;
+  v.members[3].record.gpu.nccl_error = "libnccl.so.2: cannot open shared object file";
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-missing");
+  CHECK(fs[0].message ==
+        "NCCL not found for rank 3 on gpu-02: libnccl.so.2: cannot open shared object file");
+
+  JobView d = gpu_job(4, 2);
+  d.members[2].record.gpu.driver = "550.54.15";
+  d.members[3].record.gpu.driver = "550.54.15";
+  fs = run_checks(d);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "cuda-driver-mismatch");
+  CHECK(fs[0].severity == Severity::kWarning);
+}
+
+TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
+  JobView v = test::healthy_job(4, 4);
+  v.gpu_stage = true;
+  for (Member& m : v.members) {
+    m.record.gpu.state = GpuState::kNoDriver;
+    m.record.gpu.error = "libcuda.so.1: cannot open shared object file: No such file or directory";
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "gpu-unavailable");
+  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(exit_code_for(fs) == 0);
+  CHECK(*gpu_stage_blocker(v.members) == "no member has a usable GPU");
+  v.gpu_stage = false;  // --no-gpu on the master: the GPUs are not looked at
+  CHECK(run_checks(v).empty());
+}
+
+namespace {
+RankResult good(int rank, int world) {
+  RankResult r;
+  r.rank = rank;
+  r.init_ok = true;
+  r.init_ms = 12;
+  r.allreduce_ok = r.allreduce_done = true;
+  r.expected = r.got = int64_t(world) * (world + 1) / 2;
+  r.allreduce_us = 40;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
+  JobView v = gpu_job(4, 2);
+  StageView sv;
+  sv.world_size = 4;
+  sv.members = &v.members;
+  sv.stage_ms = 12000;
+  for (int k = 0; k < 4; ++k) sv.results.push_back(good(k, 4));
+  CHECK(stage_checks(sv).empty());
+
+  sv.results[1].init_ok = false;
+  sv.results[1].init_error = "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+  auto fs = stage_checks(sv);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-init-failed");
+  CHECK(fs[0].message ==
+        "NCCL init failed for rank 1 on gpu-01: unhandled system error (run with "
+        "NCCL_DEBUG=INFO for details)");
+
+  sv.results[1] = good(1, 4);
+  sv.results[2].init_ok = false;
+  sv.results[2].init_timed_out = true;
+  sv.results.pop_back();  // rank 3 never reported
+  fs = stage_checks(sv);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-init-timeout");
+  CHECK(fs[0].ranks == Ranks{2, 3});
+  CHECK(fs[0].hosts == Hosts{"gpu-02"});
+  CHECK(fs[0].message ==
+        "NCCL init did not finish within 12 s for ranks 2-3 on gpu-02 (rank 3 sent no result: "
+        "the process died or lost its connection); ranks 0-1 finished");
+}
+
+TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
+  JobView v = gpu_job(4, 2);
+  StageView sv;
+  sv.world_size = 4;
+  sv.members = &v.members;
+  for (int k = 0; k < 4; ++k) sv.results.push_back(good(k, 4));
+  sv.results[0].got = 11;
+  sv.results[1].allreduce_done = sv.results[1].allreduce_ok = false;
+  sv.results[1].allreduce_error = "cuStreamQuery: an illegal memory access was encountered";
+  sv.results[2].allreduce_done = sv.results[2].allreduce_ok = false;
+  sv.results[2].allreduce_timed_out = true;
+  sv.results[0].allreduce_ok = false;
+  auto fs = stage_checks(sv);
+  REQUIRE(fs.size() == 3);
+  CHECK(fs[0].id == "allreduce-wrong-result");
+  CHECK(fs[0].message == "the all-reduce of one value per rank gave a wrong total: rank 0 "
+                         "expected 10, got 11");
+  CHECK(fs[1].id == "allreduce-failed");
+  CHECK(fs[1].ranks == Ranks{1});
+  CHECK(fs[2].id == "allreduce-timeout");
+  CHECK(fs[2].ranks == Ranks{2});
+
+  StageView bw;
+  bw.world_size = 2;
+  bw.members = &v.members;
+  bw.min_busbw_gbps = 100;
+  for (int k = 0; k < 2; ++k) {
+    bw.results.push_back(good(k, 2));
+    bw.results.back().bandwidth_bytes = 1 << 28;
+    bw.results.back().busbw_gbps = k == 0 ? 150 : 12.5;
+  }
+  fs = stage_checks(bw);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "bandwidth-low");
+  CHECK(fs[0].message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
+}
+
+TEST_CASE("wire: GPU facts and stage results round-trip") {
+  JobView v = gpu_job(2, 2);
+  Record r = v.members[1].record;
+  auto frame = encode(Hello{r});
+  auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
+  REQUIRE(back.ok());
+  CHECK(back->record.gpu.devices == r.gpu.devices);
+  CHECK(back->record.gpu.nccl_version == 22809);
+  CHECK(back->record.gpu.driver == "580.65.06");
+
+  StageReport report{{good(0, 2), good(1, 2)}};
+  report.ranks[1].init_timed_out = true;
+  report.ranks[1].init_error = "x";
+  auto sf = encode(report);
+  auto sb = decode_stage_report(std::span(sf).subspan(kHeaderSize));
+  REQUIRE(sb.ok());
+  REQUIRE(sb->ranks.size() == 2);
+  CHECK(sb->ranks[0].allreduce_ok);
+  CHECK(sb->ranks[0].expected == 3);
+  CHECK(sb->ranks[1].init_timed_out);
+  CHECK(sb->ranks[1].init_error == "x");
+  CHECK(!decode_stage_report(std::span(sf).subspan(kHeaderSize, 10)).ok());
+}
+
+TEST_CASE("version texts") {
+  CHECK(nccl_version_text(22809) == "2.28.9");
+  CHECK(nccl_version_text(2708) == "2.7.8");
+  CHECK(cuda_version_text(12080) == "12.8");
+  CHECK(cuda_version_text(13000) == "13.0");
+}
+
+TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find something") {
+  std::minstd_rand rng(777);
+  int clean_and_silent = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    JobView v = gpu_job(8, 4);
+    for (int c = 0; c < 1 + int(rng() % 2); ++c) {
+      GpuFacts& g = v.members[rng() % v.members.size()].record.gpu;
+      switch (rng() % 8) {
+        case 0: g.state = GpuState(rng() % 6); break;
+        case 1: g.nccl_version = rng() % 2 ? 22105 : 22809; break;
+        case 2: g.nccl_version = 0; break;
+        case 3: g.driver = rng() % 2 ? "550.54.15" : "580.65.06"; break;
+        case 4: g.cuda_version = rng() % 2 ? 12080 : 13000; break;
+        case 5:
+          if (!g.devices.empty()) g.devices[0].uuid = uuid(int(rng() % 2), int(rng() % 4));
+          break;
+        case 6: g.devices.clear(); break;
+        case 7: g.nccl_path = "/elsewhere/libnccl.so.2"; break;
+      }
+    }
+    JoinTracker t(v.world_size, v.master_resolved, true);
+    for (const Member& m : v.members) t.add(m.record, m.peer);
+    auto fs = run_checks(v);
+    INFO("trial " << trial);
+    if (t.clean()) CHECK(fs.empty());
+    if (t.clean() && fs.empty()) ++clean_and_silent;
+  }
+  CHECK(clean_and_silent > 0);
+}
