@@ -78,15 +78,29 @@ void resolve(Identity& id) {
   for (int fi = 0; fi < kFieldCount; ++fi) {
     auto field = static_cast<Field>(fi);
     std::vector<const Observation*> valid;
+    std::vector<const Observation*> unparsable;
     for (const Observation& o : id.observations) {
       if (o.field != field) continue;
       if (is_numeric_field(field) && !parse_long(o.value)) {
-        id.problems.push_back(fmt::format("{}='{}' is not a whole number (set by {})", o.variable,
-                                          o.value, describe(o.launcher)));
+        unparsable.push_back(&o);
         continue;
       }
       if (!is_numeric_field(field) && o.value.empty()) continue;
       valid.push_back(&o);
+    }
+    // An unparsable value stops the run unless another source gives the field.
+    for (const Observation* o : unparsable) {
+      std::string what = fmt::format("{}='{}' is not a whole number (set by {})", o->variable,
+                                     o->value, describe(o->launcher));
+      if (!valid.empty()) {
+        id.notes.push_back(fmt::format("{}; using {}={}", what, valid.front()->variable,
+                                       valid.front()->value));
+      } else if (field == Field::kNprocPerNode) {
+        id.problems.push_back(what + ": torchrun's auto/gpu are not known before the GPUs are "
+                                     "probed; pass --nproc-per-node N");
+      } else {
+        id.problems.push_back(what);
+      }
     }
     if (valid.empty()) continue;
     have[fi] = true;

@@ -128,7 +128,7 @@ TEST_CASE("identity: a missing value names the variables and launchers that woul
   REQUIRE(id.problems.size() == 1);
   CHECK(id.problems[0] ==
         "cannot tell where the master is: none of --master-addr (command-line flag), "
-        "MASTER_ADDR (torch env) is set");
+        "MASTER_ADDR (torch env), PET_MASTER_ADDR (Kubeflow PET_*) is set");
 
   Identity none = detect_identity({}, {});
   REQUIRE(none.problems.size() == 3);
@@ -184,4 +184,70 @@ TEST_CASE("env text: comments, export, bad lines") {
   CHECK(env->at("B") == "x=y");
   CHECK(parse_env_text("A=1\nnonsense\n").error().message ==
         "line 2: expected KEY=VALUE, got 'nonsense'");
+}
+
+TEST_CASE("identity: Kubeflow v1 pod-level RANK and process-level WORLD_SIZE are understood") {
+  Identity id = detect_identity(env_fixture("kubeflow_v1_init.env"), {});
+  REQUIRE(id.usable());
+  CHECK(id.node_mode());
+  CHECK(id.node_rank == 1);
+  CHECK(id.rank == 4);  // node 1 of nodes of 4: ranks 4-7
+  CHECK(id.nranks == 4);
+  CHECK(id.world_size == 8);
+  CHECK(id.master_addr == "train-master-0");
+  CHECK(id.master_port == 23456);
+  CHECK(id.conflicts.empty());
+
+  Identity pods = detect_identity(env_fixture("kubeflow_v1_pods.env"), {});
+  REQUIRE(pods.usable());
+  CHECK(pods.world_size == 8);  // 2 pods x 4
+  CHECK(pods.nnodes == 2);
+  CHECK(pods.conflicts.empty());
+}
+
+TEST_CASE("identity: Kubeflow Trainer v2 / JobSet pod, node mode from PET_*") {
+  Identity id = detect_identity(env_fixture("trainer_v2.env"), {});
+  REQUIRE(id.usable());
+  CHECK(id.rank == 4);
+  CHECK(id.nranks == 4);
+  CHECK(id.world_size == 8);
+  CHECK(id.master_addr == "train-node-0-0.train");
+  CHECK(id.launcher == "kubeflow");
+  CHECK(id.conflicts.empty());  // JOB_COMPLETION_INDEX agrees with PET_NODE_RANK
+  EnvMap env = env_fixture("trainer_v2.env");
+  env["JOB_COMPLETION_INDEX"] = "0";
+  Identity bad = detect_identity(env, {});
+  REQUIRE(bad.conflicts.size() == 1);
+  CHECK(bad.conflicts[0].field == Field::kNodeRank);
+}
+
+TEST_CASE("identity: a torchrun worker in a Kubeflow pod is one rank") {
+  Identity id = detect_identity(env_fixture("torchrun_in_kubeflow.env"), {});
+  REQUIRE(id.usable());
+  CHECK(!id.node_mode());
+  CHECK(id.rank == 6);
+  CHECK(id.conflicts.empty());
+}
+
+TEST_CASE("identity: PET_NPROC_PER_NODE=auto needs a number from the user") {
+  Identity id = detect_identity(env_fixture("nproc_auto.env"), {});
+  REQUIRE(id.problems.size() >= 1);
+  CHECK(id.problems[0] ==
+        "PET_NPROC_PER_NODE='auto' is not a whole number (set by Kubeflow PET_*): torchrun's "
+        "auto/gpu are not known before the GPUs are probed; pass --nproc-per-node N");
+  Flags flags;
+  flags.nproc_per_node = "8";
+  Identity fixed = detect_identity(env_fixture("nproc_auto.env"), flags);
+  CHECK(fixed.usable());
+  CHECK(fixed.world_size == 16);
+}
+
+TEST_CASE("identity: an unparsable value another source overrides is a note, not a stop") {
+  EnvMap env{{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}};
+  Flags flags;
+  flags.rank = "1";
+  Identity id = detect_identity(env, flags);
+  CHECK(id.usable());
+  CHECK(id.rank == 1);
+  CHECK(id.notes.front() == "RANK='x' is not a whole number (set by torch env); using --rank=1");
 }
