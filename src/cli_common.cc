@@ -19,6 +19,10 @@ void add_identity_flags(CLI::App& app, Flags& f) {
   app.add_option("--master-addr", f.master_addr, "Host of rank 0 (else MASTER_ADDR)")->group(group);
   app.add_option("--master-port", f.master_port, "Port of the rendezvous (else MASTER_PORT, 29500)")
       ->group(group);
+  app.add_option("--rendezvous-port", f.rendezvous_port,
+                 "Port rankcheck meets on, when MASTER_PORT belongs to someone else (default: "
+                 "MASTER_PORT, or MASTER_PORT+1 under torchrun's agent store)")
+      ->group(group);
   app.add_option("--job-id", f.job_id,
                  "Job id; members of other jobs are refused (else SLURM_JOB_ID, "
                  "TORCHELASTIC_RUN_ID)")

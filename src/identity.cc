@@ -200,6 +200,32 @@ void resolve(Identity& id) {
   }
 }
 
+// Under torchrun's static rendezvous the agent's TCPStore already listens on
+// MASTER_PORT (on every interface) and its workers are told to use it as a store:
+// rankcheck's master cannot bind it, and must not. It meets one port up instead,
+// the same on every member, and says so.
+void choose_rendezvous_port(Identity& id, const EnvMap& env, const Flags& flags) {
+  id.rendezvous_port = id.master_port;
+  if (flags.rendezvous_port) {
+    auto p = parse_long(*flags.rendezvous_port);
+    if (!p || *p < 1 || *p > 65535) {
+      id.problems.push_back(
+          fmt::format("--rendezvous-port '{}' is not a port (1..65535)", *flags.rendezvous_port));
+    } else {
+      id.rendezvous_port = *p;
+    }
+    return;
+  }
+  const std::string* agent = env_get(env, "TORCHELASTIC_USE_AGENT_STORE");
+  if (agent != nullptr && (*agent == "True" || *agent == "true" || *agent == "1")) {
+    id.rendezvous_port = id.master_port < 65535 ? id.master_port + 1 : id.master_port - 1;
+    id.notes.push_back(fmt::format(
+        "torchrun's agent store holds MASTER_PORT {} (TORCHELASTIC_USE_AGENT_STORE={}): "
+        "rankcheck meets on port {} instead (--rendezvous-port to choose)",
+        id.master_port, *agent, id.rendezvous_port));
+  }
+}
+
 }  // namespace
 
 std::string_view field_name(Field f) {
@@ -253,6 +279,7 @@ Identity detect_identity(const EnvMap& env, const Flags& flags) {
     if (scan.seen()) id.launchers.emplace_back(l.name);
   }
   resolve(id);
+  choose_rendezvous_port(id, env, flags);
   return id;
 }
 

@@ -107,6 +107,17 @@ struct Output {
   std::string json_path;
   bool color;
 
+  /// --json PATH with {rank} and {host} filled in: one command line serves every
+  /// process of a job (srun, torchrun, mpirun).
+  void set_self(long rank, const std::string& host) {
+    for (auto [key, value] : {std::pair<std::string, std::string>{"{rank}", std::to_string(rank)},
+                              {"{host}", host}}) {
+      for (size_t at; (at = json_path.find(key)) != std::string::npos;) {
+        json_path.replace(at, key.size(), value);
+      }
+    }
+  }
+
   template <class Text, class Json>
   void emit(Text text, Json json) const {
     if (json_path != "-") std::fputs(text().c_str(), stdout);
@@ -122,11 +133,13 @@ struct Output {
   }
 };
 
+// Fails early, before any rendezvous, when --json names a directory that is not there.
 Status check_json_path(const std::string& path) {
   if (path.empty() || path == "-") return ok_status();
-  std::ofstream out(path, std::ios::app);
-  if (!out) {
-    return Error{fmt::format("--json {}: cannot open for writing: {}", path, std::strerror(errno))};
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return Error{fmt::format("--json {}: cannot write in {}: {}", path, dir, std::strerror(errno))};
   }
   return ok_status();
 }
@@ -196,7 +209,7 @@ int member_path(Record& self, const Identity& id, Session& s) {
   Deadline end = s.end;
   JoinOptions jo;
   jo.master_addr = id.master_addr;
-  jo.master_port = static_cast<uint16_t>(id.master_port);
+  jo.master_port = static_cast<uint16_t>(id.rendezvous_port);
   jo.give_up = end;
   jo.handshake = seconds(o.handshake_timeout_s);
   jo.progress_interval = seconds(o.progress_interval_s);
@@ -211,7 +224,7 @@ int member_path(Record& self, const Identity& id, Session& s) {
     m.headline = headline({*joined.failure});
     m.findings.push_back(*joined.failure);
   } else {
-    log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.master_port,
+    log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                              joined.admit.joined_ranks, joined.admit.world_size));
     auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
     if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
@@ -226,7 +239,7 @@ int member_path(Record& self, const Identity& id, Session& s) {
                    Severity::kError,
                    exit_code::kIncomplete,
                    fmt::format("{} joined the master at {}:{}, then: {}", member_label(self),
-                               printable(id.master_addr), id.master_port, verdict.error().message),
+                               printable(id.master_addr), id.rendezvous_port, verdict.error().message),
                    "read rank 0's log and report: it was killed, crashed, or the network "
                    "between the hosts failed",
                    {self.rank},
@@ -354,7 +367,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
     m.total_ms = ms_between(start, Clock::now());
     return print_member(m, out);
   }
-  self.master_port = *port;
+  if (setup.port == 0) self.master_port = *port;  // a free port was picked: it is MASTER_PORT
   if (on_listening) on_listening(*port);
   log.progress(fmt::format(
       "master listening on {} port {}; waiting for {} ({} s left)", format_list(setup.addresses, 4),
@@ -437,10 +450,12 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
 
   Identity id = detect_identity(env, o.flags);
   if (!id.usable()) return usage_problems(id);
+  for (const std::string& note : id.notes) log.progress("note: " + note);
   Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
             gpu_plan(id, o, env)};
   Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))),
                            probe_gpus(s));
+  s.out.set_self(self.rank, self.host);
   for (const Finding& f : local_checks(self)) {
     log.error(fmt::format("{} {}: {}", f.is_error() ? "✗" : "!", f.id, f.message));
   }
@@ -461,10 +476,10 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
       m.exit_code = f.exit_code;
       m.headline = headline({f});
       m.findings.push_back(std::move(f));
-      return print_member(m, out);
+      return print_member(m, s.out);
     }
     MasterSetup setup;
-    setup.port = static_cast<uint16_t>(id.master_port);
+    setup.port = static_cast<uint16_t>(id.rendezvous_port);
     setup.addresses = self.master_resolved.get();
     if (all_loopback(self.master_resolved.get()) && looks_multi_host(self)) {
       // Listening on loopback would leave every other host out of the report.
@@ -529,7 +544,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   flags.job_id = job_id;
   EnvMap child_env = without_launcher_env(env);
   Identity id = detect_identity(child_env, flags);
-  id.master_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
+  id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
   if (!id.usable()) return usage_problems(id);
   Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
             gpu_plan(id, o, child_env)};
@@ -598,7 +613,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
 
   MasterSetup setup;
   setup.addresses = {"127.0.0.1"};
-  setup.port = static_cast<uint16_t>(id.master_port);
+  setup.port = static_cast<uint16_t>(id.rendezvous_port);
   auto code = master_path(self, id, s, setup, spawn_members);
 
   // Reap the members; any still running past the deadline are killed.

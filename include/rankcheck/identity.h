@@ -46,6 +46,7 @@ struct Flags {
   std::optional<std::string> rank, world_size, local_rank, local_world_size;
   std::optional<std::string> node_rank, nnodes, nproc_per_node;
   std::optional<std::string> master_addr, master_port, job_id;
+  std::optional<std::string> rendezvous_port;  ///< rankcheck's own port, if not MASTER_PORT
 };
 
 /// Two or more sources that disagree about one field.
@@ -65,6 +66,9 @@ struct Identity {
   long nnodes = -1;
   std::string master_addr;
   long master_port = kDefaultMasterPort;
+  /// Where rankcheck itself meets: MASTER_PORT, unless torchrun's agent already
+  /// listens there (TORCHELASTIC_USE_AGENT_STORE=True) or --rendezvous-port says.
+  long rendezvous_port = kDefaultMasterPort;
   std::string job_id;
 
   std::string launcher;                   ///< the row that gave the rank

@@ -96,7 +96,7 @@ class Usage(unittest.TestCase):
         self.assertEqual(run([]).returncode, 2)
         r = run(["run", "--rank", "0", "--world-size", "1", "--json", "/nonexistent/dir/r.json"])
         self.assertEqual(r.returncode, 2)
-        self.assertIn("--json /nonexistent/dir/r.json: cannot open for writing", r.stderr)
+        self.assertIn("--json /nonexistent/dir/r.json: cannot write in /nonexistent/dir", r.stderr)
 
     def test_help_and_version(self):
         self.assertEqual(run(["--help"]).returncode, 0)

@@ -1,0 +1,111 @@
+"""rankcheck under the real torchrun (Debian's python3-torch), rank mode and node mode.
+
+torch 1.13 on this Python needs `--redirects 1 --tee 1` for torchrun to start.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from harness import BIN, clean_env, free_port
+
+TORCHRUN = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
+PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/preflight.sh")
+TIMEOUT = 20
+
+
+@unittest.skipUnless(TORCHRUN, "torchrun not installed (Debian's python3-torch)")
+class Torchrun(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="rankcheck-torchrun-")
+        self.port = free_port()
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def torchrun(self, nproc, *cmd, env=None, nnodes=1, node_rank=0):
+        return ["/usr/bin/python3", TORCHRUN, "--redirects", "1", "--tee", "1",
+                "--nnodes", str(nnodes), "--node_rank", str(node_rank),
+                "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
+                "--master_port", str(self.port), "--max_restarts", "0", *cmd]
+
+    def run_ranks(self, nproc, extra_env=None):
+        cmd = self.torchrun(nproc, "--no_python", BIN, "run", "--no-gpu", "--timeout",
+                            str(TIMEOUT), "--json", os.path.join(self.tmp, "r{rank}.json"))
+        env = clean_env(**(extra_env or {}))
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT + 30)
+
+    def report(self, rank):
+        with open(os.path.join(self.tmp, f"r{rank}.json")) as f:
+            return json.load(f)
+
+    def test_rank_mode_healthy(self):
+        r = self.run_ranks(3)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        master = self.report(0)
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2])
+        self.assertEqual({m["launcher"] for m in master["members"]}, {"torch"})
+        self.assertEqual(master["members"][0]["local_world_size"], 3)
+        # The agent's store holds MASTER_PORT: rankcheck met one port up, and said so.
+        self.assertEqual(master["master"]["port"], self.port + 1)
+        self.assertIn(f"rankcheck meets on port {self.port + 1}", r.stdout + r.stderr)
+        for rank in (1, 2):
+            self.assertEqual(self.report(rank)["verdict"], "pass")
+
+    def test_rank_mode_broken_interface(self):
+        # Every rank is told to use an interface this host does not have.
+        r = self.run_ranks(3, {"NCCL_SOCKET_IFNAME": "=ib9999"})
+        self.assertNotEqual(r.returncode, 0)
+        master = self.report(0)
+        self.assertEqual(master["exit_code"], 3)
+        self.assertEqual([f["id"] for f in master["findings"]], ["nccl-ifname-missing"])
+        self.assertEqual(master["findings"][0]["ranks"], [0, 1, 2])
+        self.assertEqual(self.report(2)["exit_code"], 3)
+
+    def preflight(self, node, nnodes, marker_dir):
+        env = clean_env(RANKCHECK=BIN, TORCHRUN=TORCHRUN,
+                        RANKCHECK_ARGS=f"--no-gpu --timeout {TIMEOUT} --host-name node{node} "
+                                       f"--json {self.tmp}/node{node}.json")
+        cmd = [PREFLIGHT, "--redirects", "1", "--tee", "1", "--nnodes", str(nnodes),
+               f"--node_rank={node}", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+               "--master_port", str(self.port), "--max_restarts", "0", "--no_python",
+               "/bin/sh", "-c", f'touch "{marker_dir}/ran-$RANK"']
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+
+    def test_preflight_two_nodes_then_torchrun(self):
+        marks = os.path.join(self.tmp, "marks")
+        os.mkdir(marks)
+        procs = [self.preflight(n, 2, marks) for n in (0, 1)]
+        outs = [p.communicate(timeout=TIMEOUT + 40) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, out + err)
+        with open(os.path.join(self.tmp, "node0.json")) as f:
+            master = json.load(f)
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual(master["ranks_joined"], 4)
+        # torchrun ran the training command on all four ranks after the check.
+        self.assertEqual(sorted(os.listdir(marks)), ["ran-0", "ran-1", "ran-2", "ran-3"])
+
+    def test_preflight_stops_torchrun_when_the_check_fails(self):
+        marks = os.path.join(self.tmp, "marks")
+        os.mkdir(marks)
+        procs = [self.preflight(0, 2, marks), self.preflight(1, 3, marks)]  # node 1: wrong --nnodes
+        outs = [p.communicate(timeout=TIMEOUT + 40) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 3, out + err)
+            self.assertIn("torchrun not started", err)
+        with open(os.path.join(self.tmp, "node0.json")) as f:
+            master = json.load(f)
+        self.assertEqual([f["id"] for f in master["findings"]], ["world-size-mismatch"])
+        self.assertEqual(os.listdir(marks), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
