@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <rankcheck/deadline.h>
+#include <rankcheck/master.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/report.h>
 #include <rankcheck/result.h>
@@ -16,23 +17,11 @@
 namespace rankcheck {
 
 struct ServerConfig {
-  long world_size = 0;
-  std::string job_id;
-  std::string master_addr;  ///< MASTER_ADDR as given, for the report
-  std::string master_host;
-  std::vector<std::string> master_resolved;
-  Clock::time_point start = Clock::now();
+  MasterConfig master;                     ///< what the master decides with
   Deadline decide_by = Deadline::never();  ///< decide at the latest here
   Millis handshake_timeout{5000};          ///< a hello must be complete this soon after accept
   Millis progress_interval{5000};
   size_t max_pending = 1024;  ///< connections not yet admitted, beyond which new ones wait
-  std::function<void(const std::string&)> log = [](const std::string&) {};
-
-  // The GPU stage (off: --no-gpu).
-  bool gpu_stage = false;
-  std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
-  Deadline stage_by = Deadline::never();          ///< every rank's stage ends by then
-  double min_busbw_gbps = 0;
 };
 
 /// Why listening failed, in Error::code.

@@ -1,0 +1,101 @@
+#pragma once
+// The master's side of one rendezvous, whatever carries the messages: the Asio
+// server over TCP, or the MPI bootstrap. It admits members, decides once, and
+// judges the GPU stage; the transport only moves records and verdicts.
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rankcheck/checks.h>
+#include <rankcheck/deadline.h>
+#include <rankcheck/protocol.h>
+#include <rankcheck/report.h>
+
+namespace rankcheck {
+
+struct MasterConfig {
+  long world_size = 0;
+  std::string job_id;
+  std::string master_addr;  ///< MASTER_ADDR as given, for the report
+  std::string master_host;
+  std::vector<std::string> master_resolved;
+  Clock::time_point start = Clock::now();
+  bool gpu_stage = false;                         ///< off: --no-gpu
+  std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
+  Deadline stage_by = Deadline::never();          ///< every rank's stage ends by then
+  double min_busbw_gbps = 0;
+  std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+class MasterState {
+ public:
+  explicit MasterState(MasterConfig config);
+
+  /// Admits a member (`own`: the master's own); returns its index. Indices after a
+  /// departed member shift down by one.
+  size_t admit(Record rec, std::string peer, bool own = false);
+  /// Member `i` left before the verdict: its ranks are free again.
+  void depart(size_t i);
+  /// A connection turned away (kept for the report, up to a cap; always counted).
+  void refuse(RefusalKind kind, std::string peer, std::string reason,
+              std::optional<Record> record = std::nullopt);
+
+  /// As many ranks as the world size have joined (whatever they claim), or every
+  /// member but the master agrees on a smaller world that is all here.
+  bool ready() const;
+  bool decided() const { return decided_; }
+
+  /// Decides, once: the findings, and go or not for the GPU stage. Returns the
+  /// verdict every member gets (with notes_for(i) added for member i).
+  const Verdict& decide(bool timed_out, uint16_t master_port, std::vector<std::string> bound);
+  /// The findings that name member `i`'s ranks.
+  std::vector<Finding> notes_for(size_t i) const;
+
+  bool stage_running() const { return stage_running_; }
+  /// Member `i`'s GPU stage results (none: it is gone). True once every member reported.
+  bool accept_results(size_t i, std::vector<RankResult> results);
+  /// Ends the GPU stage (all results in, or its deadline): the final verdict.
+  const Verdict& finalize();
+  /// The verdict as it stands (the final one once finalize() ran).
+  const Verdict& verdict() const { return verdict_; }
+
+  const std::vector<Member>& members() const { return decided_ ? report_.members : members_; }
+  long joined_ranks() const { return joined_ranks_; }
+  std::vector<long> missing_ranks() const;
+  Report& report() { return report_; }
+  const Report& report() const { return report_; }
+  double now_ms() const { return ms_between(cfg_.start, Clock::now()); }
+
+ private:
+  void count(const Record& rec, int by, bool master);
+  bool smaller_world_complete() const;
+  Verdict verdict_base() const;
+
+  MasterConfig cfg_;
+  std::vector<Member> members_;  // admitted and still connected, in arrival order
+  JoinTracker tracker_;          // lets a clean job skip the rules at the decision
+  ListPool<std::string> string_lists_;  // interfaces and resolved addresses, one copy each
+  ListPool<EnvVar> envs_;
+  std::vector<uint32_t> claims_;      // members claiming each rank in [0, world)
+  long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
+  std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
+  long joined_ranks_ = 0;
+  std::vector<Departure> departed_;
+  std::vector<Refusal> refused_;
+  size_t refused_total_ = 0;
+  double last_join_ms_ = 0;
+  bool decided_ = false;
+  Report report_;
+  Verdict verdict_;
+  // The GPU stage, between the go verdict and the final one.
+  bool stage_running_ = false;
+  long results_expected_ = 0;
+  std::vector<bool> reported_;
+  std::vector<RankResult> stage_results_;
+  double stage_ms_ = 0;
+};
+
+}  // namespace rankcheck

@@ -1,0 +1,249 @@
+#include <rankcheck/master.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <rankcheck/text.h>
+
+namespace rankcheck {
+namespace {
+
+// Refusals kept for the report; the rest are only counted.
+constexpr size_t kMaxRefusalsKept = 64;
+
+}  // namespace
+
+MasterState::MasterState(MasterConfig config)
+    : cfg_(std::move(config)), tracker_(cfg_.world_size, cfg_.master_resolved, cfg_.gpu_stage) {
+  claims_.assign(static_cast<size_t>(std::max(cfg_.world_size, 1L)), 0);
+  // Memory is proportional to the world size; a bogus huge one is not reserved.
+  members_.reserve(static_cast<size_t>(std::clamp(cfg_.world_size, 1L, 1L << 16)));
+}
+
+void MasterState::count(const Record& rec, int by, bool master) {
+  for (long k = std::max(0, rec.rank); k <= rec.last_rank() && k < cfg_.world_size; ++k) {
+    uint32_t& n = claims_[size_t(k)];
+    if (by > 0 && n++ == 0) ++distinct_claimed_;
+    if (by < 0 && --n == 0) --distinct_claimed_;
+  }
+  joined_ranks_ += by * rec.nranks;
+  if (!master && (world_votes_[rec.world_size] += by) == 0) world_votes_.erase(rec.world_size);
+}
+
+size_t MasterState::admit(Record rec, std::string peer, bool own) {
+  last_join_ms_ = now_ms();
+  count(rec, +1, own);
+  tracker_.add(rec, peer);
+  string_lists_.intern(rec.interfaces);
+  string_lists_.intern(rec.master_resolved);
+  envs_.intern(rec.env);
+  members_.push_back(Member{std::move(rec), last_join_ms_, std::move(peer)});
+  return members_.size() - 1;
+}
+
+void MasterState::depart(size_t i) {
+  if (decided_ || i >= members_.size()) return;
+  Member gone = std::move(members_[i]);
+  members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(i));
+  count(gone.record, -1, false);
+  tracker_.taint();
+  cfg_.log(fmt::format("{} disconnected before the verdict; joined {}/{}",
+                       member_label(gone.record), joined_ranks_, cfg_.world_size));
+  departed_.push_back(Departure{std::move(gone.record), gone.joined_ms, now_ms()});
+}
+
+void MasterState::refuse(RefusalKind kind, std::string peer, std::string reason,
+                         std::optional<Record> record) {
+  tracker_.taint();
+  ++refused_total_;
+  if (refused_.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) {
+    refused_.push_back(Refusal{kind, std::move(peer), std::move(reason), std::move(record), now_ms()});
+  }
+}
+
+std::vector<long> MasterState::missing_ranks() const {
+  std::vector<long> out;
+  for (size_t k = 0; k < claims_.size(); ++k) {
+    if (claims_[k] == 0) out.push_back(long(k));
+  }
+  return out;
+}
+
+// Every member but the master claims one smaller world, and all of it is here:
+// the master's WORLD_SIZE is the odd one, and waiting longer cannot help.
+bool MasterState::smaller_world_complete() const {
+  if (world_votes_.size() != 1) return false;
+  long claim = world_votes_.begin()->first;
+  if (claim < 1 || claim >= cfg_.world_size || distinct_claimed_ < claim) return false;
+  for (long k = 0; k < claim; ++k) {
+    if (claims_[size_t(k)] == 0) return false;
+  }
+  return true;
+}
+
+bool MasterState::ready() const {
+  return !decided_ && (joined_ranks_ >= cfg_.world_size || smaller_world_complete());
+}
+
+Verdict MasterState::verdict_base() const {
+  Verdict v;
+  v.exit_code = static_cast<uint8_t>(report_.exit_code());
+  v.headline = headline(report_.findings);
+  v.joined_ranks = static_cast<uint32_t>(joined_ranks_);
+  for (const Finding& f : report_.findings) (f.is_error() ? v.errors : v.warnings)++;
+  return v;
+}
+
+const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
+                                   std::vector<std::string> bound) {
+  if (decided_) return verdict_;
+  decided_ = true;
+  auto t0 = Clock::now();
+  JobView view;
+  view.world_size = cfg_.world_size;
+  view.job_id = cfg_.job_id;
+  view.master_addr = cfg_.master_addr;
+  view.master_port = master_port;
+  view.master_host = cfg_.master_host;
+  view.master_resolved = cfg_.master_resolved;
+  view.timed_out = timed_out;
+  view.gpu_stage = cfg_.gpu_stage;
+  view.departed = std::move(departed_);
+  view.refused = std::move(refused_);
+  view.refused_total = refused_total_;
+  view.members = std::move(members_);
+  if (!tracker_.clean()) report_.findings = run_checks(view);
+  report_.job_id = cfg_.job_id;
+  report_.world_size = cfg_.world_size;
+  report_.master_addr = cfg_.master_addr;
+  report_.master_port = master_port;
+  report_.master_host = cfg_.master_host;
+  report_.master_bound = std::move(bound);
+  report_.timed_out = timed_out;
+  report_.rendezvous_ms = ms_between(cfg_.start, t0);
+
+  // Go for the GPU stage only when nothing is wrong: NCCL is never started on a
+  // job that would hang.
+  std::optional<NcclId> nccl_id;
+  if (!cfg_.gpu_stage) {
+    report_.gpu_stage = "not run (--no-gpu)";
+  } else if (report_.exit_code() != 0) {
+    report_.gpu_stage = "not run (the rendezvous failed)";
+  } else if (auto blocker = gpu_stage_blocker(view.members)) {
+    report_.gpu_stage = fmt::format("not run ({})", *blocker);
+  } else if (auto id = cfg_.make_nccl_id ? cfg_.make_nccl_id()
+                                         : Result<NcclId>(Error{"no NCCL on the master"})) {
+    nccl_id = *id;
+  } else {
+    report_.findings.insert(
+        report_.findings.begin(),
+        Finding{"nccl-init-failed", Severity::kError, exit_code::kGpu,
+                fmt::format("ncclGetUniqueId failed on the master ({}): {}",
+                            printable(cfg_.master_host), id.error().message),
+                "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name an "
+                "interface rank 0 has",
+                {0},
+                {cfg_.master_host}});
+    report_.gpu_stage = "failed (no NCCL unique id)";
+  }
+  report_.members = std::move(view.members);
+  verdict_ = verdict_base();
+  if (nccl_id) {
+    verdict_.final = false;
+    verdict_.run_gpu = true;
+    verdict_.nccl_id = nccl_id;
+    stage_ms_ = double(cfg_.stage_by.remaining().count());
+    verdict_.stage_ms = static_cast<uint32_t>(stage_ms_);
+    stage_running_ = true;
+    results_expected_ = static_cast<long>(report_.members.size());
+    reported_.assign(report_.members.size(), false);
+  }
+  // From the last join (or the deadline) to the verdict.
+  auto t1 = Clock::now();
+  report_.decision_ms =
+      timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
+  // What holding the members cost, before anything is sent.
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) == 0) report_.peak_rss_kib = usage.ru_maxrss;
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0;
+  long pages_resident = 0;
+  if (statm >> pages_total >> pages_resident) {
+    report_.rss_kib = pages_resident * (::getpagesize() / 1024);
+  }
+  cfg_.log(fmt::format(
+      "decided at +{} ({}): {}, {}/{} ranks joined", format_seconds(report_.rendezvous_ms),
+      timed_out ? "deadline reached" : "all joined",
+      verdict_.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", verdict_.exit_code),
+      joined_ranks_, cfg_.world_size));
+  return verdict_;
+}
+
+std::vector<Finding> MasterState::notes_for(size_t i) const {
+  std::vector<Finding> notes;
+  const std::vector<Member>& ms = members();
+  if (i >= ms.size()) return notes;
+  const Record& rec = ms[i].record;
+  for (const Finding& f : report_.findings) {
+    auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
+    if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
+    if (notes.size() == kMaxVerdictNotes) break;
+  }
+  return notes;
+}
+
+bool MasterState::accept_results(size_t i, std::vector<RankResult> results) {
+  if (!stage_running_ || i >= reported_.size() || reported_[i]) return results_expected_ <= 0;
+  reported_[i] = true;
+  const Record& rec = report_.members[i].record;
+  if (results.empty()) {
+    cfg_.log(fmt::format("{} sent no GPU stage result", member_label(rec)));
+  }
+  for (RankResult& r : results) {  // its own ranks, and no others
+    if (r.rank >= rec.rank && r.rank <= rec.last_rank()) stage_results_.push_back(std::move(r));
+  }
+  return --results_expected_ <= 0;
+}
+
+const Verdict& MasterState::finalize() {
+  if (!stage_running_) return verdict_;
+  stage_running_ = false;
+  std::sort(stage_results_.begin(), stage_results_.end(),
+            [](const RankResult& a, const RankResult& b) { return a.rank < b.rank; });
+  StageView sv;
+  sv.world_size = cfg_.world_size;
+  sv.members = &report_.members;
+  sv.results = stage_results_;
+  sv.stage_ms = stage_ms_;
+  sv.min_busbw_gbps = cfg_.min_busbw_gbps;
+  auto found = stage_checks(sv);
+  report_.findings.insert(report_.findings.end(), found.begin(), found.end());
+  order_findings(report_.findings);
+  report_.stage_results = std::move(stage_results_);
+  double init_max = 0;
+  double ar_max = 0;
+  double busbw = 0;
+  for (const RankResult& r : report_.stage_results) {
+    init_max = std::max(init_max, r.init_ms);
+    ar_max = std::max(ar_max, r.allreduce_us);
+    if (r.bandwidth_bytes > 0) busbw = r.busbw_gbps;
+  }
+  report_.gpu_stage =
+      found.empty() ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
+                                  format_seconds(init_max), ar_max,
+                                  busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
+                                            : std::string())
+                    : "failed";
+  verdict_ = verdict_base();
+  cfg_.log(fmt::format("GPU stage over at +{}: {}", format_seconds(now_ms()),
+                       verdict_.exit_code == 0 ? "PASS"
+                                               : fmt::format("FAIL (exit {})", verdict_.exit_code)));
+  return verdict_;
+}
+
+}  // namespace rankcheck
