@@ -7,7 +7,10 @@ set -euo pipefail
 profile=${1:-build}
 build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
             nlohmann-json3-dev libssl-dev)
-test_pkgs=(python3 iproute2 procps)
+# The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
+# and parse the Kubernetes manifests (python3-yaml).
+test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openmpi-bin
+           libopenmpi-dev python3-torch)
 
 case "$profile" in
   build) want=("${build_pkgs[@]}") ;;

@@ -1024,12 +1024,12 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
 }
 
 constexpr Rule kRules[] = {
-    {"master-addr-loopback", check_master_addr_loopback},
     {"foreign-job", check_foreign_job},
+    {"launcher-env-conflict", check_launcher_conflicts},  // a stale RANK causes duplicates
     {"world-size-mismatch", check_world_size},
     {"duplicate-rank", check_duplicate_rank},
     {"rank-out-of-range", check_rank_range},
-    {"launcher-env-conflict", check_launcher_conflicts},
+    {"master-addr-loopback", check_master_addr_loopback},  // before the ranks it leaves out
     {"local-rank-collision", check_local_rank_collision},
     {"local-world-size-mismatch", check_local_world_size},
     {"nccl-ifname-missing", check_ifname},

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -6,6 +7,8 @@
 
 namespace rankcheck {
 namespace {
+
+constexpr std::string_view kNoMaster = "cannot tell where the master is";
 
 bool is_numeric_field(Field f) {
   return f != Field::kMasterAddr && f != Field::kJobId;
@@ -79,8 +82,10 @@ void resolve(Identity& id) {
     auto field = static_cast<Field>(fi);
     std::vector<const Observation*> valid;
     std::vector<const Observation*> unparsable;
+    bool strong = std::any_of(id.observations.begin(), id.observations.end(),
+                              [field](const Observation& o) { return o.field == field && !o.weak; });
     for (const Observation& o : id.observations) {
-      if (o.field != field) continue;
+      if (o.field != field || (strong && o.weak)) continue;
       if (is_numeric_field(field) && !parse_long(o.value)) {
         unparsable.push_back(&o);
         continue;
@@ -98,6 +103,9 @@ void resolve(Identity& id) {
       } else if (field == Field::kNprocPerNode) {
         id.problems.push_back(what + ": torchrun's auto/gpu are not known before the GPUs are "
                                      "probed; pass --nproc-per-node N");
+      } else if (field == Field::kNnodes && o->value.find(':') != std::string::npos) {
+        id.problems.push_back(what + ": an elastic range; rankcheck checks a job of a fixed size, "
+                                     "pass --nnodes N");
       } else {
         id.problems.push_back(what);
       }
@@ -194,7 +202,7 @@ void resolve(Identity& id) {
       id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
     }
     if (id.master_addr.empty()) {
-      id.problems.push_back(fmt::format("cannot tell where the master is: none of {} is set",
+      id.problems.push_back(fmt::format("{}: none of {} is set", kNoMaster,
                                         sources_for(Field::kMasterAddr)));
     }
   }
@@ -254,6 +262,13 @@ std::string_view field_name(Field f) {
   return "?";
 }
 
+const std::string* LauncherScan::take_weak(Field field, std::string_view variable) {
+  if (catalogue_) return take(field, variable);
+  const std::string* v = env_get(env_, variable);
+  if (v != nullptr) add(field, std::string(variable), *v, /*weak=*/true);
+  return v;
+}
+
 const std::string* LauncherScan::take(Field field, std::string_view variable) {
   if (catalogue_) {
     add(field, std::string(variable), "");
@@ -264,10 +279,10 @@ const std::string* LauncherScan::take(Field field, std::string_view variable) {
   return v;
 }
 
-void LauncherScan::add(Field field, std::string variable, std::string value) {
+void LauncherScan::add(Field field, std::string variable, std::string value, bool weak) {
   seen_ = true;
   id_.observations.push_back(
-      Observation{field, std::string(launcher_), std::move(variable), std::move(value)});
+      Observation{field, std::string(launcher_), std::move(variable), std::move(value), weak});
 }
 
 Identity detect_identity(const EnvMap& env, const Flags& flags) {
@@ -281,6 +296,10 @@ Identity detect_identity(const EnvMap& env, const Flags& flags) {
   resolve(id);
   choose_rendezvous_port(id, env, flags);
   return id;
+}
+
+void without_master_addr(Identity& id) {
+  std::erase_if(id.problems, [](const std::string& p) { return p.starts_with(kNoMaster); });
 }
 
 std::string sources_for(Field field) {

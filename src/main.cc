@@ -11,8 +11,17 @@
 
 #include "cli.h"
 
+#ifdef RANKCHECK_WITH_MPI
+namespace rankcheck {
+void register_mpi_bootstrap();
+}
+#endif
+
 int main(int argc, char** argv) {
   using namespace rankcheck;
+#ifdef RANKCHECK_WITH_MPI
+  register_mpi_bootstrap();
+#endif
   const EnvMap env = process_env();
   CLI::App app{
       "rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "

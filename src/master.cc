@@ -33,6 +33,22 @@ void MasterState::count(const Record& rec, int by, bool master) {
   }
   joined_ranks_ += by * rec.nranks;
   if (!master && (world_votes_[rec.world_size] += by) == 0) world_votes_.erase(rec.world_size);
+  // The world sizes a member's other sources give (WORLD_SIZE=8 but SLURM_NTASKS=4).
+  for (const Conflict& c : rec.conflicts) {
+    if (c.field != Field::kWorldSize) continue;
+    for (const Observation& o : c.values) {
+      long w = std::strtol(o.value.c_str(), nullptr, 10);
+      if (w != rec.world_size && (alt_votes_[w] += by) == 0) alt_votes_.erase(w);
+    }
+  }
+}
+
+bool MasterState::complete_up_to(long world) const {
+  if (world < 1 || world >= cfg_.world_size || distinct_claimed_ < world) return false;
+  for (long k = 0; k < world; ++k) {
+    if (claims_[size_t(k)] == 0) return false;
+  }
+  return true;
 }
 
 size_t MasterState::admit(Record rec, std::string peer, bool own) {
@@ -76,14 +92,14 @@ std::vector<long> MasterState::missing_ranks() const {
 
 // Every member but the master claims one smaller world, and all of it is here:
 // the master's WORLD_SIZE is the odd one, and waiting longer cannot help.
+// Or every member's launcher says a smaller world (WORLD_SIZE exported too big,
+// SLURM_NTASKS right), and all of that is here.
 bool MasterState::smaller_world_complete() const {
-  if (world_votes_.size() != 1) return false;
-  long claim = world_votes_.begin()->first;
-  if (claim < 1 || claim >= cfg_.world_size || distinct_claimed_ < claim) return false;
-  for (long k = 0; k < claim; ++k) {
-    if (claims_[size_t(k)] == 0) return false;
+  if (world_votes_.size() == 1 && complete_up_to(world_votes_.begin()->first)) return true;
+  for (auto [world, members] : alt_votes_) {
+    if (members == static_cast<long>(members_.size()) && complete_up_to(world)) return true;
   }
-  return true;
+  return false;
 }
 
 bool MasterState::ready() const {

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <rankcheck/bootstrap.h>
 #include <rankcheck/checks.h>
 #include <rankcheck/gpu.h>
 #include <rankcheck/interrupt.h>
@@ -450,6 +451,16 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   }
 
   Identity id = detect_identity(env, o.flags);
+  BootstrapFn over_mpi = nullptr;
+  if (o.bootstrap == "mpi") {
+    over_mpi = mpi_bootstrap();
+    if (over_mpi == nullptr) {
+      Log::error("--bootstrap mpi: this binary was built without MPI; use rankcheck-mpi, built "
+                 "where Open MPI's headers are found");
+      return exit_code::kUsage;
+    }
+    without_master_addr(id);  // the records travel over MPI
+  }
   if (!id.usable()) return usage_problems(id);
   for (const std::string& note : id.notes) log.progress("note: " + note);
   Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
@@ -461,7 +472,42 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     log.error(fmt::format("{} {}: {}", f.is_error() ? "✗" : "!", f.id, f.message));
   }
 
+  if (over_mpi != nullptr) {
+    BootstrapContext ctx{
+        id,
+        self,
+        *s.stage,
+        s.plan,
+        start,
+        end,
+        !o.no_gpu,
+        o.min_busbw_gbps,
+        [&s](const std::string& line) { s.log.progress(line); },
+        [&watchdog_code](int code) { watchdog_code = code; },
+        [&s](const Report& r) {
+          s.out.emit([&] { return render_text(r, {s.out.color}); }, [&] { return render_json(r); });
+          return interrupted() ? exit_code::kSignalBase + interrupted() : r.exit_code();
+        },
+        [&s](const MemberReport& m) { return print_member(m, s.out); }};
+    return over_mpi(ctx);
+  }
   if (id.rank == 0) {
+    // Rank 0 may come up before DNS publishes its own name (a Kubernetes headless
+    // service): it keeps trying, like the members do, until its decision deadline.
+    Deadline resolve_by(end.when() - reserve_for(o.timeout_s));
+    for (Millis pause(100); !self.resolve_error.empty() && !resolve_by.expired() && !interrupted();
+         pause = std::min(pause * 2, Millis(1000))) {
+      log.progress(fmt::format("rank 0: {} (not resolvable yet?), retrying ({} s left)",
+                               self.resolve_error, resolve_by.seconds_left()));
+      std::this_thread::sleep_for(std::min(pause, resolve_by.remaining()));
+      auto again = resolve_host(id.master_addr, resolve_by.sooner(Deadline::after(Millis(5000))));
+      if (again) {
+        self.master_resolved = *again;
+        self.resolve_error.clear();
+      } else {
+        self.resolve_error = again.error().message;
+      }
+    }
     if (!self.resolve_error.empty()) {
       Log::error(fmt::format("rank 0 cannot resolve its own MASTER_ADDR: {}", self.resolve_error));
       MemberReport m;
@@ -494,6 +540,13 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   }
   return member_path(self, id, s);
 }
+
+namespace {
+BootstrapFn g_mpi_bootstrap = nullptr;
+}  // namespace
+
+void set_mpi_bootstrap(BootstrapFn fn) { g_mpi_bootstrap = fn; }
+BootstrapFn mpi_bootstrap() { return g_mpi_bootstrap; }
 
 EnvMap without_launcher_env(const EnvMap& env) {
   EnvMap out = env;

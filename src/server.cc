@@ -48,6 +48,7 @@ struct Server::Impl {
     bool close_after_write = false;
     bool pending = false;   // counted among connections not yet admitted
     bool reported = false;  // its GPU stage result is in (or will never be)
+    bool closed = false;
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -74,6 +75,7 @@ struct Server::Impl {
   std::vector<ConnPtr> conns;  // conns[i] carries member i; nullptr for the master's own
   size_t pending = 0;
   size_t writes_in_flight = 0;
+  size_t open_members = 0;  // admitted connections the member has not closed yet
   size_t refusals = 0;
   size_t accept_errors = 0;
   std::optional<std::promise<Verdict>> local_verdict;
@@ -114,13 +116,23 @@ struct Server::Impl {
   }
 
   void close(const ConnPtr& c) {
+    if (c->closed) return;
+    c->closed = true;
+    if (c->admitted) --open_members;
     std::error_code ignored;
     c->sock.shutdown(tcp::socket::shutdown_both, ignored);
     c->sock.close(ignored);
+    check_done();
   }
 
+  // Done once every verdict is written and every member has closed its end: the
+  // member closes first, so that the TIME_WAIT lands on its ephemeral port and not
+  // on MASTER_PORT, which the training job binds next.
   void check_done() {
-    if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0) return;
+    if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0 ||
+        open_members > 0) {
+      return;
+    }
     done_set = true;
     done.set_value();
   }
@@ -261,6 +273,7 @@ struct Server::Impl {
       co_return;
     }
     c->admitted = true;
+    ++open_members;
     timer.cancel();
     c->slot = static_cast<int>(state.admit(std::move(rec), std::move(peer)));
     conns.push_back(c);
@@ -298,7 +311,11 @@ struct Server::Impl {
         if (auto r = decode_stage_report(payload)) got = std::move(*r);
       }
     }
-    if (!got) close(c);
+    if (got) {
+      watch(c);  // for the member's close after the final verdict
+    } else {
+      close(c);
+    }
     deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
   }
 
@@ -364,7 +381,6 @@ struct Server::Impl {
     for (size_t i = 0; i < conns.size(); ++i) {
       std::vector<Finding> notes = state.notes_for(i);
       const ConnPtr& c = conns[i];
-      if (c != nullptr) c->close_after_write = base.final;
       if (c != nullptr && notes.empty()) {
         send(c, shared);
         continue;

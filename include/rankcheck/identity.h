@@ -39,6 +39,9 @@ struct Observation {
   std::string launcher;  ///< table row name: "torch", "slurm", "flags", ...
   std::string variable;  ///< "SLURM_PROCID", or "--rank" for flags
   std::string value;     ///< as given, unparsed
+  /// A value injected whether or not it fits (a JobSet's completion index restarts
+  /// in every job): used only when nothing else gives the field, never a conflict.
+  bool weak = false;
 };
 
 /// Explicit flags; each beats the environment.
@@ -103,8 +106,10 @@ class LauncherScan {
   Identity& identity() { return id_; }
   /// Records `variable` as a source for `field` when it is set; returns its value.
   const std::string* take(Field field, std::string_view variable);
+  /// As take(), for a weak source (see Observation::weak).
+  const std::string* take_weak(Field field, std::string_view variable);
   /// Records a derived value (e.g. a node's entry of SLURM_TASKS_PER_NODE).
-  void add(Field field, std::string variable, std::string value);
+  void add(Field field, std::string variable, std::string value, bool weak = false);
   bool seen() const { return seen_; }
 
  private:
@@ -128,6 +133,9 @@ std::span<const Launcher> launchers();
 /// Builds the identity from the environment and flags. Never reads the process
 /// environment itself; never fails: problems are listed in the result.
 Identity detect_identity(const EnvMap& env, const Flags& flags);
+
+/// For a transport that needs no MASTER_ADDR (MPI): drops that requirement.
+void without_master_addr(Identity& id);
 
 /// Which variables (and launchers) would have given `field`, for error messages:
 /// "RANK (torch env), SLURM_PROCID (Slurm srun), ...".

@@ -72,6 +72,7 @@ class MasterState {
  private:
   void count(const Record& rec, int by, bool master);
   bool smaller_world_complete() const;
+  bool complete_up_to(long world) const;
   Verdict verdict_base() const;
 
   MasterConfig cfg_;
@@ -82,6 +83,7 @@ class MasterState {
   std::vector<uint32_t> claims_;      // members claiming each rank in [0, world)
   long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
+  std::map<long, long> alt_votes_;    // world size another source of a member gives -> members
   long joined_ranks_ = 0;
   std::vector<Departure> departed_;
   std::vector<Refusal> refused_;

@@ -22,6 +22,8 @@ namespace rankcheck {
 inline constexpr size_t kNonceSize = 16;
 inline constexpr size_t kNcclIdSize = 128;  // sizeof(ncclUniqueId)
 inline constexpr uint32_t kMaxVerdictNotes = 8;
+inline constexpr uint32_t kMaxNoteRanks = 256;  ///< ranks a note carries (the rest: see the master)
+inline constexpr uint32_t kMaxNoteHosts = 16;
 
 struct Challenge {
   std::array<uint8_t, kNonceSize> nonce{};

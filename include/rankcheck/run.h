@@ -23,6 +23,7 @@ struct RunOptions {
   std::optional<int> device;        ///< --device: the CUDA device, else LOCAL_RANK's
   uint64_t bandwidth_bytes = 0;     ///< --bandwidth: a timed all-reduce of this size
   double min_busbw_gbps = 0;        ///< --min-busbw: a lower bus bandwidth is a finding
+  std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
   bool quiet = false;  ///< no progress lines on stderr
   bool color = false;
 };

@@ -14,10 +14,12 @@ const Launcher kKubeflow{"kubeflow", "Kubeflow PET_*", [](LauncherScan& s) {
                            s.take(Field::kMasterPort, "PET_MASTER_PORT");
                          }};
 
-// An Indexed Job (and a JobSet's jobs): the pod's completion index is its node rank.
+// An Indexed Job: the pod's completion index is its node rank. Kubernetes injects
+// it into every container, and in a JobSet of several jobs it restarts at 0 in
+// each: so it is a weak source, used only when nothing else gives the node rank.
 const Launcher kJobSet{"jobset", "Indexed Job / JobSet", [](LauncherScan& s) {
                          if (env_get(s.env(), "TORCHELASTIC_RUN_ID") != nullptr) return;
-                         s.take(Field::kNodeRank, "JOB_COMPLETION_INDEX");
+                         s.take_weak(Field::kNodeRank, "JOB_COMPLETION_INDEX");
                        }};
 
 }  // namespace rankcheck::launcher

@@ -25,6 +25,26 @@ void scan(LauncherScan& s) {
     return;
   }
 
+  // The step's node list: the default MASTER_ADDR, and where each rank runs.
+  const std::string* list = env_get(env, "SLURM_STEP_NODELIST");
+  if (list == nullptr) list = env_get(env, "SLURM_JOB_NODELIST");
+  if (list == nullptr) list = env_get(env, "SLURM_NODELIST");
+  if (list != nullptr) id.node_list = *list;
+
+  // Node mode (one probe per node standing for its GPUs): the step runs one task per
+  // node, and SLURM_PROCID/NTASKS/LOCALID count those tasks, not the job's ranks.
+  if (env_get(env, "--nproc-per-node") != nullptr || env_get(env, "NPROC_PER_NODE") != nullptr ||
+      env_get(env, "PET_NPROC_PER_NODE") != nullptr) {
+    if (env_get(env, "SLURM_PROCID") != nullptr) {
+      id.notes.emplace_back(
+          "node mode: SLURM_PROCID/NTASKS/LOCALID count the step's tasks (one per node), not "
+          "ranks: only SLURM_NODEID and the node count are used");
+    }
+    s.take(Field::kNodeRank, "SLURM_NODEID");
+    if (!s.take(Field::kNnodes, "SLURM_STEP_NUM_NODES")) s.take(Field::kNnodes, "SLURM_NNODES");
+    return;
+  }
+
   s.take(Field::kRank, "SLURM_PROCID");
   if (!s.take(Field::kWorldSize, "SLURM_NTASKS")) s.take(Field::kWorldSize, "SLURM_NPROCS");
   s.take(Field::kLocalRank, "SLURM_LOCALID");
@@ -34,10 +54,6 @@ void scan(LauncherScan& s) {
   const char* tasks_var = "SLURM_STEP_TASKS_PER_NODE";
   const std::string* tasks = env_get(env, tasks_var);
   if (tasks == nullptr) tasks = env_get(env, tasks_var = "SLURM_TASKS_PER_NODE");
-  const char* list_var = "SLURM_STEP_NODELIST";
-  const std::string* list = env_get(env, list_var);
-  if (list == nullptr) list = env_get(env, list_var = "SLURM_JOB_NODELIST");
-  if (list == nullptr) list = env_get(env, list_var = "SLURM_NODELIST");
 
   // This node's entry of the tasks-per-node list is its local world size.
   if (tasks != nullptr && node != nullptr) {
@@ -51,11 +67,14 @@ void scan(LauncherScan& s) {
             std::to_string((*counts)[static_cast<size_t>(node_id)]));
     }
   }
-  if (list != nullptr) {
-    id.node_list = *list;
-    if (tasks != nullptr) id.tasks_per_node = *tasks;
-    const std::string* dist = env_get(env, "SLURM_DISTRIBUTION");
-    if (dist != nullptr && dist->rfind("cyclic", 0) == 0) id.distribution = Distribution::kCyclic;
+  // Which rank runs where follows from the tasks per node for block and cyclic
+  // distributions; plane and arbitrary ones are not guessed at.
+  const std::string* dist = env_get(env, "SLURM_DISTRIBUTION");
+  bool cyclic = dist != nullptr && dist->rfind("cyclic", 0) == 0;
+  bool known = dist == nullptr || cyclic || dist->rfind("block", 0) == 0;
+  if (list != nullptr && tasks != nullptr && known) {
+    id.tasks_per_node = *tasks;
+    if (cyclic) id.distribution = Distribution::kCyclic;
   }
 }
 

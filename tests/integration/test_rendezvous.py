@@ -25,6 +25,30 @@ class Rendezvous(RankcheckTest):
         self.assertRegex(procs[5].out, r"rankcheck: PASS: 8 ranks joined; this is rank 5 on h1")
         self.assertEqual(procs[5].report["role"], "member")
 
+    def test_master_port_is_free_for_the_training_job_right_after(self):
+        # Members close first: no TIME_WAIT on MASTER_PORT, which the job binds next.
+        procs = self.job(4)
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", self.port))  # no SO_REUSEADDR, as a careless job would
+
+    def test_a_too_big_world_size_is_decided_without_waiting(self):
+        # WORLD_SIZE=8 exported over Slurm's 4 tasks: all 4 are here, and every member's
+        # launcher says 4, so the master decides at once instead of at the deadline.
+        procs = {r: self.rank(r, 8, SLURM_PROCID=r, SLURM_NTASKS=4, SLURM_JOB_ID=77)
+                 for r in range(4)}
+        self.finish()
+        self.assertExit(procs.values(), 3)
+        master = procs[0].report
+        self.assertEqual(master["decided"], "all-joined")
+        self.assertLess(procs[0].elapsed, self.timeout / 2)
+        self.assertEqual([f["id"] for f in master["findings"]],
+                         ["launcher-env-conflict", "missing-rank"])
+        self.assertIn("WORLD_SIZE=8 but SLURM_NTASKS=4", master["findings"][0]["message"])
+        # The members' copies of the findings carry their ranks and hosts too.
+        self.assertEqual(procs[2].finding("launcher-env-conflict")["ranks"], [0, 1, 2, 3])
+
     def test_rank_never_started(self):
         procs = self.job(8, per_host=4, skip={5})
         self.finish()

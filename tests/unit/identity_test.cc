@@ -214,11 +214,28 @@ TEST_CASE("identity: Kubeflow Trainer v2 / JobSet pod, node mode from PET_*") {
   CHECK(id.master_addr == "train-node-0-0.train");
   CHECK(id.launcher == "kubeflow");
   CHECK(id.conflicts.empty());  // JOB_COMPLETION_INDEX agrees with PET_NODE_RANK
+  // JOB_COMPLETION_INDEX restarts in each job of a JobSet: it never overrides or
+  // contradicts another source, and is used only alone.
   EnvMap env = env_fixture("trainer_v2.env");
   env["JOB_COMPLETION_INDEX"] = "0";
-  Identity bad = detect_identity(env, {});
-  REQUIRE(bad.conflicts.size() == 1);
-  CHECK(bad.conflicts[0].field == Field::kNodeRank);
+  Identity other_job = detect_identity(env, {});
+  CHECK(other_job.conflicts.empty());
+  CHECK(other_job.node_rank == 1);
+  EnvMap only_index{{"JOB_COMPLETION_INDEX", "1"}, {"NNODES", "2"}, {"NPROC_PER_NODE", "4"},
+                    {"MASTER_ADDR", "m"}};
+  Identity alone = detect_identity(only_index, {});
+  REQUIRE(alone.usable());
+  CHECK(alone.rank == 4);
+}
+
+TEST_CASE("identity: an elastic node range is named as such") {
+  EnvMap env{{"PET_NNODES", "1:3"}, {"PET_NPROC_PER_NODE", "4"}, {"PET_NODE_RANK", "0"},
+             {"PET_MASTER_ADDR", "m"}};
+  Identity id = detect_identity(env, {});
+  REQUIRE(!id.problems.empty());
+  CHECK(id.problems[0] ==
+        "PET_NNODES='1:3' is not a whole number (set by Kubeflow PET_*): an elastic range; "
+        "rankcheck checks a job of a fixed size, pass --nnodes N");
 }
 
 TEST_CASE("identity: a torchrun worker in a Kubeflow pod is one rank") {
@@ -250,4 +267,26 @@ TEST_CASE("identity: an unparsable value another source overrides is a note, not
   CHECK(id.usable());
   CHECK(id.rank == 1);
   CHECK(id.notes.front() == "RANK='x' is not a whole number (set by torch env); using --rank=1");
+}
+
+TEST_CASE("identity: node mode in a Slurm step of one task per node") {
+  Flags flags;
+  flags.nproc_per_node = "4";
+  flags.node_rank = "1";
+  flags.nnodes = "2";
+  Identity id = detect_identity(env_fixture("slurm_node_step.env"), flags);
+  REQUIRE(id.usable());
+  CHECK(id.rank == 4);  // not SLURM_PROCID=1: the step's tasks are not the job's ranks
+  CHECK(id.world_size == 8);
+  CHECK(id.conflicts.empty());  // SLURM_NODEID agrees with --node-rank
+  CHECK(id.master_addr == "gpu-01");
+  CHECK(id.job_id == "48213");
+}
+
+TEST_CASE("identity: Slurm's plane distribution is not guessed at") {
+  EnvMap env = env_fixture("slurm_srun.env");
+  env["SLURM_DISTRIBUTION"] = "plane=2";
+  Identity id = detect_identity(env, {});
+  CHECK(id.node_list == "gpu-[01-02]");
+  CHECK(id.tasks_per_node.empty());
 }

@@ -1,0 +1,90 @@
+"""rankcheck under the real mpirun (Open MPI): identity from OMPI_COMM_WORLD_*, over TCP
+and with `--bootstrap mpi` (rankcheck-mpi), healthy and with a user-set RANK that
+disagrees with MPI."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from harness import BIN, clean_env, free_port
+
+MPIRUN = shutil.which("mpirun")
+BIN_MPI = os.environ.get("RANKCHECK_MPI_BIN", BIN + "-mpi")
+TIMEOUT = 20
+
+
+def mpirun(n, *cmd, extra=()):
+    return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+            "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
+            "--mca", "oob_tcp_if_include", "lo", "-np", str(n), *extra, *cmd]
+
+
+@unittest.skipUnless(MPIRUN, "mpirun not installed (Debian's openmpi-bin)")
+class Mpi(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="rankcheck-mpi-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_mpi(self, cmd, **env):
+        return subprocess.run(cmd, env=clean_env(**env), capture_output=True, text=True,
+                              timeout=TIMEOUT + 30)
+
+    def report(self, rank):
+        with open(os.path.join(self.tmp, f"r{rank}.json")) as f:
+            return json.load(f)
+
+    def test_tcp_rendezvous_with_identity_from_open_mpi(self):
+        port = free_port()
+        r = self.run_mpi(mpirun(4, BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--json",
+                                os.path.join(self.tmp, "r{rank}.json"),
+                                extra=("-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={port}")))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        master = self.report(0)
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual({m["launcher"] for m in master["members"]}, {"openmpi"})
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])
+        self.assertEqual(self.report(3)["role"], "member")
+
+    @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
+    def test_mpi_bootstrap_healthy(self):
+        r = self.run_mpi(mpirun(4, BIN_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout",
+                                str(TIMEOUT), "--json", os.path.join(self.tmp, "r{rank}.json")))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        master = self.report(0)
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual(master["master"]["bound"], ["MPI_COMM_WORLD of 4"])
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])
+        for rank in (1, 2, 3):
+            self.assertEqual(self.report(rank)["verdict"], "pass")
+
+    @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
+    def test_mpi_bootstrap_user_rank_disagrees_with_mpi(self):
+        # RANK=2 exported to every process: MPI says 0..3, the training job would read 2.
+        r = self.run_mpi(mpirun(4, BIN_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout",
+                                str(TIMEOUT), "--color", "never", extra=("-x", "RANK=2")))
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+        out = r.stdout
+        # Three processes got RANK=2 against their MPI rank (the fourth is MPI rank 2 itself).
+        self.assertIn("FAIL — 3 errors. First: 3 members have conflicting rank", out)
+        self.assertIn("✗ launcher-env-conflict", out)
+        self.assertIn("RANK=2 but OMPI_COMM_WORLD_RANK=", out)
+        self.assertIn("✗ duplicate-rank", out)
+        self.assertIn("rank 2 is claimed by 4 members", out)
+        self.assertIn("✗ missing-rank", out)
+        # Every process exits with the job's verdict, and says so.
+        self.assertEqual(out.count("rankcheck: FAIL"), 3)
+
+    def test_plain_binary_says_where_mpi_is(self):
+        r = self.run_mpi([BIN, "run", "--bootstrap", "mpi", "--rank", "0", "--world-size", "1"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("this binary was built without MPI; use rankcheck-mpi", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,599 @@
+"""rankcheck under a real Slurm, with the recipes in launchers/slurm.
+
+The test starts its own cluster from Debian's slurm-wlm (22.05) on this machine:
+munged with its own key and socket, slurmctld, and one slurmd for each of two
+nodes, all state and logs in a temporary directory, no accounting, no cgroups.
+The nodes are this one machine under two names (4 CPUs each, more than the
+machine may have: SlurmdParameters=config_overrides). Names that resolve to
+loopback are used when there are two (localhost and this host's name), so that
+MASTER_ADDR can default to the first host of the node list as on a real
+cluster; otherwise n1, n2 at 127.0.0.1, and the tests set MASTER_ADDR.
+
+Because both nodes are one machine, every rankcheck process gets
+--host-name $SLURMD_NODENAME: under the machine's own name for all of them,
+rankcheck would rightly report ranks of two "nodes" sharing one host
+(local-rank-collision). Every test asserts exit codes, finding ids with their
+ranks and hosts, and that every step ended within rankcheck's bound
+(--timeout + GRACE) plus Slurm's launch overhead.
+
+Skipped, with the reason, where Slurm cannot run: not root, slurm-wlm or munge
+not installed (scripts/setup.sh test installs them), or daemons that do not
+come up (their logs are in the message).
+"""
+
+import ctypes
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import BIN, GRACE, clean_env, free_port
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHERS = os.path.normpath(os.path.join(HERE, "../../launchers/slurm"))
+SBATCH_SCRIPT = os.path.join(LAUNCHERS, "rankcheck.sbatch")
+NODE_WRAPPER = os.path.join(LAUNCHERS, "rankcheck-node.sh")
+RANKCHECK = os.path.abspath(BIN)
+
+CPUS_PER_NODE = 4
+LAUNCH_SLACK = 5.0      # srun/sbatch scheduling and launch, on top of rankcheck's bound
+STARTUP_DEADLINE = 30.0  # the whole cluster, munged to idle nodes
+SEARCH_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin", "/usr/bin"])
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("srun", "sbatch", "scontrol", "sinfo", "squeue", "scancel")
+TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+                   "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE"}
+
+# The training step of the sbatch tests: prints one line per rank; rank 0 also
+# takes over MASTER_PORT the way torch's TCPStore does (SO_REUSEADDR), right
+# after rankcheck's master left it.
+TRAIN = r"""
+import os, socket
+rank, world = os.environ["SLURM_PROCID"], os.environ["SLURM_NTASKS"]
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+note = ""
+if rank == "0":
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port))
+    s.listen()
+    note = " (listening on the master port)"
+print(f"train: rank {rank} of {world} on {os.environ['SLURMD_NODENAME']}, "
+      f"master {addr}:{port}{note}", flush=True)
+"""
+
+
+class Unavailable(Exception):
+    """Slurm cannot run here; the message says why."""
+
+
+def loopback_names():
+    """Up to two host names that resolve to loopback addresses only.
+
+    This host's name comes first: slurmctld 22.05 takes a node named localhost
+    for this host, and refuses the host's own name after it as a duplicate.
+    """
+    names = []
+    for name in (socket.gethostname().split(".")[0], "localhost"):
+        if name in names:
+            continue
+        try:
+            addrs = {ai[4][0] for ai in socket.getaddrinfo(name, None, socket.AF_INET)}
+        except OSError:
+            continue
+        if addrs and all(a.startswith("127.") for a in addrs):
+            names.append(name)
+    return names
+
+
+def tail(path, lines=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as e:
+        return f"({e})"
+
+
+class Cluster:
+    """munged, slurmctld and two slurmd under `root`; stop() ends all of them."""
+
+    def __init__(self, root):
+        self.root = root
+        self.conf = os.path.join(root, "slurm.conf")
+        self.logs = os.path.join(root, "log")
+        self.daemons = {}  # name -> Popen, each the leader of its own process group
+        self.bins = {}
+        names = loopback_names()
+        self.resolvable = len(names) >= 2
+        self.nodes = names[:2] if self.resolvable else ["n1", "n2"]
+
+    # -- environment and commands ------------------------------------------
+
+    def env(self, **extra):
+        env = clean_env(**extra)
+        for k in list(env):
+            if k.startswith(("SBATCH_", "SALLOC_", "SQUEUE_", "SINFO_", "SCONTROL_")):
+                del env[k]
+        env["SLURM_CONF"] = self.conf
+        env["PATH"] = SEARCH_PATH
+        return env
+
+    def cmd(self, *args, timeout=10.0, check=True):
+        r = subprocess.run([self.bins[args[0]], *args[1:]], env=self.env(), cwd=self.root,
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{' '.join(args)}: exit {r.returncode}\n{r.stdout}{r.stderr}")
+        return r
+
+    # -- start ---------------------------------------------------------------
+
+    def start(self):
+        if os.geteuid() != 0:
+            raise Unavailable("not root: slurmd and munged of a test cluster need root")
+        for name in DAEMONS + CLIENTS + ("munge",):
+            path = shutil.which(name, path=SEARCH_PATH)
+            if path is None:
+                raise Unavailable(f"{name} is not installed (Debian packages slurm-wlm, "
+                                  f"slurm-client, munge: scripts/setup.sh test)")
+            self.bins[name] = path
+        os.makedirs(self.logs)
+        os.makedirs(os.path.join(self.root, "state"))
+        for node in self.nodes:
+            os.makedirs(os.path.join(self.root, "spool", node))
+        deadline = time.monotonic() + STARTUP_DEADLINE
+        self._start_munge(deadline)
+        self._write_conf()
+        self._spawn("slurmctld", [self.bins["slurmctld"], "-D", "-i", "-f", self.conf])
+        self._wait("slurmctld", deadline, lambda: "is UP" in self.cmd(
+            "scontrol", "ping", timeout=5, check=False).stdout)
+        for node in self.nodes:
+            self._spawn(f"slurmd.{node}", [self.bins["slurmd"], "-D", "-N", node, "-f", self.conf])
+        self._wait("the nodes to be idle", deadline, self._nodes_idle)
+
+    def _start_munge(self, deadline):
+        d = os.path.join(self.root, "munge")
+        os.makedirs(d)
+        os.chmod(self.root, 0o755)  # the socket must be reachable (all run as root anyway)
+        os.chmod(d, 0o755)
+        key = os.path.join(d, "munge.key")
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(1024))
+        self.munge_socket = os.path.join(d, "munge.socket")
+        self._spawn("munged", [self.bins["munged"], "-F", "-f", f"--socket={self.munge_socket}",
+                               f"--key-file={key}", f"--pid-file={d}/munged.pid",
+                               f"--log-file={self.logs}/munged.log",
+                               f"--seed-file={d}/munged.seed"])
+
+        def ready():
+            r = subprocess.run([self.bins["munge"], "-n", "-S", self.munge_socket],
+                               capture_output=True, timeout=5)
+            return r.returncode == 0
+        self._wait("munged", deadline, ready)
+
+    def _write_conf(self):
+        host = socket.gethostname().split(".")[0]
+        ports = [free_port() for _ in range(1 + len(self.nodes))]
+        r = self.root
+        lines = [
+            "ClusterName=rankcheck-test",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={ports[0]}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.munge_socket}",
+            f"StateSaveLocation={r}/state",
+            f"SlurmdSpoolDir={r}/spool/%n",
+            f"SlurmctldPidFile={r}/slurmctld.pid",
+            f"SlurmdPidFile={r}/slurmd.%n.pid",
+            f"SlurmctldLogFile={self.logs}/slurmctld.log",
+            f"SlurmdLogFile={self.logs}/slurmd.%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "ProctrackType=proctrack/linuxproc",  # no cgroups in a container
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "SchedulerType=sched/builtin",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "SlurmdParameters=config_overrides",  # 4 CPUs per node, whatever the machine has
+            "ReturnToService=2",
+            "KillWait=2",
+            "MailProg=/bin/true",
+        ]
+        for node, port in zip(self.nodes, ports[1:]):
+            lines.append(f"NodeName={node} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
+                         f"State=UNKNOWN")
+        lines.append("PartitionName=test Nodes=ALL Default=YES MaxTime=10 State=UP")
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def _spawn(self, name, argv):
+        out = open(os.path.join(self.logs, f"{name}.out"), "w")
+        with out:
+            self.daemons[name] = subprocess.Popen(argv, env=self.env(), cwd=self.root,
+                                                  stdin=subprocess.DEVNULL, stdout=out,
+                                                  stderr=subprocess.STDOUT,
+                                                  start_new_session=True,
+                                                  preexec_fn=die_with_parent)
+
+    def _nodes_idle(self):
+        r = self.cmd("sinfo", "-h", "-N", "-o", "%N %T", timeout=5, check=False)
+        states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+        return all(states.get(n) == "idle" for n in self.nodes)
+
+    def _wait(self, what, deadline, ready):
+        while True:
+            for name, p in self.daemons.items():
+                if p.poll() is not None:
+                    raise Unavailable(f"{name} exited with {p.returncode} while waiting for "
+                                      f"{what}\n{self.log_tails()}")
+            try:
+                if ready():
+                    return
+            except (OSError, subprocess.SubprocessError):
+                pass
+            if time.monotonic() > deadline:
+                raise Unavailable(f"gave up waiting for {what} after {STARTUP_DEADLINE:.0f} s\n"
+                                  f"{self.log_tails()}")
+            time.sleep(0.2)
+
+    def log_tails(self):
+        return "\n".join(f"--- {p}\n{tail(p)}" for p in sorted(glob.glob(f"{self.logs}/*")))
+
+    # -- stop ----------------------------------------------------------------
+
+    def stop(self):
+        """Cancels every job, ends every daemon and what they started; never raises."""
+        if "slurmctld" in self.daemons and self.daemons["slurmctld"].poll() is None:
+            try:
+                jobs = self.cmd("squeue", "-h", "-o", "%i", timeout=5, check=False).stdout.split()
+                if jobs:
+                    self.cmd("scancel", *jobs, timeout=5, check=False)
+                    end = time.monotonic() + 10
+                    while time.monotonic() < end and self.cmd(
+                            "squeue", "-h", "-o", "%i", timeout=5, check=False).stdout.strip():
+                        time.sleep(0.2)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        # slurmd before slurmctld before munged: each still has what it talks to.
+        for name in sorted(self.daemons, key=lambda n: ("slurmd" not in n, n != "slurmctld")):
+            stop_group(self.daemons[name])
+        # slurmstepd and job tasks leave slurmd's process group: they are found by
+        # this cluster's SLURM_CONF in their environment (a path only this test uses).
+        for pid in processes_with_env(f"SLURM_CONF={self.conf}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def die_with_parent():
+    """In a daemon's child before exec: SIGKILL it when this test process dies, so that
+    a test killed from outside (a ctest timeout) leaves no cluster behind."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def stop_group(p, wait=5.0):
+    """SIGTERM to the process group of `p` (its own session), SIGKILL if it lingers."""
+    for sig, limit in ((signal.SIGTERM, wait), (signal.SIGKILL, wait)):
+        if p.poll() is not None:
+            break
+        try:
+            os.killpg(p.pid, sig)
+        except OSError:
+            break
+        try:
+            p.wait(limit)
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # anything left in the group
+    except OSError:
+        pass
+
+
+def processes_with_env(entry):
+    me = os.getpid()
+    found = []
+    needle = entry.encode() + b"\0"
+    for d in glob.glob("/proc/[0-9]*"):
+        pid = int(d[6:])
+        if pid == me:
+            continue
+        try:
+            with open(f"{d}/environ", "rb") as f:
+                if needle in f.read():
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+class Step:
+    """One finished srun or sbatch job: exit code, output, elapsed time, JSON reports."""
+
+    def __init__(self, rc, out, err, elapsed, reports):
+        self.rc, self.out, self.err, self.elapsed = rc, out, err, elapsed
+        self.reports = reports
+
+    def report(self, name):
+        path = os.path.join(self.reports, f"{name}.json")
+        if not os.path.exists(path):
+            raise AssertionError(f"no {path}; output:\n{self.out}\n{self.err}")
+        with open(path) as f:
+            return json.load(f)
+
+    def all_reports(self):
+        out = {}
+        for path in sorted(glob.glob(os.path.join(self.reports, "*.json"))):
+            with open(path) as f:
+                out[os.path.basename(path)[:-5]] = json.load(f)
+        return out
+
+
+def ids(report):
+    return [f["id"] for f in report["findings"]]
+
+
+def finding(report, fid):
+    for f in report["findings"]:
+        if f["id"] == fid:
+            return f
+    raise AssertionError(f"no finding {fid} in {ids(report)}")
+
+
+class Slurm(unittest.TestCase):
+    cluster = None
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(RANKCHECK):
+            raise unittest.SkipTest(f"no rankcheck binary at {RANKCHECK} (RANKCHECK_BIN)")
+        cls.tmp = tempfile.mkdtemp(prefix="rankcheck-slurm-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        cluster = Cluster(cls.tmp)
+        cls.addClassCleanup(cluster.stop)
+        started = time.monotonic()
+        try:
+            cluster.start()
+        except Unavailable as e:
+            raise unittest.SkipTest(f"cannot start a test Slurm cluster: {e}")
+        cls.cluster = cluster
+        cls.startup = time.monotonic() - started
+        # On a cluster whose node names do not resolve, MASTER_ADDR is given.
+        cls.master_env = {} if cluster.resolvable else {"MASTER_ADDR": "127.0.0.1"}
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self._testMethodName + "-", dir=self.tmp)
+
+    # -- helpers -------------------------------------------------------------
+
+    def srun(self, srun_args, command, timeout, **env):
+        """`srun SRUN_ARGS COMMAND`; must end within `timeout` + LAUNCH_SLACK."""
+        argv = [self.cluster.bins["srun"], *srun_args, *command]
+        start = time.monotonic()
+        p = subprocess.Popen(argv, env=self.cluster.env(**self.master_env, **env), cwd=self.dir,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=timeout + LAUNCH_SLACK + 2)
+        except subprocess.TimeoutExpired:
+            stop_group(p, wait=2)
+            out, err = p.communicate()
+            raise AssertionError(f"srun still running after {timeout + LAUNCH_SLACK + 2:.0f} s"
+                                 f"\n{out}\n{err}")
+        step = Step(p.returncode, out, err, time.monotonic() - start, self.dir)
+        self.assertLessEqual(step.elapsed, timeout + LAUNCH_SLACK,
+                             f"srun took {step.elapsed:.1f} s\n{out}\n{err}")
+        return step
+
+    def per_rank(self, *run_args, name="rank$SLURM_PROCID"):
+        """`rankcheck run RUN_ARGS` as a task, with its host name and a JSON report of its own."""
+        script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
+                  f'--json "{self.dir}/{name}.json"')
+        return ["/bin/sh", "-c", script, RANKCHECK, "run", *run_args]
+
+    def sbatch(self, script_args, timeout, sbatch_args=(), **env):
+        """Submits the example script; waits (deadline) for the job to end."""
+        shim = os.path.join(self.dir, "rankcheck-shim.sh")
+        with open(shim, "w") as f:  # RANKCHECK for the script: adds host name and JSON path
+            f.write(f'#!/bin/sh\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME" '
+                    f'--json "{self.dir}/rank$SLURM_PROCID.json"\n')
+        os.chmod(shim, 0o755)
+        env = self.cluster.env(RANKCHECK=shim, **self.master_env, **env)
+        start = time.monotonic()
+        r = subprocess.run([self.cluster.bins["sbatch"], "--parsable", f"--chdir={self.dir}",
+                            f"--output={self.dir}/job-%j.out", *sbatch_args, SBATCH_SCRIPT,
+                            *script_args], env=env, cwd=self.dir, capture_output=True,
+                           text=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        job = r.stdout.strip().split(";")[0]
+        limit = timeout + LAUNCH_SLACK + 5  # the batch step around two job steps
+        fields = {}
+        while True:
+            show = self.cluster.cmd("scontrol", "show", "job", "-o", job, check=False).stdout
+            fields = dict(re.findall(r"(\w+)=(\S*)", show))
+            if fields.get("JobState") in TERMINAL_STATES:
+                break
+            if time.monotonic() - start > limit:
+                self.cluster.cmd("scancel", job, check=False)
+                raise AssertionError(f"job {job} still {fields.get('JobState')} after "
+                                     f"{limit:.0f} s")
+            time.sleep(0.1)
+        elapsed = time.monotonic() - start
+        with open(os.path.join(self.dir, f"job-{job}.out")) as f:
+            out = f.read()
+        code, signal_ = (int(x) for x in fields["ExitCode"].split(":"))
+        step = Step(code, out, "", elapsed, self.dir)
+        step.job, step.state, step.signal = int(job), fields["JobState"], signal_
+        self.assertLessEqual(elapsed, limit, out)
+        return step
+
+    def assertHosts(self, members, per_node):
+        """Block distribution: ranks per_node*i .. on node i, each node its own host."""
+        by_rank = {m["rank"]: m for m in members}
+        hosts = [by_rank[n * per_node]["host"] for n in range(len(self.cluster.nodes))]
+        self.assertEqual(sorted(hosts), sorted(self.cluster.nodes))
+        for r, m in by_rank.items():
+            self.assertEqual(m["host"], hosts[r // per_node], m)
+        return hosts
+
+    # -- (a) the example batch script ----------------------------------------
+
+    def test_sbatch_script_checks_then_trains(self):
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=10,
+                          RANKCHECK_TIMEOUT=10, RANKCHECK_ARGS="--no-gpu -q")
+        self.assertEqual((job.state, job.rc, job.signal), ("COMPLETED", 0, 0), job.out)
+        self.assertIn("PASS — 8 ranks of 8 joined", job.out)
+        master = job.report("rank0")
+        self.assertEqual(master["verdict"], "pass")
+        self.assertEqual(master["findings"], [])
+        self.assertEqual(master["decided"], "all-joined")
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), list(range(8)))
+        hosts = self.assertHosts(master["members"], 4)
+        # The script's MASTER_ADDR/MASTER_PORT: the first host, a port per job.
+        port = 20000 + job.job % 10000
+        addr = "127.0.0.1" if self.master_env else hosts[0]
+        self.assertIn(f"master {addr}:{port}", job.out)
+        for m in master["members"]:
+            self.assertEqual((m["master_addr"], m["master_port"]), (addr, port))
+            self.assertEqual(m["job_id"], str(job.job))
+            self.assertEqual(m["launcher"], "slurm")
+        for name, r in job.all_reports().items():
+            self.assertEqual((r["verdict"], r["exit_code"]), ("pass", 0), name)
+        # Then the training step ran, every rank of it, and took over the master port.
+        train = sorted(line for line in job.out.splitlines() if line.startswith("train: "))
+        self.assertEqual(len(train), 8, job.out)
+        self.assertIn(f"train: rank 0 of 8 on {hosts[0]}, master {addr}:{port} "
+                      f"(listening on the master port)", train)
+
+    def test_sbatch_script_stops_the_job_with_the_checks_exit_code(self):
+        # A stale WORLD_SIZE in the submitting shell reaches every task.
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--export=ALL,WORLD_SIZE=16"],
+                          RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q")
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertNotIn("train: ", job.out)  # the training step never started
+        self.assertIn("rankcheck.sbatch: rankcheck failed with exit code 3: not starting the "
+                      "training step", job.out)
+        master = job.report("rank0")
+        self.assertEqual(ids(master), ["launcher-env-conflict", "missing-rank"])
+        f = finding(master, "launcher-env-conflict")
+        self.assertEqual(f["ranks"], list(range(8)))
+        self.assertEqual(sorted(f["hosts"]), sorted(self.cluster.nodes))
+        self.assertIn("WORLD_SIZE=16 but SLURM_NTASKS=8 (rankcheck used WORLD_SIZE)",
+                      f["message"])
+        self.assertEqual(finding(master, "missing-rank")["ranks"], list(range(8, 16)))
+        reports = job.all_reports()
+        self.assertEqual(len(reports), 8)
+        for name, r in reports.items():
+            self.assertEqual((r["verdict"], r["exit_code"]), ("fail", 3), name)
+            self.assertIn("launcher-env-conflict", ids(r), name)
+
+    # -- (b) srun, one task per rank -----------------------------------------
+
+    def test_srun_eight_ranks_pass(self):
+        timeout = 10
+        step = self.srun(["-n", "8"], self.per_rank("--no-gpu", "--timeout", str(timeout)),
+                         timeout + GRACE, MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 0, step.out + step.err)
+        self.assertLess(step.elapsed, timeout / 2, "a healthy job does not wait for the deadline")
+        self.assertIn("PASS — 8 ranks of 8 joined", step.out)
+        master = step.report("rank0")
+        self.assertEqual((master["verdict"], master["exit_code"]), ("pass", 0))
+        self.assertEqual(master["findings"], [])
+        self.assertEqual(master["decided"], "all-joined")
+        members = master["members"]
+        self.assertEqual(sorted(m["rank"] for m in members), list(range(8)))
+        hosts = self.assertHosts(members, 4)
+        for m in members:
+            self.assertEqual((m["world_size"], m["local_rank"], m["local_world_size"]),
+                             (8, m["rank"] % 4, 4), m)
+            self.assertEqual(m["launcher"], "slurm")
+            # MASTER_ADDR unset: the first host of Slurm's node list.
+            self.assertEqual(m["master_addr"], "127.0.0.1" if self.master_env else hosts[0])
+        self.assertEqual(len({m["job_id"] for m in members}), 1)
+        for r in range(1, 8):
+            member = step.report(f"rank{r}")
+            self.assertEqual((member["role"], member["verdict"], member["exit_code"]),
+                             ("member", "pass", 0))
+
+    # -- (c) a user-set WORLD_SIZE that disagrees with Slurm's ---------------
+
+    def test_srun_with_a_world_size_that_disagrees_with_slurm(self):
+        timeout = 4
+        step = self.srun(["-N", "2", "--ntasks-per-node=2", "--export=ALL,WORLD_SIZE=8"],
+                         self.per_rank("--no-gpu", "-q", "--timeout", str(timeout)),
+                         timeout + GRACE, MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 3, step.out + step.err)
+        master = step.report("rank0")
+        self.assertEqual((master["verdict"], master["exit_code"]), ("fail", 3))
+        self.assertEqual(ids(master), ["launcher-env-conflict", "missing-rank"])
+        f = finding(master, "launcher-env-conflict")
+        self.assertEqual(f["ranks"], [0, 1, 2, 3])
+        self.assertEqual(sorted(f["hosts"]), sorted(self.cluster.nodes))
+        self.assertIn("4 members have conflicting world size", f["message"])
+        self.assertIn("WORLD_SIZE=8 but SLURM_NTASKS=4 (rankcheck used WORLD_SIZE)", f["message"])
+        # rankcheck trusts WORLD_SIZE (what torch reads): 8 ranks expected, 4 started.
+        self.assertEqual(finding(master, "missing-rank")["ranks"], [4, 5, 6, 7])
+        self.assertHosts(master["members"], 2)
+        for r in range(1, 4):
+            member = step.report(f"rank{r}")
+            self.assertEqual((member["verdict"], member["exit_code"]), ("fail", 3))
+            self.assertEqual(ids(member), ["launcher-env-conflict"])
+        self.assertIn("rankcheck: FAIL", step.out)
+
+    # -- (d) the node-level wrapper ------------------------------------------
+
+    def test_node_wrapper_two_nodes_of_four(self):
+        timeout = 10
+        script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
+                  f'--json "{self.dir}/node$SLURM_NODEID.json"')
+        step = self.srun(["-N", "2", "--ntasks-per-node=1"],
+                         ["/bin/sh", "-c", script, NODE_WRAPPER, "--no-gpu", "-q",
+                          "--timeout", str(timeout)],
+                         timeout + GRACE, RANKCHECK=RANKCHECK, GPUS_PER_NODE="4",
+                         MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 0, step.out + step.err)
+        self.assertLess(step.elapsed, timeout / 2)
+        self.assertIn("PASS — 8 ranks of 8 joined", step.out)
+        master = step.report("node0")
+        self.assertEqual((master["verdict"], master["findings"]), ("pass", []))
+        members = sorted(master["members"], key=lambda m: m["rank"])
+        self.assertEqual([(m["rank"], m["nranks"], m["node_rank"], m["world_size"],
+                           m["local_world_size"]) for m in members],
+                         [(0, 4, 0, 8, 4), (4, 4, 1, 8, 4)])
+        self.assertEqual(sorted(m["host"] for m in members), sorted(self.cluster.nodes))
+        node1 = step.report("node1")
+        self.assertEqual((node1["role"], node1["verdict"], node1["exit_code"]),
+                         ("member", "pass", 0))
+        self.assertIn("this is ranks 4-7 on", step.out)
+
+    def test_node_wrapper_refuses_more_than_one_task_per_node(self):
+        step = self.srun(["-N", "2", "--ntasks-per-node=2"], [NODE_WRAPPER, "--no-gpu"], 5,
+                         RANKCHECK=RANKCHECK, GPUS_PER_NODE="4", MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 2, step.out + step.err)
+        self.assertIn("this step runs '2(x2)' tasks per node; node mode needs exactly one",
+                      step.err)
+        self.assertEqual(glob.glob(os.path.join(self.dir, "*.json")), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
