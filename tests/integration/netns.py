@@ -1,0 +1,110 @@
+"""Several hosts on one machine: network namespaces on a bridge, each with an address
+from 198.18.0.0/15 and its own /etc/hosts (ip netns exec mounts /etc/netns/NAME/hosts
+over /etc/hosts). No route leads anywhere else. Everything made here is removed
+again, also when a test fails.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+SUBNET = "198.18.0"
+
+
+def ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10,
+                          check=check)
+
+
+def can_make_namespaces():
+    """None when namespaces can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "no ip(8) (iproute2)"
+    name = f"rcprobe{os.getpid()}"
+    r = ip("netns", "add", name, check=False)
+    if r.returncode != 0:
+        return f"ip netns add failed: {r.stderr.strip()}"
+    ip("netns", "del", name, check=False)
+    return None
+
+
+class Cluster:
+    """`n` hosts h0..h{n-1}, host i at 198.18.0.{i+1}."""
+
+    def __init__(self, n):
+        self.n = n
+        self.tag = f"rc{os.getpid() % 100000}"
+        self.bridge = f"{self.tag}br"
+        self.ns = [f"{self.tag}h{i}" for i in range(n)]
+        self.procs = []
+        self.made = []  # what to undo, newest last
+
+    def addr(self, i):
+        return f"{SUBNET}.{i + 1}"
+
+    def up(self, hosts_overrides=None):
+        """Builds the hosts; hosts_overrides={i: {name: address}} changes host i's /etc/hosts."""
+        ip("link", "add", self.bridge, "type", "bridge")
+        self.made.append(("link", self.bridge))
+        ip("link", "set", self.bridge, "up")
+        for i, ns in enumerate(self.ns):
+            ip("netns", "add", ns)
+            self.made.append(("netns", ns))
+            outer = f"{self.tag}v{i}"
+            ip("link", "add", outer, "type", "veth", "peer", "name", f"{self.tag}p{i}")
+            self.made.append(("link", outer))
+            ip("link", "set", f"{self.tag}p{i}", "netns", ns)
+            ip("link", "set", outer, "master", self.bridge)
+            ip("link", "set", outer, "up")
+            ip("-n", ns, "link", "set", f"{self.tag}p{i}", "name", "eth0")
+            ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+            names = {f"h{j}": self.addr(j) for j in range(self.n)}
+            names.update((hosts_overrides or {}).get(i, {}))
+            d = f"/etc/netns/{ns}"
+            os.makedirs(d, exist_ok=True)
+            self.made.append(("dir", d))
+            with open(f"{d}/hosts", "w") as f:
+                f.write("127.0.0.1 localhost\n")
+                for name, a in names.items():
+                    f.write(f"{a} {name}\n")
+        return self
+
+    def spawn(self, i, argv, env, stdout=subprocess.PIPE):
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[i], *argv], env=env, stdout=stdout,
+                             stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def cut(self, i):
+        """Drops host i off the network, mid-run: its link goes down inside its namespace."""
+        ip("-n", self.ns[i], "link", "set", "eth0", "down")
+
+    def down(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for kind, what in reversed(self.made):
+            if kind == "netns":
+                ip("netns", "del", what, check=False)
+            elif kind == "link":
+                ip("link", "del", what, check=False)
+            elif kind == "dir":
+                shutil.rmtree(what, ignore_errors=True)
+        self.made.clear()
+        try:
+            os.rmdir("/etc/netns")  # only when nothing else is in it
+        except OSError:
+            pass
+
+    def leftovers(self):
+        """Anything of this cluster still there (for the tests' own check)."""
+        left = [n for n in ip("netns", "list").stdout.split() if n.startswith(self.tag)]
+        left += [l for l in ip("-o", "link").stdout.splitlines() if self.tag in l]
+        left += [d for d in (f"/etc/netns/{ns}" for ns in self.ns) if os.path.exists(d)]
+        return left

@@ -1,0 +1,156 @@
+"""Multi-host jobs in network namespaces, as a Slurm step across three hosts would see
+them: two ranks per host, identity from SLURM_* (MASTER_ADDR: the first host of the
+node list), members on their own host names and addresses."""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import BIN, GRACE, clean_env, free_port
+from netns import Cluster, can_make_namespaces
+
+WHY_NOT = can_make_namespaces()
+TIMEOUT = 4.0
+HOSTS = 3
+PER_HOST = 2
+WORLD = HOSTS * PER_HOST
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class MultiHost(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.port = free_port()
+        self.cluster = Cluster(HOSTS)
+        self.addCleanup(self.cleanup)
+
+    def cleanup(self):
+        self.cluster.down()
+        self.assertEqual(self.cluster.leftovers(), [])
+        self.tmp.cleanup()
+
+    def slurm_env(self, rank, **extra):
+        node, local = divmod(rank, PER_HOST)
+        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=WORLD,
+                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=HOSTS,
+                        SLURM_STEP_NODELIST=f"h[0-{HOSTS - 1}]",
+                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{HOSTS})",
+                        MASTER_PORT=self.port)
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def start(self, ranks, overrides=None, extra_env=None):
+        """Builds the hosts, then starts `ranks` on them; extra_env={rank: {var: value}}."""
+        extra_env = extra_env or {}
+        self.cluster.up(overrides)
+        procs = {}
+        for r in ranks:
+            host = r // PER_HOST
+            argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--progress-interval", "1",
+                    "--host-name", f"h{host}", "--json", os.path.join(self.tmp.name, f"r{r}.json")]
+            procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, **extra_env.get(r, {}))),
+                        time.monotonic())
+        return procs
+
+    def finish(self, procs):
+        out = {}
+        for r, (p, t0) in procs.items():
+            stdout, stderr = p.communicate(timeout=TIMEOUT + GRACE + 2)
+            elapsed = time.monotonic() - t0
+            self.assertLessEqual(elapsed, TIMEOUT + GRACE, f"rank {r} took {elapsed:.2f} s")
+            with open(os.path.join(self.tmp.name, f"r{r}.json")) as f:
+                out[r] = (p.returncode, json.load(f), stdout, stderr)
+        return out
+
+    def test_healthy_three_hosts(self):
+        res = self.finish(self.start(range(WORLD)))
+        for r, (rc, rep, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        master = res[0][1]
+        self.assertEqual(master["findings"], [])
+        self.assertEqual(master["master"]["addr"], "h0")
+        self.assertEqual(master["master"]["bound"], ["198.18.0.1"])
+        peers = sorted({m["peer"].rsplit(":", 1)[0] for m in master["members"]})
+        self.assertEqual(peers, ["198.18.0.1", "198.18.0.2", "198.18.0.3", "in-process"])
+        self.assertEqual(sorted({m["host"] for m in master["members"]}), ["h0", "h1", "h2"])
+
+    def test_master_addr_resolves_to_loopback_on_the_master(self):
+        # h0's /etc/hosts maps its own name to 127.0.1.1, as Debian installs do.
+        res = self.finish(self.start(range(WORLD), overrides={0: {"h0": "127.0.1.1"}}))
+        for r, (rc, rep, out, err) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}{err}")
+        master = res[0][1]
+        self.assertEqual([f["id"] for f in master["findings"]], ["master-addr-loopback"])
+        f = master["findings"][0]
+        self.assertEqual((f["ranks"], f["hosts"]), ([0], ["h0"]))
+        self.assertIn("resolves to 127.0.1.1 (loopback) on the master's host h0", f["message"])
+        # It listened on every interface, so that the other hosts still made the report.
+        self.assertEqual(master["master"]["bound"], ["0.0.0.0"])
+        self.assertEqual(master["ranks_joined"], WORLD)
+
+    def test_one_host_pointed_elsewhere(self):
+        # h2's ranks were given h1 as MASTER_ADDR: nothing listens there.
+        elsewhere = {r: {"MASTER_ADDR": "h1"} for r in (4, 5)}
+        res = self.finish(self.start(range(WORLD), extra_env=elsewhere))
+        for r in (4, 5):
+            rc, rep, out, err = res[r]
+            self.assertEqual(rc, 4, out + err)
+            f = rep["findings"][0]
+            self.assertEqual(f["id"], "master-unreachable")
+            self.assertIn("cannot reach the master at h1:", f["message"])
+            self.assertIn("Connection refused", f["message"])
+        master = res[0][1]
+        self.assertEqual(res[0][0], 4)
+        missing = [f for f in master["findings"] if f["id"] == "missing-rank"]
+        self.assertEqual(len(missing), 1)
+        self.assertEqual((missing[0]["ranks"], missing[0]["hosts"]), ([4, 5], ["h2"]))
+
+    def test_whole_host_down(self):
+        res = self.finish(self.start(r for r in range(WORLD) if r // PER_HOST != 1))
+        master = res[0][1]
+        for r, (rc, rep, out, err) in res.items():
+            self.assertEqual(rc, 4, f"rank {r}: {out}{err}")
+        self.assertEqual([f["id"] for f in master["findings"]], ["missing-rank"])
+        f = master["findings"][0]
+        self.assertEqual((f["ranks"], f["hosts"]), ([2, 3], ["h1"]))
+        self.assertEqual(f["message"], "h1 never joined: all 2 of its ranks (2-3) are missing")
+
+    def test_host_cut_off_mid_run(self):
+        # Rank 3 never starts, so the master waits for its deadline; meanwhile h2,
+        # whose ranks have joined, loses its link. Nobody may outlive the deadline.
+        procs = self.start(r for r in range(WORLD) if r != 3)
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            if self.master_progress_joined() >= 5:  # ranks 0-2 and h2's two
+                break
+            time.sleep(0.1)
+        self.cluster.cut(2)
+        res = self.finish(procs)
+        master = res[0][1]
+        self.assertEqual(res[0][0], 4)
+        self.assertEqual(master["decided"], "deadline")
+        missing = [f for f in master["findings"] if f["id"] == "missing-rank"]
+        self.assertEqual(missing[0]["ranks"], [3])
+        for r in (4, 5):
+            rc, rep, out, err = res[r]
+            self.assertEqual(rc, 4, out + err)
+            self.assertEqual(rep["findings"][0]["id"], "master-lost")
+            self.assertIn("no verdict from the master by the deadline", rep["findings"][0]["message"])
+
+    # --- helpers -------------------------------------------------------------
+
+    def master_progress_joined(self):
+        """Ranks joined so far, as h0 sees them: its established connections on the port,
+        plus the master's own member, which needs none."""
+        out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[0], "ss", "-tnH", "state",
+                              "established", f"( sport = :{self.port} )"], capture_output=True,
+                             text=True, timeout=5).stdout
+        return len(out.splitlines()) + 1
+
+
+if __name__ == "__main__":
+    unittest.main()
