@@ -195,6 +195,29 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
   }
 }
 
+// A hello without this job's token: what it claims is unverified, but worth saying.
+void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kAuth || !r.record) continue;
+    const Record& rec = *r.record;
+    bool explains_missing = false;
+    for (long k = rec.rank; k <= rec.last_rank(); ++k) {
+      if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
+    }
+    std::string who = fmt::format("a process claiming {} from {}", member_label(rec),
+                                  printable(r.peer));
+    std::string hint =
+        "give every process of the job the same --token-file; a stranger on the network "
+        "without it is kept out, which is what the token is for";
+    out.push_back(make("auth-failed", explains_missing ? Severity::kError : Severity::kWarning,
+                       exit_code::kRejected,
+                       fmt::format("{} was refused: {}{}", who, printable(r.reason, 200),
+                                   explains_missing ? "; that rank is missing here" : ""),
+                       hint, {&rec}));
+  }
+}
+
 void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   bool agree = true;
@@ -535,7 +558,8 @@ void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out)
   std::vector<std::string> peers;
   std::string reason;
   for (const Refusal& r : v.refused) {
-    if (r.kind != RefusalKind::kMalformed && r.kind != RefusalKind::kAuth) continue;
+    bool unverified_auth = r.kind == RefusalKind::kAuth && !r.record;
+    if (r.kind != RefusalKind::kMalformed && !unverified_auth) continue;
     peers.push_back(r.peer);
     if (reason.empty()) reason = r.reason;
   }
@@ -651,7 +675,8 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   for (const Departure& d : v.departed)
     mark(d.record);
   for (const Refusal& r : v.refused) {
-    if (r.kind == RefusalKind::kForeignJob && r.record) mark(*r.record);
+    bool explained = r.kind == RefusalKind::kForeignJob || r.kind == RefusalKind::kAuth;
+    if (explained && r.record) mark(*r.record);
   }
   std::vector<long> missing;
   for (long k = 0; k < world; ++k) {
@@ -1025,6 +1050,7 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
 
 constexpr Rule kRules[] = {
     {"foreign-job", check_foreign_job},
+    {"auth-failed", check_auth_failed},
     {"launcher-env-conflict", check_launcher_conflicts},  // a stale RANK causes duplicates
     {"world-size-mismatch", check_world_size},
     {"duplicate-rank", check_duplicate_rank},

@@ -43,6 +43,9 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
+  app.add_option("--token-file", o.token_file,
+                 "The job token: hellos and verdicts are authenticated with it (else "
+                 "RANKCHECK_TOKEN_FILE; rankcheck local makes one)");
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
   app.add_option("--nccl-lib", o.nccl_lib,
                  "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");

@@ -141,6 +141,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   report_.master_host = cfg_.master_host;
   report_.master_bound = std::move(bound);
   report_.timed_out = timed_out;
+  report_.authenticated = cfg_.authenticated;
   report_.rendezvous_ms = ms_between(cfg_.start, t0);
 
   // Go for the GPU stage only when nothing is wrong: NCCL is never started on a

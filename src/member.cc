@@ -66,12 +66,33 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
                           e.message);
     return Step::kRetry;
   }
-  if (frame->header.type != uint16_t(MsgType::kChallenge) || !decode_challenge(frame->payload)) {
+  auto challenge = frame->header.type == uint16_t(MsgType::kChallenge)
+                       ? decode_challenge(frame->payload)
+                       : Result<Challenge>(Error{"not a challenge"});
+  if (!challenge) {
     last_error = fmt::format("{} answered with a {} instead of a challenge", where,
                              type_name(frame->header.type));
     return Step::kRetry;
   }
-  auto sent = sock->write_all(encode(Hello{self}), hs);
+  // Both sides hold the job's token, or neither: a member with a token does not
+  // trust a master without one, whose verdict nobody could check.
+  if (challenge->auth != (o.token != nullptr)) {
+    out.failure = failure(
+        "auth-failed", exit_code::kRejected,
+        challenge->auth
+            ? fmt::format("the master at {} requires a job token, and this member has none", where)
+            : fmt::format("this member has a job token, and the master at {} does not use one: "
+                          "it may not be this job's master",
+                          where),
+        "give every process of the job the same --token-file (or RANKCHECK_TOKEN_FILE)", self);
+    return Step::kFatal;
+  }
+  Hello hello{self, {}, {}};
+  fill_random(hello.client_nonce);
+  out.server_nonce = challenge->nonce;
+  out.client_nonce = hello.client_nonce;
+  auto sent = sock->write_all(
+      o.token ? encode_signed(hello, *o.token, challenge->nonce) : encode(hello), hs);
   if (!sent) {
     last_error = fmt::format("{}: sending the hello: {}", where, sent.error().message);
     return Step::kRetry;
@@ -124,6 +145,12 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
       last_error = fmt::format("{} is busy: {}", where, reason);
       return Step::kRetry;
     case RejectCode::kAuth:
+      out.failure = failure("auth-failed", exit_code::kRejected,
+                            fmt::format("the master at {} refused this member: {}", where, reason),
+                            "give every process of the job the same --token-file (or "
+                            "RANKCHECK_TOKEN_FILE)",
+                            self);
+      return Step::kFatal;
     case RejectCode::kMalformed:
       break;
   }
@@ -185,7 +212,8 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
   return out;
 }
 
-Result<Verdict> wait_verdict(Socket& socket, Deadline deadline) {
+Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
+                             const JobToken* token) {
   while (true) {
     auto frame = socket.read_frame(deadline);
     if (!frame) {
@@ -204,6 +232,12 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline) {
     if (frame->header.type == uint16_t(MsgType::kVerdict)) {
       auto v = decode_verdict(frame->payload);
       if (!v) return v.error();
+      if (token != nullptr &&
+          !verify_verdict(frame->payload, *token, joined.server_nonce, joined.client_nonce)) {
+        return Error{"its verdict does not carry this job's token: it is not from this job's "
+                     "master",
+                     kAuthFailed};
+      }
       return v;
     }
     // Anything else before the verdict is ignored: the master sends nothing else now.

@@ -19,13 +19,63 @@ std::vector<uint8_t> encode(const Challenge& m) {
   w.bytes(m.nonce);
   w.str(m.master_version);
   w.str(m.job_id);
+  w.u8(m.auth);
   return encode_frame(MsgType::kChallenge, w.data());
 }
 
 std::vector<uint8_t> encode(const Hello& m) {
   Writer w;
   encode_record(w, m.record);
+  w.bytes(m.client_nonce);
+  w.bytes(m.mac);
   return encode_frame(MsgType::kHello, w.data());
+}
+
+namespace {
+
+// The payload of a frame this file made, and the part of it a trailing MAC covers.
+std::span<uint8_t> payload_of(std::vector<uint8_t>& frame) {
+  return std::span(frame).subspan(kHeaderSize);
+}
+std::span<const uint8_t> signed_part(std::span<const uint8_t> payload) {
+  return payload.first(payload.size() >= kMacSize ? payload.size() - kMacSize : 0);
+}
+Mac trailing_mac(std::span<const uint8_t> payload) {
+  Mac m{};
+  if (payload.size() >= kMacSize) std::copy(payload.end() - kMacSize, payload.end(), m.begin());
+  return m;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server) {
+  std::vector<uint8_t> frame = encode(m);
+  auto p = payload_of(frame);
+  Mac mac = token.mac(kHelloLabel, server, m.client_nonce, signed_part(p));
+  std::copy(mac.begin(), mac.end(), p.end() - kMacSize);
+  return frame;
+}
+
+std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client) {
+  std::vector<uint8_t> frame = encode(m);
+  auto p = payload_of(frame);
+  Mac mac = token.mac(kVerdictLabel, server, client, signed_part(p));
+  std::copy(mac.begin(), mac.end(), p.end() - kMacSize);
+  return frame;
+}
+
+bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server) {
+  if (payload.size() < kMacSize + kNonceSize) return false;
+  auto body = signed_part(payload);
+  Nonce client{};
+  std::copy(body.end() - kNonceSize, body.end(), client.begin());
+  return token.verify(trailing_mac(payload), kHelloLabel, server, client, body);
+}
+
+bool verify_verdict(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
+                    const Nonce& client) {
+  return token.verify(trailing_mac(payload), kVerdictLabel, server, client, signed_part(payload));
 }
 
 std::vector<uint8_t> encode(const Admit& m) {
@@ -69,6 +119,7 @@ std::vector<uint8_t> encode(const Verdict& m) {
   w.u32(m.stage_ms);
   w.u8(m.nccl_id.has_value());
   if (m.nccl_id) w.bytes(*m.nccl_id);
+  w.bytes(m.mac);
   return encode_frame(MsgType::kVerdict, w.data());
 }
 
@@ -123,12 +174,15 @@ Result<Challenge> decode_challenge(std::span<const uint8_t> payload) {
   r.bytes(m.nonce);
   m.master_version = r.str(64, "master version");
   m.job_id = r.str(kMaxShortString, "job id");
+  m.auth = r.u8() != 0;
   return finish(r, std::move(m), "challenge");
 }
 
 Result<Hello> decode_hello(std::span<const uint8_t> payload) {
   Reader r(payload);
-  Hello m{decode_record(r)};
+  Hello m{decode_record(r), {}, {}};
+  r.bytes(m.client_nonce);
+  r.bytes(m.mac);
   return finish(r, std::move(m), "hello");
 }
 
@@ -175,6 +229,7 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
     r.bytes(id);
     m.nccl_id = id;
   }
+  r.bytes(m.mac);
   return finish(r, std::move(m), "verdict");
 }
 

@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -316,7 +315,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   out += fmt::format("\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
                      format_seconds(r.rendezvous_ms),
                      r.timed_out ? "deadline reached" : "all joined", r.decision_ms, r.gpu_stage,
-                     r.authenticated ? "authenticated" : "unauthenticated (no job token)");
+                     r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <rankcheck/auth.h>
 #include <rankcheck/bootstrap.h>
 #include <rankcheck/checks.h>
 #include <rankcheck/gpu.h>
@@ -146,6 +147,20 @@ Status check_json_path(const std::string& path) {
 }
 
 // What one run carries from step to step.
+// A job token made for `rankcheck local`, removed with it.
+class TempToken {
+ public:
+  TempToken() = default;
+  TempToken(const TempToken&) = delete;
+  TempToken& operator=(const TempToken&) = delete;
+  ~TempToken();
+  Result<std::string> make();
+
+ private:
+  std::string dir_;
+  std::string path_;
+};
+
 struct Session {
   const RunOptions& o;
   Log log;
@@ -155,7 +170,22 @@ struct Session {
   std::atomic<int>& watchdog_code;  // what the watchdog exits with, by phase
   std::unique_ptr<GpuStage> stage;
   GpuPlan plan;
+  std::optional<JobToken> token;
 };
+
+// The job token from --token-file or RANKCHECK_TOKEN_FILE, if one is given.
+Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log) {
+  std::string path = o.token_file;
+  if (path.empty()) {
+    if (const std::string* p = env_get(env, "RANKCHECK_TOKEN_FILE")) path = *p;
+  }
+  if (path.empty()) return std::optional<JobToken>();
+  std::string warning;
+  auto token = JobToken::load(path, &warning);
+  if (!token) return token.error();
+  if (!warning.empty()) log.error("warning: " + warning);
+  return std::optional<JobToken>(std::move(*token));
+}
 
 Record build_self(const Identity& id, const std::optional<std::string>& host_name,
                   const EnvMap& env, Deadline resolve_by, GpuFacts gpu = {}) {
@@ -215,6 +245,7 @@ int member_path(Record& self, const Identity& id, Session& s) {
   jo.handshake = seconds(o.handshake_timeout_s);
   jo.progress_interval = seconds(o.progress_interval_s);
   jo.log = [&log](const std::string& line) { log.progress(line); };
+  jo.token = s.token ? &*s.token : nullptr;
   JoinResult joined = join_master(self, jo);
   if (interrupted()) return interrupted_exit(log, self, out, start);
 
@@ -227,15 +258,26 @@ int member_path(Record& self, const Identity& id, Session& s) {
   } else {
     log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                              joined.admit.joined_ranks, joined.admit.world_size));
-    auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
+    auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
     if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
       StageReport results = run_gpu_stage(s, *verdict, id.world_size);
       auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
       if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
-      verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace));
+      verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
     }
     if (interrupted()) return interrupted_exit(log, self, out, start);
-    if (!verdict) {
+    if (!verdict && verdict.error().code == kAuthFailed) {
+      Finding forged{"auth-failed", Severity::kError, exit_code::kRejected,
+                     fmt::format("the master at {}:{} answered, but {}", printable(id.master_addr),
+                                 id.rendezvous_port, verdict.error().message),
+                     "something other than rank 0 answered on MASTER_PORT, or rank 0 has "
+                     "another token: give every process the same --token-file",
+                     {self.rank},
+                     {self.host}};
+      m.exit_code = forged.exit_code;
+      m.headline = headline({forged});
+      m.findings.push_back(std::move(forged));
+    } else if (!verdict) {
       Finding lost{"master-lost",
                    Severity::kError,
                    exit_code::kIncomplete,
@@ -317,6 +359,8 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
   mc.stage_by = Deadline(end.when() - Millis(600));
   mc.min_busbw_gbps = o.min_busbw_gbps;
+  mc.authenticated = s.token.has_value();
+  cfg.token = s.token;
   cfg.decide_by = Deadline(end.when() - reserve_for(o.timeout_s));
   cfg.handshake_timeout = seconds(o.handshake_timeout_s);
   cfg.progress_interval = seconds(o.progress_interval_s);
@@ -463,8 +507,13 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   }
   if (!id.usable()) return usage_problems(id);
   for (const std::string& note : id.notes) log.progress("note: " + note);
-  Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
-            gpu_plan(id, o, env)};
+  auto token = load_token(o, env, log);
+  if (!token) {
+    Log::error(token.error().message);
+    return exit_code::kUsage;
+  }
+  Session s{o,   log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, env), std::move(*token)};
   Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))),
                            probe_gpus(s));
   s.out.set_self(self.rank, self.host);
@@ -548,6 +597,37 @@ BootstrapFn g_mpi_bootstrap = nullptr;
 void set_mpi_bootstrap(BootstrapFn fn) { g_mpi_bootstrap = fn; }
 BootstrapFn mpi_bootstrap() { return g_mpi_bootstrap; }
 
+TempToken::~TempToken() {
+  if (!path_.empty()) {
+    std::remove(path_.c_str());
+    ::rmdir(dir_.c_str());
+  }
+}
+
+Result<std::string> TempToken::make() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/rankcheck-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    return Error{fmt::format("cannot make a directory for the job token in {}: {}", pattern,
+                             std::strerror(errno))};
+  }
+  dir_ = buf.data();
+  std::array<uint8_t, 32> secret{};
+  fill_random(secret);
+  std::string hex;
+  for (uint8_t b : secret) hex += fmt::format("{:02x}", b);
+  path_ = dir_ + "/token";
+  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size())) {
+    if (fd >= 0) ::close(fd);
+    return Error{fmt::format("cannot write the job token {}: {}", path_, std::strerror(errno))};
+  }
+  ::close(fd);
+  return path_;
+}
+
 EnvMap without_launcher_env(const EnvMap& env) {
   EnvMap out = env;
   for (const Launcher& l : launchers()) {
@@ -600,8 +680,25 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   Identity id = detect_identity(child_env, flags);
   id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
   if (!id.usable()) return usage_problems(id);
-  Session s{o, log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
-            gpu_plan(id, o, child_env)};
+  // A job on one machine still authenticates: a token of its own unless one is given,
+  // in a file only this user can read, removed at the end.
+  TempToken temp;
+  RunOptions with_token = o;
+  if (with_token.token_file.empty() && !env_get(env, "RANKCHECK_TOKEN_FILE")) {
+    auto made = temp.make();
+    if (!made) {
+      Log::error(made.error().message);
+      return exit_code::kInternal;
+    }
+    with_token.token_file = *made;
+  }
+  auto token = load_token(with_token, env, log);
+  if (!token) {
+    Log::error(token.error().message);
+    return exit_code::kUsage;
+  }
+  Session s{o,   log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, child_env), std::move(*token)};
   Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
 
   char exe[4096] = {};
@@ -639,6 +736,9 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        "--handshake-timeout",
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
+      if (!with_token.token_file.empty()) {
+        args.insert(args.end(), {"--token-file", with_token.token_file});
+      }
       if (!o.nccl_lib.empty()) args.insert(args.end(), {"--nccl-lib", o.nccl_lib});
       if (o.bandwidth_bytes > 0) {
         args.insert(args.end(), {"--bandwidth", std::to_string(o.bandwidth_bytes)});

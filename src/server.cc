@@ -4,7 +4,6 @@
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
-#include <sys/random.h>
 
 #include <rankcheck/server.h>
 #include <rankcheck/text.h>
@@ -19,15 +18,6 @@ constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 // Refusals logged to stderr one by one before they are only counted.
 constexpr size_t kMaxRefusalsLogged = 8;
 
-std::array<uint8_t, kNonceSize> fresh_nonce() {
-  std::array<uint8_t, kNonceSize> n{};
-  size_t got = 0;
-  while (got < n.size()) {
-    ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
-  }
-  return n;
-}
 
 }  // namespace
 
@@ -49,6 +39,8 @@ struct Server::Impl {
     bool pending = false;   // counted among connections not yet admitted
     bool reported = false;  // its GPU stage result is in (or will never be)
     bool closed = false;
+    Nonce server_nonce{};  // what the verdict's MAC covers, with a job token
+    Nonce client_nonce{};
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -206,7 +198,9 @@ struct Server::Impl {
       std::error_code ignored;
       c->sock.close(ignored);
     });
-    send(c, encode(Challenge{fresh_nonce(), std::string(kVersion), cfg.master.job_id}));
+    fill_random(c->server_nonce);
+    send(c, encode(Challenge{c->server_nonce, std::string(kVersion), cfg.master.job_id,
+                             cfg.token.has_value()}));
 
     std::array<uint8_t, kHeaderSize> hdr{};
     auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
@@ -247,12 +241,22 @@ struct Server::Impl {
       co_return;
     }
     auto hello = decode_hello(*payload);
-    payload.reset();
     if (!hello) {
       refuse(c, peer, RefusalKind::kMalformed, hello.error().message, std::nullopt,
              RejectCode::kMalformed);
       co_return;
     }
+    // With a job token the hello must prove it, over this connection's fresh nonce:
+    // a process without the token, or a hello replayed from another run, is refused.
+    if (cfg.token && !verify_hello(*payload, *cfg.token, c->server_nonce)) {
+      refuse(c, peer, RefusalKind::kAuth,
+             "its hello does not carry this job's token (a wrong or missing --token-file, or "
+             "a replayed hello)",
+             std::move(hello->record), RejectCode::kAuth);
+      co_return;
+    }
+    payload.reset();
+    c->client_nonce = hello->client_nonce;
     unpend(c);
     Record& rec = hello->record;
     const std::string& job = cfg.master.job_id;
@@ -381,14 +385,15 @@ struct Server::Impl {
     for (size_t i = 0; i < conns.size(); ++i) {
       std::vector<Finding> notes = state.notes_for(i);
       const ConnPtr& c = conns[i];
-      if (c != nullptr && notes.empty()) {
+      if (c != nullptr && notes.empty() && !cfg.token) {
         send(c, shared);
         continue;
       }
       Verdict own = base;
       own.notes = std::move(notes);
       if (c != nullptr) {
-        send(c, encode(own));
+        send(c, cfg.token ? encode_signed(own, *cfg.token, c->server_nonce, c->client_nonce)
+                          : encode(own));
       } else if (local) {
         local->set_value(std::move(own));
         local.reset();

@@ -27,6 +27,7 @@ struct MasterConfig {
   std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
   Deadline stage_by = Deadline::never();          ///< every rank's stage ends by then
   double min_busbw_gbps = 0;
+  bool authenticated = false;  ///< members proved the job token (for the report)
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 

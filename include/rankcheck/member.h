@@ -17,6 +17,7 @@ struct JoinOptions {
   Deadline give_up = Deadline::never();  ///< stop trying to join
   Millis handshake{5000};                ///< challenge and admit must arrive this soon
   Millis progress_interval{5000};
+  const JobToken* token = nullptr;  ///< prove the hello, and check the verdict, with it
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -26,13 +27,18 @@ struct JoinResult {
   Admit admit;
   int attempts = 0;
   std::optional<Finding> failure;
+  Nonce server_nonce{};  ///< both nonces: what the verdict's MAC covers
+  Nonce client_nonce{};
 };
 
 /// Joins the master. Updates `self.master_resolved` with the addresses used.
 JoinResult join_master(Record& self, const JoinOptions& options);
 
-/// Waits for the master's verdict on a joined connection.
-Result<Verdict> wait_verdict(Socket& socket, Deadline deadline);
+/// Waits for the master's verdict on a joined connection; with a job token, checks
+/// that the verdict is the master's (Error::code kAuthFailed when it is not).
+Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
+                             const JobToken* token);
+inline constexpr int kAuthFailed = 200;
 
 /// Whether a rankcheck master already answers at addr:port: its challenge, if so.
 std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, Deadline deadline);

@@ -12,6 +12,7 @@
 #include <array>
 #include <optional>
 
+#include <rankcheck/auth.h>
 #include <rankcheck/finding.h>
 #include <rankcheck/gpu.h>
 #include <rankcheck/record.h>
@@ -25,14 +26,21 @@ inline constexpr uint32_t kMaxVerdictNotes = 8;
 inline constexpr uint32_t kMaxNoteRanks = 256;  ///< ranks a note carries (the rest: see the master)
 inline constexpr uint32_t kMaxNoteHosts = 16;
 
+using Nonce = std::array<uint8_t, kNonceSize>;
+
 struct Challenge {
-  std::array<uint8_t, kNonceSize> nonce{};
+  Nonce nonce{};               ///< fresh per connection: what a hello's MAC covers
   std::string master_version;  ///< rankcheck version of the master
   std::string job_id;
+  bool auth = false;           ///< the master has a job token: hellos must carry a MAC
 };
 
+/// The record, the member's nonce (which the verdict's MAC covers), and a MAC
+/// over both and the master's nonce (zeros without a job token).
 struct Hello {
   Record record;
+  Nonce client_nonce{};
+  Mac mac{};
 };
 
 struct Admit {
@@ -66,6 +74,7 @@ struct Verdict {
   std::vector<Finding> notes;  ///< findings about the receiving member (id, severity, text)
   uint32_t stage_ms = 0;       ///< time the GPU stage may take from now
   std::optional<std::array<uint8_t, kNcclIdSize>> nccl_id;
+  Mac mac{};                   ///< over both nonces and the rest (zeros without a job token)
 };
 
 /// A member's GPU stage results, one per rank it stands for.
@@ -79,6 +88,16 @@ std::vector<uint8_t> encode(const Admit& m);
 std::vector<uint8_t> encode(const Reject& m);
 std::vector<uint8_t> encode(const Verdict& m);
 std::vector<uint8_t> encode(const StageReport& m);
+
+/// With a job token: the frame with its MAC filled in (the MAC is the payload's
+/// last kMacSize bytes, and covers everything before it).
+std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server);
+std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client);
+/// Whether a decoded payload's trailing MAC is right.
+bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server);
+bool verify_verdict(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
+                    const Nonce& client);
 
 /// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload);

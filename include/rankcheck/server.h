@@ -5,9 +5,11 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <rankcheck/auth.h>
 #include <rankcheck/deadline.h>
 #include <rankcheck/master.h>
 #include <rankcheck/protocol.h>
@@ -22,6 +24,7 @@ struct ServerConfig {
   Millis handshake_timeout{5000};          ///< a hello must be complete this soon after accept
   Millis progress_interval{5000};
   size_t max_pending = 1024;  ///< connections not yet admitted, beyond which new ones wait
+  std::optional<JobToken> token;  ///< with one, every hello and verdict is authenticated
 };
 
 /// Why listening failed, in Error::code.

@@ -80,7 +80,7 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, S
   r.master_resolved = {"127.0.0.1"};
   r.interfaces = {"eth0", "lo"};
   r.env_digest = env_digest(r.env.get());  // none: the benchmark's master runs without NCCL_* too
-  auto hello = encode(Hello{r});
+  auto hello = encode(Hello{r, {}, {}});
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
   if (ec) {
     ++st.failed;

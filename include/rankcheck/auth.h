@@ -1,0 +1,47 @@
+#pragma once
+// The job token: a secret every process of one job can read (a file only the job
+// can read, a Kubernetes Secret). With it, every hello and every verdict carries
+// an HMAC-SHA256 over the master's fresh nonce, the member's nonce and the
+// message, so a process without the token cannot join, a replayed hello from
+// another run is refused, and members know the verdict came from their master.
+// It authenticates; it does not encrypt.
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <rankcheck/result.h>
+
+namespace rankcheck {
+
+inline constexpr size_t kMacSize = 32;
+using Mac = std::array<uint8_t, kMacSize>;
+
+class JobToken {
+ public:
+  /// Reads the token from `path` (trailing newlines dropped). Refuses an empty or
+  /// short (< 16 bytes) token; `warning` gets a note if others can read the file.
+  static Result<JobToken> load(const std::string& path, std::string* warning = nullptr);
+  static JobToken from_secret(std::string secret) { return JobToken(std::move(secret)); }
+
+  /// HMAC-SHA256(token, label | server nonce | client nonce | body).
+  Mac mac(std::string_view label, std::span<const uint8_t> server_nonce,
+          std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const;
+  /// The same, compared in constant time.
+  bool verify(const Mac& mac, std::string_view label, std::span<const uint8_t> server_nonce,
+              std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const;
+
+ private:
+  explicit JobToken(std::string secret) : secret_(std::move(secret)) {}
+  std::string secret_;  // never printed
+};
+
+/// Fresh random bytes for a nonce (getrandom).
+void fill_random(std::span<uint8_t> out);
+
+inline constexpr std::string_view kHelloLabel = "rankcheck hello 1";
+inline constexpr std::string_view kVerdictLabel = "rankcheck verdict 1";
+
+}  // namespace rankcheck

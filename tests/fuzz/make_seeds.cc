@@ -1,0 +1,104 @@
+// Writes the seed corpus: valid frames of every type and hellos of every shape the
+// tests know, so the fuzzers start from the grammar rather than from nothing.
+//   make_seeds OUT_DIR
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <rankcheck/protocol.h>
+
+using namespace rankcheck;
+
+namespace {
+
+std::vector<uint8_t> prefixed(uint8_t first, std::vector<uint8_t> rest) {
+  rest.insert(rest.begin(), first);
+  return rest;
+}
+
+void write(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                           static_cast<std::streamsize>(bytes.size()));
+}
+
+Record sample(int rank, bool gpu, bool conflicts) {
+  Record r;
+  r.version = "0.1.0";
+  r.rank = rank;
+  r.world_size = 8;
+  r.local_rank = rank % 4;
+  r.local_world_size = 4;
+  r.node_rank = rank / 4;
+  r.nnodes = 2;
+  r.launcher = "slurm";
+  r.master_addr = "gpu-01";
+  r.master_port = 29500;
+  r.master_resolved = {"10.0.0.11", "fd00::11"};
+  r.job_id = "48213";
+  r.host = rank < 4 ? "gpu-01" : "gpu-02";
+  r.pid = 4242;
+  std::vector<EnvVar> env{{"NCCL_IB_HCA", "mlx5"}, {"NCCL_SOCKET_IFNAME", "=eth0"}};
+  r.env_digest = env_digest(env);
+  r.env = env;
+  r.interfaces = {"eth0", "ib0", "lo"};
+  r.node_list = "gpu-[01-02]";
+  r.tasks_per_node = "4(x2)";
+  if (conflicts) {
+    r.conflicts.push_back(Conflict{Field::kRank, {{Field::kRank, "torch", "RANK", "5"},
+                                                  {Field::kRank, "slurm", "SLURM_PROCID", "3"}}});
+  }
+  if (gpu) {
+    r.gpu.state = GpuState::kUsable;
+    r.gpu.cuda_version = 13000;
+    r.gpu.driver = "580.65.06";
+    r.gpu.device_count = 4;
+    r.gpu.choice = "LOCAL_RANK 1 % 4 visible = device 1";
+    r.gpu.devices = {GpuDevice{rank, rank % 4, "GPU-8f3c4a1b-0000-0000-0000-000000000001",
+                               "00000000:18:00.0", "NVIDIA H100 80GB HBM3", 80ull << 30}};
+    r.gpu.nccl_path = "/usr/lib/x86_64-linux-gnu/libnccl.so.2";
+    r.gpu.nccl_version = 22809;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  std::filesystem::path out(argv[1]);
+  int n = 0;
+  for (bool gpu : {false, true}) {
+    for (bool conflicts : {false, true}) {
+      Record r = sample(gpu ? 5 : 0, gpu, conflicts);
+      Writer w;
+      encode_record(w, r);
+      write(out / "hello" / ("record-" + std::to_string(n)), w.data());
+      write(out / "frame" / ("hello-" + std::to_string(n)), prefixed(7, encode(Hello{r, {}, {}})));
+      ++n;
+    }
+  }
+  Challenge c;
+  c.master_version = "0.1.0";
+  c.job_id = "48213";
+  Verdict v;
+  v.exit_code = 4;
+  v.headline = "rank 9 never joined";
+  v.notes.push_back(Finding{"missing-rank", Severity::kError, 4, "m", "h", {9}, {"gpu-02"}});
+  v.nccl_id = std::array<uint8_t, kNcclIdSize>{};
+  RankResult rr;
+  rr.rank = 1;
+  rr.init_ok = true;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> frames = {
+      {"challenge", encode(c)},
+      {"admit", encode(Admit{3, 8})},
+      {"reject", encode(Reject{RejectCode::kForeignJob, "job 'x'"})},
+      {"verdict", encode(v)},
+      {"stage", encode(StageReport{{rr}})},
+  };
+  for (auto& [name, bytes] : frames) {
+    write(out / "frame" / name, prefixed(3, bytes));  // first byte: the piece size
+  }
+  std::printf("seeds written to %s\n", out.c_str());
+}
