@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <rankcheck/interrupt.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -106,6 +107,25 @@ bool MasterState::ready() const {
   return !decided_ && (joined_ranks_ >= cfg_.world_size || smaller_world_complete());
 }
 
+void MasterState::interrupt(int signal) { signal_ = signal; }
+
+// What every member learns when rank 0 is stopped: why their job failed.
+void MasterState::report_signal() {
+  if (signal_ == 0 || signal_reported_) return;
+  signal_reported_ = true;
+  report_.interrupted_by = signal_;
+  report_.findings.insert(
+      report_.findings.begin(),
+      Finding{"master-interrupted", Severity::kError, exit_code::kIncomplete,
+              fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
+                          printable(cfg_.master_host), signal_name(signal_),
+                          format_seconds(now_ms())),
+              "the scheduler or someone stopped rank 0 (pre-emption, scancel, Ctrl-C): see "
+              "why, and run the check again",
+              {0},
+              {cfg_.master_host}});
+}
+
 Verdict MasterState::verdict_base() const {
   Verdict v;
   v.exit_code = static_cast<uint8_t>(report_.exit_code());
@@ -134,6 +154,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.refused_total = refused_total_;
   view.members = std::move(members_);
   if (!tracker_.clean()) report_.findings = run_checks(view);
+  report_signal();
   report_.job_id = cfg_.job_id;
   report_.world_size = cfg_.world_size;
   report_.master_addr = cfg_.master_addr;
@@ -241,6 +262,7 @@ const Verdict& MasterState::finalize() {
   auto found = stage_checks(sv);
   report_.findings.insert(report_.findings.end(), found.begin(), found.end());
   order_findings(report_.findings);
+  report_signal();
   report_.stage_results = std::move(stage_results_);
   double init_max = 0;
   double ar_max = 0;

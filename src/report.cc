@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <rankcheck/report.h>
+#include <rankcheck/interrupt.h>
 #include <rankcheck/text.h>
 #include <rankcheck/version.h>
 
@@ -314,7 +315,10 @@ std::string render_text(const Report& r, RenderStyle style) {
   if (!r.members.empty()) out += "\n" + member_table(r);
   out += fmt::format("\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
                      format_seconds(r.rendezvous_ms),
-                     r.timed_out ? "deadline reached" : "all joined", r.decision_ms, r.gpu_stage,
+                     r.interrupted_by != 0 ? fmt::format("stopped by {}", signal_name(r.interrupted_by))
+                     : r.timed_out         ? std::string("deadline reached")
+                                           : std::string("all joined"),
+                     r.decision_ms, r.gpu_stage,
                      r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
   return out;
 }
@@ -335,7 +339,7 @@ std::string render_json(const Report& r) {
                  {"host", r.master_host},
                  {"bound", r.master_bound}};
   j["authenticated"] = r.authenticated;
-  j["decided"] = r.timed_out ? "deadline" : "all-joined";
+  j["decided"] = r.interrupted_by != 0 ? "interrupted" : r.timed_out ? "deadline" : "all-joined";
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));

@@ -421,18 +421,22 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   server.start();
   auto verdict = server.join_local(self);
   Deadline verdict_by(end.when() + kVerdictGrace);
+  // Waits for a verdict; a signal cuts the wait short (the server decides at once).
   bool cut_short = false;
-  while (verdict.wait_for(Millis(50)) != std::future_status::ready && !verdict_by.expired()) {
-    if (interrupted() && !cut_short) {
-      cut_short = true;
-      server.decide_now();
+  auto await = [&](std::future<Verdict>& f) {
+    while (f.wait_for(Millis(20)) != std::future_status::ready && !verdict_by.expired()) {
+      if (interrupted() && !cut_short) {
+        cut_short = true;
+        server.interrupt(interrupted());
+      }
     }
-  }
-  if (verdict.wait_for(Millis(0)) == std::future_status::ready) {
+    return f.wait_for(Millis(0)) == std::future_status::ready;
+  };
+  if (await(verdict)) {
     Verdict first = verdict.get();
     if (!first.final && first.run_gpu && first.nccl_id && !interrupted()) {
       auto final_verdict = server.submit_local(run_gpu_stage(s, first, id.world_size));
-      final_verdict.wait_until(verdict_by.when());
+      await(final_verdict);
     }
   }
   Report report = server.finish(verdict_by.sooner(Deadline::after(Millis(500))));

@@ -495,8 +495,15 @@ std::future<Verdict> Server::submit_local(StageReport results) {
   return f;
 }
 
-void Server::decide_now() {
-  asio::post(impl_->io, [this] { impl_->decide(true); });
+void Server::interrupt(int signal) {
+  asio::post(impl_->io, [this, signal] {
+    impl_->state.interrupt(signal);
+    if (!impl_->state.decided()) {
+      impl_->decide(true);
+    } else {
+      impl_->finalize();
+    }
+  });
 }
 
 Report Server::finish(Deadline deadline) {

@@ -60,6 +60,8 @@ class MasterState {
   bool accept_results(size_t i, std::vector<RankResult> results);
   /// Ends the GPU stage (all results in, or its deadline): the final verdict.
   const Verdict& finalize();
+  /// The master was interrupted by `signal`: the next decision or final verdict says so.
+  void interrupt(int signal);
   /// The verdict as it stands (the final one once finalize() ran).
   const Verdict& verdict() const { return verdict_; }
 
@@ -99,6 +101,9 @@ class MasterState {
   std::vector<bool> reported_;
   std::vector<RankResult> stage_results_;
   double stage_ms_ = 0;
+  int signal_ = 0;
+  bool signal_reported_ = false;
+  void report_signal();
 };
 
 }  // namespace rankcheck

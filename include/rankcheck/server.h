@@ -46,8 +46,8 @@ class Server {
   std::future<Verdict> join_local(Record self);
   /// The master's own GPU stage results; the final verdict arrives in the future.
   std::future<Verdict> submit_local(StageReport results);
-  /// Decides now with what is known (the run is being cut short).
-  void decide_now();
+  /// Cut short by `signal`: decides now with what is known, or ends the GPU stage.
+  void interrupt(int signal);
   /// Waits until every member has been sent the verdict, or the deadline; stops
   /// serving and returns the report.
   Report finish(Deadline deadline);
