@@ -605,9 +605,13 @@ class Layout {
     for (const Member& m : v.members) {
       const Record& r = m.record;
       if (r.node_list.empty() || r.tasks_per_node.empty()) continue;
-      auto hosts = expand_hostlist(r.node_list);
       auto tasks = expand_tasks_per_node(r.tasks_per_node);
-      if (!hosts || !tasks || hosts->size() != tasks->size()) break;
+      if (!tasks) break;
+      long total = 0;
+      for (int t : *tasks) total += t;
+      if (total != world) break;  // not this job's layout: expand nothing more
+      auto hosts = expand_hostlist(r.node_list);
+      if (!hosts || hosts->size() != tasks->size()) break;
       auto node_of = node_of_each_rank(*tasks, static_cast<Distribution>(r.distribution));
       if (static_cast<long>(node_of.size()) != world) break;
       host_of_rank_.resize(node_of.size());
@@ -1017,9 +1021,10 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
     std::map<std::optional<std::string>, Records> by_value;  // nullopt: unset
     for (const auto& [digest, rs] : groups) {
       std::optional<std::string> value;
-      for (const EnvVar& e : rs.front()->env) {
-        if (e.name == name) value = e.value;
-      }
+      const auto& env = rs.front()->env.get();  // sorted by name (checked at decoding)
+      auto it = std::lower_bound(env.begin(), env.end(), name,
+                                 [](const EnvVar& e, const std::string& n) { return e.name < n; });
+      if (it != env.end() && it->name == name) value = it->value;
       by_value[value].insert(by_value[value].end(), rs.begin(), rs.end());
     }
     if (by_value.size() < 2) continue;

@@ -102,6 +102,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
 
 Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {
   std::vector<int> tasks;
+  unsigned long total = 0;
   std::string_view rest = spec;
   while (!rest.empty()) {
     auto comma = rest.find(',');
@@ -122,6 +123,12 @@ Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {
     }
     if (repeat == 0 || tasks.size() + repeat > kMaxHosts) {
       return Error{fmt::format("tasks per node '{}': bad repeat count", spec)};
+    }
+    // A job's tasks are its ranks: more than any world size is not a job (and would
+    // have the master lay out billions of ranks for a peer's dozen bytes).
+    total += count * repeat;
+    if (total > kMaxTasks) {
+      return Error{fmt::format("tasks per node '{}': more than {} tasks", spec, kMaxTasks)};
     }
     tasks.insert(tasks.end(), repeat, static_cast<int>(count));
   }

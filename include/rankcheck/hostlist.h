@@ -9,8 +9,9 @@
 
 namespace rankcheck {
 
-/// Expansion limit: a node list longer than this is refused, not allocated.
+/// Expansion limits: a node list or task list beyond them is refused, not allocated.
 inline constexpr size_t kMaxHosts = 65536;
+inline constexpr unsigned long kMaxTasks = 1ul << 20;  // the largest world size
 
 /// `gpu-[01-04,07],cpu3` -> gpu-01 gpu-02 gpu-03 gpu-04 gpu-07 cpu3. Several
 /// bracket groups in one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2).

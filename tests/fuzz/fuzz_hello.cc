@@ -21,6 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto frame = encode(*hello);
   if (!std::equal(frame.begin() + kHeaderSize, frame.end(), data, data + size)) std::abort();
 
+  // Huge claimed worlds only make the rules' per-rank loops long (up to 1M ranks,
+  // bounded, tested elsewhere): the fuzzer's time is better spent on shapes.
+  if (hello->record.world_size > 4096) return 0;
   JobView v;
   v.world_size = std::max(1, std::min(hello->record.world_size, 64));
   v.master_resolved = {"127.0.1.1"};

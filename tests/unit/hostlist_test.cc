@@ -44,6 +44,11 @@ TEST_CASE("tasks per node: counts and repeats") {
   CHECK(!expand_tasks_per_node("x").ok());
   CHECK(!expand_tasks_per_node("2(x0)").ok());
   CHECK(!expand_tasks_per_node("").ok());
+  // A dozen bytes from a peer must not lay out billions of ranks.
+  auto huge = expand_tasks_per_node("1048576(x65536)");
+  REQUIRE(!huge.ok());
+  CHECK(huge.error().message == "tasks per node '1048576(x65536)': more than 1048576 tasks");
+  CHECK(expand_tasks_per_node("8(x131072)").ok() == false);
 }
 
 TEST_CASE("node of each rank: block and cyclic distributions") {
