@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 dir=${BUILD_DIR:-build}
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
       -DRANKCHECK_WERROR=ON "$@" >/dev/null
+# shellcheck disable=SC2086  # NINJA_FLAGS: targets and flags, split on purpose
 ninja -C "$dir" ${NINJA_FLAGS:-}

@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test: unit tests and the
-# integration tests with real processes on loopback.
+# Installs what is missing, builds, and runs every test: unit tests, the fuzz
+# corpus, the integration tests with real processes and real launchers; then the
+# unit and loopback tests again in an ASan+UBSan build (build-asan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
 scripts/build.sh
-ctest --test-dir build --output-on-failure --timeout 300 -j "${TEST_JOBS:-2}"
+jobs=${TEST_JOBS:-2}
+ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
+
+echo "== the same under AddressSanitizer and UndefinedBehaviorSanitizer"
+# A debug build of just what these tests run; its warnings were judged above
+# (GCC warns falsely from system headers when sanitizers are on).
+BUILD_DIR=build-asan BUILD_TYPE=Debug \
+  NINJA_FLAGS="rankcheck unit_tests fakegpu fuzz_frame_replay fuzz_hello_replay fuzz_identity_replay" \
+  scripts/build.sh -DRANKCHECK_SANITIZE=address,undefined -DRANKCHECK_WERROR=OFF
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs" \
+      -R "unit|fuzz corpus|integration: (cli|rendezvous|adversarial|gpu)"

@@ -193,7 +193,10 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
   return kOk;
 }
 CUresult cuDevicePrimaryCtxRetain(CUctx_st** ctx, CUdevice d) {
-  *ctx = new CUctx_st{d};
+  static CUctx_st primary[64];  // one per device, like the real primary contexts
+  if (d < 0 || d >= 64) return kInvalidValue;
+  primary[d].device = d;
+  *ctx = &primary[d];
   return kOk;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return kOk; }

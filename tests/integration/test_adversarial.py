@@ -1,0 +1,358 @@
+"""What a shared network and a scheduler throw at a master: port scanners, silent and
+slow clients, garbage, forged and replayed hellos, hostile strings, kill -9 and
+SIGTERM in every phase. Each case asserts exit codes and messages, that no process
+outlives --timeout + 2 s, and, where clients come and go, that the master's open
+file count returns to where it started."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import wire
+from harness import GRACE, Proc, RankcheckTest, clean_env, free_port
+from test_gpu import FAKE, gpus
+
+
+def listening(port):
+    out = subprocess.run(["ss", "-ltnH", f"( sport = :{port} )"], capture_output=True,
+                         text=True).stdout
+    return bool(out.strip())
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class Adversarial(RankcheckTest):
+    timeout = 5.0
+
+    def master(self, world, *extra, **env):
+        m = self.rank(0, world, extra=extra, **env)
+        deadline = time.monotonic() + 3
+        while not listening(self.port):
+            self.assertLess(time.monotonic(), deadline, "the master never listened")
+            time.sleep(0.02)
+        time.sleep(0.1)  # its first progress line, its timers: settle before counting fds
+        return m
+
+    def fds_return_to(self, pid, baseline, within=5.0):
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if fd_count(pid) == baseline:
+                return
+            time.sleep(0.05)
+        self.fail(f"master holds {fd_count(pid)} files, {baseline} at the start")
+
+    def members(self, ranks, world, **env):
+        return [self.rank(r, world, **env) for r in ranks]
+
+    def finding(self, report, fid):
+        for f in report["findings"]:
+            if f["id"] == fid:
+                return f
+        self.fail(f"no {fid} in {[f['id'] for f in report['findings']]}")
+
+    # --- noise on the port --------------------------------------------------
+
+    def test_burst_of_resets_and_a_port_scan(self):
+        m = self.master(4, "--handshake-timeout", "2")
+        base = fd_count(m.popen.pid)
+        for _ in range(1000):  # connect, then reset
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.connect(("127.0.0.1", self.port))
+            s.close()
+        for p in range(max(1, self.port - 20), min(65535, self.port + 21)):  # a sweep
+            try:
+                socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+            except OSError:
+                pass
+        self.fds_return_to(m.popen.pid, base)
+        self.members([1, 2, 3], 4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        rep = m.report
+        self.assertEqual(rep["ranks_joined"], 4)
+        stray = self.finding(rep, "stray-connection")
+        self.assertEqual(stray["severity"], "warning")
+        count = int(stray["message"].split()[0])
+        self.assertGreaterEqual(count, 900)  # a reset may beat accept() to it
+
+    def test_silent_and_trickling_clients_are_dropped(self):
+        m = self.master(4, "--handshake-timeout", "1")
+        base = fd_count(m.popen.pid)
+        silent = [wire.connect(self.port) for _ in range(3)]
+        trickler = wire.connect(self.port)
+        wire.read_frame(trickler)
+        valid = wire.hello(wire.record(3, 4, b"slow"))
+        dropped = []
+
+        def trickle():
+            try:
+                for b in valid:  # a valid hello, one byte every 0.3 s
+                    trickler.send(bytes([b]))
+                    time.sleep(0.3)
+            except OSError:
+                dropped.append(time.monotonic())
+
+        t0 = time.monotonic()
+        t = threading.Thread(target=trickle)
+        t.start()
+        for s in silent:
+            wire.read_frame(s)  # the challenge
+            s.settimeout(3)
+            self.assertEqual(s.recv(1), b"", "a silent client was not dropped")
+            self.assertLess(time.monotonic() - t0, 2.5)
+        t.join(timeout=5)
+        self.assertTrue(dropped, "the trickling client was not dropped")
+        self.assertLess(dropped[0] - t0, 2.5)
+        for s in silent + [trickler]:
+            s.close()
+        self.fds_return_to(m.popen.pid, base)
+        self.members([1, 2, 3], 4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        stray = self.finding(m.report, "stray-connection")
+        self.assertIn("handshake deadline", stray["message"])
+
+    def test_garbage_frames_and_a_newer_version(self):
+        m = self.master(4)
+        base = fd_count(m.popen.pid)
+        tls = bytes.fromhex("160301020001000200fc0303") + os.urandom(32)
+        cases = {
+            "bad magic": b"XXXX" + bytes(20),
+            "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            "tls": tls,
+            "huge length": wire.MAGIC + struct.pack("<HHI", 1, wire.HELLO, 0xFFFFFFFF),
+            "truncated": wire.MAGIC + struct.pack("<HHI", 1, wire.HELLO, 200) + bytes(10),
+            "unknown type": wire.frame(99, b""),
+        }
+        for name, data in cases.items():
+            with wire.connect(self.port) as s:
+                wire.read_frame(s)
+                s.sendall(data)
+                if name == "truncated":
+                    s.shutdown(socket.SHUT_WR)
+                s.settimeout(3)
+                self.assertEqual(s.recv(100), b"", f"{name}: the master kept the connection")
+        with wire.connect(self.port) as s:  # a peer from the future
+            wire.read_frame(s)
+            s.sendall(wire.hello(wire.record(3, 4), version=2))
+            version, msg_type, payload = wire.read_frame(s)
+            self.assertEqual(msg_type, wire.REJECT)
+            code, reason = wire.reject_reason(payload)
+            self.assertEqual(reason, "peer speaks rankcheck protocol version 2, this master speaks 1")
+        self.fds_return_to(m.popen.pid, base)
+        self.members([1, 2, 3], 4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        ids = [f["id"] for f in m.report["findings"]]
+        self.assertIn("stray-connection", ids)
+        self.assertIn("protocol-mismatch", ids)
+
+    def test_a_member_meeting_a_newer_master_exits_6(self):
+        srv = socket.create_server(("127.0.0.1", self.port))
+        srv.settimeout(5)
+        member = self.rank(1, 2)
+
+        def serve():
+            conn, _ = srv.accept()
+            with conn:
+                conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("9.9") + wire.s("") +
+                                        b"\0", version=2))
+                time.sleep(1)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        self.finish([member])
+        t.join()
+        srv.close()
+        self.assertEqual(member.rc, 6)
+        f = member.finding("protocol-mismatch")
+        self.assertIn("speaks rankcheck protocol version 2, this rankcheck speaks 1", f["message"])
+
+    # --- who may join ----------------------------------------------------------
+
+    def token_file(self, name, secret):
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            f.write(secret + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def test_wrong_token_replayed_hello_and_another_job(self):
+        secret = "a-job-token-that-nobody-else-has-0001"
+        good = self.token_file("good", secret)
+        bad = self.token_file("bad", "some-other-job-token-entirely-0002")
+        m = self.master(4, "--token-file", good, "--job-id", "job-a")
+        wrong = self.rank(1, 4, extra=("--token-file", bad, "--job-id", "job-a"))
+        foreign = self.rank(2, 4, extra=("--token-file", good, "--job-id", "job-b"))
+        # Capture a real, correctly signed hello from rank 3, made for another master...
+        fake_port = free_port()
+        srv = socket.create_server(("127.0.0.1", fake_port))
+        srv.settimeout(5)
+        e = clean_env(RANK=3, WORLD_SIZE=4, MASTER_ADDR="127.0.0.1", MASTER_PORT=fake_port)
+        victim = Proc(["run", "--no-gpu", "--timeout", "3", "--token-file", good, "--job-id",
+                       "job-a"], e, self.tmp.name, "victim")
+        self.procs.append(victim)
+        conn, _ = srv.accept()
+        conn.sendall(wire.frame(wire.CHALLENGE, os.urandom(16) + wire.s("0.1.0") +
+                                wire.s("job-a") + b"\1"))
+        version, msg_type, payload = wire.read_frame(conn)
+        conn.close()
+        srv.close()
+        self.assertEqual(msg_type, wire.HELLO)
+        # ...and replay it to the real one, over a connection with a fresh nonce.
+        with wire.connect(self.port) as s:
+            wire.read_frame(s)
+            s.sendall(wire.frame(wire.HELLO, payload))
+            version, msg_type, reply = wire.read_frame(s)
+            self.assertEqual(msg_type, wire.REJECT)
+            code, reason = wire.reject_reason(reply)
+            self.assertEqual(code, 3)
+            self.assertIn("does not carry this job's token", reason)
+        self.finish()
+        self.assertEqual(wrong.rc, 6)
+        self.assertIn("does not carry this job's token", wrong.finding("auth-failed")["message"])
+        self.assertEqual(foreign.rc, 6)
+        self.assertEqual(foreign.ids(), ["foreign-job"])
+        rep = m.report
+        self.assertEqual(rep["exit_code"], 6)
+        self.assertTrue(rep["authenticated"])
+        self.assertEqual([x["rank"] for x in rep["members"]], [0])  # none of them counted
+        auth = [f for f in rep["findings"] if f["id"] == "auth-failed"]
+        self.assertEqual(sorted(r for f in auth for r in f["ranks"]), [1, 3])
+        self.assertIn("foreign-job", [f["id"] for f in rep["findings"]])
+        for p in self.procs:  # the token never shows
+            self.assertNotIn(secret, p.out + p.err)
+            if os.path.exists(p.json_path):
+                with open(p.json_path) as f:
+                    self.assertNotIn(secret, f.read())
+
+    def test_hostile_strings_are_escaped_and_json_stays_valid(self):
+        m = self.master(4)
+        host = b"evil\x1b[31m\x00\xff\xfe\x9b2J"
+        rec = wire.record(3, 4, host, env=[(b"NCCL_IB_HCA", b"mlx5\x1b]0;owned\x07")])
+        client = wire.connect(self.port)
+        wire.read_frame(client)
+        client.sendall(wire.hello(rec))
+        with wire.connect(self.port) as big:  # 64 KiB of host name: over the hello's cap
+            wire.read_frame(big)
+            big.sendall(wire.hello(wire.record(2, 4, b"h" * 65536)))
+            big.settimeout(3)
+            self.assertEqual(big.recv(100), b"")
+        self.members([1, 2], 4)
+        self.finish()
+        client.close()
+        self.assertExit(self.procs, 0)
+        text = m.out
+        for bad in ("\x1b", "\x00", "\x9b", "\x07"):
+            self.assertNotIn(bad, text)
+        self.assertIn(r"evil\x1b[31m\x00\xff\xfe\x9b2J", text)
+        rep = m.report  # json.load succeeded: valid JSON
+        hosts = {x["rank"]: x["host"] for x in rep["members"]}
+        self.assertTrue(hosts[3].startswith("evil\x1b[31m\x00"))
+        self.assertIn("\ufffd", hosts[3])
+        self.assertIn("env-mismatch", [f["id"] for f in rep["findings"]])
+
+    # --- processes that die ------------------------------------------------------
+
+    def test_kill_9_of_a_member_after_its_hello(self):
+        m = self.rank(0, 3)
+        one = self.rank(1, 3)
+        time.sleep(1.0)
+        one.popen.kill()
+        self.finish()
+        self.assertEqual(m.rc, 4)
+        self.assertEqual([f["id"] for f in m.report["findings"]],
+                         ["member-disconnected", "missing-rank"])
+        self.assertEqual(self.finding(m.report, "member-disconnected")["ranks"], [1])
+
+    def test_kill_9_of_the_master_mid_run(self):
+        m = self.rank(0, 4)
+        others = self.members([1, 2], 4)
+        time.sleep(1.0)
+        m.popen.kill()
+        killed = time.monotonic()
+        for p in others:
+            p.wait(self.timeout + GRACE)
+            self.assertEqual(p.rc, 4)
+            self.assertLess(time.monotonic() - killed, 2.0)
+            self.assertIn("closed the connection before its verdict",
+                          p.finding("master-lost")["message"])
+        m.wait(1)
+
+    def test_master_starting_five_seconds_late(self):
+        self.timeout = 10.0
+        others = self.members([1, 2, 3], 4)
+        time.sleep(5)
+        m = self.rank(0, 4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertEqual(m.report["ranks_joined"], 4)
+
+    # --- SIGTERM in each phase ---------------------------------------------------
+
+    def sigterm(self, p, after):
+        time.sleep(after)
+        p.popen.send_signal(signal.SIGTERM)
+        t = time.monotonic()
+        p.wait(3)
+        self.assertLess(time.monotonic() - t, 2.0, f"{p.name} took over 2 s to end")
+        self.assertEqual(p.rc, 128 + signal.SIGTERM)
+
+    def test_sigterm_to_the_master_while_waiting(self):
+        m = self.rank(0, 3)
+        one = self.rank(1, 3)
+        self.sigterm(m, 1.0)
+        self.assertEqual(m.report["decided"], "interrupted")
+        self.finish()
+        self.assertEqual(one.rc, 4)
+        self.assertIn("rankcheck: FAIL: rank 0 (vm) was stopped by SIGTERM", one.out.replace(
+            os.uname().nodename, "vm"))
+
+    def test_sigterm_to_a_member_while_waiting(self):
+        m = self.rank(0, 3)
+        one = self.rank(1, 3)
+        self.sigterm(one, 1.0)
+        self.finish()
+        self.assertEqual(m.rc, 4)
+        self.assertIn("member-disconnected", [f["id"] for f in m.report["findings"]])
+
+    def gpu_job(self, **fake):
+        env = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(0, 2),
+                   TMPDIR=self.tmp.name, **fake)
+        self.gpu = True
+        return [self.rank(r, 2, local=(r, 2), **env) for r in range(2)]
+
+    def test_sigterm_in_nccl_init(self):
+        for victim in (0, 1):
+            with self.subTest(victim="master" if victim == 0 else "member"):
+                self.port = free_port()
+                procs = self.gpu_job(FAKE_NCCL_INIT="hang")
+                self.sigterm(procs[victim], 1.5)
+                self.assertIn("go: NCCL init", procs[victim].err)
+                self.finish(procs)
+                self.procs.clear()
+
+    def test_sigterm_in_the_allreduce(self):
+        for victim in (0, 1):
+            with self.subTest(victim="master" if victim == 0 else "member"):
+                self.port = free_port()
+                procs = self.gpu_job(FAKE_NCCL_ALLREDUCE="hang")
+                self.sigterm(procs[victim], 1.5)
+                self.assertIn("go: NCCL init", procs[victim].err)
+                self.finish(procs)
+                self.procs.clear()
+
+
+if __name__ == "__main__":
+    unittest.main()
