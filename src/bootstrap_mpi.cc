@@ -11,6 +11,7 @@
 #include <rankcheck/bootstrap.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/master.h>
+#include <rankcheck/member.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -117,19 +118,20 @@ int run(BootstrapContext& ctx) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Mpi mpi(rank, size, ctx.end);
   auto lost = [&](const char* step) {
-    ctx.log(fmt::format("MPI {} did not complete by the deadline: a process of the job is stuck "
-                        "or gone; leaving without MPI_Finalize",
-                        step));
-    MemberReport m;
-    m.self = ctx.self;
-    m.exit_code = exit_code::kIncomplete;
-    Finding f{"master-lost", Severity::kError, exit_code::kIncomplete,
-              fmt::format("the MPI {} did not complete by the deadline", step),
-              "a process of the job did not reach the same step: check mpirun's output",
-              {ctx.self.rank},
-              {ctx.self.host}};
-    m.headline = headline({f});
-    m.findings.push_back(std::move(f));
+    ctx.log(
+        fmt::format("MPI {} did not complete by the deadline: a process of the job is stuck "
+                    "or gone; leaving without MPI_Finalize",
+                    step));
+    MemberReport m = failure_report(
+        ctx.self,
+        Finding{"master-lost",
+                Severity::kError,
+                exit_code::kIncomplete,
+                fmt::format("the MPI {} did not complete by the deadline", step),
+                "a process of the job did not reach the same step: check mpirun's output",
+                {ctx.self.rank},
+                {ctx.self.host}},
+        ms_between(ctx.start, Clock::now()));
     return ctx.print_member(m);  // no MPI_Finalize: it would wait for the stuck process
   };
 
@@ -160,8 +162,8 @@ int run(BootstrapContext& ctx) {
         master->refuse(RefusalKind::kMalformed, fmt::format("MPI rank {}", k), r.error());
         continue;
       }
-      member_of[size_t(k)] = static_cast<long>(
-          master->admit(std::move(rec), fmt::format("MPI rank {}", k), k == 0));
+      member_of[size_t(k)] =
+          static_cast<long>(master->admit(std::move(rec), fmt::format("MPI rank {}", k), k == 0));
     }
     // Everyone in the communicator is here: nobody else can come.
     const Verdict& v = master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)});
@@ -174,8 +176,8 @@ int run(BootstrapContext& ctx) {
 
   if (!verdict->final && verdict->run_gpu && verdict->nccl_id) {
     ctx.set_watchdog_code(exit_code::kGpu);
-    Deadline by = Deadline::after(Millis(std::max<long>(0, long(verdict->stage_ms) - 150)))
-                      .sooner(ctx.end);
+    Deadline by =
+        Deadline::after(Millis(std::max<long>(0, long(verdict->stage_ms) - 150))).sooner(ctx.end);
     StageReport results{ctx.stage.run(*verdict->nccl_id, ctx.id.world_size, ctx.plan, by)};
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
@@ -200,21 +202,14 @@ int run(BootstrapContext& ctx) {
     report.total_ms = ms_between(ctx.start, Clock::now());
     return ctx.print_report(report);
   }
-  MemberReport m;
-  m.self = ctx.self;
-  m.verdict_received = true;
-  m.exit_code = verdict->exit_code;
-  m.headline = verdict->headline;
-  m.errors = verdict->errors;
-  m.warnings = verdict->warnings;
-  m.joined_ranks = verdict->joined_ranks;
-  m.findings = verdict->notes;
-  m.total_ms = ms_between(ctx.start, Clock::now());
+  MemberReport m = verdict_report(ctx.self, *verdict, ms_between(ctx.start, Clock::now()));
   return ctx.print_member(m);
 }
 
 }  // namespace
 
-void register_mpi_bootstrap() { set_mpi_bootstrap(run); }
+void register_mpi_bootstrap() {
+  set_mpi_bootstrap(run);
+}
 
 }  // namespace rankcheck

@@ -205,8 +205,8 @@ void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out) {
     for (long k = rec.rank; k <= rec.last_rank(); ++k) {
       if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
     }
-    std::string who = fmt::format("a process claiming {} from {}", member_label(rec),
-                                  printable(r.peer));
+    std::string who =
+        fmt::format("a process claiming {} from {}", member_label(rec), printable(r.peer));
     std::string hint =
         "give every process of the job the same --token-file; a stranger on the network "
         "without it is kept out, which is what the token is for";
@@ -608,7 +608,8 @@ class Layout {
       auto tasks = expand_tasks_per_node(r.tasks_per_node);
       if (!tasks) break;
       long total = 0;
-      for (int t : *tasks) total += t;
+      for (int t : *tasks)
+        total += t;
       if (total != world) break;  // not this job's layout: expand nothing more
       auto hosts = expand_hostlist(r.node_list);
       if (!hosts || hosts->size() != tasks->size()) break;
@@ -800,17 +801,22 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   }
 }
 
-
 // ----- GPUs, decided before any NCCL call -----------------------------------
 
 const char* state_text(GpuState s) {
   switch (s) {
-    case GpuState::kUsable: return "usable";
-    case GpuState::kSkipped: return "skipped (--no-gpu)";
-    case GpuState::kNoDriver: return "no CUDA driver";
-    case GpuState::kInitFailed: return "CUDA init failed";
-    case GpuState::kNoDevice: return "no GPU";
-    case GpuState::kUnavailable: return "GPU stage not built";
+    case GpuState::kUsable:
+      return "usable";
+    case GpuState::kSkipped:
+      return "skipped (--no-gpu)";
+    case GpuState::kNoDriver:
+      return "no CUDA driver";
+    case GpuState::kInitFailed:
+      return "CUDA init failed";
+    case GpuState::kNoDevice:
+      return "no GPU";
+    case GpuState::kUnavailable:
+      return "GPU stage not built";
   }
   return "?";
 }
@@ -826,7 +832,8 @@ std::vector<std::pair<Key, Records>> group_by(const JobView& v, Fn key_of) {
   // Largest first; between equals, the one with the lowest rank (the master's side).
   auto lowest = [](const Records& rs) {
     long low = kMaxWorldSize;
-    for (const Record* r : rs) low = std::min(low, long(r->rank));
+    for (const Record* r : rs)
+      low = std::min(low, long(r->rank));
     return low;
   };
   std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
@@ -862,9 +869,10 @@ void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
     for (const auto& [rec, dev] : users) {
       rs.push_back(rec);
       ranks.push_back(dev->rank);
-      std::string cvd = rec->gpu.visible_devices.empty()
-                            ? std::string("CUDA_VISIBLE_DEVICES unset")
-                            : fmt::format("CUDA_VISIBLE_DEVICES={}", printable(rec->gpu.visible_devices, 40));
+      std::string cvd =
+          rec->gpu.visible_devices.empty()
+              ? std::string("CUDA_VISIBLE_DEVICES unset")
+              : fmt::format("CUDA_VISIBLE_DEVICES={}", printable(rec->gpu.visible_devices, 40));
       how.push_back(fmt::format("rank {} (LOCAL_RANK={}, {}, device {})", dev->rank,
                                 rec->local_rank, cvd, dev->ordinal));
     }
@@ -969,10 +977,11 @@ void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& o
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& [key, rs] = groups[i];
     if (!parts.empty()) parts += "; ";
-    parts += fmt::format("{} on {}", key.second.empty() ? "CUDA " + cuda_version_text(key.first)
-                                                        : fmt::format("driver {} (CUDA {})",
-                                                                      printable(key.second, 32),
-                                                                      cuda_version_text(key.first)),
+    parts += fmt::format("{} on {}",
+                         key.second.empty()
+                             ? "CUDA " + cuda_version_text(key.first)
+                             : fmt::format("driver {} (CUDA {})", printable(key.second, 32),
+                                           cuda_version_text(key.first)),
                          where(rs));
     if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
   }
@@ -989,15 +998,18 @@ void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
   auto groups = group_by<std::string>(v, [](const Record& r) -> std::optional<std::string> {
     return fmt::format("{}: {}", state_text(r.gpu.state), r.gpu.error);
   });
-  std::string why = fmt::format("{} for {}", printable(groups.front().first, 200),
-                                where(groups.front().second));
+  std::string why =
+      fmt::format("{} for {}", printable(groups.front().first, 200), where(groups.front().second));
   if (groups.size() > 1) why += fmt::format(" (and {} other reasons)", groups.size() - 1);
-  out.push_back(Finding{"gpu-unavailable", Severity::kWarning, exit_code::kGpu,
-                        fmt::format("no member has a usable GPU, so the NCCL stage did not run: {}",
-                                    why),
-                        "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU "
-                        "node, check the driver and the container runtime",
-                        {}, {}});
+  out.push_back(
+      Finding{"gpu-unavailable",
+              Severity::kWarning,
+              exit_code::kGpu,
+              fmt::format("no member has a usable GPU, so the NCCL stage did not run: {}", why),
+              "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU "
+              "node, check the driver and the container runtime",
+              {},
+              {}});
 }
 
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -1087,9 +1099,13 @@ std::vector<Finding> order(std::vector<Finding> findings) {
 
 }  // namespace
 
-std::span<const Rule> rules() { return kRules; }
+std::span<const Rule> rules() {
+  return kRules;
+}
 
-void order_findings(std::vector<Finding>& findings) { findings = order(std::move(findings)); }
+void order_findings(std::vector<Finding>& findings) {
+  findings = order(std::move(findings));
+}
 
 std::vector<Finding> run_checks(const JobView& view) {
   CheckContext ctx(view);
@@ -1138,8 +1154,7 @@ std::vector<Finding> local_checks(const Record& self) {
   return order(std::move(findings));
 }
 
-JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved,
-                         bool gpu_stage)
+JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved, bool gpu_stage)
     : world_size_(world_size),
       master_loopback_(!master_resolved.empty() &&
                        std::all_of(master_resolved.begin(), master_resolved.end(),
@@ -1178,7 +1193,8 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     ok = ok && g.usable() && g.nccl_loaded() && g.nccl_version == first_gpu_.nccl_version &&
          g.cuda_version == first_gpu_.cuda_version && g.driver == first_gpu_.driver &&
          long(g.devices.size()) == r.nranks;
-    for (const GpuDevice& d : g.devices) ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
+    for (const GpuDevice& d : g.devices)
+      ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
   }
   // Per host: one local world size, room for these ranks, no local rank twice.
   auto it = hosts_.find(r.host);
@@ -1218,7 +1234,8 @@ std::vector<Finding> stage_checks(const StageView& sv) {
   std::map<long, const Record*> owner;
   if (sv.members != nullptr) {
     for (const Member& m : *sv.members) {
-      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) owner[k] = &m.record;
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k)
+        owner[k] = &m.record;
     }
   }
   auto about = [&](const std::vector<long>& ranks) {
@@ -1236,7 +1253,8 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     return f;
   };
   std::map<long, const RankResult*> by_rank;
-  for (const RankResult& r : sv.results) by_rank[r.rank] = &r;
+  for (const RankResult& r : sv.results)
+    by_rank[r.rank] = &r;
 
   // Init that failed, grouped by the error NCCL gave.
   std::map<std::string, std::vector<long>> failed;
@@ -1264,8 +1282,9 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     f.exit_code = exit_code::kGpu;
     f.message = fmt::format("NCCL init failed for {} on {}: {}", ranks_word(ranks),
                             format_list(f.hosts, 4), printable(error, 300));
-    f.hint = "NCCL_DEBUG=INFO on those ranks shows why; a network or topology error on one host "
-             "usually names the interface or device";
+    f.hint =
+        "NCCL_DEBUG=INFO on those ranks shows why; a network or topology error on one host "
+        "usually names the interface or device";
     out.push_back(std::move(f));
   }
   std::vector<long> stuck = init_timeout;
@@ -1284,9 +1303,10 @@ std::vector<Finding> stage_checks(const StageView& sv) {
                                                          "or lost its connection)",
                                                          ranks_word(silent)),
                             done);
-    f.hint = "ranks stuck in init wait for a peer they cannot reach: check the network between "
-             "the hosts (NCCL_SOCKET_IFNAME, firewalls, InfiniBand ports); NCCL_DEBUG=INFO "
-             "shows the bootstrap";
+    f.hint =
+        "ranks stuck in init wait for a peer they cannot reach: check the network between "
+        "the hosts (NCCL_SOCKET_IFNAME, firewalls, InfiniBand ports); NCCL_DEBUG=INFO "
+        "shows the bootstrap";
     out.push_back(std::move(f));
   }
 
@@ -1307,8 +1327,7 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     } else if (!r.allreduce_ok) {
       wrong_ranks.push_back(r.rank);
       wrong.push_back(fmt::format("rank {} expected {}, got {}", r.rank, r.expected, r.got));
-    } else if (sv.min_busbw_gbps > 0 && r.bandwidth_bytes > 0 &&
-               r.busbw_gbps < sv.min_busbw_gbps) {
+    } else if (sv.min_busbw_gbps > 0 && r.bandwidth_bytes > 0 && r.busbw_gbps < sv.min_busbw_gbps) {
       low.push_back(r.rank);
       low_text.push_back(fmt::format("rank {} {:.1f} GB/s", r.rank, r.busbw_gbps));
     }
@@ -1319,8 +1338,9 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     f.exit_code = exit_code::kGpu;
     f.message = fmt::format("the all-reduce of one value per rank gave a wrong total: {}",
                             format_list(wrong, 4));
-    f.hint = "a wrong sum from NCCL means broken hardware or a broken NCCL/driver pairing on "
-             "those hosts: run nccl-tests there, check the GPU's ECC and NVLink errors";
+    f.hint =
+        "a wrong sum from NCCL means broken hardware or a broken NCCL/driver pairing on "
+        "those hosts: run nccl-tests there, check the GPU's ECC and NVLink errors";
     out.push_back(std::move(f));
   }
   if (!failed_ranks.empty()) {
@@ -1328,8 +1348,9 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     f.id = "allreduce-failed";
     f.exit_code = exit_code::kGpu;
     f.message = fmt::format("the all-reduce failed: {}", join(failed_text, "; ", 4));
-    f.hint = "NCCL_DEBUG=INFO on those ranks says why; an error right after a successful init "
-             "usually points at the network transport (NCCL_NET, NCCL_IB_HCA)";
+    f.hint =
+        "NCCL_DEBUG=INFO on those ranks says why; an error right after a successful init "
+        "usually points at the network transport (NCCL_NET, NCCL_IB_HCA)";
     out.push_back(std::move(f));
   }
   if (!ar_timeout.empty()) {
@@ -1338,8 +1359,9 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     f.exit_code = exit_code::kGpu;
     f.message = fmt::format("the all-reduce did not complete within the deadline for {} on {}",
                             ranks_word(ar_timeout), format_list(f.hosts, 4));
-    f.hint = "init succeeded but data does not flow: check the inter-host links (IB/RoCE, "
-             "NCCL_IB_HCA, NCCL_NET) and NCCL_DEBUG=INFO";
+    f.hint =
+        "init succeeded but data does not flow: check the inter-host links (IB/RoCE, "
+        "NCCL_IB_HCA, NCCL_NET) and NCCL_DEBUG=INFO";
     out.push_back(std::move(f));
   }
   if (!low.empty()) {
@@ -1348,8 +1370,9 @@ std::vector<Finding> stage_checks(const StageView& sv) {
     f.exit_code = exit_code::kGpu;
     f.message = fmt::format("all-reduce bus bandwidth below --min-busbw {:.1f} GB/s: {}",
                             sv.min_busbw_gbps, format_list(low_text, 6));
-    f.hint = "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
-             "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause";
+    f.hint =
+        "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
+        "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause";
     out.push_back(std::move(f));
   }
   return out;

@@ -52,8 +52,7 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   app.add_option("--device", o.device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
       ->check(CLI::Range(0, 1023));
   app.add_option_function<std::string>(
-         "--bandwidth",
-         [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
+         "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
          "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
       ->check(CLI::Validator(
           [](std::string& v) {
@@ -78,7 +77,7 @@ uint64_t parse_size(const std::string& text) {
     return 0;
   }
   std::string unit = text.substr(used);
-  double scale = unit.empty() || unit == "B" ? 1
+  double scale = unit.empty() || unit == "B"    ? 1
                  : unit == "K" || unit == "KiB" ? 1024.0
                  : unit == "M" || unit == "MiB" ? 1024.0 * 1024
                  : unit == "G" || unit == "GiB" ? 1024.0 * 1024 * 1024

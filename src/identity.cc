@@ -82,8 +82,9 @@ void resolve(Identity& id) {
     auto field = static_cast<Field>(fi);
     std::vector<const Observation*> valid;
     std::vector<const Observation*> unparsable;
-    bool strong = std::any_of(id.observations.begin(), id.observations.end(),
-                              [field](const Observation& o) { return o.field == field && !o.weak; });
+    bool strong =
+        std::any_of(id.observations.begin(), id.observations.end(),
+                    [field](const Observation& o) { return o.field == field && !o.weak; });
     for (const Observation& o : id.observations) {
       if (o.field != field || (strong && o.weak)) continue;
       if (is_numeric_field(field) && !parse_long(o.value)) {
@@ -98,14 +99,16 @@ void resolve(Identity& id) {
       std::string what = fmt::format("{}='{}' is not a whole number (set by {})", o->variable,
                                      o->value, describe(o->launcher));
       if (!valid.empty()) {
-        id.notes.push_back(fmt::format("{}; using {}={}", what, valid.front()->variable,
-                                       valid.front()->value));
+        id.notes.push_back(
+            fmt::format("{}; using {}={}", what, valid.front()->variable, valid.front()->value));
       } else if (field == Field::kNprocPerNode) {
-        id.problems.push_back(what + ": torchrun's auto/gpu are not known before the GPUs are "
-                                     "probed; pass --nproc-per-node N");
+        id.problems.push_back(what +
+                              ": torchrun's auto/gpu are not known before the GPUs are "
+                              "probed; pass --nproc-per-node N");
       } else if (field == Field::kNnodes && o->value.find(':') != std::string::npos) {
-        id.problems.push_back(what + ": an elastic range; rankcheck checks a job of a fixed size, "
-                                     "pass --nnodes N");
+        id.problems.push_back(what +
+                              ": an elastic range; rankcheck checks a job of a fixed size, "
+                              "pass --nnodes N");
       } else {
         id.problems.push_back(what);
       }
@@ -138,8 +141,8 @@ void resolve(Identity& id) {
   // Node mode: one member stands for nproc-per-node consecutive ranks.
   if (have[int(Field::kNprocPerNode)]) {
     if (id.nranks < 1 || id.nranks > kMaxRanksPerMember) {
-      id.problems.push_back(fmt::format("nproc per node {} is outside 1..{}", id.nranks,
-                                        kMaxRanksPerMember));
+      id.problems.push_back(
+          fmt::format("nproc per node {} is outside 1..{}", id.nranks, kMaxRanksPerMember));
       id.nranks = 1;
     } else if (!have[int(Field::kRank)]) {
       if (!have[int(Field::kNodeRank)]) {
@@ -202,8 +205,8 @@ void resolve(Identity& id) {
       id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
     }
     if (id.master_addr.empty()) {
-      id.problems.push_back(fmt::format("{}: none of {} is set", kNoMaster,
-                                        sources_for(Field::kMasterAddr)));
+      id.problems.push_back(
+          fmt::format("{}: none of {} is set", kNoMaster, sources_for(Field::kMasterAddr)));
     }
   }
 }

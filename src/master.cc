@@ -1,14 +1,12 @@
-#include <rankcheck/master.h>
-
 #include <algorithm>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <fmt/format.h>
-
 #include <rankcheck/interrupt.h>
+#include <rankcheck/master.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -79,7 +77,8 @@ void MasterState::refuse(RefusalKind kind, std::string peer, std::string reason,
   tracker_.taint();
   ++refused_total_;
   if (refused_.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) {
-    refused_.push_back(Refusal{kind, std::move(peer), std::move(reason), std::move(record), now_ms()});
+    refused_.push_back(
+        Refusal{kind, std::move(peer), std::move(reason), std::move(record), now_ms()});
   }
 }
 
@@ -107,7 +106,9 @@ bool MasterState::ready() const {
   return !decided_ && (joined_ranks_ >= cfg_.world_size || smaller_world_complete());
 }
 
-void MasterState::interrupt(int signal) { signal_ = signal; }
+void MasterState::interrupt(int signal) {
+  signal_ = signal;
+}
 
 // What every member learns when rank 0 is stopped: why their job failed.
 void MasterState::report_signal() {
@@ -116,14 +117,16 @@ void MasterState::report_signal() {
   report_.interrupted_by = signal_;
   report_.findings.insert(
       report_.findings.begin(),
-      Finding{"master-interrupted", Severity::kError, exit_code::kIncomplete,
-              fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
-                          printable(cfg_.master_host), signal_name(signal_),
-                          format_seconds(now_ms())),
-              "the scheduler or someone stopped rank 0 (pre-emption, scancel, Ctrl-C): see "
-              "why, and run the check again",
-              {0},
-              {cfg_.master_host}});
+      Finding{
+          "master-interrupted",
+          Severity::kError,
+          exit_code::kIncomplete,
+          fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
+                      printable(cfg_.master_host), signal_name(signal_), format_seconds(now_ms())),
+          "the scheduler or someone stopped rank 0 (pre-emption, scancel, Ctrl-C): see "
+          "why, and run the check again",
+          {0},
+          {cfg_.master_host}});
 }
 
 Verdict MasterState::verdict_base() const {
@@ -131,7 +134,8 @@ Verdict MasterState::verdict_base() const {
   v.exit_code = static_cast<uint8_t>(report_.exit_code());
   v.headline = headline(report_.findings);
   v.joined_ranks = static_cast<uint32_t>(joined_ranks_);
-  for (const Finding& f : report_.findings) (f.is_error() ? v.errors : v.warnings)++;
+  for (const Finding& f : report_.findings)
+    (f.is_error() ? v.errors : v.warnings)++;
   return v;
 }
 
@@ -180,7 +184,9 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   } else {
     report_.findings.insert(
         report_.findings.begin(),
-        Finding{"nccl-init-failed", Severity::kError, exit_code::kGpu,
+        Finding{"nccl-init-failed",
+                Severity::kError,
+                exit_code::kGpu,
                 fmt::format("ncclGetUniqueId failed on the master ({}): {}",
                             printable(cfg_.master_host), id.error().message),
                 "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name an "
@@ -203,8 +209,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   }
   // From the last join (or the deadline) to the verdict.
   auto t1 = Clock::now();
-  report_.decision_ms =
-      timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
+  report_.decision_ms = timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
   // What holding the members cost, before anything is sent.
   rusage usage{};
   if (::getrusage(RUSAGE_SELF, &usage) == 0) report_.peak_rss_kib = usage.ru_maxrss;
@@ -279,9 +284,9 @@ const Verdict& MasterState::finalize() {
                                             : std::string())
                     : "failed";
   verdict_ = verdict_base();
-  cfg_.log(fmt::format("GPU stage over at +{}: {}", format_seconds(now_ms()),
-                       verdict_.exit_code == 0 ? "PASS"
-                                               : fmt::format("FAIL (exit {})", verdict_.exit_code)));
+  cfg_.log(fmt::format(
+      "GPU stage over at +{}: {}", format_seconds(now_ms()),
+      verdict_.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", verdict_.exit_code)));
   return verdict_;
 }
 

@@ -234,14 +234,29 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       if (!v) return v.error();
       if (token != nullptr &&
           !verify_verdict(frame->payload, *token, joined.server_nonce, joined.client_nonce)) {
-        return Error{"its verdict does not carry this job's token: it is not from this job's "
-                     "master",
-                     kAuthFailed};
+        return Error{
+            "its verdict does not carry this job's token: it is not from this job's "
+            "master",
+            kAuthFailed};
       }
       return v;
     }
     // Anything else before the verdict is ignored: the master sends nothing else now.
   }
+}
+
+MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms) {
+  MemberReport m;
+  m.self = self;
+  m.verdict_received = true;
+  m.exit_code = v.exit_code;
+  m.headline = v.headline;
+  m.errors = v.errors;
+  m.warnings = v.warnings;
+  m.joined_ranks = v.joined_ranks;
+  m.findings = v.notes;
+  m.total_ms = total_ms;
+  return m;
 }
 
 std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, Deadline deadline) {

@@ -111,10 +111,12 @@ std::vector<uint8_t> encode(const Verdict& m) {
     w.str(f.hint.substr(0, 512));
     size_t nr = std::min<size_t>(f.ranks.size(), kMaxNoteRanks);
     w.u32(static_cast<uint32_t>(nr));
-    for (size_t k = 0; k < nr; ++k) w.i32(static_cast<int32_t>(f.ranks[k]));
+    for (size_t k = 0; k < nr; ++k)
+      w.i32(static_cast<int32_t>(f.ranks[k]));
     size_t nh = std::min<size_t>(f.hosts.size(), kMaxNoteHosts);
     w.u32(static_cast<uint32_t>(nh));
-    for (size_t k = 0; k < nh; ++k) w.str(f.hosts[k].substr(0, kMaxHostName));
+    for (size_t k = 0; k < nh; ++k)
+      w.str(f.hosts[k].substr(0, kMaxHostName));
   }
   w.u32(m.stage_ms);
   w.u8(m.nccl_id.has_value());
@@ -219,9 +221,11 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
     f.message = r.str(1024, "finding message");
     f.hint = r.str(512, "finding hint");
     f.ranks.resize(r.count(kMaxNoteRanks, "finding rank"));
-    for (long& k : f.ranks) k = r.i32();
+    for (long& k : f.ranks)
+      k = r.i32();
     f.hosts.resize(r.count(kMaxNoteHosts, "finding host"));
-    for (std::string& h : f.hosts) h = r.str(kMaxHostName, "finding host");
+    for (std::string& h : f.hosts)
+      h = r.str(kMaxHostName, "finding host");
   }
   m.stage_ms = r.u32();
   if (r.u8() != 0) {

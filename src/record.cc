@@ -37,8 +37,7 @@ uint64_t env_digest(const std::vector<EnvVar>& env) {
   return h;
 }
 
-Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
-                   GpuFacts gpu) {
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu) {
   Record r;
   r.version = std::string(kVersion);
   r.rank = static_cast<int32_t>(id.rank);

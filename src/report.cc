@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <rankcheck/report.h>
 #include <rankcheck/interrupt.h>
+#include <rankcheck/report.h>
 #include <rankcheck/text.h>
 #include <rankcheck/version.h>
 
@@ -69,9 +69,10 @@ std::string short_gpu_name(const std::string& name) {
 
 std::string gpu_cell(const GpuFacts& g, const Record& rec) {
   if (!g.usable()) {
-    return g.state == GpuState::kSkipped ? "-" : g.state == GpuState::kNoDriver ? "no driver"
-                                             : g.state == GpuState::kNoDevice   ? "no GPU"
-                                                                                : "unusable";
+    return g.state == GpuState::kSkipped    ? "-"
+           : g.state == GpuState::kNoDriver ? "no driver"
+           : g.state == GpuState::kNoDevice ? "no GPU"
+                                            : "unusable";
   }
   if (g.devices.empty()) return "-";
   if (rec.nranks > 1) {
@@ -82,16 +83,16 @@ std::string gpu_cell(const GpuFacts& g, const Record& rec) {
 }
 
 std::string member_table(const Report& r) {
-  bool gpus = std::any_of(r.members.begin(), r.members.end(), [](const Member& m) {
-    return m.record.gpu.state != GpuState::kSkipped;
-  });
+  bool gpus = std::any_of(r.members.begin(), r.members.end(),
+                          [](const Member& m) { return m.record.gpu.state != GpuState::kSkipped; });
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
     rows.push_back({"rank", "host", "local", "pid", "launcher"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpu", "nccl"});
     rows.back().push_back("joined");
     std::vector<const Member*> sorted;
-    for (const Member& m : r.members) sorted.push_back(&m);
+    for (const Member& m : r.members)
+      sorted.push_back(&m);
     std::stable_sort(sorted.begin(), sorted.end(), [](const Member* a, const Member* b) {
       return a->record.rank < b->record.rank;
     });
@@ -122,15 +123,17 @@ std::string member_table(const Report& r) {
     std::map<std::string, HostRow> hosts;
     for (const Member& m : r.members) {
       HostRow& h = hosts[m.record.host];
-      for (long k = m.record.rank; k <= m.record.last_rank(); ++k) h.ranks.push_back(k);
+      for (long k = m.record.rank; k <= m.record.last_rank(); ++k)
+        h.ranks.push_back(k);
       h.last_join = std::max(h.last_join, m.joined_ms);
       ++h.members;
       const GpuFacts& g = m.record.gpu;
       h.gpus += g.devices.size();
       if (!g.devices.empty()) h.gpu_name = short_gpu_name(g.devices.front().name);
       h.nccl.insert(g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "-");
-      if (g.usable()) h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
-                                                        : printable(g.driver, 20));
+      if (g.usable())
+        h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
+                                         : printable(g.driver, 20));
     }
     std::vector<std::pair<std::string, HostRow>> sorted(hosts.begin(), hosts.end());
     std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
@@ -151,14 +154,16 @@ std::string member_table(const Report& r) {
       if (gpus) {
         rows.back().push_back(h.gpus == 0 ? "-" : fmt::format("{} × {}", h.gpus, h.gpu_name));
         rows.back().push_back(format_list({h.nccl.begin(), h.nccl.end()}, 2));
-        rows.back().push_back(h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
+        rows.back().push_back(
+            h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
       }
       rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));
     }
   }
   std::vector<size_t> width(rows.front().size(), 0);
   for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], display_width(row[c]));
+    for (size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], display_width(row[c]));
   }
   std::string out;
   for (const auto& row : rows) {
@@ -167,7 +172,8 @@ std::string member_table(const Report& r) {
       line += row[c];
       if (c + 1 < row.size()) line.append(width[c] - display_width(row[c]) + 3, ' ');
     }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
     out += line + "\n";
   }
   return out;
@@ -183,7 +189,7 @@ nlohmann::json gpu_json(const GpuFacts& g) {
                        {"name", d.name},
                        {"memory_bytes", d.memory_bytes}});
   }
-  static constexpr const char* kStates[] = {"usable",   "skipped",   "no-driver",
+  static constexpr const char* kStates[] = {"usable",      "skipped",   "no-driver",
                                             "init-failed", "no-device", "not-built"};
   return {{"state", kStates[static_cast<size_t>(g.state)]},
           {"error", g.error},
@@ -212,9 +218,8 @@ nlohmann::json stage_json(const RankResult& r) {
                       {"expected", r.expected},
                       {"got", r.got}};
   if (r.bandwidth_bytes > 0) {
-    j["bandwidth"] = {{"bytes", r.bandwidth_bytes},
-                      {"algbw_gbps", r.algbw_gbps},
-                      {"busbw_gbps", r.busbw_gbps}};
+    j["bandwidth"] = {
+        {"bytes", r.bandwidth_bytes}, {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps}};
   }
   return j;
 }
@@ -313,13 +318,14 @@ std::string render_text(const Report& r, RenderStyle style) {
     }
   }
   if (!r.members.empty()) out += "\n" + member_table(r);
-  out += fmt::format("\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
-                     format_seconds(r.rendezvous_ms),
-                     r.interrupted_by != 0 ? fmt::format("stopped by {}", signal_name(r.interrupted_by))
-                     : r.timed_out         ? std::string("deadline reached")
-                                           : std::string("all joined"),
-                     r.decision_ms, r.gpu_stage,
-                     r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  out += fmt::format(
+      "\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
+      format_seconds(r.rendezvous_ms),
+      r.interrupted_by != 0 ? fmt::format("stopped by {}", signal_name(r.interrupted_by))
+      : r.timed_out         ? std::string("deadline reached")
+                            : std::string("all joined"),
+      r.decision_ms, r.gpu_stage,
+      r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
   return out;
 }
 
@@ -358,8 +364,19 @@ std::string render_json(const Report& r) {
                             {"peak_at_decision", r.peak_rss_kib}};
   j["gpu_stage"] = r.gpu_stage;
   j["stage_results"] = nlohmann::json::array();
-  for (const RankResult& x : r.stage_results) j["stage_results"].push_back(stage_json(x));
+  for (const RankResult& x : r.stage_results)
+    j["stage_results"].push_back(stage_json(x));
   return dump(j);
+}
+
+MemberReport failure_report(const Record& self, Finding failure, double total_ms) {
+  MemberReport m;
+  m.self = self;
+  m.exit_code = failure.exit_code;
+  m.headline = headline({failure});
+  m.findings.push_back(std::move(failure));
+  m.total_ms = total_ms;
+  return m;
 }
 
 std::string render_member_text(const MemberReport& r, RenderStyle style) {

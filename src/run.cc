@@ -112,8 +112,8 @@ struct Output {
   /// --json PATH with {rank} and {host} filled in: one command line serves every
   /// process of a job (srun, torchrun, mpirun).
   void set_self(long rank, const std::string& host) {
-    for (auto [key, value] : {std::pair<std::string, std::string>{"{rank}", std::to_string(rank)},
-                              {"{host}", host}}) {
+    for (auto [key, value] :
+         {std::pair<std::string, std::string>{"{rank}", std::to_string(rank)}, {"{host}", host}}) {
       for (size_t at; (at = json_path.find(key)) != std::string::npos;) {
         json_path.replace(at, key.size(), value);
       }
@@ -147,6 +147,25 @@ Status check_json_path(const std::string& path) {
 }
 
 // What one run carries from step to step.
+// What every run starts with: its deadline, the watchdog behind it, the signal
+// handlers, and where its words go.
+struct RunFrame {
+  explicit RunFrame(const RunOptions& o)
+      : start(Clock::now()),
+        end(start + seconds(o.timeout_s)),
+        watchdog(end.when() + kWatchdogGrace, watchdog_code),
+        log(o.quiet),
+        out{o.json_path, o.color} {
+    install_interrupt_handlers();
+  }
+  Clock::time_point start;
+  Deadline end;
+  std::atomic<int> watchdog_code{exit_code::kIncomplete};  // by phase: 4, then 5 in the GPU stage
+  Watchdog watchdog;
+  Log log;
+  Output out;
+};
+
 // A job token made for `rankcheck local`, removed with it.
 class TempToken {
  public:
@@ -249,59 +268,42 @@ int member_path(Record& self, const Identity& id, Session& s) {
   JoinResult joined = join_master(self, jo);
   if (interrupted()) return interrupted_exit(log, self, out, start);
 
-  MemberReport m;
-  m.self = self;
-  if (joined.failure) {
-    m.exit_code = joined.failure->exit_code;
-    m.headline = headline({*joined.failure});
-    m.findings.push_back(*joined.failure);
-  } else {
-    log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
-                             joined.admit.joined_ranks, joined.admit.world_size));
-    auto verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
-    if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
-      StageReport results = run_gpu_stage(s, *verdict, id.world_size);
-      auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
-      if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
-      verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
-    }
-    if (interrupted()) return interrupted_exit(log, self, out, start);
-    if (!verdict && verdict.error().code == kAuthFailed) {
-      Finding forged{"auth-failed", Severity::kError, exit_code::kRejected,
-                     fmt::format("the master at {}:{} answered, but {}", printable(id.master_addr),
-                                 id.rendezvous_port, verdict.error().message),
-                     "something other than rank 0 answered on MASTER_PORT, or rank 0 has "
-                     "another token: give every process the same --token-file",
-                     {self.rank},
-                     {self.host}};
-      m.exit_code = forged.exit_code;
-      m.headline = headline({forged});
-      m.findings.push_back(std::move(forged));
-    } else if (!verdict) {
-      Finding lost{"master-lost",
-                   Severity::kError,
-                   exit_code::kIncomplete,
-                   fmt::format("{} joined the master at {}:{}, then: {}", member_label(self),
-                               printable(id.master_addr), id.rendezvous_port, verdict.error().message),
-                   "read rank 0's log and report: it was killed, crashed, or the network "
-                   "between the hosts failed",
-                   {self.rank},
-                   {self.host}};
-      m.exit_code = lost.exit_code;
-      m.headline = headline({lost});
-      m.findings.push_back(std::move(lost));
-    } else {
-      m.verdict_received = true;
-      m.exit_code = verdict->exit_code;
-      m.headline = verdict->headline;
-      m.errors = verdict->errors;
-      m.warnings = verdict->warnings;
-      m.joined_ranks = verdict->joined_ranks;
-      m.findings = verdict->notes;
-    }
+  auto took = [start] { return ms_between(start, Clock::now()); };
+  if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
+  log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
+                           joined.admit.joined_ranks, joined.admit.world_size));
+  auto verdict =
+      wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
+  if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
+    StageReport results = run_gpu_stage(s, *verdict, id.world_size);
+    auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
+    if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
+    verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
   }
-  m.total_ms = ms_between(start, Clock::now());
-  return print_member(m, out);
+  if (interrupted()) return interrupted_exit(log, self, out, start);
+  if (verdict) return print_member(verdict_report(self, *verdict, took()), out);
+  Finding f =
+      verdict.error().code == kAuthFailed
+          ? Finding{"auth-failed",
+                    Severity::kError,
+                    exit_code::kRejected,
+                    fmt::format("the master at {}:{} answered, but {}", printable(id.master_addr),
+                                id.rendezvous_port, verdict.error().message),
+                    "something other than rank 0 answered on MASTER_PORT, or rank 0 has "
+                    "another token: give every process the same --token-file",
+                    {self.rank},
+                    {self.host}}
+          : Finding{
+                "master-lost",
+                Severity::kError,
+                exit_code::kIncomplete,
+                fmt::format("{} joined the master at {}:{}, then: {}", member_label(self),
+                            printable(id.master_addr), id.rendezvous_port, verdict.error().message),
+                "read rank 0's log and report: it was killed, crashed, or the network "
+                "between the hosts failed",
+                {self.rank},
+                {self.host}};
+  return print_member(failure_report(self, std::move(f), took()), out);
 }
 
 // A master holds one descriptor per member: raise the soft limit where the hard one
@@ -405,13 +407,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
           setup.port);
     }
     log.error(f.message);
-    MemberReport m;
-    m.self = self;
-    m.exit_code = f.exit_code;
-    m.headline = headline({f});
-    m.findings.push_back(std::move(f));
-    m.total_ms = ms_between(start, Clock::now());
-    return print_member(m, out);
+    return print_member(failure_report(self, std::move(f), ms_between(start, Clock::now())), out);
   }
   if (setup.port == 0) self.master_port = *port;  // a free port was picked: it is MASTER_PORT
   if (on_listening) on_listening(*port);
@@ -470,9 +466,10 @@ GpuFacts probe_gpus(Session& s) {
   GpuFacts gpu = s.stage->inventory(s.plan);
   s.log.progress(fmt::format(
       "GPU inventory in {}: {}", format_seconds(ms_between(t0, Clock::now())),
-      gpu.usable() ? fmt::format("{} ({}), NCCL {}", gpu.devices.empty() ? "-" : gpu.devices[0].uuid,
-                                 gpu.choice, nccl_version_text(gpu.nccl_version))
-                   : gpu.error));
+      gpu.usable()
+          ? fmt::format("{} ({}), NCCL {}", gpu.devices.empty() ? "-" : gpu.devices[0].uuid,
+                        gpu.choice, nccl_version_text(gpu.nccl_version))
+          : gpu.error));
   return gpu;
 }
 
@@ -486,40 +483,48 @@ int usage_problems(const Identity& id) {
 }  // namespace
 
 int run_probe(const RunOptions& o, const EnvMap& env) {
-  auto start = Clock::now();
-  Deadline end(start + seconds(o.timeout_s));
-  std::atomic<int> watchdog_code{exit_code::kIncomplete};
-  Watchdog watchdog(end.when() + kWatchdogGrace, watchdog_code);
-  install_interrupt_handlers();
-  Log log(o.quiet);
-  Output out{o.json_path, o.color};
+  RunFrame frame(o);
   if (auto ok = check_json_path(o.json_path); !ok) {
     Log::error(ok.error().message);
     return exit_code::kUsage;
   }
+  Clock::time_point start = frame.start;
+  Deadline end = frame.end;
+  std::atomic<int>& watchdog_code = frame.watchdog_code;
+  Log& log = frame.log;
+  Output& out = frame.out;
 
   Identity id = detect_identity(env, o.flags);
   BootstrapFn over_mpi = nullptr;
   if (o.bootstrap == "mpi") {
     over_mpi = mpi_bootstrap();
     if (over_mpi == nullptr) {
-      Log::error("--bootstrap mpi: this binary was built without MPI; use rankcheck-mpi, built "
-                 "where Open MPI's headers are found");
+      Log::error(
+          "--bootstrap mpi: this binary was built without MPI; use rankcheck-mpi, built "
+          "where Open MPI's headers are found");
       return exit_code::kUsage;
     }
     without_master_addr(id);  // the records travel over MPI
   }
   if (!id.usable()) return usage_problems(id);
-  for (const std::string& note : id.notes) log.progress("note: " + note);
+  for (const std::string& note : id.notes)
+    log.progress("note: " + note);
   auto token = load_token(o, env, log);
   if (!token) {
     Log::error(token.error().message);
     return exit_code::kUsage;
   }
-  Session s{o,   log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
-            gpu_plan(id, o, env), std::move(*token)};
-  Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))),
-                           probe_gpus(s));
+  Session s{o,
+            log,
+            out,
+            start,
+            end,
+            watchdog_code,
+            make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, env),
+            std::move(*token)};
+  Record self =
+      build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))), probe_gpus(s));
   s.out.set_self(self.rank, self.host);
   for (const Finding& f : local_checks(self)) {
     log.error(fmt::format("{} {}: {}", f.is_error() ? "✗" : "!", f.id, f.message));
@@ -563,8 +568,6 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     }
     if (!self.resolve_error.empty()) {
       Log::error(fmt::format("rank 0 cannot resolve its own MASTER_ADDR: {}", self.resolve_error));
-      MemberReport m;
-      m.self = self;
       Finding f{"master-addr-not-local",
                 Severity::kError,
                 exit_code::kCannotListen,
@@ -573,10 +576,8 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
                 "set MASTER_ADDR to a name or address of the host rank 0 runs on",
                 {self.rank},
                 {self.host}};
-      m.exit_code = f.exit_code;
-      m.headline = headline({f});
-      m.findings.push_back(std::move(f));
-      return print_member(m, s.out);
+      return print_member(failure_report(self, std::move(f), ms_between(start, Clock::now())),
+                          s.out);
     }
     MasterSetup setup;
     setup.port = static_cast<uint16_t>(id.rendezvous_port);
@@ -598,8 +599,12 @@ namespace {
 BootstrapFn g_mpi_bootstrap = nullptr;
 }  // namespace
 
-void set_mpi_bootstrap(BootstrapFn fn) { g_mpi_bootstrap = fn; }
-BootstrapFn mpi_bootstrap() { return g_mpi_bootstrap; }
+void set_mpi_bootstrap(BootstrapFn fn) {
+  g_mpi_bootstrap = fn;
+}
+BootstrapFn mpi_bootstrap() {
+  return g_mpi_bootstrap;
+}
 
 TempToken::~TempToken() {
   if (!path_.empty()) {
@@ -610,7 +615,8 @@ TempToken::~TempToken() {
 
 Result<std::string> TempToken::make() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/rankcheck-XXXXXX";
+  std::string pattern =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/rankcheck-XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) {
@@ -621,7 +627,8 @@ Result<std::string> TempToken::make() {
   std::array<uint8_t, 32> secret{};
   fill_random(secret);
   std::string hex;
-  for (uint8_t b : secret) hex += fmt::format("{:02x}", b);
+  for (uint8_t b : secret)
+    hex += fmt::format("{:02x}", b);
   path_ = dir_ + "/token";
   int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size())) {
@@ -654,17 +661,16 @@ EnvMap without_launcher_env(const EnvMap& env) {
 
 int run_local(const LocalOptions& lo, const EnvMap& env) {
   const RunOptions& o = lo.run;
-  auto start = Clock::now();
-  Deadline end(start + seconds(o.timeout_s));
-  std::atomic<int> watchdog_code{exit_code::kIncomplete};
-  Watchdog watchdog(end.when() + kWatchdogGrace, watchdog_code);
-  install_interrupt_handlers();
-  Log log(o.quiet);
-  Output out{o.json_path, o.color};
+  RunFrame frame(o);
   if (auto ok = check_json_path(o.json_path); !ok) {
     Log::error(ok.error().message);
     return exit_code::kUsage;
   }
+  Clock::time_point start = frame.start;
+  Deadline end = frame.end;
+  std::atomic<int>& watchdog_code = frame.watchdog_code;
+  Log& log = frame.log;
+  Output& out = frame.out;
   if (lo.nprocs < 1 || lo.nprocs > 1024) {
     Log::error(fmt::format("-n {}: rankcheck local runs 1 to 1024 members", lo.nprocs));
     return exit_code::kUsage;
@@ -701,9 +707,17 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     Log::error(token.error().message);
     return exit_code::kUsage;
   }
-  Session s{o,   log, out, start, end, watchdog_code, make_gpu_stage(stage_options(o, env)),
-            gpu_plan(id, o, child_env), std::move(*token)};
-  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
+  Session s{o,
+            log,
+            out,
+            start,
+            end,
+            watchdog_code,
+            make_gpu_stage(stage_options(o, env)),
+            gpu_plan(id, o, child_env),
+            std::move(*token)};
+  Record self =
+      build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
 
   char exe[4096] = {};
   ssize_t exe_len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -726,7 +740,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       for (const auto& [key, value] : e)
         storage.push_back(key + "=" + value);
       std::vector<char*> envp;
-      for (auto& entry : storage) envp.push_back(entry.data());
+      for (auto& entry : storage)
+        envp.push_back(entry.data());
       envp.push_back(nullptr);
       // Children end by the same deadline as this process.
       double left = std::max(0.5, double(end.remaining().count()) / 1000.0);

@@ -18,7 +18,6 @@ constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 // Refusals logged to stderr one by one before they are only counted.
 constexpr size_t kMaxRefusalsLogged = 8;
 
-
 }  // namespace
 
 struct Server::Impl {

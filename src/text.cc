@@ -90,7 +90,8 @@ std::string printable(std::string_view s, size_t max_len) {
 
 size_t display_width(std::string_view s) {
   size_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  for (char c : s)
+    n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
   return n;
 }
 

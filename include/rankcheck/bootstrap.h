@@ -23,10 +23,10 @@ struct BootstrapContext {
   Deadline end;
   bool gpu_stage = true;  ///< not --no-gpu
   double min_busbw_gbps = 0;
-  std::function<void(const std::string&)> log;   ///< progress, stderr
-  std::function<void(int)> set_watchdog_code;    ///< what a stuck process exits with
-  std::function<int(const Report&)> print_report;         ///< the master's report; its code
-  std::function<int(const MemberReport&)> print_member;   ///< a member's line; its code
+  std::function<void(const std::string&)> log;           ///< progress, stderr
+  std::function<void(int)> set_watchdog_code;            ///< what a stuck process exits with
+  std::function<int(const Report&)> print_report;        ///< the master's report; its code
+  std::function<int(const MemberReport&)> print_member;  ///< a member's line; its code
 };
 
 using BootstrapFn = int (*)(BootstrapContext&);

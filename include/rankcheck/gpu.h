@@ -43,16 +43,16 @@ struct GpuDevice {
 /// What a member found on its host, sent with its record before the verdict.
 struct GpuFacts {
   GpuState state = GpuState::kSkipped;
-  std::string error;             ///< why not usable
-  int32_t cuda_version = 0;      ///< cuDriverGetVersion, e.g. 13000
-  std::string driver;            ///< NVIDIA driver version, when the host tells it
-  int32_t device_count = -1;     ///< devices visible to this process
-  std::string visible_devices;   ///< CUDA_VISIBLE_DEVICES as set, "" when unset
-  std::string choice;            ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
+  std::string error;               ///< why not usable
+  int32_t cuda_version = 0;        ///< cuDriverGetVersion, e.g. 13000
+  std::string driver;              ///< NVIDIA driver version, when the host tells it
+  int32_t device_count = -1;       ///< devices visible to this process
+  std::string visible_devices;     ///< CUDA_VISIBLE_DEVICES as set, "" when unset
+  std::string choice;              ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
   std::vector<GpuDevice> devices;  ///< one per rank this member stands for
-  std::string nccl_path;         ///< the library loaded
-  int32_t nccl_version = 0;      ///< ncclGetVersion, e.g. 22809; 0 when not loaded
-  std::string nccl_error;        ///< why NCCL could not be loaded
+  std::string nccl_path;           ///< the library loaded
+  int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
+  std::string nccl_error;          ///< why NCCL could not be loaded
 
   bool usable() const { return state == GpuState::kUsable; }
   bool nccl_loaded() const { return nccl_version > 0; }
@@ -66,9 +66,9 @@ std::string cuda_version_text(int32_t v);
 /// How a member picks its devices.
 struct GpuPlan {
   long first_rank = 0;
-  long nranks = 1;         ///< node mode: one device per rank, ordinals 0..N-1
-  long local_rank = -1;    ///< rank mode: LOCAL_RANK picks the device...
-  std::optional<int> device;  ///< ...unless --device says which
+  long nranks = 1;              ///< node mode: one device per rank, ordinals 0..N-1
+  long local_rank = -1;         ///< rank mode: LOCAL_RANK picks the device...
+  std::optional<int> device;    ///< ...unless --device says which
   std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES, for the record
 };
 
@@ -79,8 +79,8 @@ struct RankResult {
   bool init_timed_out = false;
   std::string init_error;  ///< ncclGetErrorString + ncclGetLastError
   double init_ms = 0;
-  bool allreduce_ok = false;        ///< completed with the exact total
-  bool allreduce_done = false;      ///< completed at all
+  bool allreduce_ok = false;    ///< completed with the exact total
+  bool allreduce_done = false;  ///< completed at all
   bool allreduce_timed_out = false;
   std::string allreduce_error;
   int64_t expected = 0;

@@ -23,9 +23,9 @@ struct MasterConfig {
   std::string master_host;
   std::vector<std::string> master_resolved;
   Clock::time_point start = Clock::now();
-  bool gpu_stage = false;                         ///< off: --no-gpu
+  bool gpu_stage = false;                        ///< off: --no-gpu
   std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
-  Deadline stage_by = Deadline::never();          ///< every rank's stage ends by then
+  Deadline stage_by = Deadline::never();         ///< every rank's stage ends by then
   double min_busbw_gbps = 0;
   bool authenticated = false;  ///< members proved the job token (for the report)
   std::function<void(const std::string&)> log = [](const std::string&) {};
@@ -79,8 +79,8 @@ class MasterState {
   Verdict verdict_base() const;
 
   MasterConfig cfg_;
-  std::vector<Member> members_;  // admitted and still connected, in arrival order
-  JoinTracker tracker_;          // lets a clean job skip the rules at the decision
+  std::vector<Member> members_;         // admitted and still connected, in arrival order
+  JoinTracker tracker_;                 // lets a clean job skip the rules at the decision
   ListPool<std::string> string_lists_;  // interfaces and resolved addresses, one copy each
   ListPool<EnvVar> envs_;
   std::vector<uint32_t> claims_;      // members claiming each rank in [0, world)

@@ -8,6 +8,7 @@
 
 #include <rankcheck/net.h>
 #include <rankcheck/protocol.h>
+#include <rankcheck/report.h>
 
 namespace rankcheck {
 
@@ -39,6 +40,9 @@ JoinResult join_master(Record& self, const JoinOptions& options);
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
                              const JobToken* token);
 inline constexpr int kAuthFailed = 200;
+
+/// A member's report from the verdict it was sent.
+MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms);
 
 /// Whether a rankcheck master already answers at addr:port: its challenge, if so.
 std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, Deadline deadline);

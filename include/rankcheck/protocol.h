@@ -32,7 +32,7 @@ struct Challenge {
   Nonce nonce{};               ///< fresh per connection: what a hello's MAC covers
   std::string master_version;  ///< rankcheck version of the master
   std::string job_id;
-  bool auth = false;           ///< the master has a job token: hellos must carry a MAC
+  bool auth = false;  ///< the master has a job token: hellos must carry a MAC
 };
 
 /// The record, the member's nonce (which the verdict's MAC covers), and a MAC
@@ -74,7 +74,7 @@ struct Verdict {
   std::vector<Finding> notes;  ///< findings about the receiving member (id, severity, text)
   uint32_t stage_ms = 0;       ///< time the GPU stage may take from now
   std::optional<std::array<uint8_t, kNcclIdSize>> nccl_id;
-  Mac mac{};                   ///< over both nonces and the rest (zeros without a job token)
+  Mac mac{};  ///< over both nonces and the rest (zeros without a job token)
 };
 
 /// A member's GPU stage results, one per rank it stands for.

@@ -74,8 +74,7 @@ struct HostFacts {
   std::string resolve_error;
 };
 
-Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
-                   GpuFacts gpu = {});
+Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});
 
 void encode_record(Writer& w, const Record& r);
 /// Decodes and validates a record; the reader fails on anything out of bounds.

@@ -29,13 +29,13 @@ struct Report {
   bool timed_out = false;
   int interrupted_by = 0;  ///< the signal that cut the run short, if one did
   bool authenticated = false;
-  std::string gpu_stage = "not run";  ///< one phrase: "not run (--no-gpu)", "passed", ...
+  std::string gpu_stage = "not run";      ///< one phrase: "not run (--no-gpu)", "passed", ...
   std::vector<RankResult> stage_results;  ///< by rank, when the GPU stage ran
-  double rendezvous_ms = 0;           ///< master start to decision
-  double decision_ms = 0;             ///< last join (or deadline) to verdict computed
-  double broadcast_ms = 0;            ///< verdict computed to a frame queued for every member
-  long peak_rss_kib = 0;              ///< the master process's peak memory at the decision
-  long rss_kib = 0;                   ///< its resident memory at the decision
+  double rendezvous_ms = 0;               ///< master start to decision
+  double decision_ms = 0;                 ///< last join (or deadline) to verdict computed
+  double broadcast_ms = 0;                ///< verdict computed to a frame queued for every member
+  long peak_rss_kib = 0;                  ///< the master process's peak memory at the decision
+  long rss_kib = 0;                       ///< its resident memory at the decision
   double total_ms = 0;
 
   int exit_code() const { return exit_code_for(findings); }
@@ -59,6 +59,9 @@ struct MemberReport {
   std::vector<Finding> findings;  ///< about this member, or its own failure
   double total_ms = 0;
 };
+
+/// A member's report when it could not get the verdict: its own failure leads.
+MemberReport failure_report(const Record& self, Finding failure, double total_ms);
 
 std::string render_member_text(const MemberReport& report, RenderStyle style);
 std::string render_member_json(const MemberReport& report);

@@ -19,13 +19,13 @@ struct RunOptions {
   double progress_interval_s = 5;
   std::string json_path;  ///< "" none, "-" stdout instead of text
   bool no_gpu = false;
-  std::string nccl_lib;             ///< --nccl-lib: the NCCL the training job loads
-  std::optional<int> device;        ///< --device: the CUDA device, else LOCAL_RANK's
-  uint64_t bandwidth_bytes = 0;     ///< --bandwidth: a timed all-reduce of this size
-  double min_busbw_gbps = 0;        ///< --min-busbw: a lower bus bandwidth is a finding
+  std::string nccl_lib;           ///< --nccl-lib: the NCCL the training job loads
+  std::optional<int> device;      ///< --device: the CUDA device, else LOCAL_RANK's
+  uint64_t bandwidth_bytes = 0;   ///< --bandwidth: a timed all-reduce of this size
+  double min_busbw_gbps = 0;      ///< --min-busbw: a lower bus bandwidth is a finding
   std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
   std::string token_file;         ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
-  bool quiet = false;  ///< no progress lines on stderr
+  bool quiet = false;             ///< no progress lines on stderr
   bool color = false;
 };
 

@@ -9,9 +9,8 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
-#include <nccl.h>
-
 #include <fmt/format.h>
+#include <nccl.h>
 
 #include <rankcheck/gpu.h>
 #include <rankcheck/interrupt.h>
@@ -69,7 +68,8 @@ struct NcclApi {
   decltype(&::ncclGetLastError) last_error = nullptr;
 
   std::string error(ncclResult_t rc, ncclComm_t comm) const {
-    std::string s = error_string != nullptr ? error_string(rc) : fmt::format("NCCL error {}", int(rc));
+    std::string s =
+        error_string != nullptr ? error_string(rc) : fmt::format("NCCL error {}", int(rc));
     const char* last = last_error != nullptr ? last_error(comm) : nullptr;
     if (last != nullptr && *last != '\0') s += fmt::format(" ({})", last);
     return s;
@@ -78,10 +78,11 @@ struct NcclApi {
 
 std::string uuid_text(const CUuuid& u) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
-                     "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                     b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                     b[12], b[13], b[14], b[15]);
+  return fmt::format(
+      "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+      "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+      b[15]);
 }
 
 // The NVIDIA driver's own version, where the kernel module tells it.
@@ -158,7 +159,8 @@ class DlStage final : public GpuStage {
       f.nccl_path = options_.nccl_lib;
     }
     if (!missing.empty()) {
-      f.nccl_error = fmt::format("{} has no {}: NCCL 2.14 or newer is needed", f.nccl_path, missing);
+      f.nccl_error =
+          fmt::format("{} has no {}: NCCL 2.14 or newer is needed", f.nccl_path, missing);
       nccl_ = {};
       return;
     }
@@ -231,8 +233,10 @@ class DlStage final : public GpuStage {
                               f.device_count, cvd, plan.nranks);
         return GpuState::kNoDevice;
       }
-      for (int i = 0; i < plan.nranks; ++i) ordinals.push_back(i);
-      f.choice = fmt::format("node mode: devices 0-{} of {} visible", plan.nranks - 1, f.device_count);
+      for (int i = 0; i < plan.nranks; ++i)
+        ordinals.push_back(i);
+      f.choice =
+          fmt::format("node mode: devices 0-{} of {} visible", plan.nranks - 1, f.device_count);
     } else {
       if (f.device_count < 1) {
         f.error = fmt::format("no GPU visible ({})", cvd);
@@ -302,7 +306,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
                                      Deadline deadline) {
   const size_t n = devices_.size();
   std::vector<RankResult> out(static_cast<size_t>(plan.nranks));
-  for (size_t i = 0; i < out.size(); ++i) out[i].rank = static_cast<int32_t>(plan.first_rank + long(i));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].rank = static_cast<int32_t>(plan.first_rank + long(i));
   auto fail_all = [&](const std::string& why) {
     for (RankResult& r : out) {
       if (!r.init_ok && r.init_error.empty()) r.init_error = why;
@@ -331,7 +336,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     if (rc == CUDA_SUCCESS) rc = cuda_.stream_create(&slots[i].stream, CU_STREAM_NON_BLOCKING);
     if (rc == CUDA_SUCCESS) rc = cuda_.mem_alloc(&slots[i].buf, sizeof(int64_t));
     if (rc != CUDA_SUCCESS) {
-      out[i].init_error = fmt::format("preparing device {}: {}", facts_.devices[i].ordinal, cuda_.error(rc));
+      out[i].init_error =
+          fmt::format("preparing device {}: {}", facts_.devices[i].ordinal, cuda_.error(rc));
       cleanup(true);
       return fail_all(out[i].init_error);
     }
@@ -394,7 +400,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   for (size_t i = 0; i < n; ++i) {
     if (slots[i].pending) {
       out[i].init_timed_out = !interrupted();
-      if (interrupted()) out[i].init_error = fmt::format("interrupted by {}", signal_name(interrupted()));
+      if (interrupted())
+        out[i].init_error = fmt::format("interrupted by {}", signal_name(interrupted()));
     }
     init_failed = init_failed || !out[i].init_ok;
   }
@@ -430,7 +437,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   });
   // Enqueued: now the streams.
   std::vector<bool> done(n, false);
-  for (size_t i = 0; i < n; ++i) done[i] = !out[i].allreduce_error.empty();
+  for (size_t i = 0; i < n; ++i)
+    done[i] = !out[i].allreduce_error.empty();
   while (true) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
@@ -461,7 +469,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   for (size_t i = 0; i < n; ++i) {
     if (!done[i]) {
       out[i].allreduce_timed_out = !interrupted();
-      if (interrupted()) out[i].allreduce_error = fmt::format("interrupted by {}", signal_name(interrupted()));
+      if (interrupted())
+        out[i].allreduce_error = fmt::format("interrupted by {}", signal_name(interrupted()));
     }
     clean = clean && out[i].allreduce_ok;
   }
@@ -524,6 +533,8 @@ std::unique_ptr<GpuStage> make_gpu_stage(const StageOptions& options) {
   return std::make_unique<DlStage>(options);
 }
 
-bool gpu_stage_built() { return true; }
+bool gpu_stage_built() {
+  return true;
+}
 
 }  // namespace rankcheck

@@ -35,6 +35,8 @@ std::unique_ptr<GpuStage> make_gpu_stage(const StageOptions&) {
   return std::make_unique<Unavailable>();
 }
 
-bool gpu_stage_built() { return false; }
+bool gpu_stage_built() {
+  return false;
+}
 
 }  // namespace rankcheck

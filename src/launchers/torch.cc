@@ -19,13 +19,14 @@ void scan(LauncherScan& s) {
     Identity& id = s.identity();
     if (const std::string* rank = env_get(env, "RANK")) {
       s.add(Field::kNodeRank, "RANK (pod index)", *rank);
-      id.notes.emplace_back("RANK is the pod's index under the Kubeflow operator: read as the node rank");
+      id.notes.emplace_back(
+          "RANK is the pod's index under the Kubeflow operator: read as the node rank");
     }
     if (const std::string* world = env_get(env, "WORLD_SIZE")) {
       const std::string* nnodes = env_get(env, "PET_NNODES");
       bool pods = nnodes != nullptr && *nnodes == *world;
-      s.add(pods ? Field::kNnodes : Field::kWorldSize,
-            pods ? "WORLD_SIZE (pods)" : "WORLD_SIZE", *world);
+      s.add(pods ? Field::kNnodes : Field::kWorldSize, pods ? "WORLD_SIZE (pods)" : "WORLD_SIZE",
+            *world);
     }
   } else {
     s.take(Field::kRank, "RANK");

@@ -16,18 +16,18 @@
 // contributions as files there, so an all-reduce sums what every process sent,
 // and init finishes only when every rank has registered.
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace {
 
@@ -74,7 +74,9 @@ std::vector<std::string> split(const std::string& s) {
 bool g_init = false;
 std::vector<std::string> g_visible;  // UUIDs of the visible devices
 
-std::string dir_of(const ncclUniqueId& id) { return std::string(id.internal); }
+std::string dir_of(const ncclUniqueId& id) {
+  return std::string(id.internal);
+}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -180,7 +182,8 @@ CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
   }
   hex.resize(32, '0');
   for (int i = 0; i < 16; ++i) {
-    u->bytes[i] = static_cast<char>(std::strtoul(hex.substr(size_t(i) * 2, 2).c_str(), nullptr, 16));
+    u->bytes[i] =
+        static_cast<char>(std::strtoul(hex.substr(size_t(i) * 2, 2).c_str(), nullptr, 16));
   }
   return kOk;
 }
@@ -199,8 +202,12 @@ CUresult cuDevicePrimaryCtxRetain(CUctx_st** ctx, CUdevice d) {
   *ctx = &primary[d];
   return kOk;
 }
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return kOk; }
-CUresult cuCtxSetCurrent(CUctx_st*) { return kOk; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) {
+  return kOk;
+}
+CUresult cuCtxSetCurrent(CUctx_st*) {
+  return kOk;
+}
 CUresult cuStreamCreate(CUstream_st** s, unsigned) {
   *s = reinterpret_cast<CUstream_st*>(new char(0));
   return kOk;
@@ -328,8 +335,12 @@ ncclResult_t ncclCommDestroy(ncclComm* c) {
   delete c;
   return kNcclOk;
 }
-ncclResult_t ncclGroupStart() { return kNcclOk; }
-ncclResult_t ncclGroupEnd() { return kNcclOk; }
+ncclResult_t ncclGroupStart() {
+  return kNcclOk;
+}
+ncclResult_t ncclGroupEnd() {
+  return kNcclOk;
+}
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type, int op,
                            ncclComm* c, CUstream_st* stream) {
   if (op != 0 || (type != 4 && type != 7)) return kNcclInvalidArgument;
@@ -345,9 +356,12 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type,
 }
 const char* ncclGetErrorString(ncclResult_t rc) {
   switch (rc) {
-    case kNcclSystemError: return "unhandled system error (fake)";
-    case kNcclInvalidArgument: return "invalid argument (fake)";
-    default: return "fake NCCL error";
+    case kNcclSystemError:
+      return "unhandled system error (fake)";
+    case kNcclInvalidArgument:
+      return "invalid argument (fake)";
+    default:
+      return "fake NCCL error";
   }
 }
 const char* ncclGetLastError(ncclComm* c) {

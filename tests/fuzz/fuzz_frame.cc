@@ -20,12 +20,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!frame || !frame->has_value()) break;
       const auto& p = (*frame)->payload;
       switch (static_cast<MsgType>((*frame)->header.type)) {
-        case MsgType::kChallenge: (void)decode_challenge(p); break;
-        case MsgType::kHello: (void)decode_hello(p); break;
-        case MsgType::kAdmit: (void)decode_admit(p); break;
-        case MsgType::kReject: (void)decode_reject(p); break;
-        case MsgType::kVerdict: (void)decode_verdict(p); break;
-        case MsgType::kStageResult: (void)decode_stage_report(p); break;
+        case MsgType::kChallenge:
+          (void)decode_challenge(p);
+          break;
+        case MsgType::kHello:
+          (void)decode_hello(p);
+          break;
+        case MsgType::kAdmit:
+          (void)decode_admit(p);
+          break;
+        case MsgType::kReject:
+          (void)decode_reject(p);
+          break;
+        case MsgType::kVerdict:
+          (void)decode_verdict(p);
+          break;
+        case MsgType::kStageResult:
+          (void)decode_stage_report(p);
+          break;
       }
     }
     if (!buf.next()) break;  // the stream is broken: a real reader closes it here

@@ -3,10 +3,10 @@
 // as a duplicate) and both renderers. A record that decodes must re-encode to
 // the same bytes.
 
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <cstdlib>
 
 #include <rankcheck/checks.h>

@@ -19,8 +19,9 @@ std::vector<uint8_t> prefixed(uint8_t first, std::vector<uint8_t> rest) {
 
 void write(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
   std::filesystem::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                           static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 Record sample(int rank, bool gpu, bool conflicts) {
@@ -46,8 +47,9 @@ Record sample(int rank, bool gpu, bool conflicts) {
   r.node_list = "gpu-[01-02]";
   r.tasks_per_node = "4(x2)";
   if (conflicts) {
-    r.conflicts.push_back(Conflict{Field::kRank, {{Field::kRank, "torch", "RANK", "5"},
-                                                  {Field::kRank, "slurm", "SLURM_PROCID", "3"}}});
+    r.conflicts.push_back(Conflict{
+        Field::kRank,
+        {{Field::kRank, "torch", "RANK", "5"}, {Field::kRank, "slurm", "SLURM_PROCID", "3"}}});
   }
   if (gpu) {
     r.gpu.state = GpuState::kUsable;

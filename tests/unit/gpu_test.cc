@@ -1,12 +1,12 @@
 // The GPU rules (decided before NCCL), the stage rules (after it), and the GPU
 // parts of the wire format. No GPU involved: records and results are built here.
 
-#include <rankcheck/checks.h>
-#include <rankcheck/protocol.h>
+#include <random>
 
 #include <catch2/catch.hpp>
 
-#include <random>
+#include <rankcheck/checks.h>
+#include <rankcheck/protocol.h>
 
 #include "helpers.h"
 
@@ -47,7 +47,8 @@ TEST_CASE("gpu rules: a healthy GPU job has no findings, and the tracker agrees"
   JobView v = gpu_job(16, 8);
   CHECK(run_checks(v).empty());
   JoinTracker t(v.world_size, v.master_resolved, true);
-  for (const Member& m : v.members) t.add(m.record, m.peer);
+  for (const Member& m : v.members)
+    t.add(m.record, m.peer);
   CHECK(t.clean());
   CHECK(!gpu_stage_blocker(v.members));
 }
@@ -98,7 +99,8 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
     if (m.record.host == "gpu-02") {
       m.record.gpu = GpuFacts{};
       m.record.gpu.state = GpuState::kNoDriver;
-      m.record.gpu.error = "libcuda.so.1: cannot open shared object file: No such file or directory";
+      m.record.gpu.error =
+          "libcuda.so.1: cannot open shared object file: No such file or directory";
     }
   }
   auto fs = run_checks(v);
@@ -129,8 +131,9 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
     r.host = fmt::format("node{}", k);
   }
   n.members[1].record.gpu.state = GpuState::kNoDevice;
-  n.members[1].record.gpu.error = "3 GPUs visible (CUDA_VISIBLE_DEVICES unset), but this node "
-                                  "stands for 4 ranks";
+  n.members[1].record.gpu.error =
+      "3 GPUs visible (CUDA_VISIBLE_DEVICES unset), but this node "
+      "stands for 4 ranks";
   n.members[1].record.gpu.devices.clear();
   for (long k = 0; k < 4; ++k) {
     n.members[0].record.gpu.devices.resize(4, n.members[0].record.gpu.devices[0]);
@@ -198,7 +201,8 @@ TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
   sv.world_size = 4;
   sv.members = &v.members;
   sv.stage_ms = 12000;
-  for (int k = 0; k < 4; ++k) sv.results.push_back(good(k, 4));
+  for (int k = 0; k < 4; ++k)
+    sv.results.push_back(good(k, 4));
   CHECK(stage_checks(sv).empty());
 
   sv.results[1].init_ok = false;
@@ -229,7 +233,8 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   StageView sv;
   sv.world_size = 4;
   sv.members = &v.members;
-  for (int k = 0; k < 4; ++k) sv.results.push_back(good(k, 4));
+  for (int k = 0; k < 4; ++k)
+    sv.results.push_back(good(k, 4));
   sv.results[0].got = 11;
   sv.results[1].allreduce_done = sv.results[1].allreduce_ok = false;
   sv.results[1].allreduce_error = "cuStreamQuery: an illegal memory access was encountered";
@@ -239,8 +244,9 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 3);
   CHECK(fs[0].id == "allreduce-wrong-result");
-  CHECK(fs[0].message == "the all-reduce of one value per rank gave a wrong total: rank 0 "
-                         "expected 10, got 11");
+  CHECK(fs[0].message ==
+        "the all-reduce of one value per rank gave a wrong total: rank 0 "
+        "expected 10, got 11");
   CHECK(fs[1].id == "allreduce-failed");
   CHECK(fs[1].ranks == Ranks{1});
   CHECK(fs[2].id == "allreduce-timeout");
@@ -300,20 +306,35 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
     for (int c = 0; c < 1 + int(rng() % 2); ++c) {
       GpuFacts& g = v.members[rng() % v.members.size()].record.gpu;
       switch (rng() % 8) {
-        case 0: g.state = GpuState(rng() % 6); break;
-        case 1: g.nccl_version = rng() % 2 ? 22105 : 22809; break;
-        case 2: g.nccl_version = 0; break;
-        case 3: g.driver = rng() % 2 ? "550.54.15" : "580.65.06"; break;
-        case 4: g.cuda_version = rng() % 2 ? 12080 : 13000; break;
+        case 0:
+          g.state = GpuState(rng() % 6);
+          break;
+        case 1:
+          g.nccl_version = rng() % 2 ? 22105 : 22809;
+          break;
+        case 2:
+          g.nccl_version = 0;
+          break;
+        case 3:
+          g.driver = rng() % 2 ? "550.54.15" : "580.65.06";
+          break;
+        case 4:
+          g.cuda_version = rng() % 2 ? 12080 : 13000;
+          break;
         case 5:
           if (!g.devices.empty()) g.devices[0].uuid = uuid(int(rng() % 2), int(rng() % 4));
           break;
-        case 6: g.devices.clear(); break;
-        case 7: g.nccl_path = "/elsewhere/libnccl.so.2"; break;
+        case 6:
+          g.devices.clear();
+          break;
+        case 7:
+          g.nccl_path = "/elsewhere/libnccl.so.2";
+          break;
       }
     }
     JoinTracker t(v.world_size, v.master_resolved, true);
-    for (const Member& m : v.members) t.add(m.record, m.peer);
+    for (const Member& m : v.members)
+      t.add(m.record, m.peer);
     auto fs = run_checks(v);
     INFO("trial " << trial);
     if (t.clean()) CHECK(fs.empty());

@@ -221,7 +221,9 @@ TEST_CASE("identity: Kubeflow Trainer v2 / JobSet pod, node mode from PET_*") {
   Identity other_job = detect_identity(env, {});
   CHECK(other_job.conflicts.empty());
   CHECK(other_job.node_rank == 1);
-  EnvMap only_index{{"JOB_COMPLETION_INDEX", "1"}, {"NNODES", "2"}, {"NPROC_PER_NODE", "4"},
+  EnvMap only_index{{"JOB_COMPLETION_INDEX", "1"},
+                    {"NNODES", "2"},
+                    {"NPROC_PER_NODE", "4"},
                     {"MASTER_ADDR", "m"}};
   Identity alone = detect_identity(only_index, {});
   REQUIRE(alone.usable());
@@ -229,7 +231,9 @@ TEST_CASE("identity: Kubeflow Trainer v2 / JobSet pod, node mode from PET_*") {
 }
 
 TEST_CASE("identity: an elastic node range is named as such") {
-  EnvMap env{{"PET_NNODES", "1:3"}, {"PET_NPROC_PER_NODE", "4"}, {"PET_NODE_RANK", "0"},
+  EnvMap env{{"PET_NNODES", "1:3"},
+             {"PET_NPROC_PER_NODE", "4"},
+             {"PET_NODE_RANK", "0"},
              {"PET_MASTER_ADDR", "m"}};
   Identity id = detect_identity(env, {});
   REQUIRE(!id.problems.empty());

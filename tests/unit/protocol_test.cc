@@ -1,8 +1,8 @@
+#include <cstdio>
+
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cstdio>
 
 #include <rankcheck/protocol.h>
 
