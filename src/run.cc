@@ -676,18 +676,20 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     return exit_code::kUsage;
   }
 
-  // Rank 0 is this process; its identity comes from flags alone.
+  // Rank 0 is this process, with the environment its members get (rank 0's).
   std::string job_id = o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid());
-  Flags flags;
-  flags.rank = "0";
-  flags.world_size = std::to_string(lo.nprocs);
-  flags.local_rank = "0";
-  flags.local_world_size = std::to_string(lo.nprocs);
-  flags.master_addr = "127.0.0.1";
-  flags.master_port = o.flags.master_port;
-  flags.job_id = job_id;
   EnvMap child_env = without_launcher_env(env);
-  Identity id = detect_identity(child_env, flags);
+  auto member_env = [&child_env, &lo](int rank, const std::string& port) {
+    EnvMap e = child_env;
+    e["RANK"] = e["LOCAL_RANK"] = std::to_string(rank);
+    e["WORLD_SIZE"] = e["LOCAL_WORLD_SIZE"] = std::to_string(lo.nprocs);
+    e["MASTER_ADDR"] = "127.0.0.1";
+    if (!port.empty()) e["MASTER_PORT"] = port;
+    return e;
+  };
+  Flags flags;
+  flags.job_id = job_id;
+  Identity id = detect_identity(member_env(0, o.flags.master_port.value_or("")), flags);
   id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
   if (!id.usable()) return usage_problems(id);
   // A job on one machine still authenticates: a token of its own unless one is given,
@@ -729,13 +731,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   std::vector<pid_t> children;
   auto spawn_members = [&](uint16_t port) {
     for (int k = 1; k < lo.nprocs; ++k) {
-      EnvMap e = child_env;
-      e["RANK"] = std::to_string(k);
-      e["WORLD_SIZE"] = std::to_string(lo.nprocs);
-      e["LOCAL_RANK"] = std::to_string(k);
-      e["LOCAL_WORLD_SIZE"] = std::to_string(lo.nprocs);
-      e["MASTER_ADDR"] = "127.0.0.1";
-      e["MASTER_PORT"] = std::to_string(port);
+      EnvMap e = member_env(k, std::to_string(port));
       std::vector<std::string> storage;
       for (const auto& [key, value] : e)
         storage.push_back(key + "=" + value);
