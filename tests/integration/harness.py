@@ -38,13 +38,17 @@ def free_port():
 class Proc:
     """One rankcheck process, with its JSON report in a file of its own."""
 
-    def __init__(self, args, env, tmpdir, name):
+    def __init__(self, args, env, tmpdir, name, nofile=None):
         self.name = name
         self.json_path = os.path.join(tmpdir, f"{name}.json")
         self.args = [BIN] + args[:1] + ["--json", self.json_path] + args[1:]
         self.start = time.monotonic()
+        limit = None
+        if nofile:  # an open-file limit for this process alone
+            import resource
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
         self.popen = subprocess.Popen(self.args, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+                                      stderr=subprocess.PIPE, text=True, preexec_fn=limit)
         self.rc = self.out = self.err = None
         self.elapsed = None
 
@@ -91,7 +95,7 @@ class RankcheckTest(unittest.TestCase):
 
     gpu = False  # rendezvous tests skip the GPU stage; GPU tests load the fake libraries
 
-    def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, **env):
+    def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, nofile=None, **env):
         """Starts `rankcheck run` as one rank, given its identity in the torch variables."""
         e = clean_env(RANK=rank, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=port or self.port, **env)
@@ -102,7 +106,7 @@ class RankcheckTest(unittest.TestCase):
             args.append("--no-gpu")
         if host:
             args += ["--host-name", host]
-        p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}")
+        p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}", nofile=nofile)
         self.procs.append(p)
         return p
 

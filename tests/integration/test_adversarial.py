@@ -86,6 +86,29 @@ class Adversarial(RankcheckTest):
         count = int(stray["message"].split()[0])
         self.assertGreaterEqual(count, 900)  # a reset may beat accept() to it
 
+    def test_out_of_file_descriptors_is_survived(self):
+        # 40 open files in all, a hard limit it cannot raise: 60 idle clients exhaust it.
+        m = self.rank(0, 4, extra=("--handshake-timeout", "1"), nofile=40)
+        deadline = time.monotonic() + 3
+        while not listening(self.port):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        idle = []
+        for _ in range(60):
+            try:
+                idle.append(wire.connect(self.port, timeout=1))
+            except OSError:
+                break
+        time.sleep(1.5)  # accept fails meanwhile; the idle ones hit the handshake deadline
+        for s in idle:
+            s.close()
+        self.members([1, 2, 3], 4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertIn("the open-file limit (40 soft, 40 hard) is below the 68 this master needs",
+                      m.err)
+        self.assertIn("Too many open files; still serving, retrying in 100 ms", m.err)
+
     def test_silent_and_trickling_clients_are_dropped(self):
         m = self.master(4, "--handshake-timeout", "1")
         base = fd_count(m.popen.pid)
