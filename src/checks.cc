@@ -97,8 +97,7 @@ struct CheckContext {
       auto [it, fresh] = host_index.try_emplace(r.host, hosts.size());
       if (fresh) hosts.emplace_back(r.host, Records{});
       hosts[it->second].second.push_back(&r);
-      multi_host = multi_host || (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
-                   r.node_list.find_first_of(",[") != std::string::npos;
+      multi_host = multi_host || spans_hosts(r);
     }
     std::sort(outside.begin(), outside.end());
     duplicates = duplicates || std::adjacent_find(outside.begin(), outside.end()) != outside.end();
@@ -1412,6 +1411,11 @@ bool ifname_matches_any(std::string_view spec, const std::vector<std::string>& i
     if (match != exclude) return true;
   }
   return false;
+}
+
+bool spans_hosts(const Record& r) {
+  return (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
+         r.node_list.find_first_of(",[") != std::string::npos;
 }
 
 bool is_loopback_address(std::string_view a) {

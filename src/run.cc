@@ -98,11 +98,6 @@ bool all_loopback(const std::vector<std::string>& addrs) {
   return true;
 }
 
-// What a record alone says about the job spanning several hosts.
-bool looks_multi_host(const Record& r) {
-  return (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
-         r.node_list.find_first_of(",[") != std::string::npos;
-}
 
 // Writes the report where --json asked, and the text to stdout otherwise.
 struct Output {
@@ -582,7 +577,7 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     MasterSetup setup;
     setup.port = static_cast<uint16_t>(id.rendezvous_port);
     setup.addresses = self.master_resolved.get();
-    if (all_loopback(self.master_resolved.get()) && looks_multi_host(self)) {
+    if (all_loopback(self.master_resolved.get()) && spans_hosts(self)) {
       // Listening on loopback would leave every other host out of the report.
       log.error(
           fmt::format("MASTER_ADDR {} is loopback here but the job spans hosts: listening "
