@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <rankcheck/deadline.h>
@@ -62,6 +63,10 @@ struct GpuFacts {
 std::string nccl_version_text(int32_t v);
 /// "13.0" from 13000.
 std::string cuda_version_text(int32_t v);
+/// The driver version from the first line of /proc/driver/nvidia/version, for both
+/// the proprietary ("... x86_64 Kernel Module  535.104.05 ...") and the open
+/// ("... Open Kernel Module for x86_64  555.58.02 ...") modules; "" when it has none.
+std::string driver_version_from_banner(std::string_view line);
 
 /// How a member picks its devices.
 struct GpuPlan {

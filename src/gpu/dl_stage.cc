@@ -42,7 +42,7 @@ struct CudaApi {
   decltype(&::cuStreamDestroy) stream_destroy = nullptr;  // _v2
   decltype(&::cuMemAlloc) mem_alloc = nullptr;            // _v2
   decltype(&::cuMemFree) mem_free = nullptr;              // _v2
-  decltype(&::cuMemcpyHtoD) copy_to_device = nullptr;     // _v2
+  decltype(&::cuMemcpyHtoDAsync) copy_to_device = nullptr;  // _v2, on the rank's stream
   decltype(&::cuMemcpyDtoH) copy_to_host = nullptr;       // _v2
   decltype(&::cuGetErrorString) error_string = nullptr;
 
@@ -90,12 +90,7 @@ std::string nvidia_driver_version() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
   if (!std::getline(in, line)) return "";
-  auto at = line.find("Kernel Module");
-  if (at == std::string::npos) return "";
-  std::string rest = line.substr(at + 13);
-  auto start = rest.find_first_not_of(' ');
-  if (start == std::string::npos) return "";
-  return rest.substr(start, rest.find(' ', start) - start);
+  return driver_version_from_banner(line);
 }
 
 class DlStage final : public GpuStage {
@@ -197,7 +192,7 @@ class DlStage final : public GpuStage {
     load(h, cuda_.stream_destroy, "cuStreamDestroy_v2", missing);
     load(h, cuda_.mem_alloc, "cuMemAlloc_v2", missing);
     load(h, cuda_.mem_free, "cuMemFree_v2", missing);
-    load(h, cuda_.copy_to_device, "cuMemcpyHtoD_v2", missing);
+    load(h, cuda_.copy_to_device, "cuMemcpyHtoDAsync_v2", missing);
     load(h, cuda_.copy_to_host, "cuMemcpyDtoH_v2", missing);
     load(h, cuda_.error_string, "cuGetErrorString", missing);
     if (!missing.empty()) {
@@ -210,8 +205,7 @@ class DlStage final : public GpuStage {
       return GpuState::kInitFailed;
     }
     int v = 0;
-    cuda_.driver_version(&v);
-    f.cuda_version = v;
+    if (cuda_.driver_version(&v) == CUDA_SUCCESS) f.cuda_version = v;
     f.driver = nvidia_driver_version();
     int count = 0;
     rc = cuda_.device_count(&count);
@@ -268,8 +262,7 @@ class DlStage final : public GpuStage {
       d.rank = static_cast<int32_t>(plan.first_rank + long(i));
       d.ordinal = ordinals[i];
       char name[256] = {};
-      cuda_.device_name(name, sizeof name - 1, dev);
-      d.name = name;
+      if (cuda_.device_name(name, sizeof name - 1, dev) == CUDA_SUCCESS) d.name = name;
       CUuuid uuid{};
       if (cuda_.device_uuid(&uuid, dev) == CUDA_SUCCESS) d.uuid = uuid_text(uuid);
       char bus[64] = {};
@@ -349,24 +342,34 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   auto t_init = Clock::now();
-  if (n > 1) nccl_.group_start();
-  for (size_t i = 0; i < n; ++i) {
-    cuda_.ctx_set_current(slots[i].ctx);
+  // A group call that fails names itself on every rank that has no error of its own.
+  auto group_failed = [&](const char* call, ncclResult_t rc, std::string RankResult::*field) {
+    if (rc == ncclSuccess || rc == ncclInProgress) return false;
+    for (RankResult& r : out) {
+      if ((r.*field).empty()) r.*field = fmt::format("{}: {}", call, nccl_.error(rc, nullptr));
+    }
+    return true;
+  };
+  bool group_ok = n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(),
+                                          &RankResult::init_error);
+  for (size_t i = 0; group_ok && i < n; ++i) {
+    CUresult crc = cuda_.ctx_set_current(slots[i].ctx);
+    if (crc != CUDA_SUCCESS) {
+      out[i].init_error = "cuCtxSetCurrent: " + cuda_.error(crc);
+      continue;
+    }
     ncclResult_t rc = nccl_.init_rank_config(&slots[i].comm, static_cast<int>(world), uid,
                                              static_cast<int>(out[i].rank), &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
+      // Failed at once: nothing to wait for, and the error is the one to report.
       out[i].init_error = "ncclCommInitRankConfig: " + nccl_.error(rc, slots[i].comm);
-    }
-    slots[i].pending = true;
-  }
-  if (n > 1) {
-    ncclResult_t rc = nccl_.group_end();
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      for (RankResult& r : out) {
-        if (r.init_error.empty()) r.init_error = "ncclGroupEnd: " + nccl_.error(rc, nullptr);
-      }
+    } else if (slots[i].comm == nullptr) {
+      out[i].init_error = "ncclCommInitRankConfig returned no communicator";
+    } else {
+      slots[i].pending = true;
     }
   }
+  if (n > 1 && group_ok) group_failed("ncclGroupEnd", nccl_.group_end(), &RankResult::init_error);
   // Waits until every communicator left the in-progress state, or the deadline.
   auto settle = [&](auto on_done) {
     bool any = true;
@@ -375,7 +378,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
       for (size_t i = 0; i < n; ++i) {
         if (!slots[i].pending || slots[i].comm == nullptr) continue;
         ncclResult_t state = ncclInProgress;
-        nccl_.async_error(slots[i].comm, &state);
+        ncclResult_t rc = nccl_.async_error(slots[i].comm, &state);
+        if (rc != ncclSuccess) state = rc;  // cannot even ask: that is the answer
         if (state == ncclInProgress) {
           any = true;
           continue;
@@ -410,17 +414,30 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     return out;
   }
 
-  // One value per rank, summed: every rank checks the exact total.
+  // One value per rank, summed: every rank checks the exact total. The copy goes on
+  // the rank's own stream, so the all-reduce queued behind it reads the value.
   const auto expected = static_cast<int64_t>(world) * (world + 1) / 2;
   for (size_t i = 0; i < n; ++i) {
     int64_t v = out[i].rank + 1;
-    cuda_.ctx_set_current(slots[i].ctx);
-    cuda_.copy_to_device(slots[i].buf, &v, sizeof v);
+    CUresult rc = cuda_.ctx_set_current(slots[i].ctx);
+    if (rc == CUDA_SUCCESS) rc = cuda_.copy_to_device(slots[i].buf, &v, sizeof v, slots[i].stream);
+    if (rc != CUDA_SUCCESS) {
+      const std::string why = "copying the input to the GPU: " + cuda_.error(rc);
+      for (RankResult& r : out)
+        r.allreduce_error = why;
+      cleanup(true);
+      return out;
+    }
   }
   auto t_ar = Clock::now();
-  if (n > 1) nccl_.group_start();
-  for (size_t i = 0; i < n; ++i) {
-    cuda_.ctx_set_current(slots[i].ctx);
+  group_ok = n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(),
+                                     &RankResult::allreduce_error);
+  for (size_t i = 0; group_ok && i < n; ++i) {
+    CUresult crc = cuda_.ctx_set_current(slots[i].ctx);
+    if (crc != CUDA_SUCCESS) {
+      out[i].allreduce_error = "cuCtxSetCurrent: " + cuda_.error(crc);
+      continue;
+    }
     auto* p = reinterpret_cast<void*>(slots[i].buf);
     ncclResult_t rc = nccl_.all_reduce(p, p, 1, ncclInt64, ncclSum, slots[i].comm,
                                        reinterpret_cast<cudaStream_t>(slots[i].stream));
@@ -429,7 +446,9 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     }
     slots[i].pending = true;
   }
-  if (n > 1) nccl_.group_end();
+  if (n > 1 && group_ok) {
+    group_failed("ncclGroupEnd", nccl_.group_end(), &RankResult::allreduce_error);
+  }
   settle([&](size_t i, ncclResult_t state) {
     if (state != ncclSuccess && out[i].allreduce_error.empty()) {
       out[i].allreduce_error = "ncclAllReduce: " + nccl_.error(state, slots[i].comm);
@@ -443,20 +462,24 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
       if (done[i]) continue;
-      cuda_.ctx_set_current(slots[i].ctx);
-      CUresult rc = cuda_.stream_query(slots[i].stream);
+      CUresult rc = cuda_.ctx_set_current(slots[i].ctx);
+      if (rc == CUDA_SUCCESS) rc = cuda_.stream_query(slots[i].stream);
       if (rc == CUDA_ERROR_NOT_READY) {
         all = false;
         continue;
       }
       done[i] = true;
       if (rc != CUDA_SUCCESS) {
-        out[i].allreduce_error = "cuStreamQuery: " + cuda_.error(rc);
+        out[i].allreduce_error = "waiting for the all-reduce: " + cuda_.error(rc);
         continue;
       }
       out[i].allreduce_us = ms_between(t_ar, Clock::now()) * 1000.0;
       int64_t got = 0;
-      cuda_.copy_to_host(&got, slots[i].buf, sizeof got);
+      rc = cuda_.copy_to_host(&got, slots[i].buf, sizeof got);
+      if (rc != CUDA_SUCCESS) {
+        out[i].allreduce_error = "copying the result from the GPU: " + cuda_.error(rc);
+        continue;
+      }
       out[i].allreduce_done = true;
       out[i].expected = expected;
       out[i].got = got;
@@ -487,19 +510,24 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     Clock::time_point t0{};
     for (int iter = 0; ok && iter <= kIters; ++iter) {  // iteration 0 warms up
       if (iter == 1) t0 = Clock::now();
-      if (n > 1) nccl_.group_start();
-      for (size_t i = 0; i < n; ++i) {
-        cuda_.ctx_set_current(slots[i].ctx);
+      ok = n == 1 || nccl_.group_start() == ncclSuccess;
+      for (size_t i = 0; ok && i < n; ++i) {
+        ok = cuda_.ctx_set_current(slots[i].ctx) == CUDA_SUCCESS;
+        if (!ok) break;
         auto* p = reinterpret_cast<void*>(slots[i].big);
         ncclResult_t rc = nccl_.all_reduce(p, p, count, ncclFloat, ncclSum, slots[i].comm,
                                            reinterpret_cast<cudaStream_t>(slots[i].stream));
         ok = ok && (rc == ncclSuccess || rc == ncclInProgress);
         slots[i].pending = true;
       }
-      if (n > 1) nccl_.group_end();
+      if (n > 1 && ok) {
+        ncclResult_t rc = nccl_.group_end();
+        ok = rc == ncclSuccess || rc == ncclInProgress;
+      }
       settle([&](size_t, ncclResult_t state) { ok = ok && state == ncclSuccess; });
       for (size_t i = 0; ok && i < n; ++i) {
-        CUresult rc = CUDA_ERROR_NOT_READY;
+        CUresult rc = cuda_.ctx_set_current(slots[i].ctx);
+        if (rc != CUDA_SUCCESS) ok = false;
         while (ok && (rc = cuda_.stream_query(slots[i].stream)) == CUDA_ERROR_NOT_READY) {
           if (deadline.expired() || interrupted()) ok = false;
           std::this_thread::sleep_for(std::chrono::microseconds(20));

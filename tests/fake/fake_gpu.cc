@@ -8,7 +8,9 @@
 //   FAKE_CUDA_VERSION=13000   what cuDriverGetVersion says
 //   FAKE_CUDA_INIT=fail       cuInit fails
 //   FAKE_NCCL_VERSION=22809   what ncclGetVersion says
-//   FAKE_NCCL_INIT=fail|hang  this process's communicators fail, or never finish
+//   FAKE_NCCL_INIT=fail|fail-now|hang   this process's communicators fail later,
+//                             fail at once with no communicator, or never finish
+//   FAKE_CUDA_COPY=fail       copies between host and GPU fail
 //   FAKE_NCCL_ALLREDUCE=wrong|hang   a wrong total on this process, or none
 //
 // The collective itself is real across processes: ncclGetUniqueId makes a
@@ -224,11 +226,14 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   std::free(reinterpret_cast<void*>(p));
   return kOk;
 }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+// Copies are immediate here; the real asynchronous one is ordered by its stream.
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream_st*) {
+  if (env("FAKE_CUDA_COPY") == "fail") return kInvalidValue;
   std::memcpy(reinterpret_cast<void*>(dst), src, n);
   return kOk;
 }
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  if (env("FAKE_CUDA_COPY") == "fail") return kInvalidValue;
   std::memcpy(dst, reinterpret_cast<void*>(src), n);
   return kOk;
 }
@@ -305,9 +310,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
     g_last_error = "fake NCCL expects a non-blocking config";
     return kNcclInvalidArgument;
   }
+  std::string mode = env("FAKE_NCCL_INIT");
+  if (mode == "fail-now") {  // as NCCL does for bad arguments: an error and no communicator
+    *comm = nullptr;
+    g_last_error = "fake: init refused at once as asked (FAKE_NCCL_INIT=fail-now)";
+    return kNcclInvalidArgument;
+  }
   auto* c = new ncclComm{dir_of(id), nranks, rank, false, false, 0, ""};
   *comm = c;
-  std::string mode = env("FAKE_NCCL_INIT");
   if (mode == "fail") {
     c->failed = true;
     c->last_error = "fake: init failed as asked (FAKE_NCCL_INIT=fail)";

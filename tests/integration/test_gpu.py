@@ -22,11 +22,23 @@ FAKE = os.environ.get("RANKCHECK_FAKE_GPU", os.path.join(os.path.dirname(BIN), "
 REAL_NCCL = os.environ.get("RANKCHECK_REAL_NCCL", "")
 
 
+def stage_built():
+    """False when rankcheck was built without the CUDA/NCCL headers: its GPU stage then
+    reports "not-built" on every host, and nothing in GpuStage can run."""
+    r = subprocess.run([BIN, "env", "--json"], env={**clean_env(), "RANKCHECK_CUDA_LIB": FAKE,
+                                                   "RANKCHECK_NCCL_LIB": FAKE,
+                                                   "FAKE_GPUS": gpus(0, 1)},
+                       capture_output=True, text=True, timeout=30)
+    import json
+    return json.loads(r.stdout)["self"]["gpu"]["state"] != "not-built"
+
+
 def gpus(host, n):
     return ",".join(f"GPU-{host:02d}{d:02d}{host:02d}{d:02d}-0000-0000-0000-0000000000{d:02d}"
                     for d in range(n))
 
 
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
 class GpuStage(RankcheckTest):
     gpu = True
     timeout = 4.0
@@ -127,6 +139,28 @@ class GpuStage(RankcheckTest):
         f = procs[0].finding("nccl-init-failed")
         self.assertEqual(f["ranks"], [1])
         self.assertIn("FAKE_NCCL_INIT=fail", f["message"])
+
+    def test_init_refused_at_once(self):
+        # NCCL can refuse at the call itself and leave no communicator: that error, not a
+        # timeout, is what rank 1 reports; the others wait for it until the deadline.
+        procs = self.job4({1: {"FAKE_NCCL_INIT": "fail-now"}})
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        f = procs[0].finding("nccl-init-failed")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("ncclCommInitRankConfig", f["message"])
+        self.assertIn("FAKE_NCCL_INIT=fail-now", f["message"])
+        r1 = [r for r in procs[0].report["stage_results"] if r["rank"] == 1][0]
+        self.assertFalse(r1["init_timed_out"])
+
+    def test_copy_to_gpu_fails(self):
+        procs = self.job4({2: {"FAKE_CUDA_COPY": "fail"}})
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        f = procs[0].finding("allreduce-failed")
+        self.assertIn(2, f["ranks"])
+        self.assertIn("copying the input to the GPU", f["message"])
+        self.assertNotIn("allreduce-wrong-result", procs[0].ids())
 
     def test_wrong_allreduce_total(self):
         procs = self.job4({3: {"FAKE_NCCL_ALLREDUCE": "wrong"}})

@@ -298,6 +298,24 @@ TEST_CASE("version texts") {
   CHECK(cuda_version_text(13000) == "13.0");
 }
 
+TEST_CASE("driver version from the kernel module banner") {
+  // Proprietary and open kernel modules word the banner differently.
+  CHECK(driver_version_from_banner("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  "
+                                   "Sat Aug 19 01:15:15 UTC 2023") == "535.104.05");
+  CHECK(driver_version_from_banner("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                                   "555.58.02  Release Build  (dvs-builder@U16-I3-B03-4-3)  "
+                                   "Tue Jun 25 01:26:06 UTC 2024") == "555.58.02");
+  CHECK(driver_version_from_banner("NVRM version: NVIDIA UNIX aarch64 Kernel Module  570.86.15  "
+                                   "Wed Jan 22 2025") == "570.86.15");
+  CHECK(driver_version_from_banner("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64\t"
+                                   "580.65") == "580.65");
+  CHECK(driver_version_from_banner("Kernel Module  575.51.03") == "575.51.03");
+  CHECK(driver_version_from_banner("NVRM version: something else 1.2.3").empty());
+  CHECK(driver_version_from_banner("NVRM version: NVIDIA UNIX Kernel Module for x86_64").empty());
+  CHECK(driver_version_from_banner("Kernel Module 1. .2 1..2 v1.2").empty());
+  CHECK(driver_version_from_banner("").empty());
+}
+
 TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find something") {
   std::minstd_rand rng(777);
   int clean_and_silent = 0;
