@@ -2,8 +2,8 @@
 # The real GPU path, on a machine with an NVIDIA GPU, with a rankcheck binary built
 # elsewhere (this script builds nothing):
 #   scripts/gpu-check.sh [path/to/rankcheck]
-# It prints the GPU inventory, runs a real job of one rank (NCCL init + all-reduce),
-# two ranks on one GPU (expects duplicate-gpu), node mode over every GPU present,
+# It prints the GPU inventory, runs a real job of one rank (NCCL init + all-reduce,
+# then the timed bandwidth all-reduce), two ranks on one GPU (expects duplicate-gpu), node mode over every GPU present,
 # and a table of what it saw. NCCL: RANKCHECK_NCCL_LIB, else the first libnccl.so.2
 # found (ldconfig, PyTorch, /usr/local/cuda). Exit 0 when every check came out as expected.
 set -u
@@ -35,6 +35,8 @@ state=$(json "$work/env.json" 'j["self"]["gpu"]["state"]')
 nccl=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version_text"] or "none"')
 row "inventory" "usable GPU" "$state, $ngpu GPUs" "$([[ $state == usable ]] && echo ok || echo FAILED)"
 row "NCCL loaded" "a version" "$nccl" "$([[ $nccl != none ]] && echo ok || echo FAILED)"
+driver=$(json "$work/env.json" 'j["self"]["gpu"]["driver"]')
+row "driver version" "like 570.86.15" "${driver:-?}" "$([[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && echo ok || echo FAILED)"
 
 echo; echo "== one rank: real NCCL init + one-element all-reduce"
 p=$(port)
@@ -44,6 +46,14 @@ rc=$?
 init=$(json "$work/one.json" '"%.0f ms" % j["stage_results"][0]["init_ms"]')
 ar=$(json "$work/one.json" '"%.0f us" % j["stage_results"][0]["allreduce_us"]')
 row "world size 1" "exit 0" "exit $rc, init ${init:-?}, all-reduce ${ar:-?}" "$([[ $rc == 0 ]] && echo ok || echo FAILED)"
+
+echo; echo "== one rank with --bandwidth 64M (the timed all-reduce path; busbw is 0 at world size 1)"
+p=$(port)
+"$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 --master-port "$p" \
+  --timeout 120 --bandwidth 64M --json "$work/bw.json"
+rc=$?
+alg=$(json "$work/bw.json" '"%.1f GB/s" % j["stage_results"][0]["bandwidth"]["algbw_gbps"]')
+row "bandwidth, world size 1" "exit 0, algbw" "exit $rc, algbw ${alg:-?}" "$([[ $rc == 0 && -n $alg ]] && echo ok || echo FAILED)"
 
 echo; echo "== two ranks on one GPU (CUDA_VISIBLE_DEVICES=0 for both): expect duplicate-gpu"
 p=$(port)

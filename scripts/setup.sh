@@ -35,5 +35,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# sudo drops the environment by default: pass the one variable apt-get needs.
+[[ ${#sudo[@]} -eq 0 ]] || sudo+=(env DEBIAN_FRONTEND=noninteractive)
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
