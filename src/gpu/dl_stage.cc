@@ -39,11 +39,11 @@ struct CudaApi {
   decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
   decltype(&::cuStreamCreate) stream_create = nullptr;
   decltype(&::cuStreamQuery) stream_query = nullptr;
-  decltype(&::cuStreamDestroy) stream_destroy = nullptr;  // _v2
-  decltype(&::cuMemAlloc) mem_alloc = nullptr;            // _v2
-  decltype(&::cuMemFree) mem_free = nullptr;              // _v2
+  decltype(&::cuStreamDestroy) stream_destroy = nullptr;    // _v2
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;              // _v2
+  decltype(&::cuMemFree) mem_free = nullptr;                // _v2
   decltype(&::cuMemcpyHtoDAsync) copy_to_device = nullptr;  // _v2, on the rank's stream
-  decltype(&::cuMemcpyDtoH) copy_to_host = nullptr;       // _v2
+  decltype(&::cuMemcpyDtoH) copy_to_host = nullptr;         // _v2
   decltype(&::cuGetErrorString) error_string = nullptr;
 
   std::string error(CUresult rc) const {
@@ -350,8 +350,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     }
     return true;
   };
-  bool group_ok = n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(),
-                                          &RankResult::init_error);
+  bool group_ok =
+      n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(), &RankResult::init_error);
   for (size_t i = 0; group_ok && i < n; ++i) {
     CUresult crc = cuda_.ctx_set_current(slots[i].ctx);
     if (crc != CUDA_SUCCESS) {
@@ -430,8 +430,8 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     }
   }
   auto t_ar = Clock::now();
-  group_ok = n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(),
-                                     &RankResult::allreduce_error);
+  group_ok =
+      n == 1 || !group_failed("ncclGroupStart", nccl_.group_start(), &RankResult::allreduce_error);
   for (size_t i = 0; group_ok && i < n; ++i) {
     CUresult crc = cuda_.ctx_set_current(slots[i].ctx);
     if (crc != CUDA_SUCCESS) {
