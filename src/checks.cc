@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -284,21 +285,42 @@ void check_duplicate_rank(const CheckContext& ctx, std::vector<Finding>& out) {
   }
 }
 
+// Members out of range are grouped by the world size they claim and where their
+// rank came from: 256 nodes given one wrong WORLD_SIZE are one finding, not 256.
 void check_rank_range(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
+  std::map<std::tuple<long, std::string, bool>, Records> groups;
   for (const Member& m : v.members) {
     const Record& r = m.record;
-    if (r.in_range()) continue;
-    out.push_back(make(
-        "rank-out-of-range", Severity::kError, exit_code::kMismatch,
-        fmt::format("{} is outside 0..{} for its own world size {}", member_label(r),
-                    r.world_size - 1, r.world_size),
-        r.launcher == "flags"
-            ? std::string("--rank must be below --world-size")
-            : fmt::format("RANK must be below WORLD_SIZE: check the rank this process got from "
-                          "{} on {}",
-                          r.launcher, printable(r.host)),
-        {&r}));
+    if (!r.in_range()) groups[{r.world_size, r.launcher, r.nranks > 1}].push_back(&r);
+  }
+  for (const auto& [key, rs] : groups) {
+    const auto& [world, launcher, node_mode] = key;
+    const Record& first = *rs.front();
+    std::string message =
+        rs.size() == 1
+            ? fmt::format("{} is outside 0..{} for its own world size {}", member_label(first),
+                          world - 1, world)
+            : fmt::format("{} members claim ranks outside 0..{} for their own world size {}: {}",
+                          rs.size(), world - 1, world, where(rs));
+    std::string which = rs.size() == 1 ? "this process" : "these processes";
+    std::string hint;
+    if (launcher == "flags") {
+      hint = node_mode ? "--node-rank must be below --nnodes (each node stands for "
+                         "--nproc-per-node ranks)"
+                       : "--rank must be below --world-size";
+    } else if (node_mode) {
+      hint = fmt::format(
+          "NODE_RANK must be below NNODES (each node stands for NPROC_PER_NODE ranks): check "
+          "the node rank {} got from {} on {}",
+          which, printable(launcher, 32), format_list(hosts_of(rs)));
+    } else {
+      hint = fmt::format("RANK must be below WORLD_SIZE: check the {} {} got from {} on {}",
+                         rs.size() == 1 ? "rank" : "ranks", which, printable(launcher, 32),
+                         format_list(hosts_of(rs)));
+    }
+    out.push_back(make("rank-out-of-range", Severity::kError, exit_code::kMismatch,
+                       std::move(message), std::move(hint), rs));
   }
 }
 
@@ -394,6 +416,9 @@ void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& o
       i = j;
     }
     if (parts.empty()) continue;
+    // A node-mode member collides on each of its local ranks: count it once.
+    std::sort(involved.begin(), involved.end());
+    involved.erase(std::unique(involved.begin(), involved.end()), involved.end());
     Finding f = make("local-rank-collision", Severity::kError, exit_code::kMismatch,
                      fmt::format("on {}, {} members share a local rank: {}", printable(host),
                                  involved.size(), format_list(parts, 4)),
@@ -447,13 +472,26 @@ void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out) 
   }
 }
 
+// NCCL reads NCCL_SOCKET_IFNAME only when it is longer than one character
+// (ncclFindInterfaces: strlen(env) > 1); a shorter value leaves NCCL to pick the
+// interface itself, so it selects nothing that could be missing.
+bool nccl_uses_ifname(std::string_view value) {
+  return value.size() > 1;
+}
+
+// The NCCL_SOCKET_IFNAME a record sets that NCCL would use and that matches none
+// of its host's interfaces.
+bool ifname_selects_nothing(const Record& r, const EnvVar& e) {
+  return e.name == "NCCL_SOCKET_IFNAME" && nccl_uses_ifname(e.value) &&
+         !ifname_matches_any(e.value, r.interfaces.get());
+}
+
 void check_ifname(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   std::map<std::pair<std::string, std::string>, Records> bad;  // (host, spec) -> members
   for (const Member& m : v.members) {
     for (const EnvVar& e : m.record.env) {
-      if (e.name == "NCCL_SOCKET_IFNAME" &&
-          !ifname_matches_any(e.value, m.record.interfaces.get())) {
+      if (ifname_selects_nothing(m.record, e)) {
         bad[{m.record.host, e.value}].push_back(&m.record);
       }
     }
@@ -614,55 +652,69 @@ class Layout {
       if (!hosts || hosts->size() != tasks->size()) break;
       auto node_of = node_of_each_rank(*tasks, static_cast<Distribution>(r.distribution));
       if (static_cast<long>(node_of.size()) != world) break;
-      host_of_rank_.resize(node_of.size());
-      for (size_t k = 0; k < node_of.size(); ++k) {
-        host_of_rank_[k] = (*hosts)[static_cast<size_t>(node_of[k])];
-      }
-      all_hosts_ = std::move(*hosts);
+      node_of_rank_ = std::move(node_of);  // an index per rank, not a copy of its host
+      nodes_ = std::move(*hosts);
       return;
     }
     // Otherwise the members of a host tell it: ranks base..base+lws-1 with
-    // base = rank - local_rank (torchrun and srun --distribution=block).
+    // base = rank - local_rank (torchrun and srun --distribution=block). Not when a
+    // launcher dealt ranks some other way (Slurm's plane, arbitrary): a node's ranks
+    // are then not consecutive, and neither are whole nodes' worth of missing ranks.
+    bool lws_agree = true;
     for (const Member& m : v.members) {
       const Record& r = m.record;
+      if (r.distribution == static_cast<uint8_t>(Distribution::kUnknown)) {
+        blocks_.clear();
+        lws_ = 0;
+        return;
+      }
       if (r.local_rank < 0 || r.local_world_size < 1 || r.local_rank >= r.local_world_size) {
         continue;
       }
       blocks_.push_back({r.rank - r.local_rank, r.local_world_size, r.host});
       if (lws_ == 0) lws_ = r.local_world_size;
+      lws_agree = lws_agree && r.local_world_size == lws_;
     }
+    if (!lws_agree) lws_ = 0;
     std::sort(blocks_.begin(), blocks_.end(),
               [](const Block& a, const Block& b) { return a.base < b.base; });
   }
 
   /// The expected host, or "" when nothing tells it; `local` gets the local rank.
-  std::string host_of(long rank, long* local) const {
+  std::string_view host_of(long rank, long* local) const {
     *local = -1;
-    if (!host_of_rank_.empty()) {
-      return rank >= 0 && rank < long(host_of_rank_.size()) ? host_of_rank_[size_t(rank)] : "";
+    if (!node_of_rank_.empty()) {
+      if (rank < 0 || rank >= long(node_of_rank_.size())) return {};
+      return nodes_[size_t(node_of_rank_[size_t(rank)])];
     }
     auto it = std::upper_bound(blocks_.begin(), blocks_.end(), rank,
                                [](long k, const Block& b) { return k < b.base; });
-    if (it == blocks_.begin()) return "";
+    if (it == blocks_.begin()) return {};
     --it;
-    if (rank >= it->base + it->size) return "";
+    if (rank >= it->base + it->size) return {};
     *local = rank - it->base;
     return it->host;
   }
-  /// Ranks per node when the members agree on it, else 0.
+  /// Ranks per node when the members agree on it (and ranks fill nodes in order), else 0.
   long ranks_per_node() const { return lws_; }
 
  private:
   struct Block {
     long base;
     long size;
-    std::string host;
+    std::string_view host;  // the member's record, which outlives the layout
   };
-  std::vector<std::string> host_of_rank_;
-  std::vector<std::string> all_hosts_;
+  std::vector<int> node_of_rank_;   // index into nodes_, per rank
+  std::vector<std::string> nodes_;  // the launcher's node list, expanded
   std::vector<Block> blocks_;
   long lws_ = 0;
 };
+
+// The part of a host name before its first dot. Slurm names nodes by their short
+// name while gethostname() may give the FQDN (or the other way round).
+std::string_view short_name(std::string_view host) {
+  return host.substr(0, host.find('.'));
+}
 
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
@@ -688,14 +740,25 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   }
   if (missing.empty()) return;
 
-  std::map<std::string_view, const Records*> sent;  // host -> members that joined from it
-  for (const auto& [host, rs] : ctx.hosts)
+  std::map<std::string_view, const Records*> sent;        // host -> members that joined from it
+  std::map<std::string_view, std::string_view> by_short;  // short name -> host; "": several
+  for (const auto& [host, rs] : ctx.hosts) {
     sent[host] = &rs;
+    auto [it, fresh] = by_short.try_emplace(short_name(host), host);
+    if (!fresh && it->second != host) it->second = {};
+  }
+  // The name members joined under for a host the layout names: the same name, or the
+  // one with the same short name ("gpu-02" in the node list, "gpu-02.example.com").
+  auto joined_as = [&](std::string_view host) -> std::string_view {
+    if (host.empty() || sent.count(host)) return host;
+    auto it = by_short.find(short_name(host));
+    return it == by_short.end() || it->second.empty() ? host : it->second;
+  };
   Layout layout(v, world);
-  std::map<std::string, std::vector<std::pair<long, long>>> by_host;  // host -> (rank, local)
+  std::map<std::string_view, std::vector<std::pair<long, long>>> by_host;  // (rank, local)
   for (long k : missing) {
     long local = -1;
-    by_host[layout.host_of(k, &local)].push_back({k, local});
+    by_host[joined_as(layout.host_of(k, &local))].push_back({k, local});
   }
 
   // Members that claimed a rank twice or out of range may be the missing ones.
@@ -759,7 +822,7 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
           "launcher's task count on {} with --ntasks-per-node / "
           "--nproc-per-node, and check its log{}",
           ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host), also);
-      f.hosts = {host};
+      f.hosts = {std::string(host)};
     } else {
       whole_hosts.emplace_back(host, ranks);
       continue;
@@ -931,7 +994,14 @@ void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
                      : node ? "gpu-count-mismatch"
                             : "gpu-missing";
     std::string hint =
-        id == "cuda-driver-missing"
+        state == GpuState::kUnavailable
+            ? "the rankcheck on that host was built without the CUDA and NCCL headers, so it "
+              "cannot probe GPUs: run the same GPU-enabled build on every host (rebuild with "
+              "cuda.h and nccl.h installed), or pass --no-gpu to every process"
+        : state == GpuState::kSkipped
+            ? "pass --no-gpu to every process or to none: the NCCL stage runs only when every "
+              "rank probes its GPUs"
+        : id == "cuda-driver-missing"
             ? "install or load the NVIDIA driver on that host (and in the container: the "
               "NVIDIA container runtime mounts libcuda.so.1)"
         : id == "gpu-count-mismatch"
@@ -939,9 +1009,10 @@ void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
               "Slurm's --gpus-per-node), or lower --nproc-per-node"
             : "give every rank a GPU: check the job's GPU request (--gpus-per-task, "
               "nvidia.com/gpu) and CUDA_VISIBLE_DEVICES on that host";
+    std::string why = key.second.empty() ? "" : ": " + printable(key.second, 200);
     out.push_back(make(id, Severity::kError, exit_code::kGpu,
-                       fmt::format("{} for {}, while the other ranks have GPUs: {}",
-                                   state_text(state), where(rs), printable(key.second, 200)),
+                       fmt::format("{} for {}, while the other ranks have GPUs{}",
+                                   state_text(state), where(rs), why),
                        hint, rs));
   }
 }
@@ -1172,7 +1243,7 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     ++distinct_;
   }
   for (const EnvVar& e : r.env) {  // NCCL_SOCKET_IFNAME
-    if (e.name == "NCCL_SOCKET_IFNAME") ok = ok && ifname_matches_any(e.value, r.interfaces.get());
+    ok = ok && !ifname_selects_nothing(r, e);
   }
   if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
     ok = ok && is_loopback_address(peer_host(peer));
@@ -1195,7 +1266,14 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     for (const GpuDevice& d : g.devices)
       ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
   }
-  // Per host: one local world size, room for these ranks, no local rank twice.
+  // Per host: one local world size, room for these ranks, no local rank twice. The
+  // bits per host are bounded by the world and a host's plausible size, not by what
+  // a peer claims: anything larger is left to the rules.
+  long max_local = std::min(world_size_, kMaxTrackedLocal);
+  if (!ok || r.local_world_size > max_local || r.local_rank + r.nranks > max_local) {
+    tainted_ = true;
+    return;
+  }
   auto it = hosts_.find(r.host);
   if (it == hosts_.end()) {
     it = hosts_.emplace(r.host, HostState{r.local_world_size, 0, {}}).first;
@@ -1203,10 +1281,10 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
   }
   HostState& h = it->second;
   h.ranks += r.nranks;
-  ok = ok && r.local_world_size == h.local_world_size &&
+  ok = r.local_world_size == h.local_world_size &&
        (h.local_world_size < 1 || h.ranks <= h.local_world_size);
   for (long k = r.local_rank; ok && r.local_rank >= 0 && k < r.local_rank + r.nranks; ++k) {
-    if (h.local_world_size < 1 && k >= long(h.locals.size()) && k < (1 << 16)) {
+    if (h.local_world_size < 1 && k >= long(h.locals.size())) {
       h.locals.resize(size_t(k) + 1, false);  // no local world size: grow as ranks arrive
     }
     ok = k < long(h.locals.size()) && !h.locals[size_t(k)];

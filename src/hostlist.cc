@@ -65,16 +65,26 @@ Result<std::vector<std::string>> expand_ranges(std::string_view body) {
 
 Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
   std::vector<std::string> hosts;
+  size_t hosts_bytes = 0;
+  auto too_long = [&] {
+    return Error{fmt::format("host list '{}' expands to more than {} bytes of names",
+                             list.substr(0, 64), kMaxHostListBytes)};
+  };
   auto parts = split_top(list);
   if (!parts) return Error{fmt::format("host list '{}': {}", list, parts.error().message)};
   for (std::string_view part : *parts) {
     if (part.empty()) continue;
-    // Cartesian product over the bracket groups of this name.
+    // Cartesian product over the bracket groups of this name. Sizes are checked
+    // before anything is built: a list is a peer's, and a 4 KiB prefix times
+    // [0-65535] would otherwise take 256 MiB.
     std::vector<std::string> names{""};
+    size_t names_bytes = 0;
     std::string_view rest = part;
     while (!rest.empty()) {
       auto open = rest.find('[');
       std::string_view lit = rest.substr(0, open);
+      names_bytes += names.size() * lit.size();
+      if (hosts_bytes + names_bytes > kMaxHostListBytes) return too_long();
       for (auto& n : names)
         n.append(lit);
       if (open == std::string_view::npos) break;
@@ -84,6 +94,11 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
       if (names.size() * values->size() + hosts.size() > kMaxHosts) {
         return Error{fmt::format("host list '{}' has more than {} hosts", list, kMaxHosts)};
       }
+      size_t values_bytes = 0;
+      for (const auto& v : *values)
+        values_bytes += v.size();
+      names_bytes = names_bytes * values->size() + names.size() * values_bytes;
+      if (hosts_bytes + names_bytes > kMaxHostListBytes) return too_long();
       std::vector<std::string> next;
       next.reserve(names.size() * values->size());
       for (const auto& n : names) {
@@ -93,6 +108,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
       names = std::move(next);
       rest = rest.substr(close + 1);
     }
+    hosts_bytes += names_bytes;
     for (auto& n : names)
       hosts.push_back(std::move(n));
   }
@@ -118,7 +134,7 @@ Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {
       }
       item = item.substr(0, paren);
     }
-    if (!parse_uint(item, count) || count > 1u << 20) {
+    if (!parse_uint(item, count) || count == 0 || count > 1u << 20) {
       return Error{fmt::format("tasks per node '{}': bad count '{}'", spec, item)};
     }
     if (repeat == 0 || tasks.size() + repeat > kMaxHosts) {
@@ -138,6 +154,7 @@ Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {
 
 std::vector<int> node_of_each_rank(const std::vector<int>& tasks, Distribution dist) {
   std::vector<int> node_of;
+  if (dist == Distribution::kUnknown) return node_of;
   if (dist == Distribution::kBlock) {
     for (size_t n = 0; n < tasks.size(); ++n) {
       node_of.insert(node_of.end(), static_cast<size_t>(std::max(tasks[n], 0)),
@@ -145,17 +162,21 @@ std::vector<int> node_of_each_rank(const std::vector<int>& tasks, Distribution d
     }
     return node_of;
   }
+  // Cyclic: one rank to each node with room, round after round. A full node leaves
+  // the round, so each pass places one rank per node still in it: the work is the
+  // number of ranks, not nodes times the largest count.
   std::vector<int> left = tasks;
-  bool placed = true;
-  while (placed) {
-    placed = false;
-    for (size_t n = 0; n < left.size(); ++n) {
-      if (left[n] > 0) {
-        --left[n];
-        node_of.push_back(static_cast<int>(n));
-        placed = true;
-      }
+  std::vector<int> open;
+  for (size_t n = 0; n < left.size(); ++n) {
+    if (left[n] > 0) open.push_back(static_cast<int>(n));
+  }
+  while (!open.empty()) {
+    size_t kept = 0;
+    for (int n : open) {
+      node_of.push_back(n);
+      if (--left[size_t(n)] > 0) open[kept++] = n;
     }
+    open.resize(kept);
   }
   return node_of;
 }

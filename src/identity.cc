@@ -75,11 +75,39 @@ EnvMap with_flags(const EnvMap& env, const Flags& flags) {
   return merged;
 }
 
+bool plausible(long v) {
+  return v >= -kMaxWorldSize && v <= kMaxWorldSize;
+}
+
+// One probe per node is asked for by --nproc-per-node, or by a variable such as
+// NPROC_PER_NODE when nothing gives this process a rank of its own. A job script
+// exports NPROC_PER_NODE for the torchrun it starts later; the tasks srun or mpirun
+// start one per rank inherit it, and read in node mode, every task on a node would
+// claim the same ranks. Returns whether the node-mode variables are left unused.
+bool inherited_nproc(Identity& id) {
+  const Observation* nproc = nullptr;
+  const Observation* own_rank = nullptr;
+  for (const Observation& o : id.observations) {
+    if (o.field == Field::kNprocPerNode && o.launcher == "flags") return false;
+    if (o.field == Field::kNprocPerNode && nproc == nullptr) nproc = &o;
+    if (o.field == Field::kRank && !o.weak && own_rank == nullptr) own_rank = &o;
+  }
+  if (nproc == nullptr || own_rank == nullptr) return false;
+  id.notes.push_back(fmt::format(
+      "{}={} is not used: {} gives this process a rank of its own, so it checks one rank "
+      "(for one probe per node standing for its GPUs, pass --nproc-per-node)",
+      nproc->variable, nproc->value, own_rank->variable));
+  return true;
+}
+
 // Picks each field's value by precedence and lists the disagreements.
 void resolve(Identity& id) {
   bool have[kFieldCount] = {};
+  bool world_from_implausible = false;
+  bool skip_nproc = inherited_nproc(id);
   for (int fi = 0; fi < kFieldCount; ++fi) {
     auto field = static_cast<Field>(fi);
+    if (field == Field::kNprocPerNode && skip_nproc) continue;
     std::vector<const Observation*> valid;
     std::vector<const Observation*> unparsable;
     bool strong =
@@ -116,6 +144,7 @@ void resolve(Identity& id) {
     if (valid.empty()) continue;
     have[fi] = true;
     const Observation& chosen = *valid.front();
+    id.source_index[size_t(fi)] = static_cast<int>(&chosen - id.observations.data());
     if (long* slot = numeric_slot(id, field)) {
       *slot = *parse_long(chosen.value);
     } else if (field == Field::kMasterAddr) {
@@ -148,18 +177,23 @@ void resolve(Identity& id) {
       if (!have[int(Field::kNodeRank)]) {
         id.problems.push_back(fmt::format("node mode needs the node rank: none of {} is set",
                                           sources_for(Field::kNodeRank)));
+      } else if (!plausible(id.node_rank)) {
+        // Not multiplied (it could overflow): reported with the other implausible values.
+        have[int(Field::kRank)] = true;
       } else {
         id.rank = id.node_rank * id.nranks;
         have[int(Field::kRank)] = true;
-        for (const Observation& o : id.observations) {  // the row that gave the node rank
-          if (o.field == Field::kNodeRank && id.launcher.empty()) id.launcher = o.launcher;
-        }
+        if (const Observation* o = id.source(Field::kNodeRank)) id.launcher = o->launcher;
         id.notes.push_back(fmt::format("node mode: node {} stands for ranks {}-{}", id.node_rank,
                                        id.rank, id.rank + id.nranks - 1));
       }
       if (!have[int(Field::kWorldSize)] && have[int(Field::kNnodes)]) {
-        id.world_size = id.nnodes * id.nranks;
         have[int(Field::kWorldSize)] = true;
+        if (plausible(id.nnodes)) {
+          id.world_size = id.nnodes * id.nranks;
+        } else {
+          world_from_implausible = true;  // not multiplied: reported below
+        }
       }
       if (!have[int(Field::kLocalWorldSize)]) id.local_world_size = id.nranks;
       id.local_rank = 0;
@@ -167,7 +201,7 @@ void resolve(Identity& id) {
   }
 
   for (long v : {id.rank, id.local_rank, id.local_world_size, id.node_rank, id.nnodes}) {
-    if (v < -kMaxWorldSize || v > kMaxWorldSize) {
+    if (!plausible(v)) {
       id.problems.push_back(
           fmt::format("{} is not a plausible rank or count (limit {})", v, kMaxWorldSize));
     }
@@ -179,6 +213,8 @@ void resolve(Identity& id) {
   if (!have[int(Field::kWorldSize)]) {
     id.problems.push_back(fmt::format("cannot tell the world size: none of {} is set",
                                       sources_for(Field::kWorldSize)));
+  } else if (world_from_implausible) {
+    // Left unset: the node count it would come from is reported above.
   } else if (id.world_size < 1 || id.world_size > kMaxWorldSize) {
     id.problems.push_back(
         fmt::format("world size {} is outside 1..{}", id.world_size, kMaxWorldSize));

@@ -227,7 +227,9 @@ Record decode_record(Reader& r) {
   for (int32_t v : {rec.rank, rec.local_rank, rec.local_world_size, rec.node_rank, rec.nnodes}) {
     if (v < -kMaxWorldSize || v > kMaxWorldSize) r.fail("rank field out of bounds");
   }
-  if (rec.distribution > 1) r.fail("unknown distribution");
+  if (rec.distribution > static_cast<uint8_t>(Distribution::kUnknown)) {
+    r.fail("unknown distribution");
+  }
   if (!std::is_sorted(rec.env.begin(), rec.env.end(),
                       [](const EnvVar& a, const EnvVar& b) { return a.name < b.name; })) {
     r.fail("environment variables not sorted");

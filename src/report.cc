@@ -429,16 +429,9 @@ std::string render_member_json(const MemberReport& r) {
 
 namespace {
 
-// The source that gave a field its value: the first that parses, by precedence.
-const Observation* chosen(const Identity& id, Field f) {
-  for (const Observation& o : id.observations) {
-    if (o.field == f && !o.value.empty()) return &o;
-  }
-  return nullptr;
-}
-
+// The source that gave a field its value, as resolve() chose it.
 std::string source_of(const Identity& id, Field f) {
-  const Observation* o = chosen(id, f);
+  const Observation* o = id.source(f);
   if (o == nullptr) return "";
   for (const Launcher& l : launchers()) {
     if (l.name == o->launcher) return fmt::format("{} ({})", o->variable, l.description);
@@ -462,7 +455,7 @@ std::string render_env_text(const Identity& id, const Record& self,
     out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
   };
   std::string rank =
-      id.rank < 0 && !chosen(id, Field::kRank) ? "-"
+      id.rank < 0 && !id.source(Field::kRank) ? "-"
       : id.node_mode() ? fmt::format("{}-{} of {}", id.rank, id.rank + id.nranks - 1, id.world_size)
                        : of(id.rank, id.world_size);
   row("rank", rank, source_of(id, Field::kRank));

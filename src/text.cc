@@ -61,7 +61,12 @@ std::string printable(std::string_view s, size_t max_len) {
       continue;
     }
     // Multi-byte UTF-8: copy only a well-formed sequence, and no C1 controls.
-    size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+    // Lead bytes: C2-DF start two bytes, E0-EF three, F0-F4 four; C0, C1 (overlong)
+    // and F5-FF (beyond U+10FFFF) start nothing.
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     bool valid = len > 0 && i + len <= s.size();
     for (size_t k = 1; valid && k < len; ++k) {
       valid = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;

@@ -102,6 +102,10 @@ void order_findings(std::vector<Finding>& findings);
 /// run the rules.
 class JoinTracker {
  public:
+  /// Most local ranks one host may have for the tracker to follow it; a peer that
+  /// claims more is left to the rules (taints), so memory stays small per host.
+  static constexpr long kMaxTrackedLocal = 1024;
+
   JoinTracker(long world_size, std::vector<std::string> master_resolved, bool gpu_stage = false);
   void add(const Record& r, std::string_view peer);
   /// Anything that is never clean: a departure, a refusal.

@@ -1,6 +1,7 @@
 #pragma once
 // Who this process thinks it is: a pure function of an environment map and flags.
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -77,9 +78,16 @@ struct Identity {
   std::string launcher;                   ///< the row that gave the rank
   std::vector<std::string> launchers;     ///< every row whose variables were seen
   std::vector<Observation> observations;  ///< every value every source gave
-  std::vector<Conflict> conflicts;        ///< fields whose sources disagree
-  std::vector<std::string> problems;      ///< missing/unparsable values: a usage error
-  std::vector<std::string> notes;         ///< defaults taken and interpretations made
+  /// For each field, the index in `observations` of the value used; -1 where none was
+  /// (no source, or a value derived from others, like a node-mode rank).
+  std::array<int, kFieldCount> source_index = [] {
+    std::array<int, kFieldCount> none;
+    none.fill(-1);
+    return none;
+  }();
+  std::vector<Conflict> conflicts;    ///< fields whose sources disagree
+  std::vector<std::string> problems;  ///< missing/unparsable values: a usage error
+  std::vector<std::string> notes;     ///< defaults taken and interpretations made
 
   /// Where the launcher says each node's ranks run (Slurm): compressed node list,
   /// tasks per node and distribution, kept raw so a record stays small.
@@ -87,6 +95,11 @@ struct Identity {
   std::string tasks_per_node;
   Distribution distribution = Distribution::kBlock;
 
+  /// The observation that gave `f` its value, or nullptr (see source_index).
+  const Observation* source(Field f) const {
+    int i = source_index[static_cast<size_t>(f)];
+    return i < 0 ? nullptr : &observations[static_cast<size_t>(i)];
+  }
   bool node_mode() const { return nranks > 1; }
   /// The identity is complete enough to take part in a rendezvous.
   bool usable() const { return problems.empty(); }

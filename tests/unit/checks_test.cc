@@ -472,3 +472,201 @@ TEST_CASE("join tracker: never clean when the rules would find something (random
   }
   CHECK(clean_and_silent > 0);  // some perturbations are harmless, and the tracker sees that
 }
+
+TEST_CASE("nccl-ifname-missing: a value NCCL ignores (one character or none) selects nothing") {
+  // NCCL reads NCCL_SOCKET_IFNAME only when it is longer than one character.
+  for (const char* value : {"", "^", "=", "x"}) {
+    INFO(value);
+    JobView v = healthy_job(4, 2);
+    for (Member& m : v.members)
+      test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", value}});
+    CHECK(run_checks(v).empty());
+    CHECK(local_checks(v.members[1].record).empty());
+    JoinTracker t(v.world_size, v.master_resolved);
+    for (const Member& m : v.members)
+      t.add(m.record, m.peer);
+    CHECK(t.clean());
+  }
+}
+
+TEST_CASE("missing-rank: node list names and FQDN host names are matched by short name") {
+  JobView v = healthy_job(16, 8);
+  for (Member& m : v.members) {
+    m.record.host += ".example.com";
+    m.record.node_list = "gpu-[01-02]";
+    m.record.tasks_per_node = "8(x2)";
+  }
+  v.members.erase(v.members.begin() + 9);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message ==
+        "rank 9 did not join (expected on gpu-02.example.com): gpu-02.example.com sent ranks "
+        "8,10-15 but not 9");
+  CHECK(fs[0].hosts == Hosts{"gpu-02.example.com"});
+
+  // A host that sent nothing keeps the node list's name.
+  v.members.resize(8);
+  fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message == "gpu-02 did not join: all 8 of its ranks (8-15) are missing");
+}
+
+TEST_CASE("missing-rank: ranks a launcher dealt in an unknown way are not placed by guess") {
+  // Slurm's plane distribution: a node's ranks are not RANK - LOCAL_RANK onwards.
+  JobView v = healthy_job(16, 8);
+  for (Member& m : v.members) {
+    m.record.node_list = "gpu-[01-02]";
+    m.record.distribution = uint8_t(Distribution::kUnknown);
+  }
+  v.members.erase(v.members.begin() + 9);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message == "rank 9 did not join");
+  CHECK(fs[0].hosts.empty());
+
+  JobView w = healthy_job(16, 8);
+  for (Member& m : w.members)
+    m.record.distribution = uint8_t(Distribution::kUnknown);
+  w.members.resize(8);
+  fs = run_checks(w);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message == "ranks 8-15 did not join");  // not "a whole node of 8 ranks"
+}
+
+TEST_CASE("missing-rank: whole nodes are named only when the members agree on their size") {
+  JobView v = healthy_job(16, 8);
+  v.members.resize(8);
+  v.members[7].record.local_rank = 3;  // says its host has 4 ranks, the others 8
+  v.members[7].record.local_world_size = 4;
+  auto fs = run_checks(v);
+  const Finding* f = find(fs, "missing-rank");
+  REQUIRE(f != nullptr);
+  CHECK(f->message == "ranks 8-15 did not join");
+}
+
+TEST_CASE("missing-rank: a peer's layout is bounded work") {
+  // A count of 0 would let cyclic placement loop nodes x the largest count.
+  JobView v = healthy_job(16, 8);
+  v.world_size = 4096;
+  for (Member& m : v.members) {
+    m.record.world_size = 4096;
+    m.record.node_list = "h[0-65535]";
+    m.record.tasks_per_node = "4096,0(x65535)";
+    m.record.distribution = uint8_t(Distribution::kCyclic);
+  }
+  auto fs = run_checks(v);
+  const Finding* f = find(fs, "missing-rank");
+  REQUIRE(f != nullptr);
+  CHECK(f->ranks.size() == 4096 - 16);
+  CHECK(f->hosts.empty());  // the layout was refused; the members' blocks do not cover them
+}
+
+TEST_CASE("rank-out-of-range: members with the same wrong world size are one finding") {
+  JobView v = healthy_job(16, 8);
+  for (Member& m : v.members) {
+    if (m.record.host == "gpu-02") m.record.world_size = 8;
+  }
+  auto fs = run_checks(v);
+  REQUIRE(std::count_if(fs.begin(), fs.end(),
+                        [](const Finding& f) { return f.id == "rank-out-of-range"; }) == 1);
+  const Finding* f = find(fs, "rank-out-of-range");
+  CHECK(f->message ==
+        "8 members claim ranks outside 0..7 for their own world size 8: ranks 8-15 on gpu-02");
+  CHECK(f->hint ==
+        "RANK must be below WORLD_SIZE: check the ranks these processes got from torch on gpu-02");
+  CHECK(f->ranks == Ranks{8, 9, 10, 11, 12, 13, 14, 15});
+}
+
+TEST_CASE("rank-out-of-range: the hint escapes the launcher and speaks of nodes in node mode") {
+  JobView v = healthy_job(4, 4);
+  v.members[3].record.rank = 9;
+  v.members[3].record.launcher = "evil\x1b[2J";
+  auto fs = run_checks(v);
+  const Finding* f = find(fs, "rank-out-of-range");
+  REQUIRE(f != nullptr);
+  CHECK(f->hint ==
+        "RANK must be below WORLD_SIZE: check the rank this process got from evil\\x1b[2J on "
+        "gpu-01");
+
+  JobView n = healthy_job(8, 4);
+  n.members.resize(2);
+  for (int k = 0; k < 2; ++k) {
+    Record& r = n.members[size_t(k)].record;
+    r.rank = k * 8;  // node 1 says ranks 8-11 of 8: NODE_RANK 2 for NNODES 2
+    r.nranks = 4;
+    r.local_rank = 0;
+    r.launcher = "node";
+    r.host = fmt::format("node{}", k);
+  }
+  fs = run_checks(n);
+  f = find(fs, "rank-out-of-range");
+  REQUIRE(f != nullptr);
+  CHECK(f->message == "ranks 8-11 (node1, pid 1001) is outside 0..7 for its own world size 8");
+  CHECK(f->hint ==
+        "NODE_RANK must be below NNODES (each node stands for NPROC_PER_NODE ranks): check the "
+        "node rank this process got from node on node1");
+}
+
+TEST_CASE("local-rank-collision counts each member once") {
+  JobView v = healthy_job(16, 8);
+  v.members.resize(2);  // node mode: two members of 8 ranks, both on gpu-01
+  for (int k = 0; k < 2; ++k) {
+    Record& r = v.members[size_t(k)].record;
+    r.rank = k * 8;
+    r.nranks = 8;
+    r.local_rank = 0;
+    r.local_world_size = 16;
+    r.host = "gpu-01";
+  }
+  auto fs = run_checks(v);
+  const Finding* f = find(fs, "local-rank-collision");
+  REQUIRE(f != nullptr);
+  CHECK(f->message.rfind("on gpu-01, 2 members share a local rank: local rank 0 by ranks 0,8", 0) ==
+        0);
+}
+
+TEST_CASE("gpu rules: a build without the GPU stage, and --no-gpu on one member") {
+  JobView v = healthy_job(4, 2);
+  v.gpu_stage = true;
+  for (Member& m : v.members) {
+    GpuFacts& g = m.record.gpu;
+    g.state = GpuState::kUsable;
+    g.nccl_version = 22809;
+    g.devices = {GpuDevice{m.record.rank, m.record.local_rank, fmt::format("GPU-{}", m.record.rank),
+                           "", "H100", 0}};
+  }
+  JobView unbuilt = v;
+  unbuilt.members[3].record.gpu = GpuFacts{};
+  unbuilt.members[3].record.gpu.state = GpuState::kUnavailable;
+  unbuilt.members[3].record.gpu.error = "built without CUDA/NCCL headers";
+  auto fs = run_checks(unbuilt);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "cuda-driver-missing");
+  CHECK(fs[0].hint ==
+        "the rankcheck on that host was built without the CUDA and NCCL headers, so it cannot "
+        "probe GPUs: run the same GPU-enabled build on every host (rebuild with cuda.h and "
+        "nccl.h installed), or pass --no-gpu to every process");
+
+  JobView skipped = v;
+  skipped.members[3].record.gpu = GpuFacts{};  // --no-gpu
+  fs = run_checks(skipped);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "gpu-missing");
+  CHECK(fs[0].message ==
+        "skipped (--no-gpu) for rank 3 on gpu-02, while the other ranks have GPUs");
+  CHECK(fs[0].hint ==
+        "pass --no-gpu to every process or to none: the NCCL stage runs only when every rank "
+        "probes its GPUs");
+}
+
+TEST_CASE("join tracker: a peer's local world size does not size the tracker's memory") {
+  JobView v = healthy_job(16, 4);
+  for (Member& m : v.members)
+    m.record.local_world_size = 1 << 20;  // 2^20 bits per host, were it believed
+  CHECK(!tracker_clean(v));               // left to the rules
+  JobView far = healthy_job(16, 4);
+  for (Member& m : far.members)
+    m.record.local_world_size = -1;
+  far.members[5].record.local_rank = 60000;  // a local rank far beyond any host
+  CHECK(!tracker_clean(far));
+}

@@ -1,3 +1,5 @@
+#include <chrono>
+
 #include <catch2/catch.hpp>
 
 #include <rankcheck/hostlist.h>
@@ -54,4 +56,42 @@ TEST_CASE("tasks per node: counts and repeats") {
 TEST_CASE("node of each rank: block and cyclic distributions") {
   CHECK(node_of_each_rank({2, 2, 1}, Distribution::kBlock) == std::vector<int>{0, 0, 1, 1, 2});
   CHECK(node_of_each_rank({2, 2, 1}, Distribution::kCyclic) == std::vector<int>{0, 1, 2, 0, 1});
+}
+
+TEST_CASE("tasks per node: a node with no task is not a Slurm step") {
+  CHECK(expand_tasks_per_node("0").error().message == "tasks per node '0': bad count '0'");
+  CHECK(!expand_tasks_per_node("4096,0(x65535)").ok());
+  CHECK(!expand_tasks_per_node("2,0,2").ok());
+}
+
+TEST_CASE("hostlist: names that would expand past the byte limit are refused, not allocated") {
+  // 4000 bytes of prefix times 65536 hosts would be 256 MiB.
+  std::string list = std::string(4000, 'h') + "[0-65535]";
+  auto h = expand_hostlist(list);
+  REQUIRE(!h.ok());
+  CHECK(h.error().message.find("expands to more than 4194304 bytes of names") != std::string::npos);
+  CHECK(!expand_hostlist("a[0-63]" + std::string(100000, 'x') + "[0-63]").ok());
+  // A large list of ordinary names is fine.
+  auto big = expand_hostlist("nid[000000-065535]");
+  REQUIRE(big.ok());
+  CHECK(big->size() == 65536);
+  CHECK(big->back() == "nid065535");
+}
+
+TEST_CASE("node of each rank: cyclic work follows the ranks, not nodes times the largest count") {
+  CHECK(node_of_each_rank({3, 1, 2}, Distribution::kCyclic) == std::vector<int>{0, 1, 2, 0, 2, 0});
+  CHECK(node_of_each_rank({2, 2}, Distribution::kUnknown).empty());
+  // One node of 200000 tasks and 65535 of one: 265535 placements. Dealt round by
+  // round over every node, it took 200000 x 65536 steps.
+  std::vector<int> tasks(65536, 1);
+  tasks[0] = 200000;
+  auto start = std::chrono::steady_clock::now();
+  auto node_of = node_of_each_rank(tasks, Distribution::kCyclic);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(node_of.size() == 265535);
+  CHECK(node_of[0] == 0);
+  CHECK(node_of[1] == 1);
+  CHECK(node_of[65536] == 0);
+  CHECK(node_of.back() == 0);
+  CHECK(s < 2.0);
 }

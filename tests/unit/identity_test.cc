@@ -293,4 +293,105 @@ TEST_CASE("identity: Slurm's plane distribution is not guessed at") {
   Identity id = detect_identity(env, {});
   CHECK(id.node_list == "gpu-[01-02]");
   CHECK(id.tasks_per_node.empty());
+  // ...and says so: the master must not read RANK - LOCAL_RANK as a node's first rank.
+  CHECK(id.distribution == Distribution::kUnknown);
+}
+
+TEST_CASE("identity: MPICH/Intel MPI mpiexec inside Slurm reads PMI, not the proxy's task") {
+  // Hydra starts one proxy per node with srun: its ranks inherit the proxy's task
+  // (SLURM_PROCID is the node, SLURM_NTASKS the node count).
+  EnvMap env{{"SLURM_JOB_ID", "48213"}, {"SLURM_PROCID", "1"},    {"SLURM_NTASKS", "2"},
+             {"SLURM_LOCALID", "0"},    {"SLURM_NODEID", "1"},    {"PMI_RANK", "9"},
+             {"PMI_SIZE", "16"},        {"MPI_LOCALRANKID", "1"}, {"MASTER_ADDR", "head"}};
+  Identity id = detect_identity(env, {});
+  REQUIRE(id.usable());
+  CHECK(id.rank == 9);
+  CHECK(id.world_size == 16);
+  CHECK(id.local_rank == 1);
+  CHECK(id.launcher == "pmi");
+  CHECK(id.conflicts.empty());
+  CHECK(id.job_id == "48213");
+  CHECK(id.notes.front() ==
+        "SLURM_PROCID/SLURM_NTASKS describe the Slurm task of mpiexec's per-node proxy "
+        "(PMI_SIZE=16 but SLURM_NTASKS=2), not this process: not used");
+
+  // srun --mpi=pmi2: Slurm sets the PMI variables itself, and they agree with it.
+  EnvMap pmi2{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "3"},
+              {"PMI_RANK", "3"},     {"PMI_SIZE", "8"},     {"MASTER_ADDR", "head"}};
+  Identity srun = detect_identity(pmi2, {});
+  REQUIRE(srun.usable());
+  CHECK(srun.rank == 3);
+  CHECK(srun.launcher == "slurm");
+  CHECK(srun.conflicts.empty());
+}
+
+TEST_CASE("identity: a huge node rank or node count is refused before it is multiplied") {
+  // 288230376151711745 * 64 wraps to 64 in 64 bits: it must not become rank 64.
+  EnvMap env{{"NODE_RANK", "288230376151711745"},
+             {"NNODES", "288230376151711745"},
+             {"NPROC_PER_NODE", "64"},
+             {"MASTER_ADDR", "m"}};
+  Identity id = detect_identity(env, {});
+  CHECK(!id.usable());
+  CHECK(id.rank == -1);
+  CHECK(id.world_size == -1);
+  CHECK(id.problems == std::vector<std::string>{
+                           "288230376151711745 is not a plausible rank or count (limit 1048576)",
+                           "288230376151711745 is not a plausible rank or count (limit 1048576)"});
+}
+
+TEST_CASE("identity: each field remembers the source it was taken from") {
+  EnvMap env{{"RANK", "abc"},
+             {"SLURM_PROCID", "3"},
+             {"SLURM_NTASKS", "4"},
+             {"WORLD_SIZE", "4"},
+             {"MASTER_ADDR", "m"}};
+  Identity id = detect_identity(env, {});
+  REQUIRE(id.usable());
+  CHECK(id.rank == 3);
+  REQUIRE(id.source(Field::kRank) != nullptr);
+  CHECK(id.source(Field::kRank)->variable == "SLURM_PROCID");
+  CHECK(id.source(Field::kWorldSize)->variable == "WORLD_SIZE");
+  CHECK(id.source(Field::kLocalRank) == nullptr);
+}
+
+TEST_CASE("identity: NPROC_PER_NODE from the job script does not make srun's tasks nodes") {
+  // The batch script exports NPROC_PER_NODE for a later torchrun; the check step
+  // runs one task per rank (4 per node): each is one rank, not a node of 8.
+  EnvMap env = env_fixture("slurm_srun.env");
+  env["NPROC_PER_NODE"] = "8";
+  Identity id = detect_identity(env, {});
+  REQUIRE(id.usable());
+  CHECK(!id.node_mode());
+  CHECK(id.rank == 5);
+  CHECK(id.world_size == 8);
+  CHECK(id.local_rank == 1);
+  CHECK(id.notes.front() ==
+        "NPROC_PER_NODE=8 is not used: SLURM_PROCID gives this process a rank of its own, so "
+        "it checks one rank (for one probe per node standing for its GPUs, pass "
+        "--nproc-per-node)");
+
+  // Under mpirun too.
+  EnvMap mpi = env_fixture("openmpi.env");
+  mpi["NPROC_PER_NODE"] = "4";
+  Identity ompi = detect_identity(mpi, {});
+  REQUIRE(ompi.usable());
+  CHECK(!ompi.node_mode());
+  CHECK(ompi.rank == 3);
+
+  // One task per node is a node-level step: node mode, as before.
+  EnvMap node = env_fixture("slurm_node_step.env");
+  node["NPROC_PER_NODE"] = "4";
+  Identity per_node = detect_identity(node, {});
+  REQUIRE(per_node.usable());
+  CHECK(per_node.node_mode());
+  CHECK(per_node.rank == 4);
+  CHECK(per_node.world_size == 8);
+
+  // --nproc-per-node asks for node mode outright.
+  Flags flags;
+  flags.nproc_per_node = "4";
+  Identity asked = detect_identity(node, flags);
+  CHECK(asked.node_mode());
+  CHECK(asked.rank == 4);
 }

@@ -97,3 +97,15 @@ TEST_CASE("member line: the job-wide verdict and this member's part in it") {
   CHECK(j["verdict"] == "pass");
   CHECK(j["self"]["rank"] == 3);
 }
+
+TEST_CASE("env text: each value is credited to the source it was taken from") {
+  // RANK does not parse, so SLURM_PROCID gives the rank: the row must say so.
+  EnvMap env{{"RANK", "abc"}, {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"MASTER_ADDR", "m"}};
+  Identity id = detect_identity(env, {});
+  REQUIRE(id.usable());
+  Record self = make_record(id, HostFacts{"gpu-01", 77, {}, {}, {}}, env);
+  std::string text = render_env_text(id, self, {}, {});
+  CHECK(text.find("  rank          3 of 4                    SLURM_PROCID (Slurm srun)\n") !=
+        std::string::npos);
+  CHECK(text.find("RANK (torch env)") == std::string::npos);
+}

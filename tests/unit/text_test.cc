@@ -31,6 +31,18 @@ TEST_CASE("text: peer strings are made safe for a terminal") {
   CHECK(printable(std::string(200, 'x'), 10) == "xxxxxxxxxx...");
 }
 
+TEST_CASE("text: only well-formed UTF-8 passes, by lead byte and continuation") {
+  CHECK(printable("\xf0\x9f\x98\x80") == "\xf0\x9f\x98\x80");  // U+1F600, four bytes
+  CHECK(printable("\xe2\x82\xac") == "\xe2\x82\xac");          // U+20AC, three bytes
+  // F5-FF start nothing: they could only begin code points past U+10FFFF.
+  CHECK(printable("\xf5\x80\x80") == "\\xf5\\x80\\x80");
+  CHECK(printable("\xff\x80\x80") == "\\xff\\x80\\x80");
+  CHECK(printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");                    // overlong '/'
+  CHECK(printable("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");           // overlong '/'
+  CHECK(printable("\xe2\x28\xa1") == "\\xe2(\\xa1");               // bad continuation
+}
+
 TEST_CASE("text: seconds") {
   CHECK(format_seconds(21) == "0.021 s");
   CHECK(format_seconds(1330) == "1.33 s");
