@@ -3,12 +3,14 @@
 #include <fstream>
 #include <iterator>
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <rankcheck/auth.h>
 
@@ -36,8 +38,9 @@ Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
   return JobToken(std::move(secret));
 }
 
-Mac JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,
-                  std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const {
+std::optional<Mac> JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,
+                                 std::span<const uint8_t> client_nonce,
+                                 std::span<const uint8_t> body) const {
   // Each part is length-prefixed, so that no two different messages share bytes to MAC.
   std::string data;
   for (std::string_view part :
@@ -52,23 +55,55 @@ Mac JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,
   }
   Mac out{};
   unsigned int len = 0;
-  ::HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-         reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len);
+  // A failed HMAC leaves no MAC at all: never a zero one that a zero MAC would match.
+  if (::HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+             reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(),
+             &len) == nullptr ||
+      len != kMacSize) {
+    return std::nullopt;
+  }
   return out;
 }
 
 bool JobToken::verify(const Mac& mac, std::string_view label, std::span<const uint8_t> server_nonce,
                       std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const {
-  Mac want = this->mac(label, server_nonce, client_nonce, body);
-  return CRYPTO_memcmp(want.data(), mac.data(), kMacSize) == 0;
+  std::optional<Mac> want = this->mac(label, server_nonce, client_nonce, body);
+  return want && CRYPTO_memcmp(want->data(), mac.data(), kMacSize) == 0;
 }
 
-void fill_random(std::span<uint8_t> out) {
+Status fill_random(std::span<uint8_t> out) {
   size_t got = 0;
-  while (got < out.size()) {
+  // getrandom(2) blocks only until the pool is first seeded, and returns at most
+  // 32 MiB per call: a few calls at most, unless it fails (ENOSYS in an old
+  // seccomp profile, EPERM): then /dev/urandom.
+  for (int tries = 0; got < out.size() && tries < 16; ++tries) {
     ssize_t r = ::getrandom(out.data() + got, out.size() - got, 0);
-    if (r > 0) got += static_cast<size_t>(r);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r < 0 && errno != EINTR) {
+      break;
+    }
   }
+  if (got == out.size()) return ok_status();
+  std::string why = std::strerror(errno);
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Error{
+        fmt::format("no random bytes: getrandom: {}; /dev/urandom: {}", why, std::strerror(errno))};
+  }
+  for (int tries = 0; got < out.size() && tries < 16; ++tries) {
+    ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  int read_errno = errno;
+  ::close(fd);
+  if (got == out.size()) return ok_status();
+  return Error{fmt::format("no random bytes: getrandom: {}; /dev/urandom: {}", why,
+                           std::strerror(read_errno))};
 }
 
 }  // namespace rankcheck

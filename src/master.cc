@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <fstream>
+#include <set>
 
 #include <fmt/format.h>
 #include <sys/resource.h>
@@ -14,6 +15,11 @@ namespace {
 
 // Refusals kept for the report; the rest are only counted.
 constexpr size_t kMaxRefusalsKept = 64;
+// Departures kept for the report (one per member, the latest), logged one by one
+// before they are only counted: a client that joins and leaves in a loop costs
+// the master neither memory nor log lines without bound.
+constexpr size_t kMaxDeparturesKept = 64;
+constexpr size_t kMaxDeparturesLogged = 8;
 
 }  // namespace
 
@@ -32,13 +38,18 @@ void MasterState::count(const Record& rec, int by, bool master) {
   }
   joined_ranks_ += by * rec.nranks;
   if (!master && (world_votes_[rec.world_size] += by) == 0) world_votes_.erase(rec.world_size);
-  // The world sizes a member's other sources give (WORLD_SIZE=8 but SLURM_NTASKS=4).
+  // The world sizes a member's other sources give (WORLD_SIZE=8 but SLURM_NTASKS=4),
+  // one vote per member for each: two sources saying 4 are still one member.
+  std::set<long> alt;
   for (const Conflict& c : rec.conflicts) {
     if (c.field != Field::kWorldSize) continue;
     for (const Observation& o : c.values) {
       long w = std::strtol(o.value.c_str(), nullptr, 10);
-      if (w != rec.world_size && (alt_votes_[w] += by) == 0) alt_votes_.erase(w);
+      if (w != rec.world_size) alt.insert(w);
     }
+  }
+  for (long w : alt) {
+    if ((alt_votes_[w] += by) == 0) alt_votes_.erase(w);
   }
 }
 
@@ -67,9 +78,23 @@ void MasterState::depart(size_t i) {
   members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(i));
   count(gone.record, -1, false);
   tracker_.taint();
-  cfg_.log(fmt::format("{} disconnected before the verdict; joined {}/{}",
-                       member_label(gone.record), joined_ranks_, cfg_.world_size));
-  departed_.push_back(Departure{std::move(gone.record), gone.joined_ms, now_ms()});
+  if (++departed_total_ <= kMaxDeparturesLogged) {
+    cfg_.log(fmt::format("{} disconnected before the verdict; joined {}/{}",
+                         member_label(gone.record), joined_ranks_, cfg_.world_size));
+  } else if (departed_total_ == kMaxDeparturesLogged + 1) {
+    cfg_.log("more members disconnected before the verdict; counting them without logging each");
+  }
+  Departure d{std::move(gone.record), gone.joined_ms, now_ms()};
+  // The same member leaving again (a client in a loop) replaces its departure.
+  auto same = std::find_if(departed_.begin(), departed_.end(), [&d](const Departure& e) {
+    return e.record.rank == d.record.rank && e.record.nranks == d.record.nranks &&
+           e.record.host == d.record.host;
+  });
+  if (same != departed_.end()) {
+    *same = std::move(d);
+  } else if (departed_.size() < kMaxDeparturesKept) {
+    departed_.push_back(std::move(d));
+  }
 }
 
 void MasterState::refuse(RefusalKind kind, std::string peer, std::string reason,
@@ -153,6 +178,10 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.master_resolved = cfg_.master_resolved;
   view.timed_out = timed_out;
   view.gpu_stage = cfg_.gpu_stage;
+  if (departed_total_ > departed_.size()) {
+    cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
+                         departed_total_, departed_.size()));
+  }
   view.departed = std::move(departed_);
   view.refused = std::move(refused_);
   view.refused_total = refused_total_;
@@ -235,7 +264,6 @@ std::vector<Finding> MasterState::notes_for(size_t i) const {
   for (const Finding& f : report_.findings) {
     auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
     if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
-    if (notes.size() == kMaxVerdictNotes) break;
   }
   return notes;
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
@@ -45,7 +46,7 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   }
   // Once connected, the handshake may run a little past give_up: a master answers in
   // milliseconds, and a late member is better told so than left guessing.
-  Deadline hs = Deadline::after(o.handshake).sooner(Deadline(o.give_up.when() + Millis(250)));
+  Deadline hs = Deadline::after(o.handshake).sooner(o.give_up.extended(Millis(250)));
   uint16_t peer_version = 0;
   auto frame = sock->read_frame(hs, &peer_version);
   if (!frame) {
@@ -66,12 +67,15 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
                           e.message);
     return Step::kRetry;
   }
-  auto challenge = frame->header.type == uint16_t(MsgType::kChallenge)
-                       ? decode_challenge(frame->payload)
-                       : Result<Challenge>(Error{"not a challenge"});
-  if (!challenge) {
+  if (frame->header.type != uint16_t(MsgType::kChallenge)) {
     last_error = fmt::format("{} answered with a {} instead of a challenge", where,
                              type_name(frame->header.type));
+    return Step::kRetry;
+  }
+  auto challenge = decode_challenge(frame->payload);
+  if (!challenge) {
+    last_error = fmt::format("{} sent a challenge this member cannot read ({})", where,
+                             challenge.error().message);
     return Step::kRetry;
   }
   // Both sides hold the job's token, or neither: a member with a token does not
@@ -88,7 +92,10 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
     return Step::kFatal;
   }
   Hello hello{self, {}, {}};
-  fill_random(hello.client_nonce);
+  if (auto nonce = fill_random(hello.client_nonce); !nonce) {
+    last_error = fmt::format("{}: no nonce for the hello: {}", where, nonce.error().message);
+    return Step::kRetry;
+  }
   out.server_nonce = challenge->nonce;
   out.client_nonce = hello.client_nonce;
   auto sent = sock->write_all(
@@ -213,7 +220,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
 }
 
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
-                             const JobToken* token) {
+                             const JobToken* token, VerdictWait which) {
   while (true) {
     auto frame = socket.read_frame(deadline);
     if (!frame) {
@@ -232,17 +239,30 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
     if (frame->header.type == uint16_t(MsgType::kVerdict)) {
       auto v = decode_verdict(frame->payload);
       if (!v) return v.error();
-      if (token != nullptr &&
-          !verify_verdict(frame->payload, *token, joined.server_nonce, joined.client_nonce)) {
+      // After the GPU stage only a final verdict will do: its MAC is over another
+      // label than the go verdict's, so a go verdict replayed here fails it.
+      bool final = which == VerdictWait::kFinal || v->final;
+      if (token != nullptr && !verify_verdict(frame->payload, *token, joined.server_nonce,
+                                              joined.client_nonce, final)) {
         return Error{
-            "its verdict does not carry this job's token: it is not from this job's "
-            "master",
+            which == VerdictWait::kFinal && !v->final
+                ? "it sent another go verdict where its final verdict belonged, without this "
+                  "job's token on it: a replay, not this job's master"
+                : "its verdict does not carry this job's token: it is not from this job's "
+                  "master",
             kAuthFailed};
+      }
+      if (!v->final && which == VerdictWait::kFinal) {
+        return Error{"it sent another go verdict where its final verdict belonged"};
       }
       return v;
     }
     // Anything else before the verdict is ignored: the master sends nothing else now.
   }
+}
+
+Millis stage_margin(uint32_t stage_ms) {
+  return std::clamp(Millis(stage_ms / 20), Millis(150), Millis(2000));
 }
 
 MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms) {

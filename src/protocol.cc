@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cassert>
+
 #include <fmt/format.h>
 
 #include <rankcheck/protocol.h>
@@ -12,23 +15,204 @@ Result<T> finish(Reader& r, T value, std::string_view what) {
   return value;
 }
 
+// `s` cut to at most `n` bytes, not inside a UTF-8 sequence (when it is UTF-8).
+std::string_view cut(std::string_view s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t k = n;
+  for (int back = 0; back < 3 && k > 0 && (static_cast<uint8_t>(s[k]) & 0xC0) == 0x80; ++back)
+    --k;
+  if ((static_cast<uint8_t>(s[k]) & 0xC0) == 0x80) k = n;  // not UTF-8: cut where asked
+  return s.substr(0, k);
+}
+
+// Cuts `s` in place; whether it changed.
+bool cut_in_place(std::string& s, size_t n) {
+  if (s.size() <= n) return false;
+  s.resize(cut(s, n).size());
+  return true;
+}
+
+// The largest length L such that the texts, each cut to L, take at most `budget`
+// bytes in all: a shared budget, given first to the shortest.
+size_t water_level(std::vector<size_t> lens, size_t budget) {
+  std::sort(lens.begin(), lens.end());
+  size_t used = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    size_t rest = lens.size() - i;
+    if (used + lens[i] * rest > budget) return (budget - used) / rest;
+    used += lens[i];
+  }
+  return lens.empty() ? 0 : lens.back();
+}
+
 }  // namespace
 
 std::vector<uint8_t> encode(const Challenge& m) {
   Writer w;
   w.bytes(m.nonce);
-  w.str(m.master_version);
-  w.str(m.job_id);
+  w.str(cut(m.master_version, 64));
+  w.str(cut(m.job_id, kMaxShortString));
   w.u8(m.auth);
   return encode_frame(MsgType::kChallenge, w.data());
 }
 
-std::vector<uint8_t> encode(const Hello& m) {
+namespace {
+
+std::vector<uint8_t> hello_payload(const Record& r, const Nonce& client_nonce, const Mac& mac) {
   Writer w;
-  encode_record(w, m.record);
-  w.bytes(m.client_nonce);
-  w.bytes(m.mac);
-  return encode_frame(MsgType::kHello, w.data());
+  encode_record(w, r);
+  w.bytes(client_nonce);
+  w.bytes(mac);
+  return w.take();
+}
+
+// What the tracked environment and the identity conflicts may take of a hello
+// that would pass its cap. Everything else in a record is bounded field by field
+// (at most about 34 KiB): the three together stay under the hello's 64 KiB.
+constexpr size_t kEnvBudget = 24 * 1024;
+constexpr size_t kConflictBudget = 6 * 1024;
+
+size_t env_cost(const std::vector<EnvVar>& env) {
+  size_t n = 0;
+  for (const EnvVar& v : env)
+    n += 8 + v.name.size() + v.value.size();
+  return n;
+}
+
+size_t conflict_cost(const std::vector<Conflict>& cs) {
+  size_t n = 0;
+  for (const Conflict& c : cs) {
+    n += 5;
+    for (const Observation& o : c.values)
+      n += 12 + o.launcher.size() + o.variable.size() + o.value.size();
+  }
+  return n;
+}
+
+// Every field within the cap its decoder enforces.
+bool fit_fields(Record& r) {
+  bool changed = false;
+  changed |= cut_in_place(r.version, 64);
+  changed |= cut_in_place(r.launcher, 64);
+  changed |= cut_in_place(r.master_addr, kMaxShortString);
+  changed |= cut_in_place(r.resolve_error, kMaxShortString);
+  changed |= cut_in_place(r.job_id, kMaxShortString);
+  changed |= cut_in_place(r.host, kMaxHostName);
+  changed |= cut_in_place(r.node_list, kMaxEnvValue);
+  changed |= cut_in_place(r.tasks_per_node, kMaxShortString);
+  auto fit_strings = [&changed](SharedList<std::string>& list, size_t max_items, size_t max_len) {
+    bool over = list.size() > max_items;
+    for (const std::string& a : list)
+      over = over || a.size() > max_len;
+    if (!over) return;
+    std::vector<std::string> v = list.get();
+    if (v.size() > max_items) v.resize(max_items);
+    for (std::string& a : v)
+      cut_in_place(a, max_len);
+    list = std::move(v);
+    changed = true;
+  };
+  fit_strings(r.master_resolved, kMaxAddresses, 64);
+  fit_strings(r.interfaces, kMaxInterfaces, 64);
+  if (r.conflicts.size() > kMaxConflicts) {
+    r.conflicts.resize(kMaxConflicts);
+    changed = true;
+  }
+  for (Conflict& c : r.conflicts) {
+    if (c.values.size() > kMaxConflictValues) {
+      c.values.resize(kMaxConflictValues);
+      changed = true;
+    }
+    for (Observation& o : c.values) {
+      changed |= cut_in_place(o.launcher, 64);
+      changed |= cut_in_place(o.variable, kMaxShortString);
+      changed |= cut_in_place(o.value, kMaxShortString);
+    }
+  }
+  bool env_over = r.env.size() > kMaxEnvVars;
+  for (const EnvVar& v : r.env)
+    env_over = env_over || v.name.size() > kMaxShortString || v.value.size() > kMaxEnvValue;
+  if (env_over) {
+    std::vector<EnvVar> env;
+    for (const EnvVar& v : r.env) {
+      if (env.size() == kMaxEnvVars) break;
+      if (v.name.size() > kMaxShortString) continue;  // a name cut short would be another one
+      env.push_back({v.name, std::string(cut(v.value, kMaxEnvValue))});
+    }
+    r.env_digest = env_digest(env);
+    r.env = std::move(env);
+    changed = true;
+  }
+  if (r.gpu.devices.size() > size_t(kMaxRanksPerMember)) {
+    r.gpu.devices.resize(size_t(kMaxRanksPerMember));
+    changed = true;
+  }
+  return changed;
+}
+
+// The environment within its budget: values cut evenly (the longest first), and
+// when the names alone are too much, the last variables dropped.
+void fit_env(Record& r) {
+  if (env_cost(r.env.get()) <= kEnvBudget) return;
+  std::vector<EnvVar> env = r.env.get();
+  size_t names = 0;
+  size_t keep = 0;
+  for (; keep < env.size() && names + 8 + env[keep].name.size() <= kEnvBudget; ++keep)
+    names += 8 + env[keep].name.size();
+  env.resize(keep);
+  std::vector<size_t> lens;
+  for (const EnvVar& v : env)
+    lens.push_back(v.value.size());
+  size_t level = water_level(lens, kEnvBudget - names);
+  for (EnvVar& v : env)
+    cut_in_place(v.value, level);
+  r.env_digest = env_digest(env);
+  r.env = std::move(env);
+}
+
+// The identity conflicts within their budget: values cut evenly, then the last
+// sources dropped.
+void fit_conflicts(Record& r) {
+  if (conflict_cost(r.conflicts) <= kConflictBudget) return;
+  size_t fixed = 0;
+  std::vector<size_t> lens;
+  for (const Conflict& c : r.conflicts) {
+    fixed += 5;
+    for (const Observation& o : c.values) {
+      fixed += 12 + o.launcher.size() + o.variable.size();
+      lens.push_back(o.value.size());
+    }
+  }
+  size_t level = fixed < kConflictBudget ? water_level(lens, kConflictBudget - fixed) : 0;
+  for (Conflict& c : r.conflicts) {
+    for (Observation& o : c.values)
+      cut_in_place(o.value, level);
+  }
+  while (!r.conflicts.empty() && conflict_cost(r.conflicts) > kConflictBudget) {
+    auto& values = r.conflicts.back().values;
+    if (values.size() > 2) {
+      values.pop_back();
+    } else {
+      r.conflicts.pop_back();  // fewer than two sources is no conflict
+    }
+  }
+}
+
+}  // namespace
+
+bool fit_hello(Record& r) {
+  bool changed = fit_fields(r);
+  if (hello_payload(r, {}, {}).size() <= payload_cap(uint16_t(MsgType::kHello))) return changed;
+  fit_env(r);
+  fit_conflicts(r);
+  assert(hello_payload(r, {}, {}).size() <= payload_cap(uint16_t(MsgType::kHello)));
+  return true;
+}
+
+std::vector<uint8_t> encode(const Hello& m) {
+  Record fitted = m.record;
+  fit_hello(fitted);
+  return encode_frame(MsgType::kHello, hello_payload(fitted, m.client_nonce, m.mac));
 }
 
 namespace {
@@ -51,17 +235,25 @@ Mac trailing_mac(std::span<const uint8_t> payload) {
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server) {
   std::vector<uint8_t> frame = encode(m);
   auto p = payload_of(frame);
-  Mac mac = token.mac(kHelloLabel, server, m.client_nonce, signed_part(p));
-  std::copy(mac.begin(), mac.end(), p.end() - kMacSize);
+  // Without a MAC (the HMAC failed) the zeros stay: the master refuses them.
+  if (auto mac = token.mac(kHelloLabel, server, m.client_nonce, signed_part(p))) {
+    std::copy(mac->begin(), mac->end(), p.end() - kMacSize);
+  }
   return frame;
+}
+
+std::string_view verdict_label(bool final) {
+  return final ? kVerdictLabel : kGoVerdictLabel;
 }
 
 std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
                                    const Nonce& client) {
   std::vector<uint8_t> frame = encode(m);
   auto p = payload_of(frame);
-  Mac mac = token.mac(kVerdictLabel, server, client, signed_part(p));
-  std::copy(mac.begin(), mac.end(), p.end() - kMacSize);
+  // Without a MAC (the HMAC failed) the zeros stay: no member accepts them.
+  if (auto mac = token.mac(verdict_label(m.final), server, client, signed_part(p))) {
+    std::copy(mac->begin(), mac->end(), p.end() - kMacSize);
+  }
   return frame;
 }
 
@@ -74,8 +266,9 @@ bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const
 }
 
 bool verify_verdict(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
-                    const Nonce& client) {
-  return token.verify(trailing_mac(payload), kVerdictLabel, server, client, signed_part(payload));
+                    const Nonce& client, bool final) {
+  return token.verify(trailing_mac(payload), verdict_label(final), server, client,
+                      signed_part(payload));
 }
 
 std::vector<uint8_t> encode(const Admit& m) {
@@ -88,60 +281,157 @@ std::vector<uint8_t> encode(const Admit& m) {
 std::vector<uint8_t> encode(const Reject& m) {
   Writer w;
   w.u16(static_cast<uint16_t>(m.code));
-  w.str(m.reason.substr(0, 2048));
+  w.str(cut(m.reason, 2048));
   return encode_frame(MsgType::kReject, w.data());
 }
 
-std::vector<uint8_t> encode(const Verdict& m) {
-  Writer w;
-  w.u8(m.exit_code);
-  w.u8(m.final);
-  w.u8(m.run_gpu);
-  w.str(m.headline.substr(0, 512));
-  w.u32(m.errors);
-  w.u32(m.warnings);
-  w.u32(m.joined_ranks);
-  size_t n = std::min<size_t>(m.notes.size(), kMaxVerdictNotes);
-  w.u32(static_cast<uint32_t>(n));
-  for (size_t i = 0; i < n; ++i) {
-    const Finding& f = m.notes[i];
-    w.str(f.id.substr(0, 64));
-    w.u8(f.is_error() ? 0 : 1);
-    w.str(f.message.substr(0, 1024));
-    w.str(f.hint.substr(0, 512));
-    size_t nr = std::min<size_t>(f.ranks.size(), kMaxNoteRanks);
-    w.u32(static_cast<uint32_t>(nr));
-    for (size_t k = 0; k < nr; ++k)
-      w.i32(static_cast<int32_t>(f.ranks[k]));
-    size_t nh = std::min<size_t>(f.hosts.size(), kMaxNoteHosts);
-    w.u32(static_cast<uint32_t>(nh));
-    for (size_t k = 0; k < nh; ++k)
-      w.str(f.hosts[k].substr(0, kMaxHostName));
+namespace {
+
+// Caps a verdict's decoder enforces on each note.
+constexpr size_t kNoteIdMax = 64;
+constexpr size_t kNoteMessageMax = 1024;
+constexpr size_t kNoteHintMax = 512;
+
+size_t note_size(const Finding& f) {
+  size_t n =
+      4 + f.id.size() + 1 + 4 + f.message.size() + 4 + f.hint.size() + 4 + 4 * f.ranks.size() + 4;
+  for (const std::string& h : f.hosts)
+    n += 4 + h.size();
+  return n;
+}
+
+// Cuts a note to at most `allowance` bytes: fewer ranks and hosts (its message
+// names them in words), then its message and hint share what is left. `keep`
+// is a tail of the message that must survive.
+void compact_note(Finding& f, size_t allowance, std::string_view keep) {
+  if (f.ranks.size() > 64) f.ranks.resize(64);
+  if (f.hosts.size() > 4) f.hosts.resize(4);
+  for (std::string& h : f.hosts)
+    cut_in_place(h, 64);
+  std::string body = f.message.substr(0, f.message.size() - keep.size());
+  size_t fixed = note_size(f) - f.message.size() - f.hint.size();
+  size_t texts = allowance > fixed ? allowance - fixed : 0;
+  size_t level = water_level({f.message.size(), f.hint.size()}, texts);
+  cut_in_place(f.hint, level);
+  size_t room = level > keep.size() ? level - keep.size() : 0;
+  if (f.message.size() > level) f.message = std::string(cut(body, room)) + std::string(keep);
+}
+
+// The notes a verdict of `budget` bytes can carry: at most kMaxVerdictNotes (the
+// last saying how many more there are), each within its decoder's caps, and
+// together within the budget (each cut to an equal share when they are not).
+std::vector<Finding> fit_notes(const std::vector<Finding>& all, size_t budget) {
+  size_t n = std::min<size_t>(all.size(), kMaxVerdictNotes);
+  std::vector<Finding> notes(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+  for (Finding& f : notes) {
+    cut_in_place(f.id, kNoteIdMax);
+    cut_in_place(f.message, kNoteMessageMax);
+    cut_in_place(f.hint, kNoteHintMax);
+    if (f.ranks.size() > kMaxNoteRanks) f.ranks.resize(kMaxNoteRanks);
+    if (f.hosts.size() > kMaxNoteHosts) f.hosts.resize(kMaxNoteHosts);
+    for (std::string& h : f.hosts)
+      cut_in_place(h, kMaxHostName);
   }
-  w.u32(m.stage_ms);
-  w.u8(m.nccl_id.has_value());
-  if (m.nccl_id) w.bytes(*m.nccl_id);
-  w.bytes(m.mac);
+  std::string more;
+  if (all.size() > n) {
+    more = fmt::format(" (and {} more {} about this member: see rank 0's report)", all.size() - n,
+                       all.size() - n == 1 ? "finding" : "findings");
+    Finding& last = notes.back();
+    last.message = std::string(cut(last.message, kNoteMessageMax - more.size())) + more;
+  }
+  size_t total = 0;
+  for (const Finding& f : notes)
+    total += note_size(f);
+  if (total <= budget) return notes;
+  size_t share = budget / n;
+  for (size_t i = 0; i < n; ++i) {
+    if (note_size(notes[i]) > share) {
+      compact_note(notes[i], share, i + 1 == n ? std::string_view(more) : std::string_view());
+    }
+  }
+  return notes;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const Verdict& m) {
+  // The notes take what the rest leaves of the verdict's cap.
+  Writer head;
+  head.u8(m.exit_code);
+  head.u8(m.final);
+  head.u8(m.run_gpu);
+  head.str(cut(m.headline, 512));
+  head.u32(m.errors);
+  head.u32(m.warnings);
+  head.u32(m.joined_ranks);
+  Writer tail;
+  tail.u32(m.stage_ms);
+  tail.u8(m.nccl_id.has_value());
+  if (m.nccl_id) tail.bytes(*m.nccl_id);
+  tail.bytes(m.mac);
+  size_t cap = payload_cap(uint16_t(MsgType::kVerdict));
+  std::vector<Finding> notes =
+      fit_notes(m.notes, cap - head.data().size() - 4 - tail.data().size());
+
+  Writer w = std::move(head);
+  w.u32(static_cast<uint32_t>(notes.size()));
+  for (const Finding& f : notes) {
+    w.str(f.id);
+    w.u8(f.is_error() ? 0 : 1);
+    w.str(f.message);
+    w.str(f.hint);
+    w.u32(static_cast<uint32_t>(f.ranks.size()));
+    for (long k : f.ranks)
+      w.i32(static_cast<int32_t>(k));
+    w.u32(static_cast<uint32_t>(f.hosts.size()));
+    for (const std::string& h : f.hosts)
+      w.str(h);
+  }
+  w.bytes(tail.data());
+  assert(w.data().size() <= cap);
   return encode_frame(MsgType::kVerdict, w.data());
 }
 
+namespace {
+
+constexpr size_t kStageErrorMax = 256;
+
+void put_result(Writer& w, const RankResult& r, size_t error_len) {
+  w.i32(r.rank);
+  w.u8(static_cast<uint8_t>(r.init_ok | r.init_timed_out << 1 | r.allreduce_ok << 2 |
+                            r.allreduce_done << 3 | r.allreduce_timed_out << 4));
+  w.str(cut(r.init_error, error_len));
+  w.f64(r.init_ms);
+  w.str(cut(r.allreduce_error, error_len));
+  w.u64(static_cast<uint64_t>(r.expected));
+  w.u64(static_cast<uint64_t>(r.got));
+  w.f64(r.allreduce_us);
+  w.u64(r.bandwidth_bytes);
+  w.f64(r.algbw_gbps);
+  w.f64(r.busbw_gbps);
+}
+
+}  // namespace
+
 std::vector<uint8_t> encode(const StageReport& m) {
-  Writer w;
-  w.u32(static_cast<uint32_t>(m.ranks.size()));
-  for (const RankResult& r : m.ranks) {
-    w.i32(r.rank);
-    w.u8(static_cast<uint8_t>(r.init_ok | r.init_timed_out << 1 | r.allreduce_ok << 2 |
-                              r.allreduce_done << 3 | r.allreduce_timed_out << 4));
-    w.str(r.init_error.substr(0, 256));
-    w.f64(r.init_ms);
-    w.str(r.allreduce_error.substr(0, 256));
-    w.u64(static_cast<uint64_t>(r.expected));
-    w.u64(static_cast<uint64_t>(r.got));
-    w.f64(r.allreduce_us);
-    w.u64(r.bandwidth_bytes);
-    w.f64(r.algbw_gbps);
-    w.f64(r.busbw_gbps);
+  // A member of 64 ranks with long NCCL errors would pass the cap: the error texts
+  // share what the fixed fields leave, evenly.
+  size_t n = std::min<size_t>(m.ranks.size(), size_t(kMaxRanksPerMember));
+  Writer fixed;
+  fixed.u32(static_cast<uint32_t>(n));
+  std::vector<size_t> lens;
+  for (size_t i = 0; i < n; ++i) {
+    put_result(fixed, m.ranks[i], 0);
+    lens.push_back(std::min(m.ranks[i].init_error.size(), kStageErrorMax));
+    lens.push_back(std::min(m.ranks[i].allreduce_error.size(), kStageErrorMax));
   }
+  size_t cap = payload_cap(uint16_t(MsgType::kStageResult));
+  size_t level = std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size()));
+  Writer w;
+  w.u32(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i)
+    put_result(w, m.ranks[i], level);
+  assert(w.data().size() <= cap);
   return encode_frame(MsgType::kStageResult, w.data());
 }
 
@@ -157,9 +447,9 @@ Result<StageReport> decode_stage_report(std::span<const uint8_t> payload) {
     x.allreduce_ok = flags & 4;
     x.allreduce_done = flags & 8;
     x.allreduce_timed_out = flags & 16;
-    x.init_error = r.str(256, "init error");
+    x.init_error = r.str(kStageErrorMax, "init error");
     x.init_ms = r.f64();
-    x.allreduce_error = r.str(256, "all-reduce error");
+    x.allreduce_error = r.str(kStageErrorMax, "all-reduce error");
     x.expected = static_cast<int64_t>(r.u64());
     x.got = static_cast<int64_t>(r.u64());
     x.allreduce_us = r.f64();
@@ -216,10 +506,10 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
   m.joined_ranks = r.u32();
   m.notes.resize(r.count(kMaxVerdictNotes, "note"));
   for (Finding& f : m.notes) {
-    f.id = r.str(64, "finding id");
+    f.id = r.str(kNoteIdMax, "finding id");
     f.severity = r.u8() == 0 ? Severity::kError : Severity::kWarning;
-    f.message = r.str(1024, "finding message");
-    f.hint = r.str(512, "finding hint");
+    f.message = r.str(kNoteMessageMax, "finding message");
+    f.hint = r.str(kNoteHintMax, "finding hint");
     f.ranks.resize(r.count(kMaxNoteRanks, "finding rank"));
     for (long& k : f.ranks)
       k = r.i32();

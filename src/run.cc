@@ -98,7 +98,6 @@ bool all_loopback(const std::vector<std::string>& addrs) {
   return true;
 }
 
-
 // Writes the report where --json asked, and the text to stdout otherwise.
 struct Output {
   std::string json_path;
@@ -148,7 +147,7 @@ struct RunFrame {
   explicit RunFrame(const RunOptions& o)
       : start(Clock::now()),
         end(start + seconds(o.timeout_s)),
-        watchdog(end.when() + kWatchdogGrace, watchdog_code),
+        watchdog(end.extended(kWatchdogGrace).when(), watchdog_code),
         log(o.quiet),
         out{o.json_path, o.color} {
     install_interrupt_handlers();
@@ -215,14 +214,22 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
       facts.resolve_error = resolved.error().message;
     }
   }
-  return make_record(id, facts, env, std::move(gpu));
+  Record self = make_record(id, facts, env, std::move(gpu));
+  // What the master compares is what a hello carries, for its own record too.
+  if (fit_hello(self)) {
+    Log::error(
+        "warning: this record is more than a hello carries (a very long tracked environment?): "
+        "cut to fit");
+  }
+  return self;
 }
 
 // Runs this member's GPU stage on the master's go; the results for its ranks.
 StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
   s.watchdog_code = exit_code::kGpu;
-  // Leave time to send the results before the master's stage deadline.
-  Deadline by = Deadline::after(Millis(std::max<long>(0, long(go.stage_ms) - 150))).sooner(s.end);
+  // Leave time to abort NCCL and send the results before the master's stage deadline.
+  Millis margin = stage_margin(go.stage_ms);
+  Deadline by = Deadline::after(std::max(Millis(0), Millis(go.stage_ms) - margin)).sooner(s.end);
   s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
   return StageReport{s.stage->run(*go.nccl_id, world_size, s.plan, by)};
 }
@@ -267,13 +274,13 @@ int member_path(Record& self, const Identity& id, Session& s) {
   if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
   log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                            joined.admit.joined_ranks, joined.admit.world_size));
-  auto verdict =
-      wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
+  auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token);
   if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
     StageReport results = run_gpu_stage(s, *verdict, id.world_size);
     auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
     if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
-    verdict = wait_verdict(joined.socket, Deadline(end.when() + kVerdictGrace), joined, jo.token);
+    verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
+                           VerdictWait::kFinal);
   }
   if (interrupted()) return interrupted_exit(log, self, out, start);
   if (verdict) return print_member(verdict_report(self, *verdict, took()), out);
@@ -333,10 +340,11 @@ struct MasterSetup {
 };
 
 // Hosts the master in this process, joins it as a member, and prints the report.
-// Returns nullopt when another master of this job already answers (this process
-// then joins it as an ordinary member).
+// Returns nullopt when another master of this job already answers and
+// `join_other` (this process then joins it as an ordinary member); without it,
+// that master holding the port is master-port-in-use.
 std::optional<int> master_path(Record& self, const Identity& id, Session& s,
-                               const MasterSetup& setup,
+                               const MasterSetup& setup, bool join_other = true,
                                const std::function<void(uint16_t)>& on_listening = {}) {
   const RunOptions& o = s.o;
   const Log& log = s.log;
@@ -346,7 +354,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   ServerConfig cfg;
   MasterConfig& mc = cfg.master;
   mc.world_size = id.world_size;
-  mc.job_id = id.job_id;
+  mc.job_id = self.job_id;  // as the hellos carry it (cut to its cap)
   mc.master_addr = id.master_addr;
   mc.master_host = self.host;
   mc.master_resolved = self.master_resolved.get();
@@ -369,7 +377,8 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
     // A master of this job may already be there: then this is a duplicate rank 0,
     // and the report that says so comes from that master.
     auto other = probe_master(setup.addresses.front(), setup.port, Deadline::after(Millis(1500)));
-    if (other && (other->job_id.empty() || id.job_id.empty() || other->job_id == id.job_id)) {
+    if (join_other && other &&
+        (other->job_id.empty() || id.job_id.empty() || other->job_id == id.job_id)) {
       log.error(fmt::format(
           "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
           "that it reports the duplicate rank 0",
@@ -389,7 +398,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
                               printable(self.host), port.error().message);
       f.hint = fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to {}",
                            printable(self.host));
-    } else {
+    } else if (fault == ListenFault::kInUse || other) {
       f.id = "master-port-in-use";
       f.message = fmt::format(
           "MASTER_PORT {} is taken on {}: {}{}", setup.port, printable(self.host),
@@ -400,6 +409,19 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
           "pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
           "names it)",
           setup.port);
+    } else {
+      // Not a port someone holds: say what the system said, and what usually causes it.
+      f.id = "master-listen-failed";
+      f.message = fmt::format("rank 0 cannot listen on MASTER_PORT {} on {}: {}", setup.port,
+                              printable(self.host), port.error().message);
+      f.hint =
+          fault == ListenFault::kDenied
+              ? std::string(
+                    "ports below 1024 need root or CAP_NET_BIND_SERVICE (and a security policy "
+                    "may deny others): pick a MASTER_PORT of 1024 or above")
+              : std::string(
+                    "the training job would fail to listen the same way: check MASTER_ADDR and "
+                    "MASTER_PORT against this host's addresses and policies");
     }
     log.error(f.message);
     return print_member(failure_report(self, std::move(f), ms_between(start, Clock::now())), out);
@@ -411,7 +433,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
       *port, plural(size_t(id.world_size), "rank", "ranks"), cfg.decide_by.seconds_left()));
   server.start();
   auto verdict = server.join_local(self);
-  Deadline verdict_by(end.when() + kVerdictGrace);
+  Deadline verdict_by = end.extended(kVerdictGrace);
   // Waits for a verdict; a signal cuts the wait short (the server decides at once).
   bool cut_short = false;
   auto await = [&](std::future<Verdict>& f) {
@@ -620,7 +642,9 @@ Result<std::string> TempToken::make() {
   }
   dir_ = buf.data();
   std::array<uint8_t, 32> secret{};
-  fill_random(secret);
+  if (auto ok = fill_random(secret); !ok) {
+    return Error{fmt::format("cannot make a job token: {}", ok.error().message)};
+  }
   std::string hex;
   for (uint8_t b : secret)
     hex += fmt::format("{:02x}", b);
@@ -670,6 +694,15 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     Log::error(fmt::format("-n {}: rankcheck local runs 1 to 1024 members", lo.nprocs));
     return exit_code::kUsage;
   }
+  // Each member takes the GPU of its LOCAL_RANK: one --device for all of them would
+  // put rank 0 on a GPU a member also takes, a duplicate-gpu of the check's making.
+  if (o.device) {
+    Log::error(fmt::format(
+        "--device {}: rankcheck local gives each member the GPU of its local rank; restrict "
+        "the GPUs with CUDA_VISIBLE_DEVICES instead",
+        *o.device));
+    return exit_code::kUsage;
+  }
 
   // Rank 0 is this process, with the environment its members get (rank 0's).
   std::string job_id = o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid());
@@ -715,6 +748,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
             std::move(*token)};
   Record self =
       build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
+  s.out.set_self(self.rank, self.host);  // rank 0 writes the report
 
   char exe[4096] = {};
   ssize_t exe_len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -778,10 +812,12 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   MasterSetup setup;
   setup.addresses = {"127.0.0.1"};
   setup.port = static_cast<uint16_t>(id.rendezvous_port);
-  auto code = master_path(self, id, s, setup, spawn_members);
+  // Another master on --master-port is not this job's, whatever its job id: no
+  // member of this job would ever reach this process.
+  auto code = master_path(self, id, s, setup, /*join_other=*/false, spawn_members);
 
   // Reap the members; any still running past the deadline are killed.
-  Deadline reap_by(end.when() + Millis(1500));
+  Deadline reap_by = end.extended(Millis(1500));
   int odd = 0;
   for (pid_t pid : children) {
     int status = 0;

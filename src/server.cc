@@ -1,8 +1,11 @@
+#include <algorithm>
+#include <cassert>
 #include <map>
 #include <thread>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <fcntl.h>
 #include <fmt/format.h>
 
 #include <rankcheck/server.h>
@@ -17,6 +20,17 @@ using asio::ip::tcp;
 constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 // Refusals logged to stderr one by one before they are only counted.
 constexpr size_t kMaxRefusalsLogged = 8;
+// How long past the stage deadline the master waits for results before its final
+// verdict: the members' results are on their way (each ends its stage sooner).
+constexpr Millis kStageGrace{300};
+
+// Sockets of the master are not inherited by the processes `rankcheck local`
+// starts: a child holding MASTER_PORT's listener would keep the port taken after
+// this process exits. (Asio opens and accepts without SOCK_CLOEXEC.)
+void set_cloexec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
 
 }  // namespace
 
@@ -177,6 +191,7 @@ struct Server::Impl {
         co_await backoff.async_wait(kAwait);
         continue;
       }
+      set_cloexec(sock.native_handle());
       std::error_code pec;
       auto ep = sock.remote_endpoint(pec);
       std::string peer = pec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
@@ -188,7 +203,9 @@ struct Server::Impl {
   awaitable<void> serve(ConnPtr c, std::string peer) {
     ++pending;
     c->pending = true;
-    // A connection that has not completed its hello in time is dropped.
+    // A connection that has not completed its hello in time is dropped. The timer
+    // may fire after a read completed but before this coroutine resumed: every
+    // step below checks the flag, so an expired handshake is never admitted.
     asio::steady_timer timer(io);
     timer.expires_after(cfg.handshake_timeout);
     timer.async_wait([c](std::error_code ec) {
@@ -197,13 +214,17 @@ struct Server::Impl {
       std::error_code ignored;
       c->sock.close(ignored);
     });
-    fill_random(c->server_nonce);
+    if (auto nonce = fill_random(c->server_nonce); !nonce) {
+      refuse(c, peer, RefusalKind::kMalformed,
+             "no nonce for its challenge: " + nonce.error().message);
+      co_return;
+    }
     send(c, encode(Challenge{c->server_nonce, std::string(kVersion), cfg.master.job_id,
                              cfg.token.has_value()}));
 
     std::array<uint8_t, kHeaderSize> hdr{};
     auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-    if (ec) {
+    if (ec || c->handshake_expired) {
       refuse(c, peer, RefusalKind::kMalformed,
              c->handshake_expired
                  ? fmt::format("no hello within the handshake deadline of {}",
@@ -232,7 +253,7 @@ struct Server::Impl {
     }
     auto payload = std::make_unique<std::vector<uint8_t>>(header->length);  // within its cap
     auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(*payload), kAwait);
-    if (ec2) {
+    if (ec2 || c->handshake_expired) {
       refuse(c, peer, RefusalKind::kMalformed,
              c->handshake_expired
                  ? std::string("hello not complete within the handshake deadline")
@@ -275,6 +296,8 @@ struct Server::Impl {
              std::nullopt, RejectCode::kLate);
       co_return;
     }
+    // Nothing above waited since the last read: the handshake is still in time.
+    assert(!c->handshake_expired);
     c->admitted = true;
     ++open_members;
     timer.cancel();
@@ -305,14 +328,27 @@ struct Server::Impl {
     c->reported = true;
     std::array<uint8_t, kHeaderSize> hdr{};
     std::optional<StageReport> got;
+    std::string why;  // why there is no result, when the member sent something
     auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
     auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
-    if (header && header->type == uint16_t(MsgType::kStageResult)) {
+    if (!header) {
+      if (!ec) why = header.error().message;
+    } else if (header->type != uint16_t(MsgType::kStageResult)) {
+      why = fmt::format("a {} frame instead", type_name(header->type));
+    } else {
       std::vector<uint8_t> payload(header->length);
       auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
-      if (!ec2) {
-        if (auto r = decode_stage_report(payload)) got = std::move(*r);
+      if (ec2) {
+        why = fmt::format("closed mid-frame ({} of {} bytes)", n2, payload.size());
+      } else if (auto r = decode_stage_report(payload)) {
+        got = std::move(*r);
+      } else {
+        why = r.error().message;
       }
+    }
+    if (!why.empty() && c->slot >= 0) {
+      log(fmt::format("{}: its GPU stage result is unreadable: {}",
+                      member_label(state.members()[size_t(c->slot)].record), printable(why, 200)));
     }
     if (got) {
       watch(c);  // for the member's close after the final verdict
@@ -358,7 +394,7 @@ struct Server::Impl {
     uint16_t port = acceptors.empty() ? 0 : acceptors.front()->local_endpoint().port();
     const Verdict& v = state.decide(timed_out, port, bound);
     if (v.run_gpu) {
-      stage_timer.expires_at(cfg.master.stage_by.when() + Millis(300));
+      stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
       stage_timer.async_wait([this](std::error_code ec) {
         if (!ec) finalize();
       });
@@ -421,30 +457,58 @@ Server::~Server() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
+// A host name may resolve to addresses this host cannot bind, each for its own
+// reason (localhost's ::1 where IPv6 is off): listening on one is enough, and the
+// others are logged. A port in use on any of them fails, as it would fail the
+// training job.
 Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint16_t port) {
+  std::vector<Error> failed;
   for (const std::string& a : addresses) {
     std::error_code ec;
     auto addr = asio::ip::make_address(a, ec);
-    if (ec) return Error{fmt::format("{} is not a numeric address", a), int(ListenFault::kOther)};
+    if (ec) {
+      failed.push_back(
+          Error{fmt::format("{} is not a numeric address", a), int(ListenFault::kOther)});
+      continue;
+    }
     tcp::endpoint ep(addr, port);
     auto acc = std::make_unique<tcp::acceptor>(impl_->io);
     acc->open(ep.protocol(), ec);
+    if (!ec) set_cloexec(acc->native_handle());
     if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec && addr.is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
     if (!ec) acc->bind(ep, ec);
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      ListenFault fault = ec == asio::error::address_in_use ? ListenFault::kInUse
-                          : ec.value() == EADDRNOTAVAIL     ? ListenFault::kNotLocal
-                                                            : ListenFault::kOther;
+      ListenFault fault = ec == asio::error::address_in_use             ? ListenFault::kInUse
+                          : ec.value() == EADDRNOTAVAIL                 ? ListenFault::kNotLocal
+                          : ec.value() == EACCES || ec.value() == EPERM ? ListenFault::kDenied
+                                                                        : ListenFault::kOther;
       std::string where =
           addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
-      return Error{fmt::format("cannot listen on {}: {}", where, ec.message()), int(fault)};
+      Error e{fmt::format("cannot listen on {}: {}", where, ec.message()), int(fault)};
+      if (fault == ListenFault::kInUse) return e;
+      failed.push_back(std::move(e));
+      continue;
     }
     port = acc->local_endpoint().port();
     impl_->bound.push_back(a);
     impl_->acceptors.push_back(std::move(acc));
   }
+  if (impl_->acceptors.empty()) {
+    if (failed.empty()) return Error{"no address to listen on", int(ListenFault::kOther)};
+    // An address this host does not own says the most; else the first failure.
+    auto lead = std::find_if(failed.begin(), failed.end(),
+                             [](const Error& e) { return e.code == int(ListenFault::kNotLocal); });
+    if (lead == failed.end()) lead = failed.begin();
+    Error out = *lead;
+    for (auto it = failed.begin(); it != failed.end(); ++it) {
+      if (it != lead) out.message += "; " + it->message;
+    }
+    return out;
+  }
+  for (const Error& e : failed)
+    impl_->log(fmt::format("{}; listening on {} only", e.message, format_list(impl_->bound, 4)));
   return port;
 }
 

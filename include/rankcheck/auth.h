@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,10 +27,12 @@ class JobToken {
   static Result<JobToken> load(const std::string& path, std::string* warning = nullptr);
   static JobToken from_secret(std::string secret) { return JobToken(std::move(secret)); }
 
-  /// HMAC-SHA256(token, label | server nonce | client nonce | body).
-  Mac mac(std::string_view label, std::span<const uint8_t> server_nonce,
-          std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const;
-  /// The same, compared in constant time.
+  /// HMAC-SHA256(token, label | server nonce | client nonce | body); nullopt when
+  /// the HMAC itself fails (no memory, a FIPS policy).
+  std::optional<Mac> mac(std::string_view label, std::span<const uint8_t> server_nonce,
+                         std::span<const uint8_t> client_nonce,
+                         std::span<const uint8_t> body) const;
+  /// The same, compared in constant time; false when the HMAC fails.
   bool verify(const Mac& mac, std::string_view label, std::span<const uint8_t> server_nonce,
               std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const;
 
@@ -38,10 +41,16 @@ class JobToken {
   std::string secret_;  // never printed
 };
 
-/// Fresh random bytes for a nonce (getrandom).
-void fill_random(std::span<uint8_t> out);
+/// Fresh random bytes for a nonce or a token (getrandom, else /dev/urandom); an
+/// error when neither gives them.
+[[nodiscard]] Status fill_random(std::span<uint8_t> out);
 
+/// What each MAC is over, so that no message's MAC is valid for another kind.
 inline constexpr std::string_view kHelloLabel = "rankcheck hello 1";
+/// A final verdict (after the GPU stage, or the only one).
 inline constexpr std::string_view kVerdictLabel = "rankcheck verdict 1";
+/// A go verdict (the GPU stage follows): replayed where the final verdict
+/// belongs, its MAC does not verify.
+inline constexpr std::string_view kGoVerdictLabel = "rankcheck go verdict 1";
 
 }  // namespace rankcheck

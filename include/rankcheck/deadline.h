@@ -35,6 +35,12 @@ class Deadline {
   }
 
   Deadline sooner(Deadline other) const { return Deadline(std::min(when_, other.when_)); }
+  /// This deadline moved later by `margin`; never() stays never() (no overflow).
+  Deadline extended(Clock::duration margin) const {
+    if (margin <= Clock::duration::zero()) return *this;
+    if (when_ > Clock::time_point::max() - margin) return never();
+    return Deadline(when_ + margin);
+  }
 
  private:
   Clock::time_point when_;

@@ -52,7 +52,8 @@ class MasterState {
   /// Decides, once: the findings, and go or not for the GPU stage. Returns the
   /// verdict every member gets (with notes_for(i) added for member i).
   const Verdict& decide(bool timed_out, uint16_t master_port, std::vector<std::string> bound);
-  /// The findings that name member `i`'s ranks.
+  /// The findings that name member `i`'s ranks, all of them (a verdict carries
+  /// the first kMaxVerdictNotes and says how many more there are).
   std::vector<Finding> notes_for(size_t i) const;
 
   bool stage_running() const { return stage_running_; }
@@ -88,7 +89,8 @@ class MasterState {
   std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
   std::map<long, long> alt_votes_;    // world size another source of a member gives -> members
   long joined_ranks_ = 0;
-  std::vector<Departure> departed_;
+  std::vector<Departure> departed_;  // up to a cap, one per member
+  size_t departed_total_ = 0;        // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   double last_join_ms_ = 0;

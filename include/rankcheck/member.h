@@ -35,11 +35,23 @@ struct JoinResult {
 /// Joins the master. Updates `self.master_resolved` with the addresses used.
 JoinResult join_master(Record& self, const JoinOptions& options);
 
+/// Which verdict a member waits for.
+enum class VerdictWait {
+  kFirst,  ///< the first one: a go for the GPU stage, or already the final verdict
+  kFinal,  ///< the final verdict, after this member's GPU stage (a go verdict is refused)
+};
+
 /// Waits for the master's verdict on a joined connection; with a job token, checks
 /// that the verdict is the master's (Error::code kAuthFailed when it is not).
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
-                             const JobToken* token);
+                             const JobToken* token, VerdictWait which = VerdictWait::kFirst);
 inline constexpr int kAuthFailed = 200;
+
+/// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
+/// its GPU stage, to abort NCCL, free and send its results before the master
+/// closes the stage: 5% of the stage, from 150 ms to 2 s. A slow ncclCommAbort
+/// on a long stage is then not taken for a process that died.
+Millis stage_margin(uint32_t stage_ms);
 
 /// A member's report from the verdict it was sent.
 MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms);

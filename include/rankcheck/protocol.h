@@ -24,6 +24,7 @@ inline constexpr size_t kNonceSize = 16;
 inline constexpr size_t kNcclIdSize = 128;  // sizeof(ncclUniqueId)
 inline constexpr uint32_t kMaxVerdictNotes = 8;
 inline constexpr uint32_t kMaxNoteRanks = 256;  ///< ranks a note carries (the rest: see the master)
+// More notes than kMaxVerdictNotes: the last one carried says how many more.
 inline constexpr uint32_t kMaxNoteHosts = 16;
 
 using Nonce = std::array<uint8_t, kNonceSize>;
@@ -82,6 +83,10 @@ struct StageReport {
   std::vector<RankResult> ranks;
 };
 
+// Every encoder makes a frame its decoder accepts: a field longer than its cap
+// is cut (at a UTF-8 boundary), and where the fields together would pass the
+// frame's cap, the texts share what it leaves (a verdict's notes, a stage
+// report's NCCL errors, a hello's environment).
 std::vector<uint8_t> encode(const Challenge& m);
 std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Admit& m);
@@ -94,10 +99,20 @@ std::vector<uint8_t> encode(const StageReport& m);
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server);
 std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
                                    const Nonce& client);
-/// Whether a decoded payload's trailing MAC is right.
+/// Whether a decoded payload's trailing MAC is right. A verdict's MAC is over
+/// another label for a go verdict than for a final one (`final`): one cannot
+/// stand in for the other.
 bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server);
 bool verify_verdict(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
-                    const Nonce& client);
+                    const Nonce& client, bool final);
+
+/// Trims a record to what a hello carries: each field to its decoder's cap and,
+/// where the whole would pass the hello's cap, the tracked environment and the
+/// identity conflicts to a share of it (values cut evenly, the digest
+/// recomputed). A no-op for any record a hello could carry. Returns whether
+/// anything was cut. The master's own record goes through it too, so that its
+/// environment digest compares with its members'.
+bool fit_hello(Record& record);
 
 /// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload);

@@ -28,7 +28,12 @@ struct ServerConfig {
 };
 
 /// Why listening failed, in Error::code.
-enum class ListenFault { kInUse = 1, kNotLocal, kOther };
+enum class ListenFault {
+  kInUse = 1,  ///< EADDRINUSE: another process holds the port
+  kNotLocal,   ///< EADDRNOTAVAIL: not an address of this host
+  kDenied,     ///< EACCES, EPERM: a port below 1024 without the privilege, or a policy
+  kOther,      ///< anything else; the message carries the OS error
+};
 
 class Server {
  public:
@@ -38,7 +43,8 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   /// Listens on each numeric address at `port` (0: a free port, the same for all).
-  /// Returns the port.
+  /// Returns the port. Succeeds when at least one address could be bound (the
+  /// others are logged), unless the port is in use on any of them.
   Result<uint16_t> listen(const std::vector<std::string>& addresses, uint16_t port);
   /// Serves on a thread of its own until finish().
   void start();

@@ -2,6 +2,7 @@
 // An immutable list that records holding the same one can share: 16k members
 // with one interface list and one NCCL environment keep one copy at the master.
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -35,18 +36,36 @@ class SharedList {
   std::shared_ptr<const std::vector<T>> p_;
 };
 
-/// Hands out one shared copy per distinct list.
+/// Hands out one shared copy per distinct list. It holds no list itself: a list
+/// that no record holds any more is forgotten, so that members who join and leave
+/// in a loop leave nothing behind.
 template <class T>
 class ListPool {
  public:
   void intern(SharedList<T>& list) {
     if (list.empty()) return;
     auto [it, fresh] = pool_.try_emplace(list.get(), list.p_);
-    if (!fresh) list.p_ = it->second;
+    if (!fresh) {
+      if (auto held = it->second.lock()) {
+        list.p_ = std::move(held);
+        return;
+      }
+      it->second = list.p_;  // its last holder is gone: this copy takes its place
+    }
+    if (pool_.size() > prune_at_) prune();
   }
+  /// Distinct lists remembered, some perhaps no longer held.
+  size_t size() const { return pool_.size(); }
 
  private:
-  std::map<std::vector<T>, std::shared_ptr<const std::vector<T>>> pool_;
+  // Amortised: the pool is swept when it has doubled since the last sweep.
+  void prune() {
+    std::erase_if(pool_, [](const auto& entry) { return entry.second.expired(); });
+    prune_at_ = std::max<size_t>(kMinPrune, 2 * pool_.size());
+  }
+  static constexpr size_t kMinPrune = 64;
+  std::map<std::vector<T>, std::weak_ptr<const std::vector<T>>> pool_;
+  size_t prune_at_ = kMinPrune;
 };
 
 }  // namespace rankcheck

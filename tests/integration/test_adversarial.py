@@ -202,6 +202,37 @@ class Adversarial(RankcheckTest):
         f = member.finding("protocol-mismatch")
         self.assertIn("speaks rankcheck protocol version 2, this rankcheck speaks 1", f["message"])
 
+    def test_a_challenge_the_member_cannot_read_is_named(self):
+        # Something that speaks the framing but sends a challenge too short to decode.
+        srv = socket.create_server(("127.0.0.1", self.port))
+        stop = threading.Event()
+
+        def serve():
+            srv.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.sendall(wire.frame(wire.CHALLENGE, b"\1\2\3\4\5"))
+                    time.sleep(0.05)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        try:
+            self.timeout = 2.0
+            member = self.rank(1, 2)
+            self.finish([member])
+        finally:
+            stop.set()
+            t.join()
+            srv.close()
+        self.assertEqual(member.rc, 4)
+        f = member.finding("master-unreachable")
+        self.assertIn(f"127.0.0.1:{self.port} sent a challenge this member cannot read "
+                      "(malformed challenge: truncated", f["message"])
+
     # --- who may join ----------------------------------------------------------
 
     def token_file(self, name, secret):

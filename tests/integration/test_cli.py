@@ -2,10 +2,13 @@
 
 import json
 import os
+import socket
 import subprocess
+import tempfile
+import time
 import unittest
 
-from harness import BIN, clean_env
+from harness import BIN, GRACE, clean_env, free_port
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "../fixtures/env")
 
@@ -46,10 +49,125 @@ class Local(unittest.TestCase):
         self.assertIn("PASS — 2 ranks of 2 joined", r.stdout)
         self.assertIn("GPU stage not run (--no-gpu)", r.stdout)
 
+    def test_local_rejects_device(self):
+        # One --device for every member would be a duplicate-gpu of rankcheck's making.
+        r = run(["local", "-n", "2", "--no-gpu", "--device", "1"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--device 1: rankcheck local gives each member the GPU of its local "
+                      "rank; restrict the GPUs with CUDA_VISIBLE_DEVICES instead", r.stderr)
+
+    def test_local_json_path_takes_rank_and_host(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(["local", "-n", "2", "--no-gpu", "--host-name", "box",
+                     "--json", os.path.join(tmp, "out-{rank}-{host}.json")])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(tmp), ["out-0-box.json"])
+            with open(os.path.join(tmp, "out-0-box.json")) as f:
+                self.assertEqual(json.load(f)["verdict"], "pass")
+
+    def test_local_on_a_port_another_master_holds(self):
+        port = free_port()
+        env = clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        other = subprocess.Popen([BIN, "run", "--no-gpu", "--timeout", "6", "--job-id", "shared"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 3
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    self.assertLess(time.monotonic(), deadline, "the other master never listened")
+                    time.sleep(0.05)
+            start = time.monotonic()
+            r = run(["local", "-n", "2", "--no-gpu", "--master-port", str(port), "--job-id",
+                     "shared", "--timeout", "3", "--json", "-"])
+            self.assertLess(time.monotonic() - start, 3 + GRACE)
+        finally:
+            other.kill()
+            other.wait()
+        self.assertEqual(r.returncode, 7, r.stderr)
+        findings = json.loads(r.stdout)["findings"]
+        self.assertEqual([f["id"] for f in findings], ["master-port-in-use"])
+        self.assertIn(f"MASTER_PORT {port} is taken on ", findings[0]["message"])
+        self.assertIn("(by a rankcheck master of job 'shared')", findings[0]["message"])
+
+    def test_local_members_do_not_inherit_the_listener(self):
+        port = free_port()
+        p = subprocess.Popen([BIN, "local", "-n", "24", "--no-gpu", "--quiet", "--timeout", "10",
+                              "--master-port", str(port)],
+                             env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+        seen = 0
+        leaked = []
+        try:
+            while p.poll() is None:
+                listeners = listening_inodes(port)
+                for child in children(p.pid):
+                    held = socket_inodes(child)
+                    if held is None:
+                        continue
+                    seen += 1
+                    leaked += [child for inode in held if inode in listeners]
+                time.sleep(0.01)
+        finally:
+            _, err = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 0, err)
+        if seen == 0:
+            self.skipTest("the members came and went before one could be looked at")
+        self.assertEqual(leaked, [], "members hold MASTER_PORT's listening socket")
+
     def test_local_inside_a_launcher_ignores_its_variables(self):
         env = fixture_env("slurm_srun.env")
         r = run(["local", "-n", "3", "--json", "-"], env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
+
+
+def children(pid):
+    try:
+        out = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        return out
+    except OSError:
+        return []
+
+
+def socket_inodes(pid):
+    """The inodes of the sockets `pid` holds, or None when it is gone or not yet a member
+    (between posix_spawn and exec it is still a copy of `rankcheck local`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().split(b"\0")[1:2] != [b"run"]:
+                return None
+        out = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out.add(target[len("socket:["):-1])
+        return out
+    except OSError:
+        return None
+
+
+def listening_inodes(port):
+    """Inodes of the sockets listening on `port` (IPv4 and IPv6)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if int(cols[1].rsplit(":", 1)[1], 16) == port and cols[3] == "0A":
+                        out.add(cols[9])
+        except OSError:
+            pass
+    return out
 
 
 class Env(unittest.TestCase):

@@ -1,9 +1,12 @@
 """Rendezvous scenarios with real processes on loopback, one behaviour per test."""
 
+import json
+import os
 import socket
+import subprocess
 import unittest
 
-from harness import RankcheckTest, GRACE
+from harness import BIN, GRACE, Proc, RankcheckTest, clean_env
 
 
 class Rendezvous(RankcheckTest):
@@ -140,6 +143,38 @@ class Rendezvous(RankcheckTest):
         self.assertExit([procs[1], procs[2]], 4)
         f = procs[1].finding("master-unreachable")
         self.assertIn("accepted the connection but sent no challenge", f["message"])
+
+    def test_master_cannot_listen_for_another_reason(self):
+        # A link-local IPv6 address without a scope: bind(2) says EINVAL. Not a port
+        # someone holds, and the report says what the system said.
+        env = clean_env(RANK=0, WORLD_SIZE=1, MASTER_ADDR="fe80::1", MASTER_PORT=self.port)
+        m = Proc(["run", "--no-gpu", "--timeout", str(self.timeout)], env, self.tmp.name, "rank0")
+        self.procs.append(m)
+        self.finish()
+        self.assertEqual(m.rc, 7)
+        self.assertEqual(m.ids(), ["master-listen-failed"])
+        f = m.finding("master-listen-failed")
+        self.assertEqual(f["message"],
+                         f"rank 0 cannot listen on MASTER_PORT {self.port} on {f['hosts'][0]}: "
+                         f"cannot listen on [fe80::1]:{self.port}: Invalid argument")
+        self.assertLess(m.elapsed, 2.5)
+
+    def test_master_port_below_1024_without_the_privilege(self):
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
+            if int(f.read()) <= 80:
+                self.skipTest("port 80 needs no privilege here")
+        as_nobody = None  # as root, the test runs rankcheck as nobody
+        if os.geteuid() == 0:
+            as_nobody = lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534))
+        env = clean_env(RANK=0, WORLD_SIZE=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=80)
+        r = subprocess.run([BIN, "run", "--no-gpu", "--timeout", "3", "--json", "-"], env=env,
+                           capture_output=True, text=True, timeout=3 + GRACE + 1,
+                           preexec_fn=as_nobody, cwd="/")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        f = json.loads(r.stdout)["findings"][0]
+        self.assertEqual(f["id"], "master-listen-failed")
+        self.assertIn("cannot listen on 127.0.0.1:80: Permission denied", f["message"])
+        self.assertIn("pick a MASTER_PORT of 1024 or above", f["hint"])
 
     def test_foreign_job_id(self):
         procs = self.job(4, skip={2}, extra=("--job-id", "job-a"))

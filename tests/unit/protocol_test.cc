@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,9 +57,13 @@ TEST_CASE("protocol: a hello that lies about its environment digest is refused")
 }
 
 TEST_CASE("protocol: a host name longer than the cap is refused, not allocated") {
+  // What a peer that is not rankcheck could send: encode() would cut the name.
   Record r = test::member(1, 2, std::string(64 * 1024 - 300, 'h'));
-  auto frame = encode(Hello{r, {}, {}});
-  auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
+  Writer w;
+  encode_record(w, r);
+  w.bytes(Nonce{});
+  w.bytes(Mac{});
+  auto back = decode_hello(w.data());
   REQUIRE(!back.ok());
   CHECK(back.error().message == "malformed hello: host name of 65236 bytes exceeds 255");
 }
@@ -136,10 +141,208 @@ TEST_CASE("protocol: a signed hello and verdict verify only with the token and t
   v.exit_code = 0;
   auto vf = encode_signed(v, token, server, client);
   auto vp = std::span<const uint8_t>(vf).subspan(kHeaderSize);
-  CHECK(verify_verdict(vp, token, server, client));
-  CHECK(!verify_verdict(vp, token, server, fresh));  // a verdict meant for another member
-  CHECK(!verify_verdict(vp, other, server, client));
+  CHECK(verify_verdict(vp, token, server, client, true));
+  CHECK(!verify_verdict(vp, token, server, fresh, true));  // a verdict meant for another member
+  CHECK(!verify_verdict(vp, other, server, client, true));
   CHECK(decode_verdict(vp).ok());
+}
+
+TEST_CASE("protocol: a go verdict's MAC does not pass for a final verdict's") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  Nonce server{};
+  server[0] = 1;
+  Nonce client{};
+  client[0] = 2;
+  Verdict go;
+  go.final = false;
+  go.run_gpu = true;
+  go.nccl_id = std::array<uint8_t, kNcclIdSize>{};
+  auto gf = encode_signed(go, token, server, client);
+  auto gp = std::span<const uint8_t>(gf).subspan(kHeaderSize);
+  CHECK(verify_verdict(gp, token, server, client, false));
+  CHECK(!verify_verdict(gp, token, server, client, true));  // replayed after the stage
+  Verdict last;
+  auto lf = encode_signed(last, token, server, client);
+  auto lp = std::span<const uint8_t>(lf).subspan(kHeaderSize);
+  CHECK(verify_verdict(lp, token, server, client, true));
+  CHECK(!verify_verdict(lp, token, server, client, false));
+}
+
+TEST_CASE("job token: a MAC of zeros never verifies") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  Nonce n{};
+  REQUIRE(token.mac(kVerdictLabel, n, n, {}).has_value());
+  CHECK(!token.verify(Mac{}, kVerdictLabel, n, n, {}));
+}
+
+TEST_CASE("random bytes: a nonce is filled") {
+  Nonce a{};
+  Nonce b{};
+  REQUIRE(fill_random(a).ok());
+  REQUIRE(fill_random(b).ok());
+  CHECK(a != b);
+  std::vector<uint8_t> none;
+  CHECK(fill_random(none).ok());
+}
+
+// ----- every encoder fits its decoder's caps ---------------------------------
+
+namespace {
+
+Finding huge_note(int k) {
+  Finding f;
+  f.id = std::string(80, 'x') + std::to_string(k);
+  f.severity = k % 2 ? Severity::kWarning : Severity::kError;
+  f.message = std::string(1500, 'm');
+  f.hint = std::string(700, 'h');
+  for (long r = 0; r < 1000; ++r)
+    f.ranks.push_back(r);
+  for (int h = 0; h < 40; ++h)
+    f.hosts.push_back(std::string(300, char('a' + h % 26)));
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("protocol: a verdict of the largest notes still fits its cap and decodes") {
+  Verdict v;
+  v.exit_code = 3;
+  v.final = false;
+  v.run_gpu = true;
+  v.headline = std::string(900, 'H');
+  v.nccl_id = std::array<uint8_t, kNcclIdSize>{};
+  for (int k = 0; k < 11; ++k)
+    v.notes.push_back(huge_note(k));
+  auto frame = encode(v);
+  REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kVerdict)));
+  auto back = decode_verdict(payload_of(frame));
+  REQUIRE(back.ok());
+  CHECK(back->exit_code == 3);
+  CHECK(back->headline.size() == 512);
+  REQUIRE(back->notes.size() == kMaxVerdictNotes);
+  for (const Finding& f : back->notes) {
+    CHECK(!f.ranks.empty());
+    CHECK(!f.hosts.empty());
+    CHECK(f.message.size() > 200);  // cut, but still says something
+  }
+  CHECK(back->notes[1].severity == Severity::kWarning);
+  const std::string& last = back->notes.back().message;
+  std::string more = "(and 3 more findings about this member: see rank 0's report)";
+  REQUIRE(last.size() > more.size());
+  CHECK(last.substr(last.size() - more.size()) == more);
+  REQUIRE(back->nccl_id.has_value());
+}
+
+TEST_CASE("protocol: notes that fit travel whole; one more than the cap is announced") {
+  Verdict v;
+  for (int k = 0; k < 9; ++k) {
+    v.notes.push_back(Finding{"missing-rank",
+                              Severity::kError,
+                              4,
+                              fmt::format("rank {}", k),
+                              "start it",
+                              {long(k)},
+                              {"gpu-01"}});
+  }
+  auto back = decode_verdict(payload_of(encode(v)));
+  REQUIRE(back.ok());
+  REQUIRE(back->notes.size() == 8);
+  CHECK(back->notes[0].message == "rank 0");
+  CHECK(back->notes[0].hint == "start it");
+  CHECK(back->notes[0].ranks == std::vector<long>{0});
+  CHECK(back->notes[7].message ==
+        "rank 7 (and 1 more finding about this member: see rank 0's report)");
+}
+
+TEST_CASE("protocol: a cut never splits a UTF-8 character") {
+  Verdict v;
+  std::string euros;
+  for (int k = 0; k < 400; ++k)
+    euros += "€";  // 3 bytes each: 1200 bytes, over the message's 1024
+  v.notes.push_back(Finding{"env-mismatch", Severity::kWarning, 3, euros, "", {1}, {"h"}});
+  auto back = decode_verdict(payload_of(encode(v)));
+  REQUIRE(back.ok());
+  CHECK(back->notes[0].message.size() == 1023);
+  CHECK(back->notes[0].message == euros.substr(0, 1023));
+}
+
+TEST_CASE("protocol: a stage report of 64 ranks with long NCCL errors fits and decodes") {
+  StageReport m;
+  for (int k = 0; k < 64; ++k) {
+    RankResult r;
+    r.rank = k;
+    r.init_error = std::string(400, 'i');
+    r.allreduce_error = k == 0 ? std::string("short") : std::string(400, 'a');
+    r.init_ms = 12.5;
+    r.expected = r.got = 2080;
+    m.ranks.push_back(r);
+  }
+  auto frame = encode(m);
+  REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kStageResult)));
+  auto back = decode_stage_report(payload_of(frame));
+  REQUIRE(back.ok());
+  REQUIRE(back->ranks.size() == 64);
+  CHECK(back->ranks[63].rank == 63);
+  CHECK(back->ranks[0].allreduce_error == "short");
+  CHECK(back->ranks[5].init_error.size() > 64);
+  CHECK(back->ranks[5].init_error.size() == back->ranks[5].allreduce_error.size());
+  CHECK(back->ranks[9].expected == 2080);
+
+  // One rank's report is not cut at all (but to the field's own cap).
+  StageReport one;
+  one.ranks.push_back(m.ranks[1]);
+  auto b1 = decode_stage_report(payload_of(encode(one)));
+  REQUIRE(b1.ok());
+  CHECK(b1->ranks[0].init_error == std::string(256, 'i'));
+}
+
+TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {
+  Record r = test::member(8, 16, std::string(300, 'h'));
+  std::vector<EnvVar> env;
+  for (int k = 0; k < 200; ++k)
+    env.push_back({fmt::format("NCCL_VAR_{:03d}", k), std::string(5000, char('a' + k % 26))});
+  test::set_env(r, env);
+  Conflict c{Field::kWorldSize, {}};
+  for (int k = 0; k < 20; ++k)
+    c.values.push_back({Field::kWorldSize, "slurm", std::string(600, 'V'), std::string(600, '4')});
+  for (int f = 0; f < kFieldCount + 2; ++f)
+    r.conflicts.push_back(c);
+  std::vector<std::string> many;
+  for (int k = 0; k < 100; ++k)
+    many.push_back(std::string(100, 'e'));
+  r.interfaces = many;
+  r.master_resolved = many;
+  r.node_list = std::string(5000, 'n');
+  for (int k = 0; k < 80; ++k)
+    r.gpu.devices.push_back(
+        GpuDevice{k, k, std::string(100, 'u'), std::string(100, 'p'), std::string(200, 'g'), 1});
+  auto frame = encode(Hello{r, {}, {}});
+  REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kHello)));
+  auto back = decode_hello(payload_of(frame));
+  REQUIRE(back.ok());
+  const Record& d = back->record;
+  CHECK(d.host == std::string(255, 'h'));
+  CHECK(d.env.size() == kMaxEnvVars);
+  CHECK(d.env[0].name == "NCCL_VAR_000");
+  CHECK(d.env[0].value.size() > 100);  // each value cut to an even share
+  CHECK(d.env_digest == env_digest(d.env.get()));
+  CHECK(!d.conflicts.empty());
+  CHECK(d.gpu.devices.size() == size_t(kMaxRanksPerMember));
+
+  // The same record trimmed in place is what travels: the master's own record
+  // compares with its members'.
+  Record fitted = r;
+  CHECK(fit_hello(fitted));
+  CHECK(fitted.env_digest == d.env_digest);
+}
+
+TEST_CASE("protocol: fitting leaves a record a hello carries untouched") {
+  Record r = test::member(5, 8, "gpu-02", 1, 4);
+  test::set_env(r, {{"NCCL_IB_HCA", std::string(4096, 'x')}, {"NCCL_SOCKET_IFNAME", "eth0"}});
+  Record same = r;
+  CHECK(!fit_hello(same));
+  CHECK(same.env == r.env);
+  CHECK(same.env_digest == r.env_digest);
 }
 
 TEST_CASE("job token: loaded from a file, trailing newline dropped, short ones refused") {

@@ -1,0 +1,118 @@
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <rankcheck/master.h>
+#include <rankcheck/shared_list.h>
+
+#include "helpers.h"
+
+using namespace rankcheck;
+
+namespace {
+
+// A member whose WORLD_SIZE says 8 while two launchers of its own say 4.
+Record says_four_twice(int rank) {
+  Record r = test::member(rank, 8, "gpu-01");
+  r.conflicts.push_back(Conflict{Field::kWorldSize,
+                                 {{Field::kWorldSize, "torch", "WORLD_SIZE", "8"},
+                                  {Field::kWorldSize, "slurm", "SLURM_NTASKS", "4"},
+                                  {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "4"}}});
+  return r;
+}
+
+MasterConfig config(long world, std::vector<std::string>* lines = nullptr) {
+  MasterConfig cfg;
+  cfg.world_size = world;
+  cfg.job_id = "48213";
+  cfg.master_host = "gpu-01";
+  if (lines != nullptr) cfg.log = [lines](const std::string& l) { lines->push_back(l); };
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("master: a member's two sources of one smaller world are one vote") {
+  MasterState m(config(8));
+  m.admit(test::member(0, 8, "gpu-01"), "in-process", /*own=*/true);
+  m.admit(says_four_twice(1), "10.0.0.11:40001");
+  m.admit(says_four_twice(2), "10.0.0.11:40002");
+  m.admit(test::member(3, 8, "gpu-01"), "10.0.0.11:40003");
+  // Two members of four say 4: not every member, so the master keeps waiting.
+  CHECK(!m.ready());
+}
+
+TEST_CASE("master: every member saying a smaller world that is all here decides early") {
+  MasterState m(config(8));
+  m.admit(says_four_twice(0), "in-process", /*own=*/true);
+  for (int k = 1; k < 4; ++k)
+    m.admit(says_four_twice(k), fmt::format("10.0.0.11:{}", 40000 + k));
+  CHECK(m.ready());
+}
+
+TEST_CASE("master: members that join and leave in a loop are bounded in memory and log") {
+  std::vector<std::string> lines;
+  MasterState m(config(4, &lines));
+  m.admit(test::member(0, 4, "gpu-01"), "in-process", /*own=*/true);
+  for (int k = 0; k < 3000; ++k) {
+    Record r = test::member(1 + k % 3, 4, fmt::format("client-{}", k));
+    test::set_env(r, {{"NCCL_SOCKET_IFNAME", fmt::format("eth{}", k)}});
+    r.interfaces = {fmt::format("eth{}", k)};
+    size_t i = m.admit(std::move(r), "10.0.0.99:40000");
+    m.depart(i);
+  }
+  size_t logged = 0;
+  for (const std::string& l : lines)
+    logged += l.find("disconnected before the verdict") != std::string::npos;
+  CHECK(logged == 9);  // eight, then one saying the rest are only counted
+  m.decide(true, 29500, {"127.0.0.1"});
+  size_t itemised = 0;
+  for (const Finding& f : m.report().findings)
+    itemised += f.id == "member-disconnected";
+  CHECK(itemised == 64);
+  CHECK(std::find(lines.begin(), lines.end(),
+                  "3000 disconnections before the verdict; the report names 64 of them") !=
+        lines.end());
+}
+
+TEST_CASE("master: the same member leaving twice is one departure") {
+  MasterState m(config(3));
+  m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
+  for (int k = 0; k < 2; ++k)
+    m.depart(m.admit(test::member(1, 3, "gpu-02"), "10.0.0.12:40000"));
+  m.decide(true, 29500, {"127.0.0.1"});
+  size_t itemised = 0;
+  for (const Finding& f : m.report().findings)
+    itemised += f.id == "member-disconnected";
+  CHECK(itemised == 1);
+}
+
+TEST_CASE("list pool: lists no record holds are forgotten; held ones are shared") {
+  ListPool<EnvVar> pool;
+  for (int k = 0; k < 10000; ++k) {
+    SharedList<EnvVar> gone(std::vector<EnvVar>{{"NCCL_ALGO", std::to_string(k)}});
+    pool.intern(gone);
+  }
+  CHECK(pool.size() <= 128);
+
+  SharedList<EnvVar> a(std::vector<EnvVar>{{"NCCL_ALGO", "Ring"}});
+  SharedList<EnvVar> b(std::vector<EnvVar>{{"NCCL_ALGO", "Ring"}});
+  pool.intern(a);
+  pool.intern(b);
+  CHECK(&a.get() == &b.get());
+
+  // Once its holders are gone, a new copy takes the entry's place.
+  std::vector<EnvVar> tree{{"NCCL_ALGO", "Tree"}};
+  {
+    SharedList<EnvVar> first(tree);
+    pool.intern(first);
+  }
+  SharedList<EnvVar> second(tree);
+  SharedList<EnvVar> third(tree);
+  pool.intern(second);
+  pool.intern(third);
+  CHECK(&second.get() == &third.get());
+}

@@ -1,0 +1,84 @@
+#include <catch2/catch.hpp>
+#include <sys/socket.h>
+
+#include <rankcheck/member.h>
+
+using namespace rankcheck;
+
+namespace {
+
+// Both ends of a connection: the member's socket and what plays the master.
+struct Pair {
+  Pair() {
+    int fds[2] = {-1, -1};
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+    member = Socket(fds[0]);
+    master = Socket(fds[1]);
+  }
+  void send(const std::vector<uint8_t>& frame) {
+    REQUIRE(master.write_all(frame, Deadline::after(Millis(1000))).ok());
+  }
+  Socket member;
+  Socket master;
+};
+
+Verdict go_verdict() {
+  Verdict go;
+  go.final = false;
+  go.run_gpu = true;
+  go.stage_ms = 3000;
+  go.nccl_id = std::array<uint8_t, kNcclIdSize>{};
+  return go;
+}
+
+}  // namespace
+
+TEST_CASE("member: a go verdict replayed after the GPU stage is not taken as final") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  JoinResult joined;
+  joined.server_nonce[0] = 1;
+  joined.client_nonce[0] = 2;
+  Pair p;
+  auto go = encode_signed(go_verdict(), token, joined.server_nonce, joined.client_nonce);
+  p.send(go);
+  auto first = wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token);
+  REQUIRE(first.ok());
+  CHECK(!first->final);
+
+  p.send(go);  // the same bytes again, where the final verdict belongs
+  auto replayed =
+      wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token, VerdictWait::kFinal);
+  REQUIRE(!replayed.ok());
+  CHECK(replayed.error().code == kAuthFailed);
+  CHECK(replayed.error().message ==
+        "it sent another go verdict where its final verdict belonged, without this job's token "
+        "on it: a replay, not this job's master");
+
+  Verdict last;
+  last.exit_code = 5;
+  p.send(encode_signed(last, token, joined.server_nonce, joined.client_nonce));
+  auto final_verdict =
+      wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token, VerdictWait::kFinal);
+  REQUIRE(final_verdict.ok());
+  CHECK(final_verdict->final);
+  CHECK(final_verdict->exit_code == 5);
+}
+
+TEST_CASE("member: without a token, a second go verdict is not a final verdict either") {
+  JoinResult joined;
+  Pair p;
+  p.send(encode(go_verdict()));
+  auto v =
+      wait_verdict(p.member, Deadline::after(Millis(1000)), joined, nullptr, VerdictWait::kFinal);
+  REQUIRE(!v.ok());
+  CHECK(v.error().code != kAuthFailed);
+  CHECK(v.error().message == "it sent another go verdict where its final verdict belonged");
+}
+
+TEST_CASE("member: the GPU stage margin grows with the stage, within bounds") {
+  CHECK(stage_margin(0) == Millis(150));
+  CHECK(stage_margin(3000) == Millis(150));
+  CHECK(stage_margin(20000) == Millis(1000));
+  CHECK(stage_margin(295000) == Millis(2000));
+  CHECK(stage_margin(UINT32_MAX) == Millis(2000));
+}
