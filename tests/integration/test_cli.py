@@ -225,3 +225,40 @@ class Usage(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FindingDocs(unittest.TestCase):
+    """Every finding id the code can emit is documented, and the docs name no other."""
+
+    ROOT = os.path.join(os.path.dirname(__file__), "../..")
+    # Kebab-case strings in src/ that are not finding ids: GPU probe states, a peer
+    # label, a progress state, an example host name in a comment.
+    NOT_IDS = {"in-process", "not-built", "no-driver", "no-device", "init-failed", "gpu-02",
+               "all-joined"}
+
+    def read(self, path):
+        with open(os.path.join(self.ROOT, path)) as f:
+            return f.read()
+
+    def test_ids_in_code_docs_and_readme_agree(self):
+        import re
+        findings = self.read("docs/findings.md")
+        table = set(re.findall(r"^\| \[`([a-z0-9-]+)`\]", findings, re.M))
+        sections = set(re.findall(r"^## `([a-z0-9-]+)`", findings, re.M))
+        self.assertGreater(len(table), 30)
+        self.assertEqual(table, sections, "docs/findings.md: the table and the sections differ")
+
+        in_code = set()
+        for d, _, files in os.walk(os.path.join(self.ROOT, "src")):
+            for name in files:
+                if name.endswith((".cc", ".h")):
+                    with open(os.path.join(d, name)) as f:
+                        in_code |= set(re.findall(r'"([a-z]+(?:-[a-z0-9]+)+)"', f.read()))
+        in_code -= self.NOT_IDS
+        self.assertEqual(in_code - table, set(), "emitted by src/ but not in docs/findings.md")
+        self.assertEqual(table - in_code, set(), "in docs/findings.md but emitted nowhere")
+
+        readme = self.read("README.md")
+        listed = readme[readme.index("### Findings"):readme.index("### JSON report")]
+        self.assertEqual({i for i in table if f"`{i}`" not in listed}, set(),
+                         "missing from the README's list of findings")
