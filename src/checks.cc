@@ -1066,16 +1066,17 @@ void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   if (!v.gpu_stage || v.members.empty() || any_usable(v)) return;
   auto groups = group_by<std::string>(v, [](const Record& r) -> std::optional<std::string> {
-    return fmt::format("{}: {}", state_text(r.gpu.state), r.gpu.error);
+    if (r.gpu.error.empty()) return std::string(state_text(r.gpu.state));
+    return fmt::format("{} ({})", state_text(r.gpu.state), r.gpu.error);
   });
   std::string why =
-      fmt::format("{} for {}", printable(groups.front().first, 200), where(groups.front().second));
+      fmt::format("{}: {}", where(groups.front().second), printable(groups.front().first, 200));
   if (groups.size() > 1) why += fmt::format(" (and {} other reasons)", groups.size() - 1);
   out.push_back(
       Finding{"gpu-unavailable",
               Severity::kWarning,
               exit_code::kGpu,
-              fmt::format("no member has a usable GPU, so the NCCL stage did not run: {}", why),
+              fmt::format("no member has a usable GPU, so the NCCL stage did not run; {}", why),
               "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU "
               "node, check the driver and the container runtime",
               {},

@@ -175,6 +175,9 @@ TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
   auto fs = run_checks(v);
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].id == "gpu-unavailable");
+  CHECK(fs[0].message ==
+        "no member has a usable GPU, so the NCCL stage did not run; ranks 0-3 on gpu-01: no "
+        "CUDA driver (libcuda.so.1: cannot open shared object file: No such file or directory)");
   CHECK(fs[0].severity == Severity::kWarning);
   CHECK(exit_code_for(fs) == 0);
   CHECK(*gpu_stage_blocker(v.members) == "no member has a usable GPU");
