@@ -38,11 +38,15 @@ struct Server::Impl {
   // One verdict frame is shared by every member it is the same for.
   using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 
+  // Bound to the io_context's own executor rather than the type-erased default:
+  // 40 bytes instead of 88 per member, and as much again in its pending wait.
+  using Socket = tcp::socket::rebind_executor<asio::io_context::executor_type>::other;
+
   struct Conn {
     // Kept small: one lives as long as its member. The handshake timer and the
     // peer's address live in the handshake coroutine, which ends at admission.
-    explicit Conn(tcp::socket s) : sock(std::move(s)) {}
-    tcp::socket sock;
+    explicit Conn(Socket s) : sock(std::move(s)) {}
+    Socket sock;
     int slot = -1;  // the member's index in the master state
     bool admitted = false;
     bool handshake_expired = false;
@@ -179,7 +183,7 @@ struct Server::Impl {
         backoff.expires_after(Millis(5));
         co_await backoff.async_wait(kAwait);
       }
-      auto [ec, sock] = co_await acceptor.async_accept(kAwait);
+      auto [ec, sock] = co_await acceptor.async_accept(io, kAwait);
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       if (ec) {
         // Out of file descriptors (or buffers): keep serving those already here.
