@@ -1,10 +1,9 @@
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <rankcheck/interrupt.h>
 #include <rankcheck/master.h>
@@ -68,6 +67,16 @@ size_t MasterState::admit(Record rec, std::string peer, bool own) {
   string_lists_.intern(rec.interfaces);
   string_lists_.intern(rec.master_resolved);
   envs_.intern(rec.env);
+  for (SharedString* s :
+       {&rec.version, &rec.launcher, &rec.master_addr, &rec.resolve_error, &rec.job_id, &rec.host,
+        &rec.node_list, &rec.tasks_per_node, &rec.gpu.error, &rec.gpu.driver,
+        &rec.gpu.visible_devices, &rec.gpu.choice, &rec.gpu.nccl_path, &rec.gpu.nccl_error}) {
+    strings_.intern(*s);
+  }
+  for (GpuDevice& d : rec.gpu.devices) {
+    strings_.intern(d.pci_bus_id);
+    strings_.intern(d.name);
+  }
   members_.push_back(Member{std::move(rec), last_join_ms_, std::move(peer)});
   return members_.size() - 1;
 }
@@ -239,14 +248,14 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   // From the last join (or the deadline) to the verdict.
   auto t1 = Clock::now();
   report_.decision_ms = timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
-  // What holding the members cost, before anything is sent.
-  rusage usage{};
-  if (::getrusage(RUSAGE_SELF, &usage) == 0) report_.peak_rss_kib = usage.ru_maxrss;
-  std::ifstream statm("/proc/self/statm");
-  long pages_total = 0;
-  long pages_resident = 0;
-  if (statm >> pages_total >> pages_resident) {
-    report_.rss_kib = pages_resident * (::getpagesize() / 1024);
+  // What holding the members cost, before anything is sent. VmHWM, not getrusage's
+  // ru_maxrss, which keeps the peak of whatever process exec'd this one.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    long* slot = line.starts_with("VmHWM:")   ? &report_.peak_rss_kib
+                 : line.starts_with("VmRSS:") ? &report_.rss_kib
+                                              : nullptr;
+    if (slot != nullptr) *slot = std::strtol(line.c_str() + 6, nullptr, 10);
   }
   cfg_.log(fmt::format(
       "decided at +{} ({}): {}, {}/{} ranks joined", format_seconds(report_.rendezvous_ms),

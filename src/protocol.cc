@@ -31,6 +31,11 @@ bool cut_in_place(std::string& s, size_t n) {
   s.resize(cut(s, n).size());
   return true;
 }
+bool cut_in_place(SharedString& s, size_t n) {
+  if (s.size() <= n) return false;
+  s = SharedString(cut(s, n));
+  return true;
+}
 
 // The largest length L such that the texts, each cut to L, take at most `budget`
 // bytes in all: a shared budget, given first to the shortest.

@@ -486,7 +486,7 @@ GpuFacts probe_gpus(Session& s) {
       gpu.usable()
           ? fmt::format("{} ({}), NCCL {}", gpu.devices.empty() ? "-" : gpu.devices[0].uuid,
                         gpu.choice, nccl_version_text(gpu.nccl_version))
-          : gpu.error));
+          : gpu.error.str()));
   return gpu;
 }
 

@@ -14,6 +14,7 @@
 
 #include <rankcheck/deadline.h>
 #include <rankcheck/result.h>
+#include <rankcheck/shared_string.h>
 
 namespace rankcheck {
 
@@ -35,8 +36,8 @@ struct GpuDevice {
   int32_t rank = -1;
   int32_t ordinal = -1;  ///< CUDA device ordinal, after CUDA_VISIBLE_DEVICES
   std::string uuid;      ///< "GPU-8f3c..."
-  std::string pci_bus_id;
-  std::string name;
+  SharedString pci_bus_id;
+  SharedString name;
   uint64_t memory_bytes = 0;
   auto operator<=>(const GpuDevice&) const = default;
 };
@@ -44,16 +45,16 @@ struct GpuDevice {
 /// What a member found on its host, sent with its record before the verdict.
 struct GpuFacts {
   GpuState state = GpuState::kSkipped;
-  std::string error;               ///< why not usable
+  SharedString error;              ///< why not usable
   int32_t cuda_version = 0;        ///< cuDriverGetVersion, e.g. 13000
-  std::string driver;              ///< NVIDIA driver version, when the host tells it
+  SharedString driver;             ///< NVIDIA driver version, when the host tells it
   int32_t device_count = -1;       ///< devices visible to this process
-  std::string visible_devices;     ///< CUDA_VISIBLE_DEVICES as set, "" when unset
-  std::string choice;              ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
+  SharedString visible_devices;    ///< CUDA_VISIBLE_DEVICES as set, "" when unset
+  SharedString choice;             ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
   std::vector<GpuDevice> devices;  ///< one per rank this member stands for
-  std::string nccl_path;           ///< the library loaded
+  SharedString nccl_path;          ///< the library loaded
   int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
-  std::string nccl_error;          ///< why NCCL could not be loaded
+  SharedString nccl_error;         ///< why NCCL could not be loaded
 
   bool usable() const { return state == GpuState::kUsable; }
   bool nccl_loaded() const { return nccl_version > 0; }

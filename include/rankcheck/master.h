@@ -84,6 +84,7 @@ class MasterState {
   JoinTracker tracker_;                 // lets a clean job skip the rules at the decision
   ListPool<std::string> string_lists_;  // interfaces and resolved addresses, one copy each
   ListPool<EnvVar> envs_;
+  StringPool strings_;                // what members share: version, job id, host, NCCL path...
   std::vector<uint32_t> claims_;      // members claiming each rank in [0, world)
   long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it

@@ -8,6 +8,7 @@
 #include <rankcheck/gpu.h>
 #include <rankcheck/identity.h>
 #include <rankcheck/shared_list.h>
+#include <rankcheck/shared_string.h>
 #include <rankcheck/wire.h>
 
 namespace rankcheck {
@@ -29,28 +30,28 @@ struct EnvVar {
 };
 
 struct Record {
-  std::string version;  ///< the probe's own version
-  int32_t rank = -1;    ///< first global rank
-  int32_t nranks = 1;   ///< ranks this member stands for
+  SharedString version;  ///< the probe's own version
+  int32_t rank = -1;     ///< first global rank
+  int32_t nranks = 1;    ///< ranks this member stands for
   int32_t world_size = -1;
   int32_t local_rank = -1;  ///< -1: unknown
   int32_t local_world_size = -1;
   int32_t node_rank = -1;
   int32_t nnodes = -1;
-  std::string launcher;
-  std::string master_addr;
+  SharedString launcher;
+  SharedString master_addr;
   uint16_t master_port = 0;
   SharedList<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on this host
-  std::string resolve_error;                ///< why it did not resolve, if it did not
-  std::string job_id;
-  std::string host;
+  SharedString resolve_error;               ///< why it did not resolve, if it did not
+  SharedString job_id;
+  SharedString host;
   uint32_t pid = 0;
   std::vector<Conflict> conflicts;
   SharedList<EnvVar> env;  ///< variables that must agree across ranks, sorted by name
   uint64_t env_digest = 0;
   SharedList<std::string> interfaces;  ///< names of interfaces with an address
-  std::string node_list;               ///< the launcher's node list, compressed
-  std::string tasks_per_node;
+  SharedString node_list;              ///< the launcher's node list, compressed
+  SharedString tasks_per_node;
   uint8_t distribution = 0;  ///< Distribution
   GpuFacts gpu;              ///< what the GPU inventory found
 

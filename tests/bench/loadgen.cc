@@ -1,12 +1,19 @@
 // Simulates many members from one process, for the rendezvous benchmark:
 // each connects, takes the challenge, sends a hello, and waits for admit and verdict.
 //
-//   rankcheck_loadgen PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST]
+//   rankcheck_loadgen PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]
+//
+// With `gpu`, every hello carries the GPU inventory an 8-GPU node's member sends
+// (its GPU's UUID, bus id and name, the driver, the NCCL library), so that the
+// master's memory is measured as a real job's would be. The master runs --no-gpu
+// all the same: it keeps the inventories, and no NCCL stage follows.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -43,7 +50,30 @@ asio::awaitable<std::optional<Frame>> read_frame(tcp::socket& s) {
   co_return f;
 }
 
-asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, Stats& st,
+// What a member of a healthy 8-GPU node finds (the values are typical; the UUID
+// is unique per rank).
+GpuFacts node_gpu(int rank, int per_host) {
+  GpuFacts g;
+  g.state = GpuState::kUsable;
+  g.cuda_version = 13000;
+  g.driver = std::string("580.95.05");
+  g.device_count = per_host;
+  g.choice = fmt::format("LOCAL_RANK {} of {} visible", rank % per_host, per_host);
+  GpuDevice d;
+  d.rank = rank;
+  d.ordinal = rank % per_host;
+  d.uuid = fmt::format("GPU-{:08x}-5e1c-4f5e-9a2b-{:012x}", 0x8f3c0000u + unsigned(rank / per_host),
+                       unsigned(rank));
+  d.pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x18 + 0x10 * (rank % per_host));
+  d.name = std::string("NVIDIA H200");
+  d.memory_bytes = 150754820096ull;
+  g.devices.push_back(std::move(d));
+  g.nccl_path = std::string("/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2");
+  g.nccl_version = 22809;
+  return g;
+}
+
+asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, bool gpu, Stats& st,
                              Clock::time_point deadline) {
   auto ex = co_await asio::this_coro::executor;
   tcp::socket s(ex);
@@ -80,6 +110,7 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, S
   r.master_resolved = {"127.0.0.1"};
   r.interfaces = {"eth0", "lo"};
   r.env_digest = env_digest(r.env.get());  // none: the benchmark's master runs without NCCL_* too
+  if (gpu) r.gpu = node_gpu(rank, per_host);
   auto hello = encode(Hello{r, {}, {}});
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
   if (ec) {
@@ -109,19 +140,21 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, S
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]\n",
+                 argv[0]);
     return 2;
   }
   auto port = static_cast<uint16_t>(std::atoi(argv[1]));
   int first = std::atoi(argv[2]);
   int count = std::atoi(argv[3]);
   int world = std::atoi(argv[4]);
-  int per_host = argc > 5 ? std::atoi(argv[5]) : 8;
+  int per_host = std::max(1, argc > 5 ? std::atoi(argv[5]) : 8);
+  bool gpu = argc > 6 && std::string_view(argv[6]) == "gpu";
   asio::io_context io(1);
   Stats st;
   auto deadline = Clock::now() + std::chrono::seconds(60);
   for (int i = 0; i < count; ++i) {
-    asio::co_spawn(io, member(port, first + i, world, per_host, st, deadline), asio::detached);
+    asio::co_spawn(io, member(port, first + i, world, per_host, gpu, st, deadline), asio::detached);
   }
   io.run_for(std::chrono::seconds(90));
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };

@@ -492,7 +492,7 @@ TEST_CASE("nccl-ifname-missing: a value NCCL ignores (one character or none) sel
 TEST_CASE("missing-rank: node list names and FQDN host names are matched by short name") {
   JobView v = healthy_job(16, 8);
   for (Member& m : v.members) {
-    m.record.host += ".example.com";
+    m.record.host = m.record.host + ".example.com";
     m.record.node_list = "gpu-[01-02]";
     m.record.tasks_per_node = "8(x2)";
   }

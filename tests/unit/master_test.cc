@@ -7,6 +7,7 @@
 
 #include <rankcheck/master.h>
 #include <rankcheck/shared_list.h>
+#include <rankcheck/shared_string.h>
 
 #include "helpers.h"
 
@@ -115,4 +116,70 @@ TEST_CASE("list pool: lists no record holds are forgotten; held ones are shared"
   pool.intern(second);
   pool.intern(third);
   CHECK(&second.get() == &third.get());
+}
+
+TEST_CASE("shared string: reads, compares and copies as the string it holds") {
+  SharedString empty;
+  CHECK(empty.empty());
+  CHECK(empty.str().empty());
+  CHECK(SharedString(std::string()).empty());  // "" holds nothing either
+
+  SharedString host = std::string("gpu-01.example.com");
+  CHECK(host == "gpu-01.example.com");
+  CHECK(host == std::string_view("gpu-01.example.com"));
+  CHECK(host.size() == 18);
+  CHECK(host.find('.') == 6);
+  CHECK(host.substr(0, 6) == "gpu-01");
+  CHECK(host + ":29500" == "gpu-01.example.com:29500");
+  CHECK(fmt::format("[{:>20}]", host) == "[  gpu-01.example.com]");
+  CHECK(SharedString("a") < SharedString("b"));
+  CHECK(SharedString("gpu-02") > std::string_view("gpu-01"));
+
+  SharedString copy = host;
+  CHECK(&copy.str() == &host.str());  // one string, two holders
+  SharedString moved = std::move(copy);
+  CHECK(copy.empty());  // NOLINT(bugprone-use-after-move): a moved-from handle is empty
+  CHECK(moved == host);
+  moved.clear();
+  CHECK(moved.empty());
+  CHECK(host == "gpu-01.example.com");  // the other holder keeps it
+}
+
+TEST_CASE("string pool: equal strings are one copy; those only the pool holds are dropped") {
+  StringPool pool;
+  SharedString a = std::string("/usr/lib/x86_64-linux-gnu/libnccl.so.2");
+  SharedString b = std::string("/usr/lib/x86_64-linux-gnu/libnccl.so.2");
+  CHECK(&a.str() != &b.str());
+  pool.intern(a);
+  pool.intern(b);
+  CHECK(&a.str() == &b.str());
+  CHECK(a == "/usr/lib/x86_64-linux-gnu/libnccl.so.2");
+
+  // A member joining and leaving in a loop, with a new host name each time.
+  for (int k = 0; k < 10000; ++k) {
+    SharedString gone = fmt::format("sim-{:05}", k);
+    pool.intern(gone);
+  }
+  CHECK(pool.size() <= 128);
+  CHECK(a == "/usr/lib/x86_64-linux-gnu/libnccl.so.2");  // still held: still there
+
+  SharedString none;
+  pool.intern(none);  // nothing to share
+  CHECK(none.empty());
+}
+
+TEST_CASE("master: members' common strings are kept once") {
+  MasterState m(config(4));
+  for (int k = 0; k < 4; ++k) {
+    Record r = test::member(k, 4, k < 2 ? "gpu-01" : "gpu-02");
+    r.job_id = fmt::format("{}", 48213);  // a fresh copy per member, as a decoded hello has
+    r.gpu.nccl_path = std::string("/opt/nccl/lib/libnccl.so.2");
+    m.admit(std::move(r), fmt::format("198.18.0.{}:40000", k + 1));
+  }
+  const auto& ms = m.members();
+  REQUIRE(ms.size() == 4);
+  CHECK(&ms[0].record.job_id.str() == &ms[3].record.job_id.str());
+  CHECK(&ms[0].record.gpu.nccl_path.str() == &ms[3].record.gpu.nccl_path.str());
+  CHECK(&ms[0].record.host.str() == &ms[1].record.host.str());
+  CHECK(ms[1].record.host != ms[2].record.host);
 }
