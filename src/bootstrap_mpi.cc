@@ -3,6 +3,7 @@
 // verdicts, the NCCL id and the stage results travel as the same encoded
 // messages. Every collective is non-blocking and polled against the deadline.
 
+#include <cstdio>
 #include <thread>
 
 #include <fmt/format.h>
@@ -176,8 +177,10 @@ int run(BootstrapContext& ctx) {
 
   if (!verdict->final && verdict->run_gpu && verdict->nccl_id) {
     ctx.set_watchdog_code(exit_code::kGpu);
+    // As over TCP: leave time to abort NCCL and hand the results in.
+    Millis margin = stage_margin(verdict->stage_ms);
     Deadline by =
-        Deadline::after(Millis(std::max<long>(0, long(verdict->stage_ms) - 150))).sooner(ctx.end);
+        Deadline::after(std::max(Millis(0), Millis(verdict->stage_ms) - margin)).sooner(ctx.end);
     StageReport results{ctx.stage.run(*verdict->nccl_id, ctx.id.world_size, ctx.plan, by)};
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
@@ -196,14 +199,27 @@ int run(BootstrapContext& ctx) {
     verdict = decode_verdict(payload(*mine));
     if (!verdict) return lost("final verdict decoding");
   }
-  MPI_Finalize();
+  int code = 0;
   if (rank == 0) {
     Report report = master->report();
     report.total_ms = ms_between(ctx.start, Clock::now());
-    return ctx.print_report(report);
+    code = ctx.print_report(report);
+  } else {
+    code =
+        ctx.print_member(verdict_report(ctx.self, *verdict, ms_between(ctx.start, Clock::now())));
   }
-  MemberReport m = verdict_report(ctx.self, *verdict, ms_between(ctx.start, Clock::now()));
-  return ctx.print_member(m);
+  // mpirun kills the whole job as soon as one process exits non-zero: nobody
+  // leaves before everybody has printed, or rank 0's report could be cut off.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  if (!wait(req, Deadline::after(Millis(1000)).sooner(ctx.end.extended(Millis(1000))))) {
+    ctx.log("leaving without MPI_Finalize: a process of the job did not finish printing in time");
+    return code;
+  }
+  MPI_Finalize();
+  return code;
 }
 
 }  // namespace
