@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -257,9 +259,27 @@ nlohmann::json record_json(const Record& r) {
           {"gpu", gpu_json(r.gpu)}};
 }
 
-std::string dump(const nlohmann::json& j) {
+std::string dump(const nlohmann::json& j, bool final_newline = true) {
   // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         (final_newline ? "\n" : "");
+}
+
+// The value that stands for the members in the master's JSON until they are
+// spliced in. Found as the top-level key's line: no string in the JSON holds a raw
+// line break, so nothing a peer sent can look like it.
+constexpr const char* kMembersPlaceholder = "(members)";
+
+// Appends `text` with `indent` after each of its line breaks: a JSON text nested
+// one level deeper. Line breaks only occur between tokens (strings escape theirs).
+void append_indented(std::string& out, std::string_view text, std::string_view indent) {
+  size_t from = 0;
+  for (size_t nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n', from)) {
+    out.append(text.substr(from, nl + 1 - from));
+    out.append(indent);
+    from = nl + 1;
+  }
+  out.append(text.substr(from));
 }
 
 }  // namespace
@@ -349,13 +369,9 @@ std::string render_json(const Report& r) {
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));
-  j["members"] = nlohmann::json::array();
-  for (const Member& m : r.members) {
-    nlohmann::json mj = record_json(m.record);
-    mj["joined_ms"] = m.joined_ms;
-    mj["peer"] = m.peer;
-    j["members"].push_back(std::move(mj));
-  }
+  // The members are written one at a time (below): as one tree, 16k of them take
+  // a hundred megabytes.
+  j["members"] = kMembersPlaceholder;
   j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
                   {"decision_ms", r.decision_ms},
                   {"broadcast_ms", r.broadcast_ms},
@@ -366,7 +382,30 @@ std::string render_json(const Report& r) {
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)
     j["stage_results"].push_back(stage_json(x));
-  return dump(j);
+  // The document without its members, cut where they go; they are written into
+  // the result directly, so that it is the only large string.
+  std::string frame = dump(j);
+  std::string placeholder = fmt::format("\n  \"members\": \"{}\"", kMembersPlaceholder);
+  size_t at = frame.find(placeholder);
+  if (at == std::string::npos) throw std::logic_error("render_json: no members placeholder");
+  size_t value_at = at + placeholder.size() - std::strlen(kMembersPlaceholder) - 2;  // the quote
+  std::string out = frame.substr(0, value_at);
+  if (r.members.empty()) out += "[]";
+  if (!r.members.empty()) {
+    out += "[\n";
+    for (size_t k = 0; k < r.members.size(); ++k) {
+      const Member& m = r.members[k];
+      nlohmann::json mj = record_json(m.record);
+      mj["joined_ms"] = m.joined_ms;
+      mj["peer"] = m.peer;
+      out += "    ";
+      append_indented(out, dump(mj, false), "    ");
+      out += k + 1 < r.members.size() ? ",\n" : "\n";
+    }
+    out += "  ]";
+  }
+  out.append(frame, at + placeholder.size());
+  return out;
 }
 
 MemberReport failure_report(const Record& self, Finding failure, double total_ms) {

@@ -78,6 +78,28 @@ TEST_CASE("report json: schema, verdict, findings with integer ranks, members, t
   CHECK(j["gpu_stage"] == "not run (--no-gpu)");
 }
 
+TEST_CASE("report json: members written one by one read as one document") {
+  JobView v = test::healthy_job(6, 3);
+  v.members[4].record.rank = 1;
+  v.members[4].record.host = "bad\xff";
+  // A member that names itself like the spliced-in part of the report.
+  v.members[5].record.host = "\n  \"members\": \"(members)\"";
+  std::string out = render_json(report_of(v));
+  auto j = nlohmann::json::parse(out);
+  REQUIRE(j["members"].size() == 6);
+  CHECK(j["members"][4]["host"] == "bad\xef\xbf\xbd");
+  CHECK(j["members"][5]["host"] == "\n  \"members\": \"(members)\"");
+  CHECK(j["members"][5]["peer"] == v.members[5].peer);
+  // Byte for byte what the document would be, dumped as one tree.
+  CHECK(out == j.dump(2) + "\n");
+
+  Report empty = report_of(test::healthy_job(1, 1));
+  empty.members.clear();
+  auto e = nlohmann::json::parse(render_json(empty));
+  CHECK(e["members"] == nlohmann::json::array());
+  CHECK(render_json(empty) == e.dump(2) + "\n");
+}
+
 TEST_CASE("member line: the job-wide verdict and this member's part in it") {
   MemberReport m;
   m.self = test::member(3, 16, "gpu-01", 3, 8);
