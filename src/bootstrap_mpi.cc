@@ -209,12 +209,13 @@ int run(BootstrapContext& ctx) {
         ctx.print_member(verdict_report(ctx.self, *verdict, ms_between(ctx.start, Clock::now())));
   }
   // mpirun kills the whole job as soon as one process exits non-zero: nobody
-  // leaves before everybody has printed, or rank 0's report could be cut off.
+  // leaves before everybody has printed, or rank 0's report could be cut off
+  // (a large job's report takes a while; the watchdog still ends it all).
   std::fflush(stdout);
   std::fflush(stderr);
   MPI_Request req;
   MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  if (!wait(req, Deadline::after(Millis(1000)).sooner(ctx.end.extended(Millis(1000))))) {
+  if (!wait(req, Deadline::after(Millis(5000)).sooner(ctx.end.extended(Millis(1000))))) {
     ctx.log("leaving without MPI_Finalize: a process of the job did not finish printing in time");
     return code;
   }

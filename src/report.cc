@@ -390,8 +390,9 @@ std::string render_json(const Report& r) {
   if (at == std::string::npos) throw std::logic_error("render_json: no members placeholder");
   size_t value_at = at + placeholder.size() - std::strlen(kMembersPlaceholder) - 2;  // the quote
   std::string out = frame.substr(0, value_at);
-  if (r.members.empty()) out += "[]";
-  if (!r.members.empty()) {
+  if (r.members.empty()) {
+    out += "[]";
+  } else {
     out += "[\n";
     for (size_t k = 0; k < r.members.size(); ++k) {
       const Member& m = r.members[k];

@@ -111,7 +111,6 @@ class StringPool {
 
  private:
   struct Hash {
-    using is_transparent = void;
     size_t operator()(const SharedString& s) const { return std::hash<std::string>{}(s.str()); }
   };
   // Amortised: the pool is swept when it has doubled since the last sweep.
