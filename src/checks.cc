@@ -342,6 +342,7 @@ void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out
       groups;
   for (const Member& m : v.members) {
     for (const Conflict& c : m.record.conflicts) {
+      if (c.values.empty()) continue;  // not from a decoded hello, which has two at least
       std::vector<std::string> vars;
       for (const Observation& o : c.values)
         vars.push_back(o.variable);

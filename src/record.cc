@@ -201,6 +201,8 @@ Record decode_record(Reader& r) {
     if (field >= kFieldCount) r.fail("conflict names an unknown field");
     c.field = static_cast<Field>(field);
     c.values.resize(r.count(kMaxConflictValues, "conflict value"));
+    // Two sources that disagree, or it is no conflict: the rules read the first.
+    if (c.values.size() < 2) r.fail("a conflict names fewer than two sources");
     for (Observation& o : c.values) {
       o.field = c.field;
       o.launcher = r.str(64, "launcher");

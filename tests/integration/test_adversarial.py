@@ -173,6 +173,16 @@ class Adversarial(RankcheckTest):
             self.assertEqual(msg_type, wire.REJECT)
             code, reason = wire.reject_reason(payload)
             self.assertEqual(reason, "peer speaks rankcheck protocol version 2, this master speaks 1")
+        # A "conflict" with no sources: once admitted, it would have the rules read a
+        # source that is not there (found by the hello fuzzer).
+        for sources in ([], [(b"torch", b"RANK", b"3")]):
+            with wire.connect(self.port) as s:
+                wire.read_frame(s)
+                s.sendall(wire.hello(wire.record(3, 4, conflicts=[(0, sources)])))
+                version, msg_type, payload = wire.read_frame(s)
+                self.assertEqual(msg_type, wire.REJECT)
+                code, reason = wire.reject_reason(payload)
+                self.assertEqual(reason, "malformed hello: a conflict names fewer than two sources")
         self.fds_return_to(m.popen.pid, base)
         self.members([1, 2, 3], 4)
         self.finish()

@@ -38,14 +38,18 @@ def env_digest(env):
 
 
 def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b"", env=(),
-           master_addr=b"127.0.0.1", port=29500, pid=4242):
+           master_addr=b"127.0.0.1", port=29500, pid=4242, conflicts=()):
+    """conflicts: (field number, [(launcher, variable, value), ...]) pairs, as bytes."""
     env = sorted((n if isinstance(n, bytes) else n.encode(), v if isinstance(v, bytes) else v.encode())
                  for n, v in env)
     out = s(b"0.1.0")
     out += struct.pack("<iiiiiii", rank, 1, world, local_rank, local_world, -1, -1)
     out += s(b"torch") + s(master_addr) + struct.pack("<H", port)
     out += strings([b"127.0.0.1"]) + s(b"") + s(job_id) + s(host) + struct.pack("<I", pid)
-    out += struct.pack("<I", 0)  # conflicts
+    out += struct.pack("<I", len(conflicts))
+    for field, sources in conflicts:
+        out += struct.pack("<BI", field, len(sources))
+        out += b"".join(s(launcher) + s(variable) + s(value) for launcher, variable, value in sources)
     out += struct.pack("<I", len(env)) + b"".join(s(n) + s(v) for n, v in env)
     out += struct.pack("<Q", env_digest(env))
     out += strings([b"lo"]) + s(b"") + s(b"") + struct.pack("<B", 0)

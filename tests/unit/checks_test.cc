@@ -150,6 +150,13 @@ TEST_CASE("world-size-mismatch: a master with the wrong size is the odd one, not
   CHECK(fs[0].hint.find("most say 8 (the master says 16)") != std::string::npos);
 }
 
+TEST_CASE("launcher-env-conflict: a conflict without sources is skipped, not read") {
+  // A decoded hello never has one (the decoder refuses it); the rules do not rely on that.
+  JobView v = healthy_job(4, 4);
+  v.members[2].record.conflicts.push_back(Conflict{Field::kRank, {}});
+  CHECK(run_checks(v).empty());
+}
+
 TEST_CASE("launcher-env-conflict gathers members with the same disagreement") {
   JobView v = healthy_job(4, 4);
   for (int k : {1, 2}) {

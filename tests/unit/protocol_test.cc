@@ -68,6 +68,25 @@ TEST_CASE("protocol: a host name longer than the cap is refused, not allocated")
   CHECK(back.error().message == "malformed hello: host name of 65236 bytes exceeds 255");
 }
 
+TEST_CASE("protocol: a conflict of fewer than two sources is refused") {
+  // What a peer that is not rankcheck could send (found by the hello fuzzer: the
+  // rules read a conflict's first source).
+  for (int n : {0, 1}) {
+    Record r = test::member(1, 2, "h");
+    Conflict c{Field::kRank, {}};
+    for (int k = 0; k < n; ++k)
+      c.values.push_back(Observation{Field::kRank, "torch", "RANK", "1"});
+    r.conflicts.push_back(c);
+    Writer w;
+    encode_record(w, r);
+    w.bytes(Nonce{});
+    w.bytes(Mac{});
+    auto back = decode_hello(w.data());
+    REQUIRE(!back.ok());
+    CHECK(back.error().message == "malformed hello: a conflict names fewer than two sources");
+  }
+}
+
 TEST_CASE("protocol: every truncation of a hello fails cleanly") {
   auto frame = encode(Hello{test::member(3, 4, "gpu-01", 3, 4), {}, {}});
   std::vector<uint8_t> full(frame.begin() + kHeaderSize, frame.end());
