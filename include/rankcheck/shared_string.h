@@ -34,12 +34,9 @@ class SharedString {
   operator std::string_view() const { return str(); }    // NOLINT
   bool empty() const { return p_ == nullptr; }
   size_t size() const { return str().size(); }
-  const char* c_str() const { return str().c_str(); }
-  const char* data() const { return str().data(); }
   auto begin() const { return str().begin(); }
   auto end() const { return str().end(); }
   size_t find(char c, size_t pos = 0) const { return str().find(c, pos); }
-  size_t find(std::string_view s, size_t pos = 0) const { return str().find(s, pos); }
   size_t find_first_of(std::string_view s, size_t pos = 0) const {
     return str().find_first_of(s, pos);
   }
@@ -67,9 +64,6 @@ class SharedString {
     return a.str() + std::string(b);
   }
   friend std::string operator+(const SharedString& a, char b) { return a.str() + b; }
-  friend std::string operator+(std::string_view a, const SharedString& b) {
-    return std::string(a) + b.str();
-  }
 
  private:
   friend class StringPool;

@@ -56,14 +56,21 @@ TEST_CASE("protocol: a hello that lies about its environment digest is refused")
   CHECK(back.error().message == "malformed hello: environment digest does not match");
 }
 
-TEST_CASE("protocol: a host name longer than the cap is refused, not allocated") {
-  // What a peer that is not rankcheck could send: encode() would cut the name.
-  Record r = test::member(1, 2, std::string(64 * 1024 - 300, 'h'));
+namespace {
+// A hello as a peer that is not rankcheck could send it: encode() would fit the
+// record to what a hello carries first.
+Result<Hello> decode_unfitted(const Record& r) {
   Writer w;
   encode_record(w, r);
   w.bytes(Nonce{});
   w.bytes(Mac{});
-  auto back = decode_hello(w.data());
+  return decode_hello(w.data());
+}
+}  // namespace
+
+TEST_CASE("protocol: a host name longer than the cap is refused, not allocated") {
+  // What a peer that is not rankcheck could send: encode() would cut the name.
+  auto back = decode_unfitted(test::member(1, 2, std::string(64 * 1024 - 300, 'h')));
   REQUIRE(!back.ok());
   CHECK(back.error().message == "malformed hello: host name of 65236 bytes exceeds 255");
 }
@@ -77,11 +84,7 @@ TEST_CASE("protocol: a conflict of fewer than two sources is refused") {
     for (int k = 0; k < n; ++k)
       c.values.push_back(Observation{Field::kRank, "torch", "RANK", "1"});
     r.conflicts.push_back(c);
-    Writer w;
-    encode_record(w, r);
-    w.bytes(Nonce{});
-    w.bytes(Mac{});
-    auto back = decode_hello(w.data());
+    auto back = decode_unfitted(r);
     REQUIRE(!back.ok());
     CHECK(back.error().message == "malformed hello: a conflict names fewer than two sources");
   }
