@@ -29,6 +29,22 @@ def clean_env(**extra):
     return env
 
 
+def save_reports(test, directory):
+    """Keeps the JSON reports a test wrote when RANKCHECK_SAVE_REPORTS names a folder:
+    scripts/compare-reports.py compares two such folders (a refactor must not change them)."""
+    dest = os.environ.get("RANKCHECK_SAVE_REPORTS")
+    if not dest or not os.path.isdir(directory):
+        return
+    import shutil
+    for d, _, files in os.walk(directory):
+        for name in files:
+            if name.endswith(".json"):
+                rel = os.path.relpath(os.path.join(d, name), directory)
+                target = os.path.join(dest, test.id(), rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copyfile(os.path.join(d, name), target)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -91,6 +107,7 @@ class RankcheckTest(unittest.TestCase):
             if p.popen.poll() is None:
                 p.popen.kill()
                 p.popen.wait()
+        save_reports(self, self.tmp.name)
         self.tmp.cleanup()
 
     gpu = False  # rendezvous tests skip the GPU stage; GPU tests load the fake libraries

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port
+from harness import BIN, clean_env, free_port, save_reports
 
 MPIRUN = shutil.which("mpirun")
 BIN_MPI = os.environ.get("RANKCHECK_MPI_BIN", BIN + "-mpi")
@@ -29,6 +29,7 @@ class Mpi(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="rankcheck-mpi-")
 
     def tearDown(self):
+        save_reports(self, self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def run_mpi(self, cmd, **env):

@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, clean_env, free_port
+from harness import BIN, GRACE, clean_env, free_port, save_reports
 from netns import Cluster, can_make_namespaces
 
 WHY_NOT = can_make_namespaces()
@@ -31,6 +31,7 @@ class MultiHost(unittest.TestCase):
     def cleanup(self):
         self.cluster.down()
         self.assertEqual(self.cluster.leftovers(), [])
+        save_reports(self, self.tmp.name)
         self.tmp.cleanup()
 
     def slurm_env(self, rank, **extra):

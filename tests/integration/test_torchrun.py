@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port
+from harness import BIN, clean_env, free_port, save_reports
 
 TORCHRUN = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
 PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/preflight.sh")
@@ -26,6 +26,7 @@ class Torchrun(unittest.TestCase):
         self.port = free_port()
 
     def tearDown(self):
+        save_reports(self, self.tmp)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def torchrun(self, nproc, *cmd, env=None, nnodes=1, node_rank=0):

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Compares the JSON reports two test runs saved (RANKCHECK_SAVE_REPORTS=DIR), less
+what differs between any two runs: times, pids, ports, temporary paths, nonces.
+
+    RANKCHECK_SAVE_REPORTS=/tmp/before ctest --test-dir build -R integration
+    ... change the code, rebuild ...
+    RANKCHECK_SAVE_REPORTS=/tmp/after ctest --test-dir build -R integration
+    scripts/compare-reports.py /tmp/before /tmp/after
+
+Exit 0 when every report both runs wrote is the same after normalising.
+"""
+import json
+import os
+import re
+import sys
+
+# Keys whose values change from run to run.
+VOLATILE_KEYS = {"pid", "joined_ms", "left_ms", "at_ms", "total_ms", "rendezvous_ms",
+                 "decision_ms", "broadcast_ms", "init_ms", "allreduce_ms", "stage_ms",
+                 "resident_at_decision", "peak_at_decision", "peer", "port", "master_port",
+                 "busbw_gbps", "algbw_gbps", "time_ms", "job_id"}
+PATTERNS = [
+    (re.compile(r"pid \d+"), "pid N"),
+    (re.compile(r"\+\d+(\.\d+)? s"), "+T s"),
+    (re.compile(r"\d+(\.\d+)? (s|ms)\b"), "T \\2"),
+    (re.compile(r"(127\.0\.0\.1|198\.18\.\d+\.\d+|\[::1\]|0\.0\.0\.0|localhost):\d+"), "\\1:PORT"),
+    (re.compile(r"MASTER_PORT \d+"), "MASTER_PORT N"),
+    (re.compile(r"sport = :\d+"), "sport = :N"),
+    (re.compile(r"/tmp/[^\s'\",)]+"), "/tmp/X"),
+    (re.compile(r"local-\d+"), "local-N"),
+    (re.compile(r"\b\d{4,5}\b"), "N"),
+]
+
+
+def normal(v, key=None):
+    if key in VOLATILE_KEYS:
+        return "*"
+    if isinstance(v, dict):
+        return {k: normal(x, k) for k, x in v.items()}
+    if isinstance(v, list):
+        return [normal(x) for x in v]
+    if isinstance(v, str):
+        for pat, rep in PATTERNS:
+            v = pat.sub(rep, v)
+    return v
+
+
+def load(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for name in files:
+            if name.endswith(".json"):
+                p = os.path.join(d, name)
+                try:
+                    with open(p) as f:
+                        out[os.path.relpath(p, root)] = normal(json.load(f))
+                except (OSError, ValueError) as e:
+                    out[os.path.relpath(p, root)] = f"unreadable: {e}"
+    return out
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    a, b = load(sys.argv[1]), load(sys.argv[2])
+    common = sorted(set(a) & set(b))
+    differ = [k for k in common if a[k] != b[k]]
+    for k in differ:
+        print(f"differs: {k}")
+        print("  before:", json.dumps(a[k], sort_keys=True)[:2000])
+        print("  after: ", json.dumps(b[k], sort_keys=True)[:2000])
+    for k in sorted(set(a) - set(b)):
+        print(f"only before: {k}")
+    for k in sorted(set(b) - set(a)):
+        print(f"only after: {k}")
+    print(f"{len(common)} reports compared, {len(differ)} differ, "
+          f"{len(set(a) ^ set(b))} in one run only")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
