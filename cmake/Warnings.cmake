@@ -14,7 +14,6 @@ function(rankcheck_warnings target)
   endif()
 endfunction()
 
-set(RANKCHECK_SANITIZE "" CACHE STRING "Sanitizers to build with, e.g. address,undefined")
 if(RANKCHECK_SANITIZE)
   add_compile_options(-fsanitize=${RANKCHECK_SANITIZE} -fno-omit-frame-pointer
                       -fno-sanitize-recover=all)

@@ -20,6 +20,10 @@ VOLATILE_KEYS = {"pid", "joined_ms", "left_ms", "at_ms", "total_ms", "rendezvous
                  "resident_at_decision", "peak_at_decision", "peer", "port", "master_port",
                  "busbw_gbps", "algbw_gbps", "time_ms", "job_id"}
 PATTERNS = [
+    (re.compile(r"\d+ \u00b5s"), "T \u00b5s"),
+    # Ranks sharing one GPU are named in arrival order.
+    (re.compile(r"(use the same GPU [^:]*: )(.*)"),
+     lambda m: m.group(1) + "; ".join(sorted(m.group(2).split("; ")))),
     (re.compile(r"pid \d+"), "pid N"),
     (re.compile(r"\+\d+(\.\d+)? s"), "+T s"),
     (re.compile(r"\d+(\.\d+)? (s|ms)\b"), "T \\2"),
@@ -29,20 +33,49 @@ PATTERNS = [
     (re.compile(r"/tmp/[^\s'\",)]+"), "/tmp/X"),
     (re.compile(r"local-\d+"), "local-N"),
     (re.compile(r"\b\d{4,5}\b"), "N"),
+    (re.compile(r"\(attempt \d+"), "(attempt N"),
+    (re.compile(r"\d+\.\d+ GB/s"), "X GB/s"),
+    # Members claiming one rank are named in arrival order.
+    (re.compile(r"(claimed by \d+ members: )(.*)"),
+     lambda m: m.group(1) + " and ".join(sorted(re.split(r", | and ", m.group(2))))),
+    (re.compile(r"attempt \d+, "), "attempt N, "),
 ]
+# Lists in arrival order: sorted, since who arrives first differs between runs.
+UNORDERED_KEYS = {"members", "stage_results", "departed", "refused"}
 
 
 def normal(v, key=None):
-    if key in VOLATILE_KEYS:
+    if key in VOLATILE_KEYS or (key or "").endswith("_us"):
         return "*"
     if isinstance(v, dict):
         return {k: normal(x, k) for k, x in v.items()}
     if isinstance(v, list):
-        return [normal(x) for x in v]
+        items = [normal(x) for x in v]
+        if key in UNORDERED_KEYS:
+            items.sort(key=lambda x: json.dumps(x, sort_keys=True))
+        return items
     if isinstance(v, str):
         for pat, rep in PATTERNS:
             v = pat.sub(rep, v)
     return v
+
+
+def first_differences(x, y, path="", limit=5):
+    """Where two normalised reports differ, as (path, before, after), a few at most."""
+    out = []
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in sorted(set(x) | set(y)):
+            out += first_differences(x.get(k), y.get(k), f"{path}.{k}", limit - len(out))
+            if len(out) >= limit:
+                break
+    elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for i, (p, q) in enumerate(zip(x, y)):
+            out += first_differences(p, q, f"{path}[{i}]", limit - len(out))
+            if len(out) >= limit:
+                break
+    elif x != y:
+        out.append((path, x, y))
+    return out
 
 
 def load(root):
@@ -68,8 +101,8 @@ def main():
     differ = [k for k in common if a[k] != b[k]]
     for k in differ:
         print(f"differs: {k}")
-        print("  before:", json.dumps(a[k], sort_keys=True)[:2000])
-        print("  after: ", json.dumps(b[k], sort_keys=True)[:2000])
+        for path, x, y in first_differences(a[k], b[k]):
+            print(f"  {path}: {json.dumps(x)[:300]} -> {json.dumps(y)[:300]}")
     for k in sorted(set(a) - set(b)):
         print(f"only before: {k}")
     for k in sorted(set(b) - set(a)):

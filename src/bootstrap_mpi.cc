@@ -9,11 +9,12 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <rankcheck/bootstrap.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/master.h>
 #include <rankcheck/member.h>
 #include <rankcheck/text.h>
+
+#include "bootstrap.h"
 
 namespace rankcheck {
 namespace {
@@ -107,53 +108,49 @@ std::vector<std::vector<uint8_t>> verdicts(const MasterState& master, const Verd
   return frames;
 }
 
-int run(BootstrapContext& ctx) {
+int run(const Identity& id, Record& self, Session& s) {
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-    ctx.log("MPI_Init failed: is this process started by mpirun?");
+    s.log.progress("MPI_Init failed: is this process started by mpirun?");
     return exit_code::kUsage;
   }
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Mpi mpi(rank, size, ctx.end);
+  Mpi mpi(rank, size, s.end);
   auto lost = [&](const char* step) {
-    ctx.log(
+    s.log.progress(
         fmt::format("MPI {} did not complete by the deadline: a process of the job is stuck "
                     "or gone; leaving without MPI_Finalize",
                     step));
-    MemberReport m = failure_report(
-        ctx.self,
-        Finding{"master-lost",
-                Severity::kError,
-                exit_code::kIncomplete,
-                fmt::format("the MPI {} did not complete by the deadline", step),
-                "a process of the job did not reach the same step: check mpirun's output",
-                {ctx.self.rank},
-                {ctx.self.host}},
-        ms_between(ctx.start, Clock::now()));
-    return ctx.print_member(m);  // no MPI_Finalize: it would wait for the stuck process
+    Finding f = make_finding(
+        FindingId::kMasterLost, fmt::format("the MPI {} did not complete by the deadline", step),
+        "a process of the job did not reach the same step: check mpirun's output");
+    f.ranks = {self.rank};
+    f.hosts = {self.host};
+    MemberReport m = failure_report(self, std::move(f), ms_between(s.start, Clock::now()));
+    return print_member(m, s.out);  // no MPI_Finalize: it would wait for the stuck process
   };
 
   // Records to MPI rank 0, which is the master whatever RANK says.
-  auto records = mpi.gather(record_bytes(ctx.self));
+  auto records = mpi.gather(record_bytes(self));
   if (!records) return lost("gather of the records");
   std::optional<MasterState> master;
   std::vector<std::vector<uint8_t>> frames;
   std::vector<long> member_of(size_t(size), -1);  // MPI rank -> member index (-1: refused)
   if (rank == 0) {
     MasterConfig mc;
-    mc.world_size = ctx.id.world_size;
-    mc.job_id = ctx.id.job_id;
+    mc.world_size = id.world_size;
+    mc.job_id = id.job_id;
     mc.master_addr = "MPI_COMM_WORLD";
-    mc.master_host = ctx.self.host;
-    mc.start = ctx.start;
-    mc.gpu_stage = ctx.gpu_stage;
-    mc.make_nccl_id = [&ctx] { return ctx.stage.unique_id(); };
-    mc.stage_by = Deadline(ctx.end.when() - Millis(600));
-    mc.min_busbw_gbps = ctx.min_busbw_gbps;
-    mc.log = ctx.log;
+    mc.master_host = self.host;
+    mc.start = s.start;
+    mc.gpu_stage = !s.o.no_gpu;
+    mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
+    mc.stage_by = Deadline(s.end.when() - Millis(600));
+    mc.min_busbw_gbps = s.o.min_busbw_gbps;
+    mc.log = [&s](const std::string& line) { s.log.progress(line); };
     master.emplace(std::move(mc));
     for (int k = 0; k < size; ++k) {
       Reader r((*records)[size_t(k)]);
@@ -176,12 +173,12 @@ int run(BootstrapContext& ctx) {
   if (!verdict) return lost("verdict decoding");
 
   if (!verdict->final && verdict->run_gpu && verdict->nccl_id) {
-    ctx.set_watchdog_code(exit_code::kGpu);
+    s.watchdog_code = exit_code::kGpu;
     // As over TCP: leave time to abort NCCL and hand the results in.
     Millis margin = stage_margin(verdict->stage_ms);
     Deadline by =
-        Deadline::after(std::max(Millis(0), Millis(verdict->stage_ms) - margin)).sooner(ctx.end);
-    StageReport results{ctx.stage.run(*verdict->nccl_id, ctx.id.world_size, ctx.plan, by)};
+        Deadline::after(std::max(Millis(0), Millis(verdict->stage_ms) - margin)).sooner(s.end);
+    StageReport results{s.stage->run(*verdict->nccl_id, id.world_size, s.plan, by)};
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
     frames.clear();
@@ -202,11 +199,10 @@ int run(BootstrapContext& ctx) {
   int code = 0;
   if (rank == 0) {
     Report report = master->report();
-    report.total_ms = ms_between(ctx.start, Clock::now());
-    code = ctx.print_report(report);
+    report.total_ms = ms_between(s.start, Clock::now());
+    code = print_report(report, s);
   } else {
-    code =
-        ctx.print_member(verdict_report(ctx.self, *verdict, ms_between(ctx.start, Clock::now())));
+    code = print_member(verdict_report(self, *verdict, ms_between(s.start, Clock::now())), s.out);
   }
   // mpirun kills the whole job as soon as one process exits non-zero: nobody
   // leaves before everybody has printed, or rank 0's report could be cut off
@@ -215,8 +211,9 @@ int run(BootstrapContext& ctx) {
   std::fflush(stderr);
   MPI_Request req;
   MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  if (!wait(req, Deadline::after(Millis(5000)).sooner(ctx.end.extended(Millis(1000))))) {
-    ctx.log("leaving without MPI_Finalize: a process of the job did not finish printing in time");
+  if (!wait(req, Deadline::after(Millis(5000)).sooner(s.end.extended(Millis(1000))))) {
+    s.log.progress(
+        "leaving without MPI_Finalize: a process of the job did not finish printing in time");
     return code;
   }
   MPI_Finalize();
@@ -225,8 +222,12 @@ int run(BootstrapContext& ctx) {
 
 }  // namespace
 
-void register_mpi_bootstrap() {
-  set_mpi_bootstrap(run);
+bool have_mpi_bootstrap() {
+  return true;
+}
+
+int run_over_mpi(const Identity& id, Record& self, Session& s) {
+  return run(id, self, s);
 }
 
 }  // namespace rankcheck

@@ -6,29 +6,20 @@
 
 #include <fmt/format.h>
 
+#include <rankcheck/build_info.h>
 #include <rankcheck/finding.h>
-#include <rankcheck/version.h>
 
 #include "cli.h"
 
-#ifdef RANKCHECK_WITH_MPI
-namespace rankcheck {
-void register_mpi_bootstrap();
-}
-#endif
-
 int main(int argc, char** argv) {
   using namespace rankcheck;
-#ifdef RANKCHECK_WITH_MPI
-  register_mpi_bootstrap();
-#endif
   const EnvMap env = process_env();
   CLI::App app{
       "rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "
       "real job starts.\nExit codes: 0 pass, 1 internal error, 2 usage, 3 mismatch, 4 "
       "incomplete rendezvous, 5 GPU/NCCL stage, 6 rejected, 7 cannot listen, 128+N "
       "signal N."};
-  app.set_version_flag("--version", std::string(kVersion));
+  app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   const cli::Command commands[] = {cli::add_run(app, env), cli::add_env(app, env),
                                    cli::add_local(app, env)};

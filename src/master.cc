@@ -7,6 +7,7 @@
 
 #include <rankcheck/interrupt.h>
 #include <rankcheck/master.h>
+#include <rankcheck/procfs.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -149,18 +150,13 @@ void MasterState::report_signal() {
   if (signal_ == 0 || signal_reported_) return;
   signal_reported_ = true;
   report_.interrupted_by = signal_;
-  report_.findings.insert(
-      report_.findings.begin(),
-      Finding{
-          "master-interrupted",
-          Severity::kError,
-          exit_code::kIncomplete,
-          fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
-                      printable(cfg_.master_host), signal_name(signal_), format_seconds(now_ms())),
-          "the scheduler or someone stopped rank 0 (pre-emption, scancel, Ctrl-C): see "
-          "why, and run the check again",
-          {0},
-          {cfg_.master_host}});
+  Finding f = make_finding(
+      FindingId::kMasterInterrupted,
+      fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
+                  printable(cfg_.master_host), signal_name(signal_), format_seconds(now_ms())));
+  f.ranks = {0};
+  f.hosts = {cfg_.master_host};
+  report_.findings.insert(report_.findings.begin(), std::move(f));
 }
 
 Verdict MasterState::verdict_base() const {
@@ -220,17 +216,14 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                                          : Result<NcclId>(Error{"no NCCL on the master"})) {
     nccl_id = *id;
   } else {
-    report_.findings.insert(
-        report_.findings.begin(),
-        Finding{"nccl-init-failed",
-                Severity::kError,
-                exit_code::kGpu,
-                fmt::format("ncclGetUniqueId failed on the master ({}): {}",
-                            printable(cfg_.master_host), id.error().message),
-                "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name an "
-                "interface rank 0 has",
-                {0},
-                {cfg_.master_host}});
+    Finding f = make_finding(FindingId::kNcclInitFailed,
+                             fmt::format("ncclGetUniqueId failed on the master ({}): {}",
+                                         printable(cfg_.master_host), id.error().message),
+                             "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name "
+                             "an interface rank 0 has");
+    f.ranks = {0};
+    f.hosts = {cfg_.master_host};
+    report_.findings.insert(report_.findings.begin(), std::move(f));
     report_.gpu_stage = "failed (no NCCL unique id)";
   }
   report_.members = std::move(view.members);
@@ -250,13 +243,9 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   report_.decision_ms = timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
   // What holding the members cost, before anything is sent. VmHWM, not getrusage's
   // ru_maxrss, which keeps the peak of whatever process exec'd this one.
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    long* slot = line.starts_with("VmHWM:")   ? &report_.peak_rss_kib
-                 : line.starts_with("VmRSS:") ? &report_.rss_kib
-                                              : nullptr;
-    if (slot != nullptr) *slot = std::strtol(line.c_str() + 6, nullptr, 10);
-  }
+  ProcFs::Memory memory = ProcFs{}.self_memory();
+  report_.peak_rss_kib = memory.peak_kib;
+  report_.rss_kib = memory.rss_kib;
   cfg_.log(fmt::format(
       "decided at +{} ({}): {}, {}/{} ranks joined", format_seconds(report_.rendezvous_ms),
       timed_out ? "deadline reached" : "all joined",

@@ -25,10 +25,13 @@ void nap(Deadline until) {
   }
 }
 
-Finding failure(std::string id, int code, std::string message, std::string hint,
-                const Record& self) {
-  return Finding{std::move(id),   Severity::kError, code,       std::move(message),
-                 std::move(hint), {self.rank},      {self.host}};
+// This member's own failure: an error about its rank and host, whatever the
+// catalogue's severity (a refused member cannot go on).
+Finding failure(FindingId id, std::string message, std::string fix, const Record& self) {
+  Finding f = make_finding(id, std::move(message), std::move(fix), Severity::kError);
+  f.ranks = {self.rank};
+  f.hosts = {self.host};
+  return f;
 }
 
 enum class Step { kRetry, kJoined, kFatal };
@@ -51,17 +54,17 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   auto frame = sock->read_frame(hs, &peer_version);
   if (!frame) {
     const Error& e = frame.error();
-    if (e.code == int(FrameFault::kVersion)) {
-      out.failure = failure("protocol-mismatch", exit_code::kRejected,
+    if (e.fault == Fault::kOtherVersion) {
+      out.failure = failure(FindingId::kProtocolMismatch,
                             fmt::format("the master at {} speaks rankcheck protocol version {}, "
                                         "this rankcheck speaks {}",
                                         where, peer_version, kProtocolVersion),
                             "run the same rankcheck build on every host", self);
       return Step::kFatal;
     }
-    if (e.code == int(IoFault::kInterrupted)) return Step::kFatal;
+    if (e.fault == Fault::kInterrupted) return Step::kFatal;
     last_error =
-        e.code < int(IoFault::kClosed)
+        !is_io_fault(e.fault)
             ? fmt::format("{} answered, but is not a rankcheck master ({})", where, e.message)
             : fmt::format("{} accepted the connection but sent no challenge ({})", where,
                           e.message);
@@ -82,7 +85,7 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   // trust a master without one, whose verdict nobody could check.
   if (challenge->auth != (o.token != nullptr)) {
     out.failure = failure(
-        "auth-failed", exit_code::kRejected,
+        FindingId::kAuthFailed,
         challenge->auth
             ? fmt::format("the master at {} requires a job token, and this member has none", where)
             : fmt::format("this member has a job token, and the master at {} does not use one: "
@@ -132,19 +135,19 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   std::string reason = printable(reject->reason, 300);
   switch (reject->code) {
     case RejectCode::kForeignJob:
-      out.failure = failure("foreign-job", exit_code::kRejected,
+      out.failure = failure(FindingId::kForeignJob,
                             fmt::format("the master at {} refused this member: {}", where, reason),
                             "give each job its own MASTER_PORT, and the same job id to every "
                             "process of a job",
                             self);
       return Step::kFatal;
     case RejectCode::kLate:
-      out.failure = failure("late-join", exit_code::kIncomplete,
+      out.failure = failure(FindingId::kLateJoin,
                             fmt::format("the master at {} had already decided: {}", where, reason),
                             "raise --timeout, or find why this host started late", self);
       return Step::kFatal;
     case RejectCode::kVersion:
-      out.failure = failure("protocol-mismatch", exit_code::kRejected,
+      out.failure = failure(FindingId::kProtocolMismatch,
                             fmt::format("the master at {} refused this member: {}", where, reason),
                             "run the same rankcheck build on every host", self);
       return Step::kFatal;
@@ -152,7 +155,7 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
       last_error = fmt::format("{} is busy: {}", where, reason);
       return Step::kRetry;
     case RejectCode::kAuth:
-      out.failure = failure("auth-failed", exit_code::kRejected,
+      out.failure = failure(FindingId::kAuthFailed,
                             fmt::format("the master at {} refused this member: {}", where, reason),
                             "give every process of the job the same --token-file (or "
                             "RANKCHECK_TOKEN_FILE)",
@@ -162,7 +165,7 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
       break;
   }
   out.failure =
-      failure("protocol-mismatch", exit_code::kRejected,
+      failure(FindingId::kProtocolMismatch,
               fmt::format("the master at {} refused this member's hello: {}", where, reason),
               "run the same rankcheck build on every host", self);
   return Step::kFatal;
@@ -207,7 +210,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     backoff = std::min(backoff * 2, Millis(1000));
   }
   out.failure = failure(
-      "master-unreachable", exit_code::kIncomplete,
+      FindingId::kMasterUnreachable,
       fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
                   endpoint(o.master_addr, o.master_port), last_error, out.attempts),
       fmt::format("check that rank 0 is running and that this host resolves {} and reaches port "
@@ -225,16 +228,16 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
     auto frame = socket.read_frame(deadline);
     if (!frame) {
       const Error& e = frame.error();
-      if (e.code == int(IoFault::kClosed)) {
+      if (e.fault == Fault::kClosed) {
         return Error{
             "the master closed the connection before its verdict (it exited or was "
             "killed)",
-            e.code};
+            e.fault};
       }
-      if (e.code == int(IoFault::kTimeout)) {
-        return Error{"no verdict from the master by the deadline", e.code};
+      if (e.fault == Fault::kTimeout) {
+        return Error{"no verdict from the master by the deadline", e.fault};
       }
-      return Error{fmt::format("waiting for the verdict: {}", e.message), e.code};
+      return Error{fmt::format("waiting for the verdict: {}", e.message), e.fault};
     }
     if (frame->header.type == uint16_t(MsgType::kVerdict)) {
       auto v = decode_verdict(frame->payload);
@@ -250,7 +253,7 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
                   "job's token on it: a replay, not this job's master"
                 : "its verdict does not carry this job's token: it is not from this job's "
                   "master",
-            kAuthFailed};
+            Fault::kAuthFailed};
       }
       if (!v->final && which == VerdictWait::kFinal) {
         return Error{"it sent another go verdict where its final verdict belonged"};

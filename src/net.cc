@@ -68,16 +68,16 @@ Status wait_fd(int fd, short events, Deadline deadline, std::string_view what) {
   while (true) {
     if (interrupted()) {
       return Error{fmt::format("{}: interrupted by {}", what, signal_name(interrupted())),
-                   int(IoFault::kInterrupted)};
+                   Fault::kInterrupted};
     }
     pollfd fds[2] = {{fd, events, 0}, {interrupt_fd(), POLLIN, 0}};
     int n = ::poll(fds, interrupt_fd() >= 0 ? 2 : 1, deadline.poll_ms(Millis(1000)));
     if (n < 0 && errno != EINTR) {
-      return Error{fmt::format("{}: poll: {}", what, std::strerror(errno)), int(IoFault::kSystem)};
+      return Error{fmt::format("{}: poll: {}", what, std::strerror(errno)), Fault::kSystem};
     }
     if (n > 0 && fds[0].revents != 0) return ok_status();
     if (deadline.expired()) {
-      return Error{fmt::format("{}: timed out", what), int(IoFault::kTimeout)};
+      return Error{fmt::format("{}: timed out", what), Fault::kTimeout};
     }
   }
 }
@@ -109,20 +109,19 @@ Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline 
 
   std::unique_lock lock(state->mu);
   while (!state->done) {
-    if (interrupted()) return Error{"interrupted", int(IoFault::kInterrupted)};
+    if (interrupted()) return Error{"interrupted", Fault::kInterrupted};
     auto until = std::min(deadline.when(), Clock::now() + Millis(100));
     state->cv.wait_until(lock, until);
     if (!state->done && deadline.expired()) {
-      return Error{fmt::format("resolve {}: no answer in time", name), int(IoFault::kTimeout)};
+      return Error{fmt::format("resolve {}: no answer in time", name), Fault::kTimeout};
     }
   }
   if (state->rc != 0) {
-    return Error{fmt::format("resolve {}: {}", name, ::gai_strerror(state->rc)),
-                 int(IoFault::kSystem)};
+    return Error{fmt::format("resolve {}: {}", name, ::gai_strerror(state->rc)), Fault::kSystem};
   }
   std::vector<std::string> all = std::move(state->v4);
   all.insert(all.end(), state->v6.begin(), state->v6.end());
-  if (all.empty()) return Error{fmt::format("resolve {}: no address", name), int(IoFault::kSystem)};
+  if (all.empty()) return Error{fmt::format("resolve {}: no address", name), Fault::kSystem};
   return all;
 }
 
@@ -159,17 +158,17 @@ Result<Socket> Socket::connect(const std::string& addr, uint16_t port, Deadline 
     v6->sin6_port = htons(port);
     len = sizeof *v6;
   } else {
-    return Error{fmt::format("{} is not a numeric address", addr), int(IoFault::kSystem)};
+    return Error{fmt::format("{} is not a numeric address", addr), Fault::kSystem};
   }
   Socket s(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!s.valid()) {
-    return Error{fmt::format("socket: {}", std::strerror(errno)), int(IoFault::kSystem)};
+    return Error{fmt::format("socket: {}", std::strerror(errno)), Fault::kSystem};
   }
   int one = 1;
   ::setsockopt(s.fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (::connect(s.fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     if (errno != EINPROGRESS) {
-      return Error{fmt::format("connect: {}", std::strerror(errno)), int(IoFault::kSystem)};
+      return Error{fmt::format("connect: {}", std::strerror(errno)), Fault::kSystem};
     }
     auto ready = wait_fd(s.fd_, POLLOUT, deadline, "connect");
     if (!ready) return ready.error();
@@ -177,7 +176,7 @@ Result<Socket> Socket::connect(const std::string& addr, uint16_t port, Deadline 
     socklen_t elen = sizeof err;
     ::getsockopt(s.fd_, SOL_SOCKET, SO_ERROR, &err, &elen);
     if (err != 0) {
-      return Error{fmt::format("connect: {}", std::strerror(err)), int(IoFault::kSystem)};
+      return Error{fmt::format("connect: {}", std::strerror(err)), Fault::kSystem};
     }
   }
   return s;
@@ -195,9 +194,8 @@ Status Socket::write_all(std::span<const uint8_t> bytes, Deadline deadline) {
       if (!ready) return ready.error();
       continue;
     }
-    return Error{
-        fmt::format("send: {}", std::strerror(errno)),
-        errno == EPIPE || errno == ECONNRESET ? int(IoFault::kClosed) : int(IoFault::kSystem)};
+    return Error{fmt::format("send: {}", std::strerror(errno)),
+                 errno == EPIPE || errno == ECONNRESET ? Fault::kClosed : Fault::kSystem};
   }
   return ok_status();
 }
@@ -215,7 +213,7 @@ Result<Frame> Socket::read_frame(Deadline deadline, uint16_t* peer_version) {
     }
     if (n == 0) {
       return Error{rx_.buffered() ? "connection closed mid-frame" : "connection closed",
-                   int(IoFault::kClosed)};
+                   Fault::kClosed};
     }
     if (errno == EAGAIN || errno == EINTR) {
       auto ready = wait_fd(fd_, POLLIN, deadline, "read");
@@ -223,7 +221,7 @@ Result<Frame> Socket::read_frame(Deadline deadline, uint16_t* peer_version) {
       continue;
     }
     return Error{fmt::format("recv: {}", std::strerror(errno)),
-                 errno == ECONNRESET ? int(IoFault::kClosed) : int(IoFault::kSystem)};
+                 errno == ECONNRESET ? Fault::kClosed : Fault::kSystem};
   }
 }
 

@@ -12,19 +12,15 @@
 #include <rankcheck/text.h>
 #include <rankcheck/version.h>
 
+#include "report_common.h"
+
 namespace rankcheck {
 namespace {
 
 constexpr size_t kWidth = 100;
 
-struct Paint {
-  bool on;
-  std::string operator()(std::string_view code, std::string_view s) const {
-    return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : std::string(s);
-  }
-};
+}  // namespace
 
-// Word-wraps `text` to kWidth, every line after the first indented by `indent`.
 std::string wrap(std::string_view text, size_t first_col, size_t indent) {
   std::string out;
   size_t col = first_col;
@@ -49,6 +45,8 @@ std::string wrap(std::string_view text, size_t first_col, size_t indent) {
   return out;
 }
 
+namespace {
+
 size_t host_count(const std::vector<Member>& members) {
   std::set<std::string_view> hosts;
   for (const Member& m : members)
@@ -63,11 +61,14 @@ long rank_count(const std::vector<Member>& members) {
   return n;
 }
 
-// "H100" from "NVIDIA H100 80GB HBM3": the model, short enough for a table.
+}  // namespace
+
 std::string short_gpu_name(const std::string& name) {
   std::string n = name.rfind("NVIDIA ", 0) == 0 ? name.substr(7) : name;
   return printable(n.substr(0, n.find(' ')), 16);
 }
+
+namespace {
 
 std::string gpu_cell(const GpuFacts& g, const Record& rec) {
   if (!g.usable()) {
@@ -226,6 +227,8 @@ nlohmann::json stage_json(const RankResult& r) {
   return j;
 }
 
+}  // namespace
+
 nlohmann::json finding_json(const Finding& f) {
   return {{"id", f.id},
           {"severity", f.is_error() ? "error" : "warning"},
@@ -259,7 +262,7 @@ nlohmann::json record_json(const Record& r) {
           {"gpu", gpu_json(r.gpu)}};
 }
 
-std::string dump(const nlohmann::json& j, bool final_newline = true) {
+std::string dump(const nlohmann::json& j, bool final_newline) {
   // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
          (final_newline ? "\n" : "");
@@ -268,6 +271,8 @@ std::string dump(const nlohmann::json& j, bool final_newline = true) {
 // The value that stands for the members in the master's JSON until they are
 // spliced in. Found as the top-level key's line: no string in the JSON holds a raw
 // line break, so nothing a peer sent can look like it.
+namespace {
+
 constexpr const char* kMembersPlaceholder = "(members)";
 
 // Appends `text` with `indent` after each of its line breaks: a JSON text nested
@@ -283,6 +288,33 @@ void append_indented(std::string& out, std::string_view text, std::string_view i
 }
 
 }  // namespace
+
+std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle style) {
+  Paint paint{style.color};
+  std::string out(l.margin, ' ');
+  out += f.is_error() ? paint("31", "✗") : paint("33", "!");
+  out += ' ';
+  size_t col = l.margin + 2;
+  if (l.id_width > 0) {
+    out += fmt::format("{:<{}}   ", f.id, l.id_width);
+    col += l.id_width + 3;
+  } else {
+    out += f.id + ": ";
+    col += f.id.size() + 2;
+  }
+  auto text = [&](std::string_view s, size_t first_col) {
+    return l.wrap ? wrap(s, first_col, l.wrap_indent) : std::string(s);
+  };
+  out += text(f.message, col);
+  if (!l.fix) return out;
+  out += '\n';
+  if (!f.hint.empty()) out += std::string(l.fix_at, ' ') + text("fix: " + f.hint, l.fix_at) + '\n';
+  return out;
+}
+
+std::string render_finding_line(const Finding& f) {
+  return render_finding(f, {.margin = 0, .wrap = false, .fix = false}, {});
+}
 
 std::string headline(const std::vector<Finding>& findings) {
   if (findings.empty()) return "";
@@ -329,14 +361,12 @@ std::string render_text(const Report& r, RenderStyle style) {
   size_t id_width = 0;
   for (const Finding& f : r.findings)
     id_width = std::max(id_width, f.id.size());
-  for (const Finding& f : r.findings) {
-    std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
-    size_t indent = 4 + id_width + 3;
-    out += fmt::format("  {} {:<{}}   {}\n", mark, f.id, id_width, wrap(f.message, indent, indent));
-    if (!f.hint.empty()) {
-      out += std::string(indent, ' ') + wrap("fix: " + f.hint, indent, indent) + "\n";
-    }
-  }
+  FindingLayout aligned{.margin = 2,
+                        .id_width = id_width,
+                        .wrap_indent = 4 + id_width + 3,
+                        .fix_at = 4 + id_width + 3};
+  for (const Finding& f : r.findings)
+    out += render_finding(f, aligned, style);
   if (!r.members.empty()) out += "\n" + member_table(r);
   out += fmt::format(
       "\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
@@ -438,11 +468,8 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
         fmt::format("rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
                     r.headline.empty() ? std::string("see the master's report") : r.headline, self);
   }
-  for (const Finding& f : r.findings) {
-    std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
-    out += fmt::format("  {} {}: {}\n", mark, f.id, wrap(f.message, 6 + f.id.size(), 6));
-    if (!f.hint.empty()) out += "    " + wrap("fix: " + f.hint, 4, 6) + "\n";
-  }
+  for (const Finding& f : r.findings)
+    out += render_finding(f, {.margin = 2, .wrap_indent = 6, .fix_at = 4}, style);
   return out;
 }
 
@@ -464,140 +491,6 @@ std::string render_member_json(const MemberReport& r) {
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));
   j["timings"] = {{"total_ms", r.total_ms}};
-  return dump(j);
-}
-
-namespace {
-
-// The source that gave a field its value, as resolve() chose it.
-std::string source_of(const Identity& id, Field f) {
-  const Observation* o = id.source(f);
-  if (o == nullptr) return "";
-  for (const Launcher& l : launchers()) {
-    if (l.name == o->launcher) return fmt::format("{} ({})", o->variable, l.description);
-  }
-  return o->variable;
-}
-
-std::string of(long v, long total) {
-  if (v < 0) return "-";
-  return total > 0 ? fmt::format("{} of {}", v, total) : std::to_string(v);
-}
-
-}  // namespace
-
-std::string render_env_text(const Identity& id, const Record& self,
-                            const std::vector<Finding>& local, RenderStyle style) {
-  Paint paint{style.color};
-  std::string out =
-      fmt::format("rankcheck {} · identity of this process (no network)\n\n", kVersion);
-  auto row = [&out](std::string_view name, const std::string& value, const std::string& src) {
-    out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
-  };
-  std::string rank =
-      id.rank < 0 && !id.source(Field::kRank) ? "-"
-      : id.node_mode() ? fmt::format("{}-{} of {}", id.rank, id.rank + id.nranks - 1, id.world_size)
-                       : of(id.rank, id.world_size);
-  row("rank", rank, source_of(id, Field::kRank));
-  row("world size", id.world_size < 0 ? "-" : std::to_string(id.world_size),
-      source_of(id, Field::kWorldSize));
-  row("local rank", of(id.local_rank, id.local_world_size), source_of(id, Field::kLocalRank));
-  row("node", of(id.node_rank, id.nnodes), source_of(id, Field::kNodeRank));
-  std::string resolved =
-      self.master_resolved.empty()
-          ? (self.resolve_error.empty() ? std::string()
-                                        : " (" + printable(self.resolve_error) + ")")
-          : " -> " + format_list(self.master_resolved.get(), 4);
-  row("master",
-      fmt::format("{}:{}", printable(id.master_addr.empty() ? "?" : id.master_addr),
-                  id.master_port),
-      source_of(id, Field::kMasterAddr) + resolved);
-  row("job", id.job_id.empty() ? "-" : printable(id.job_id, 24), source_of(id, Field::kJobId));
-  row("host", fmt::format("{} (pid {})", printable(self.host, 40), self.pid),
-      self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces.get(), 8));
-  row("launchers", id.launchers.empty() ? "none" : format_list(id.launchers, 8),
-      id.launcher.empty() ? "" : fmt::format("rank from {}", id.launcher));
-  const GpuFacts& g = self.gpu;
-  if (g.state == GpuState::kSkipped) {
-    row("gpu", "not probed", "--no-gpu");
-  } else if (!g.usable()) {
-    row("gpu", "none usable", printable(g.error, 120));
-  } else {
-    for (const GpuDevice& d : g.devices) {
-      row(g.devices.size() == 1 ? "gpu" : fmt::format("gpu (rank {})", d.rank),
-          fmt::format("{} {}", d.ordinal, short_gpu_name(d.name)),
-          fmt::format("{} {} · {}", printable(d.uuid, 48), printable(d.pci_bus_id, 20), g.choice));
-    }
-    row("driver", g.driver.empty() ? "-" : printable(g.driver, 24),
-        fmt::format("CUDA {}", cuda_version_text(g.cuda_version)));
-  }
-  if (g.state != GpuState::kSkipped) {
-    row("nccl", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "not loaded",
-        g.nccl_loaded() ? printable(g.nccl_path, 120) : printable(g.nccl_error, 120));
-  }
-
-  out += "\n  sources, highest precedence first\n";
-  if (id.observations.empty()) out += "    none\n";
-  for (const Observation& o : id.observations) {
-    out += fmt::format("    {:<34} {:<18} {}\n",
-                       fmt::format("{}={}", printable(o.variable, 40), printable(o.value, 40)),
-                       field_name(o.field), o.launcher);
-  }
-  if (!self.env.empty()) {
-    out += "\n  variables compared across ranks\n";
-    for (const EnvVar& e : self.env) {
-      out += fmt::format("    {}={}\n", printable(e.name, 60), printable(e.value, 80));
-    }
-  }
-  if (!id.notes.empty()) {
-    out += "\n  notes\n";
-    for (const auto& n : id.notes)
-      out += "    - " + wrap(n, 6, 6) + "\n";
-  }
-  if (!id.problems.empty()) {
-    out += "\n  problems (a usage error: rankcheck run would stop with exit 2)\n";
-    for (const auto& p : id.problems)
-      out += "    " + paint("31", "✗") + " " + wrap(p, 6, 6) + "\n";
-  }
-  out += "\n  local checks\n";
-  if (local.empty())
-    out += "    " + paint("32", "✓") + " nothing wrong that this process can see alone\n";
-  for (const Finding& f : local) {
-    std::string mark = f.is_error() ? paint("31", "✗") : paint("33", "!");
-    out += fmt::format("    {} {}: {}\n", mark, f.id, wrap(f.message, 8 + f.id.size(), 6));
-    if (!f.hint.empty()) out += "      " + wrap("fix: " + f.hint, 6, 6) + "\n";
-  }
-  return out;
-}
-
-std::string render_env_json(const Identity& id, const Record& self,
-                            const std::vector<Finding>& local) {
-  nlohmann::json j;
-  j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kVersion;
-  j["role"] = "env";
-  j["usable"] = id.usable();
-  j["self"] = record_json(self);
-  j["launchers"] = id.launchers;
-  j["sources"] = nlohmann::json::array();
-  for (const Observation& o : id.observations) {
-    j["sources"].push_back({{"field", field_name(o.field)},
-                            {"launcher", o.launcher},
-                            {"variable", o.variable},
-                            {"value", o.value}});
-  }
-  j["conflicts"] = nlohmann::json::array();
-  for (const Conflict& c : id.conflicts) {
-    nlohmann::json values = nlohmann::json::array();
-    for (const Observation& o : c.values)
-      values.push_back({{o.variable, o.value}});
-    j["conflicts"].push_back({{"field", field_name(c.field)}, {"values", values}});
-  }
-  j["notes"] = id.notes;
-  j["problems"] = id.problems;
-  j["findings"] = nlohmann::json::array();
-  for (const Finding& f : local)
-    j["findings"].push_back(finding_json(f));
   return dump(j);
 }
 

@@ -240,7 +240,7 @@ struct Server::Impl {
     uint16_t peer_version = 0;
     auto header = decode_header(hdr, &peer_version);
     if (!header) {
-      if (frame_fault(header.error()) == FrameFault::kVersion) {
+      if (header.error().fault == Fault::kOtherVersion) {
         refuse(c, peer, RefusalKind::kVersion,
                fmt::format("peer speaks rankcheck protocol version {}, this master speaks {}",
                            peer_version, kProtocolVersion),
@@ -471,8 +471,7 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
     std::error_code ec;
     auto addr = asio::ip::make_address(a, ec);
     if (ec) {
-      failed.push_back(
-          Error{fmt::format("{} is not a numeric address", a), int(ListenFault::kOther)});
+      failed.push_back(Error{fmt::format("{} is not a numeric address", a), Fault::kListen});
       continue;
     }
     tcp::endpoint ep(addr, port);
@@ -484,14 +483,14 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
     if (!ec) acc->bind(ep, ec);
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
-      ListenFault fault = ec == asio::error::address_in_use             ? ListenFault::kInUse
-                          : ec.value() == EADDRNOTAVAIL                 ? ListenFault::kNotLocal
-                          : ec.value() == EACCES || ec.value() == EPERM ? ListenFault::kDenied
-                                                                        : ListenFault::kOther;
+      Fault fault = ec == asio::error::address_in_use             ? Fault::kInUse
+                    : ec.value() == EADDRNOTAVAIL                 ? Fault::kNotLocal
+                    : ec.value() == EACCES || ec.value() == EPERM ? Fault::kDenied
+                                                                  : Fault::kListen;
       std::string where =
           addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
-      Error e{fmt::format("cannot listen on {}: {}", where, ec.message()), int(fault)};
-      if (fault == ListenFault::kInUse) return e;
+      Error e{fmt::format("cannot listen on {}: {}", where, ec.message()), fault};
+      if (fault == Fault::kInUse) return e;
       failed.push_back(std::move(e));
       continue;
     }
@@ -500,10 +499,10 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
     impl_->acceptors.push_back(std::move(acc));
   }
   if (impl_->acceptors.empty()) {
-    if (failed.empty()) return Error{"no address to listen on", int(ListenFault::kOther)};
+    if (failed.empty()) return Error{"no address to listen on", Fault::kListen};
     // An address this host does not own says the most; else the first failure.
     auto lead = std::find_if(failed.begin(), failed.end(),
-                             [](const Error& e) { return e.code == int(ListenFault::kNotLocal); });
+                             [](const Error& e) { return e.fault == Fault::kNotLocal; });
     if (lead == failed.end()) lead = failed.begin();
     Error out = *lead;
     for (auto it = failed.begin(); it != failed.end(); ++it) {

@@ -56,34 +56,30 @@ uint32_t load32(const uint8_t* p) {
 Result<FrameHeader> decode_header(std::span<const uint8_t> b, uint16_t* peer_version) {
   if (b.size() < kHeaderSize) {
     return Error{fmt::format("short frame header ({} of {} bytes)", b.size(), kHeaderSize),
-                 int(FrameFault::kBadMagic)};
+                 Fault::kBadMagic};
   }
   if (!std::equal(kMagic.begin(), kMagic.end(), b.begin())) {
     return Error{fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}: not a rankcheck peer", b[0],
                              b[1], b[2], b[3]),
-                 int(FrameFault::kBadMagic)};
+                 Fault::kBadMagic};
   }
   FrameHeader h{load16(&b[4]), load16(&b[6]), load32(&b[8])};
   if (h.version != kProtocolVersion) {
     if (peer_version != nullptr) *peer_version = h.version;
     return Error{
         fmt::format("protocol version {} (this rankcheck speaks {})", h.version, kProtocolVersion),
-        int(FrameFault::kVersion)};
+        Fault::kOtherVersion};
   }
   uint32_t cap = payload_cap(h.type);
   if (cap == 0) {
-    return Error{fmt::format("unknown message type {}", h.type), int(FrameFault::kUnknownType)};
+    return Error{fmt::format("unknown message type {}", h.type), Fault::kUnknownType};
   }
   if (h.length > cap) {
     return Error{
         fmt::format("{} of {} bytes exceeds its cap of {}", type_name(h.type), h.length, cap),
-        int(FrameFault::kTooLarge)};
+        Fault::kTooLarge};
   }
   return h;
-}
-
-FrameFault frame_fault(const Error& e) {
-  return static_cast<FrameFault>(e.code);
 }
 
 void Writer::u16(uint16_t v) {
@@ -197,7 +193,7 @@ Result<std::optional<Frame>> FrameBuffer::next(uint16_t* peer_version) {
     // Refuse a wrong magic as soon as its bytes are here, not after 12 of them.
     size_t n = std::min(buf_.size(), kMagic.size());
     if (!std::equal(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(n), kMagic.begin())) {
-      return Error{"bad magic: not a rankcheck peer", int(FrameFault::kBadMagic)};
+      return Error{"bad magic: not a rankcheck peer", Fault::kBadMagic};
     }
     return std::optional<Frame>();
   }

@@ -2,9 +2,7 @@
 // Cross-checks: pure rules over every record the master holds. A rule returns
 // findings; it never prints or exits.
 
-#include <map>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,7 +79,8 @@ std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members)
 /// What the rules share, built once per decision (claims per rank, members per host).
 struct CheckContext;
 
-/// One rule: a table row, like a launcher.
+/// One rule: a table row, like a launcher. `id` names the catalogue row of the
+/// findings it leads with.
 struct Rule {
   std::string_view id;
   void (*check)(const CheckContext&, std::vector<Finding>&);
@@ -95,44 +94,6 @@ std::vector<Finding> run_checks(const JobView& view);
 
 /// Errors before warnings, keeping each group's order (causes before effects).
 void order_findings(std::vector<Finding>& findings);
-
-/// A summary kept up to date as members join, so that a clean job needs no pass
-/// over every record at the moment of the decision. Conservative: when clean()
-/// is true, run_checks() on the same members finds nothing; when it is false,
-/// run the rules.
-class JoinTracker {
- public:
-  /// Most local ranks one host may have for the tracker to follow it; a peer that
-  /// claims more is left to the rules (taints), so memory stays small per host.
-  static constexpr long kMaxTrackedLocal = 1024;
-
-  JoinTracker(long world_size, std::vector<std::string> master_resolved, bool gpu_stage = false);
-  void add(const Record& r, std::string_view peer);
-  /// Anything that is never clean: a departure, a refusal.
-  void taint() { tainted_ = true; }
-  bool clean() const { return !tainted_ && distinct_ == world_size_; }
-
- private:
-  struct HostState {
-    int32_t local_world_size;
-    int32_t ranks = 0;
-    std::vector<bool> locals;
-  };
-  long world_size_;
-  bool master_loopback_;
-  bool gpu_stage_;
-  std::set<std::string, std::less<>> uuids_;
-  GpuFacts first_gpu_;
-  bool tainted_ = false;
-  long distinct_ = 0;  // ranks in [0, world) claimed exactly once so far
-  std::vector<uint8_t> claimed_;
-  bool have_first_ = false;  // what every member must share with the first
-  uint64_t first_digest_ = 0;
-  std::string first_addr_;
-  uint16_t first_port_ = 0;
-  std::vector<std::string> first_resolved_;
-  std::map<std::string, HostState, std::less<>> hosts_;
-};
 
 /// The rules that need only this member's own record, for `rankcheck env` and
 /// for early warnings before the rendezvous.

@@ -11,6 +11,7 @@
 
 #include <rankcheck/checks.h>
 #include <rankcheck/deadline.h>
+#include <rankcheck/join_tracker.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/report.h>
 

@@ -42,10 +42,9 @@ enum class VerdictWait {
 };
 
 /// Waits for the master's verdict on a joined connection; with a job token, checks
-/// that the verdict is the master's (Error::code kAuthFailed when it is not).
+/// that the verdict is the master's (Error::fault kAuthFailed when it is not).
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
                              const JobToken* token, VerdictWait which = VerdictWait::kFirst);
-inline constexpr int kAuthFailed = 200;
 
 /// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
 /// its GPU stage, to abort NCCL, free and send its results before the master

@@ -22,10 +22,10 @@ std::vector<std::string> interfaces_with_address();
 /// lookup runs on a helper thread so that a stuck resolver cannot outlive it.
 Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline);
 
-/// Why a socket call failed, in Error::code (frame faults use FrameFault's values).
-enum class IoFault { kClosed = 100, kTimeout, kInterrupted, kSystem };
-inline IoFault io_fault(const Error& e) {
-  return static_cast<IoFault>(e.code);
+/// Whether a fault is a socket call's (kClosed, kTimeout, kInterrupted, kSystem).
+inline bool is_io_fault(Fault f) {
+  return f == Fault::kClosed || f == Fault::kTimeout || f == Fault::kInterrupted ||
+         f == Fault::kSystem;
 }
 
 /// A connected TCP socket with deadline-bounded I/O. Move-only.
@@ -41,7 +41,7 @@ class Socket {
   static Result<Socket> connect(const std::string& addr, uint16_t port, Deadline deadline);
 
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline);
-  /// The next whole frame; Error::code holds a FrameFault or an IoFault.
+  /// The next whole frame; Error::fault says why (a frame fault or a socket fault).
   Result<Frame> read_frame(Deadline deadline, uint16_t* peer_version = nullptr);
 
   int fd() const { return fd_; }

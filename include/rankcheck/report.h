@@ -41,6 +41,21 @@ struct Report {
   int exit_code() const { return exit_code_for(findings); }
 };
 
+/// Where a finding's lines sit in a text report.
+struct FindingLayout {
+  size_t margin = 2;       ///< columns before the mark
+  size_t id_width = 0;     ///< 0: "id: message"; else the id padded to this width, three spaces
+  size_t wrap_indent = 6;  ///< where the message's and the fix's later lines start
+  size_t fix_at = 4;       ///< the column of "fix:"
+  bool wrap = true;        ///< false: one line each, however long
+  bool fix = true;         ///< false: the message only
+};
+
+/// A finding as text: its mark (✗ error, ! warning), id and message, then its fix.
+std::string render_finding(const Finding& f, const FindingLayout& layout, RenderStyle style);
+/// "✗ id: message" on one line, for a log.
+std::string render_finding_line(const Finding& f);
+
 /// The first error (or warning) in one line, for the verdict line and members.
 std::string headline(const std::vector<Finding>& findings);
 

@@ -8,10 +8,33 @@
 
 namespace rankcheck {
 
+/// What kind of failure an Error is, for the callers that act on the kind (most
+/// only print the message). One typed list, so no caller compares numbers.
+enum class Fault {
+  kNone,  ///< nothing a caller acts on: the message says it all
+  // A frame (wire.h): not a rankcheck frame, or not one this build reads.
+  kBadMagic,      ///< not a rankcheck peer
+  kOtherVersion,  ///< another protocol version
+  kUnknownType,   ///< a message type this build does not know
+  kTooLarge,      ///< longer than the type's cap
+  // A socket call (net.h).
+  kClosed,       ///< the peer closed the connection
+  kTimeout,      ///< the deadline passed
+  kInterrupted,  ///< a signal asked the run to stop
+  kSystem,       ///< the OS refused; the message carries strerror
+  // Listening (server.h).
+  kInUse,     ///< EADDRINUSE: another process holds the port
+  kNotLocal,  ///< EADDRNOTAVAIL: not an address of this host
+  kDenied,    ///< EACCES, EPERM: a port below 1024 without the privilege, or a policy
+  kListen,    ///< anything else; the message carries the OS error
+  // Authentication (member.h).
+  kAuthFailed,  ///< a verdict that the job token does not vouch for
+};
+
 /// A failure with its context already in the message ("connect 10.0.0.1:29500: ...").
 struct Error {
   std::string message;
-  int code = 0;  ///< optional machine-readable detail (errno, a reject code, ...)
+  Fault fault = Fault::kNone;
 };
 
 /// A value or an Error; the small subset of std::expected this project needs.

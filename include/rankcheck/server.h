@@ -27,14 +27,6 @@ struct ServerConfig {
   std::optional<JobToken> token;  ///< with one, every hello and verdict is authenticated
 };
 
-/// Why listening failed, in Error::code.
-enum class ListenFault {
-  kInUse = 1,  ///< EADDRINUSE: another process holds the port
-  kNotLocal,   ///< EADDRNOTAVAIL: not an address of this host
-  kDenied,     ///< EACCES, EPERM: a port below 1024 without the privilege, or a policy
-  kOther,      ///< anything else; the message carries the OS error
-};
-
 class Server {
  public:
   explicit Server(ServerConfig config);

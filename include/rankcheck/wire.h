@@ -37,14 +37,16 @@ struct FrameHeader {
   uint32_t length = 0;
 };
 
-/// Why a header was refused; kVersion carries the peer's version in Error::code.
-enum class FrameFault { kBadMagic = 1, kVersion, kUnknownType, kTooLarge };
-
-/// Validates magic, version, type and cap. On failure Error::code holds a FrameFault,
-/// except for kVersion where the message names both versions and `peer_version`
-/// is set.
+/// Validates magic, version, type and cap. On failure Error::fault says which
+/// (kBadMagic, kOtherVersion, kUnknownType, kTooLarge); for kOtherVersion the message names
+/// both versions and `peer_version` is set.
 Result<FrameHeader> decode_header(std::span<const uint8_t> bytes, uint16_t* peer_version = nullptr);
-FrameFault frame_fault(const Error& e);
+
+/// Whether a fault is a frame's (the peer sent something this build does not read).
+inline bool is_frame_fault(Fault f) {
+  return f == Fault::kBadMagic || f == Fault::kOtherVersion || f == Fault::kUnknownType ||
+         f == Fault::kTooLarge;
+}
 
 /// Appends little-endian fields to a payload.
 class Writer {

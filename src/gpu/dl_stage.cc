@@ -14,6 +14,7 @@
 
 #include <rankcheck/gpu.h>
 #include <rankcheck/interrupt.h>
+#include <rankcheck/procfs.h>
 
 namespace rankcheck {
 namespace {
@@ -87,10 +88,8 @@ std::string uuid_text(const CUuuid& u) {
 
 // The NVIDIA driver's own version, where the kernel module tells it.
 std::string nvidia_driver_version() {
-  std::ifstream in("/proc/driver/nvidia/version");
-  std::string line;
-  if (!std::getline(in, line)) return "";
-  return driver_version_from_banner(line);
+  std::string banner = ProcFs{}.nvidia_version_banner();
+  return banner.empty() ? "" : driver_version_from_banner(banner);
 }
 
 class DlStage final : public GpuStage {

@@ -220,7 +220,7 @@ class Usage(unittest.TestCase):
         self.assertEqual(run(["--help"]).returncode, 0)
         r = run(["--version"])
         self.assertEqual(r.returncode, 0)
-        self.assertEqual(r.stdout.strip(), "0.1.0")
+        self.assertRegex(r.stdout.strip(), r"^rankcheck 0\.1\.0 \((built against )?glibc \d+\.\d+")
 
 
 if __name__ == "__main__":

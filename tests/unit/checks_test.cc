@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <rankcheck/checks.h>
+#include <rankcheck/join_tracker.h>
 
 #include "helpers.h"
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <rankcheck/checks.h>
+#include <rankcheck/join_tracker.h>
 #include <rankcheck/protocol.h>
 
 #include "helpers.h"

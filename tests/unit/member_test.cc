@@ -49,7 +49,7 @@ TEST_CASE("member: a go verdict replayed after the GPU stage is not taken as fin
   auto replayed =
       wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token, VerdictWait::kFinal);
   REQUIRE(!replayed.ok());
-  CHECK(replayed.error().code == kAuthFailed);
+  CHECK(replayed.error().fault == Fault::kAuthFailed);
   CHECK(replayed.error().message ==
         "it sent another go verdict where its final verdict belonged, without this job's token "
         "on it: a replay, not this job's master");
@@ -71,7 +71,7 @@ TEST_CASE("member: without a token, a second go verdict is not a final verdict e
   auto v =
       wait_verdict(p.member, Deadline::after(Millis(1000)), joined, nullptr, VerdictWait::kFinal);
   REQUIRE(!v.ok());
-  CHECK(v.error().code != kAuthFailed);
+  CHECK(v.error().fault != Fault::kAuthFailed);
   CHECK(v.error().message == "it sent another go verdict where its final verdict belonged");
 }
 

@@ -61,7 +61,7 @@ TEST_CASE("server: no address that binds is master-addr-not-local, naming each")
   Server s(config(&lines));
   auto port = s.listen({"fe80::1", "192.0.2.1"}, 29999);
   REQUIRE(!port.ok());
-  CHECK(port.error().code == int(ListenFault::kNotLocal));
+  CHECK(port.error().fault == Fault::kNotLocal);
   CHECK(port.error().message ==
         "cannot listen on 192.0.2.1:29999: Cannot assign requested address; cannot listen on "
         "[fe80::1]:29999: Invalid argument");
@@ -72,7 +72,7 @@ TEST_CASE("server: an error other than in-use or not-local says so") {
   Server s(config(&lines));
   auto port = s.listen({"fe80::1"}, 29999);  // link-local without a scope: EINVAL
   REQUIRE(!port.ok());
-  CHECK(port.error().code == int(ListenFault::kOther));
+  CHECK(port.error().fault == Fault::kListen);
   CHECK(port.error().message == "cannot listen on [fe80::1]:29999: Invalid argument");
 }
 
@@ -92,7 +92,7 @@ TEST_CASE("server: a port in use on any address fails, as it would fail the trai
     Server s(config(&lines));
     auto port = s.listen({"192.0.2.1", "127.0.0.1"}, taken);
     REQUIRE(!port.ok());
-    CHECK(port.error().code == int(ListenFault::kInUse));
+    CHECK(port.error().fault == Fault::kInUse);
     CHECK(port.error().message ==
           fmt::format("cannot listen on 127.0.0.1:{}: Address already in use", taken));
   }
@@ -108,7 +108,7 @@ TEST_CASE("server: a port below 1024 without the privilege is denied, not in use
   Server s(config(&lines));
   auto port = s.listen({"127.0.0.1"}, 1);
   REQUIRE(!port.ok());
-  CHECK(port.error().code == int(ListenFault::kDenied));
+  CHECK(port.error().fault == Fault::kDenied);
 }
 
 TEST_CASE("server: listening sockets are not inherited by the programs it starts") {

@@ -53,7 +53,7 @@ TEST_CASE("wire: a frame round-trips through the stream decoder in pieces") {
 TEST_CASE("wire: a length above the type's cap is refused before the payload arrives") {
   auto h = decode_header(header(kProtocolVersion, uint16_t(MsgType::kHello), 0xFFFFFFFF));
   REQUIRE(!h.ok());
-  CHECK(frame_fault(h.error()) == FrameFault::kTooLarge);
+  CHECK(h.error().fault == Fault::kTooLarge);
   CHECK(h.error().message == "hello of 4294967295 bytes exceeds its cap of 65536");
   CHECK(!decode_header(header(kProtocolVersion, uint16_t(MsgType::kAdmit), 65)).ok());
   CHECK(decode_header(header(kProtocolVersion, uint16_t(MsgType::kAdmit), 64)).ok());
@@ -63,7 +63,7 @@ TEST_CASE("wire: garbage, unknown types and other versions") {
   Bytes http{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1'};
   auto h = decode_header(http);
   REQUIRE(!h.ok());
-  CHECK(frame_fault(h.error()) == FrameFault::kBadMagic);
+  CHECK(h.error().fault == Fault::kBadMagic);
   CHECK(h.error().message == "bad magic 47 45 54 20: not a rankcheck peer");
 
   // A TLS ClientHello is refused at its first byte by the stream decoder.
@@ -72,12 +72,12 @@ TEST_CASE("wire: garbage, unknown types and other versions") {
   CHECK(!buf.next().ok());
 
   h = decode_header(header(kProtocolVersion, 99, 0));
-  CHECK(frame_fault(h.error()) == FrameFault::kUnknownType);
+  CHECK(h.error().fault == Fault::kUnknownType);
   CHECK(h.error().message == "unknown message type 99");
 
   uint16_t peer = 0;
   h = decode_header(header(2, uint16_t(MsgType::kHello), 10), &peer);
-  CHECK(frame_fault(h.error()) == FrameFault::kVersion);
+  CHECK(h.error().fault == Fault::kOtherVersion);
   CHECK(peer == 2);
   CHECK(h.error().message == "protocol version 2 (this rankcheck speaks 1)");
 

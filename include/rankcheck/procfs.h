@@ -1,0 +1,33 @@
+#pragma once
+// What rankcheck reads from /proc, in one place: a seam like the environment's,
+// so that a test can point it at a folder of its own.
+
+#include <optional>
+#include <string>
+
+#include <rankcheck/result.h>
+
+namespace rankcheck {
+
+struct ProcFs {
+  std::string root = "/proc";
+
+  /// net.core.somaxconn: the listen backlog the kernel allows, if readable.
+  std::optional<long> somaxconn() const;
+
+  struct Memory {
+    long rss_kib = 0;   ///< VmRSS
+    long peak_kib = 0;  ///< VmHWM: unlike getrusage's ru_maxrss, this process's own peak
+  };
+  /// This process's memory; zeros when /proc does not say.
+  Memory self_memory() const;
+
+  /// This program's path (self/exe), to start more of itself.
+  Result<std::string> self_exe() const;
+
+  /// The first line of driver/nvidia/version (the open or proprietary kernel
+  /// module's banner), or "" when there is none.
+  std::string nvidia_version_banner() const;
+};
+
+}  // namespace rankcheck

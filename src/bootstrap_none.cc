@@ -1,0 +1,18 @@
+// The bootstrap of a binary built without MPI: `--bootstrap mpi` is a usage
+// error there (run.cc says to use rankcheck-mpi).
+
+#include <rankcheck/finding.h>
+
+#include "bootstrap.h"
+
+namespace rankcheck {
+
+bool have_mpi_bootstrap() {
+  return false;
+}
+
+int run_over_mpi(const Identity&, Record&, Session&) {
+  return exit_code::kUsage;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,48 @@
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <rankcheck/procfs.h>
+
+namespace rankcheck {
+
+std::optional<long> ProcFs::somaxconn() const {
+  std::ifstream in(root + "/sys/net/core/somaxconn");
+  long backlog = 0;
+  if (in >> backlog) return backlog;
+  return std::nullopt;
+}
+
+ProcFs::Memory ProcFs::self_memory() const {
+  Memory m;
+  std::ifstream status(root + "/self/status");
+  for (std::string line; std::getline(status, line);) {
+    long* slot = line.starts_with("VmHWM:")   ? &m.peak_kib
+                 : line.starts_with("VmRSS:") ? &m.rss_kib
+                                              : nullptr;
+    if (slot != nullptr) *slot = std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return m;
+}
+
+Result<std::string> ProcFs::self_exe() const {
+  std::string link = root + "/self/exe";
+  char exe[4096] = {};
+  ssize_t n = ::readlink(link.c_str(), exe, sizeof exe - 1);
+  if (n <= 0)
+    return Error{fmt::format("cannot find this program's path: {}", std::strerror(errno))};
+  return std::string(exe, static_cast<size_t>(n));
+}
+
+std::string ProcFs::nvidia_version_banner() const {
+  std::ifstream in(root + "/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  return line;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,567 @@
+// Rules over the members' records: identity, launchers, addresses, environment.
+// Each takes the decision's context and appends findings; none prints or exits.
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include <rankcheck/text.h>
+
+#include "check_rules.h"
+
+namespace rankcheck {
+void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (v.master_resolved.empty()) return;
+  for (const auto& a : v.master_resolved) {
+    if (!is_loopback_address(a)) return;
+  }
+  // Members that came in over loopback share the master's machine: for them a
+  // loopback master works. It fails a member that arrived from elsewhere (the
+  // master then listens on every interface), and ranks a multi-host layout expects.
+  bool remote_member = false;  // arrived from another machine
+  bool local_other = false;    // another host name, but over loopback: one machine
+  long ranks = 0;
+  for (const Member& m : v.members) {
+    ranks += m.record.nranks;
+    if (m.peer.find(':') == std::string::npos) continue;  // the master's own
+    bool loop = is_loopback_address(peer_host(m.peer));
+    remote_member = remote_member || !loop;
+    local_other = local_other || (loop && m.record.host != v.master_host);
+  }
+  bool missing = ranks < v.world_size;
+  if (!remote_member && !(missing && !local_other && ctx.multi_host)) return;
+  Records master;
+  for (const Member& m : v.members) {
+    if (m.record.rank == 0) master.push_back(&m.record);
+  }
+  Finding f = make(
+      FindingId::kMasterAddrLoopback,
+      fmt::format("MASTER_ADDR {} resolves to {} (loopback) on the master's host {}, but the job "
+                  "spans more than one host: ranks on other hosts cannot reach a master there",
+                  printable(v.master_addr), format_list(v.master_resolved),
+                  printable(v.master_host)),
+      fmt::format("set MASTER_ADDR to an address of {} that the other hosts reach (its cluster "
+                  "network IP), or fix /etc/hosts on {}, which maps the name to loopback",
+                  printable(v.master_host), printable(v.master_host)),
+      master);
+  if (f.hosts.empty()) f.hosts.push_back(v.master_host);
+  out.push_back(std::move(f));
+}
+
+void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kForeignJob || !r.record) continue;
+    const Record& rec = *r.record;
+    bool explains_missing = false;
+    for (long k = rec.rank; k <= rec.last_rank(); ++k) {
+      if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
+    }
+    std::string who = fmt::format("{} from {}", member_label(rec), printable(r.peer));
+    if (explains_missing) {
+      out.push_back(make(FindingId::kForeignJob,
+                         fmt::format("{} was refused: it says job '{}', this master serves job "
+                                     "'{}', so its rank is missing here",
+                                     who, printable(rec.job_id), printable(v.job_id)),
+                         {}, {&rec}));
+    } else {
+      out.push_back(make(FindingId::kForeignJob,
+                         fmt::format("a process of job '{}' ({}) reached this master (job '{}') "
+                                     "and was refused",
+                                     printable(rec.job_id), who, printable(v.job_id)),
+                         {}, {&rec}, Severity::kWarning));
+    }
+  }
+}
+
+// A hello without this job's token: what it claims is unverified, but worth saying.
+void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kAuth || !r.record) continue;
+    const Record& rec = *r.record;
+    bool explains_missing = false;
+    for (long k = rec.rank; k <= rec.last_rank(); ++k) {
+      if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
+    }
+    std::string who =
+        fmt::format("a process claiming {} from {}", member_label(rec), printable(r.peer));
+    std::string hint =
+        "give every process of the job the same --token-file; a stranger on the network "
+        "without it is kept out, which is what the token is for";
+    out.push_back(make(FindingId::kAuthFailed,
+                       fmt::format("{} was refused: {}{}", who, printable(r.reason, 200),
+                                   explains_missing ? "; that rank is missing here" : ""),
+                       hint, {&rec}, explains_missing ? Severity::kError : Severity::kWarning));
+  }
+}
+
+void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  bool agree = true;
+  for (const Member& m : v.members)
+    agree = agree && m.record.world_size == v.world_size;
+  if (agree) return;
+  std::map<long, Records> by_size;
+  for (const Member& m : v.members)
+    by_size[m.record.world_size].push_back(&m.record);
+  if (by_size.size() < 2) return;
+  long expected = ctx.expected_world;
+  std::vector<std::pair<long, Records>> groups(by_size.begin(), by_size.end());
+  std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+    return (a.first == expected) > (b.first == expected);
+  });
+  std::string says;
+  Records odd;
+  for (const auto& [size, rs] : groups) {
+    if (!says.empty()) says += "; ";
+    says += fmt::format("{} say {}", where(rs), size);
+    if (size != expected) odd.insert(odd.end(), rs.begin(), rs.end());
+  }
+  out.push_back(make(FindingId::kWorldSizeMismatch,
+                     fmt::format("members disagree on the world size: {}", says),
+                     fmt::format("every process must get the same WORLD_SIZE; most say {} (the "
+                                 "master says {}): fix the launcher arguments or the exported "
+                                 "WORLD_SIZE on {}",
+                                 expected, v.world_size, format_list(hosts_of(odd))),
+                     odd));
+}
+
+void check_duplicate_rank(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!ctx.duplicates) return;
+  std::map<long, std::vector<size_t>> claims;
+  for (size_t i = 0; i < v.members.size(); ++i) {
+    const Record& r = v.members[i].record;
+    for (long k = r.rank; k <= r.last_rank(); ++k) {
+      if (!ctx.present(k) || ctx.claims[size_t(k)] > 1) claims[k].push_back(i);
+    }
+  }
+  // Ranks claimed by the same set of members form one finding.
+  std::map<std::vector<size_t>, std::vector<long>> groups;
+  for (auto& [rank, who] : claims) {
+    if (who.size() > 1) groups[who].push_back(rank);
+  }
+  for (const auto& [who, ranks] : groups) {
+    Records rs;
+    std::vector<std::string> names;
+    for (size_t i : who) {
+      const Record& r = v.members[i].record;
+      rs.push_back(&r);
+      names.push_back(fmt::format("{} (pid {})", printable(r.host), r.pid));
+    }
+    Finding f = make(FindingId::kDuplicateRank,
+                     fmt::format("{} {} claimed by {} members: {}", ranks_word(ranks),
+                                 ranks.size() == 1 ? "is" : "are", who.size(), format_list(names)),
+                     fmt::format("each process needs its own RANK: check how RANK is set on {} "
+                                 "(a RANK exported once in the job script is copied into every "
+                                 "task)",
+                                 format_list(hosts_of(rs))),
+                     rs);
+    f.ranks = ranks;
+    out.push_back(std::move(f));
+  }
+}
+
+// Members out of range are grouped by the world size they claim and where their
+// rank came from: 256 nodes given one wrong WORLD_SIZE are one finding, not 256.
+void check_rank_range(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  std::map<std::tuple<long, std::string, bool>, Records> groups;
+  for (const Member& m : v.members) {
+    const Record& r = m.record;
+    if (!r.in_range()) groups[{r.world_size, r.launcher, r.nranks > 1}].push_back(&r);
+  }
+  for (const auto& [key, rs] : groups) {
+    const auto& [world, launcher, node_mode] = key;
+    const Record& first = *rs.front();
+    std::string message =
+        rs.size() == 1
+            ? fmt::format("{} is outside 0..{} for its own world size {}", member_label(first),
+                          world - 1, world)
+            : fmt::format("{} members claim ranks outside 0..{} for their own world size {}: {}",
+                          rs.size(), world - 1, world, where(rs));
+    std::string which = rs.size() == 1 ? "this process" : "these processes";
+    std::string hint;
+    if (launcher == "flags") {
+      hint = node_mode ? "--node-rank must be below --nnodes (each node stands for "
+                         "--nproc-per-node ranks)"
+                       : "--rank must be below --world-size";
+    } else if (node_mode) {
+      hint = fmt::format(
+          "NODE_RANK must be below NNODES (each node stands for NPROC_PER_NODE ranks): check "
+          "the node rank {} got from {} on {}",
+          which, printable(launcher, 32), format_list(hosts_of(rs)));
+    } else {
+      hint = fmt::format("RANK must be below WORLD_SIZE: check the {} {} got from {} on {}",
+                         rs.size() == 1 ? "rank" : "ranks", which, printable(launcher, 32),
+                         format_list(hosts_of(rs)));
+    }
+    out.push_back(make(FindingId::kRankOutOfRange, std::move(message), std::move(hint), rs));
+  }
+}
+
+std::string conflict_text(const Conflict& c) {
+  std::string s;
+  for (size_t i = 0; i < c.values.size(); ++i) {
+    if (i == 1) s += " but ";
+    if (i > 1) s += ", ";
+    s += fmt::format("{}={}", printable(c.values[i].variable), printable(c.values[i].value, 48));
+  }
+  return s;
+}
+
+void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  // Members whose conflicts involve the same field and variables form one finding.
+  std::map<std::pair<int, std::vector<std::string>>,
+           std::vector<std::pair<const Record*, const Conflict*>>>
+      groups;
+  for (const Member& m : v.members) {
+    for (const Conflict& c : m.record.conflicts) {
+      if (c.values.empty()) continue;  // not from a decoded hello, which has two at least
+      std::vector<std::string> vars;
+      for (const Observation& o : c.values)
+        vars.push_back(o.variable);
+      groups[{static_cast<int>(c.field), vars}].emplace_back(&m.record, &c);
+    }
+  }
+  for (const auto& [key, items] : groups) {
+    Records rs;
+    for (const auto& item : items)
+      rs.push_back(item.first);
+    const auto& [first_rec, first_conflict] = items.front();
+    const std::string& used = first_conflict->values.front().variable;
+    std::string message =
+        items.size() == 1
+            ? fmt::format("{}: {} (rankcheck used {})", member_label(*first_rec),
+                          conflict_text(*first_conflict), printable(used))
+            : fmt::format("{} members have conflicting {}: {}; e.g. {}: {} (rankcheck used {})",
+                          items.size(), field_name(first_conflict->field), where(rs),
+                          member_label(*first_rec), conflict_text(*first_conflict),
+                          printable(used));
+    out.push_back(make(FindingId::kLauncherEnvConflict, std::move(message),
+                       fmt::format("two launchers, or a launcher and a hand-set variable, "
+                                   "disagree about the {}: remove the stale value so that one "
+                                   "launcher sets it",
+                                   field_name(first_conflict->field)),
+                       rs));
+  }
+}
+
+void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& out) {
+  struct Claim {
+    long local, global;
+    const Record* rec;
+  };
+  std::vector<Claim> claims;
+  for (const auto& [host, rs] : ctx.hosts) {
+    claims.clear();
+    for (const Record* r : rs) {
+      if (r->local_rank < 0) continue;
+      for (long k = 0; k < r->nranks; ++k)
+        claims.push_back({r->local_rank + k, r->rank + k, r});
+    }
+    std::sort(claims.begin(), claims.end(), [](const Claim& a, const Claim& b) {
+      return a.local != b.local ? a.local < b.local : a.global < b.global;
+    });
+    bool collision = false;
+    for (size_t i = 1; i < claims.size() && !collision; ++i) {
+      collision =
+          claims[i].local == claims[i - 1].local && claims[i].global != claims[i - 1].global;
+    }
+    if (!collision) continue;
+    std::vector<std::string> parts;
+    Records involved;
+    std::vector<long> ranks;
+    for (size_t i = 0; i < claims.size();) {
+      size_t j = i;
+      std::vector<long> globals;
+      Records recs;
+      for (; j < claims.size() && claims[j].local == claims[i].local; ++j) {
+        if (globals.empty() || globals.back() != claims[j].global) {
+          globals.push_back(claims[j].global);
+          recs.push_back(claims[j].rec);
+        }
+      }
+      if (globals.size() > 1) {
+        parts.push_back(
+            fmt::format("local rank {} by ranks {}", claims[i].local, format_ranks(globals)));
+        ranks.insert(ranks.end(), globals.begin(), globals.end());
+        involved.insert(involved.end(), recs.begin(), recs.end());
+      }
+      i = j;
+    }
+    if (parts.empty()) continue;
+    // A node-mode member collides on each of its local ranks: count it once.
+    std::sort(involved.begin(), involved.end());
+    involved.erase(std::unique(involved.begin(), involved.end()), involved.end());
+    Finding f = make(FindingId::kLocalRankCollision,
+                     fmt::format("on {}, {} members share a local rank: {}", printable(host),
+                                 involved.size(), format_list(parts, 4)),
+                     fmt::format("LOCAL_RANK picks the GPU: two processes on {} would use the "
+                                 "same one. Check LOCAL_RANK / SLURM_LOCALID there",
+                                 printable(host)),
+                     involved);
+    f.ranks = ranks;
+    std::sort(f.ranks.begin(), f.ranks.end());
+    out.push_back(std::move(f));
+  }
+}
+
+void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const auto& [host, rs] : ctx.hosts) {
+    long ranks_here = 0;
+    bool agree = true;
+    for (const Record* r : rs) {
+      ranks_here += r->nranks;
+      agree = agree && r->local_world_size == rs.front()->local_world_size;
+    }
+    if (agree && (rs.front()->local_world_size < 1 || ranks_here <= rs.front()->local_world_size)) {
+      continue;
+    }
+    std::map<long, Records> by_size;
+    ranks_here = 0;
+    for (const Record* r : rs) {
+      ranks_here += r->nranks;
+      if (r->local_world_size >= 1) by_size[r->local_world_size].push_back(r);
+    }
+    if (by_size.size() > 1) {
+      std::string says;
+      for (const auto& [size, group] : by_size) {
+        if (!says.empty()) says += "; ";
+        says += fmt::format("{} for {}", size, ranks_word(ranks_of(group)));
+      }
+      out.push_back(make(
+          FindingId::kLocalWorldSizeMismatch,
+          fmt::format("on {}, members disagree on LOCAL_WORLD_SIZE: {}", printable(host), says),
+          "every process on a host must get the same LOCAL_WORLD_SIZE: check "
+          "--nproc-per-node / --ntasks-per-node for that host",
+          rs));
+    } else if (by_size.size() == 1 && ranks_here > by_size.begin()->first) {
+      out.push_back(make(FindingId::kLocalWorldSizeMismatch,
+                         fmt::format("{} runs {} ranks but LOCAL_WORLD_SIZE is {}", printable(host),
+                                     ranks_here, by_size.begin()->first),
+                         "more processes were started on this host than the launcher was told: "
+                         "check for a second launcher or a leftover job on it",
+                         rs));
+    }
+  }
+}
+
+void check_ifname(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  std::map<std::pair<std::string, std::string>, Records> bad;  // (host, spec) -> members
+  for (const Member& m : v.members) {
+    for (const EnvVar& e : m.record.env) {
+      if (ifname_selects_nothing(m.record, e)) {
+        bad[{m.record.host, e.value}].push_back(&m.record);
+      }
+    }
+  }
+  for (const auto& [key, rs] : bad) {
+    const auto& [host, spec] = key;
+    out.push_back(make(
+        FindingId::kNcclIfnameMissing,
+        fmt::format("NCCL_SOCKET_IFNAME={} selects no interface with an address on {} ({}); it "
+                    "has {}",
+                    printable(spec, 48), printable(host), ranks_word(ranks_of(rs)),
+                    rs.front()->interfaces.empty() ? std::string("none")
+                                                   : format_list(rs.front()->interfaces.get(), 8)),
+        fmt::format("NCCL fails at init when no interface matches: set NCCL_SOCKET_IFNAME to an "
+                    "interface {} has (a prefix, '=name' for one exact name, '^' to exclude)",
+                    printable(host)),
+        rs));
+  }
+}
+
+void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (v.members.empty()) return;
+  const Record& first = v.members.front().record;
+  bool same = true;
+  for (const Member& m : v.members) {
+    same = same && m.record.master_addr == first.master_addr &&
+           m.record.master_port == first.master_port &&
+           m.record.master_resolved == first.master_resolved;
+  }
+  if (same) return;
+  std::map<std::string, Records> by_addr;
+  for (const Member& m : v.members) {
+    by_addr[fmt::format("{}:{}", m.record.master_addr, m.record.master_port)].push_back(&m.record);
+  }
+  if (by_addr.size() > 1) {
+    std::string parts;
+    Records all;
+    for (const auto& [addr, rs] : by_addr) {
+      if (!parts.empty()) parts += "; ";
+      parts += fmt::format("{} for {}", printable(addr), where(rs));
+      all.insert(all.end(), rs.begin(), rs.end());
+    }
+    out.push_back(make(FindingId::kMasterAddrMismatch,
+                       fmt::format("members were given different master addresses: {}. All "
+                                   "reached this master, but the training job may not",
+                                   parts),
+                       "give every process the same MASTER_ADDR and MASTER_PORT", all));
+  }
+  // The same name resolving differently on different hosts (loopback is its own rule).
+  for (const auto& [addr, rs] : by_addr) {
+    std::map<std::vector<std::string>, Records> by_result;
+    for (const Record* r : rs) {
+      std::vector<std::string> res;
+      for (const auto& a : r->master_resolved) {
+        if (!is_loopback_address(a)) res.push_back(a);
+      }
+      std::sort(res.begin(), res.end());
+      if (!res.empty()) by_result[res].push_back(r);
+    }
+    if (by_result.size() < 2) continue;
+    std::string parts;
+    Records all;
+    for (const auto& [res, group] : by_result) {
+      if (!parts.empty()) parts += " but to ";
+      parts += fmt::format("{} for {}", format_list(res, 4), where(group));
+      all.insert(all.end(), group.begin(), group.end());
+    }
+    out.push_back(make(
+        FindingId::kMasterAddrMismatch,
+        fmt::format("MASTER_ADDR {} resolves to {}", printable(rs.front()->master_addr), parts),
+        "make the name resolve the same everywhere (DNS, /etc/hosts), or use the "
+        "master's IP address",
+        all));
+  }
+}
+
+void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  std::vector<std::string> peers;
+  std::string reason;
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kVersion) continue;
+    peers.push_back(r.peer);
+    reason = r.reason;
+  }
+  if (peers.empty()) return;
+  out.push_back(make_finding(
+      FindingId::kProtocolMismatch,
+      fmt::format("{} from {} refused: {}", plural(peers.size(), "connection", "connections"),
+                  format_list(peers, 4), printable(reason, 160))));
+}
+
+void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  std::vector<std::string> peers;
+  std::string reason;
+  for (const Refusal& r : v.refused) {
+    bool unverified_auth = r.kind == RefusalKind::kAuth && !r.record;
+    if (r.kind != RefusalKind::kMalformed && !unverified_auth) continue;
+    peers.push_back(r.peer);
+    if (reason.empty()) reason = r.reason;
+  }
+  size_t unkept = v.refused_total > v.refused.size() ? v.refused_total - v.refused.size() : 0;
+  if (peers.empty() && unkept == 0) return;
+  out.push_back(make_finding(
+      FindingId::kStrayConnection,
+      fmt::format(
+          "{} to the master port {} not a member of this job and {} closed{}: first "
+          "from {}: {}",
+          plural(peers.size() + unkept, "connection", "connections"),
+          peers.size() + unkept == 1 ? "was" : "were", peers.size() + unkept == 1 ? "was" : "were",
+          unkept > 0 ? fmt::format(" ({} not itemised)", unkept) : std::string(),
+          peers.empty() ? std::string("?") : printable(peers.front()), printable(reason, 160))));
+}
+
+void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  for (const Departure& d : v.departed) {
+    if (ctx.present(d.record.rank)) continue;  // it came back
+    out.push_back(make(
+        FindingId::kMemberDisconnected,
+        fmt::format("{} joined at +{} and its connection closed at +{}, before the verdict",
+                    member_label(d.record), format_seconds(d.joined_ms), format_seconds(d.left_ms)),
+        fmt::format("the process died or was killed after joining: check its log on {} (an OOM "
+                    "kill, a crash, a network reset)",
+                    printable(d.record.host)),
+        {&d.record}));
+  }
+}
+
+void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  // Compare digests first: 16k members with one environment cost one comparison each.
+  bool same = true;
+  for (const Member& m : v.members) {
+    same = same && m.record.env_digest == v.members.front().record.env_digest;
+  }
+  if (same) return;
+  std::map<uint64_t, Records> groups;
+  for (const Member& m : v.members)
+    groups[m.record.env_digest].push_back(&m.record);
+  if (groups.size() < 2) return;
+  std::set<std::string> names;
+  for (const auto& [digest, rs] : groups) {
+    for (const EnvVar& e : rs.front()->env)
+      names.insert(e.name);
+  }
+  for (const std::string& name : names) {
+    std::map<std::optional<std::string>, Records> by_value;  // nullopt: unset
+    for (const auto& [digest, rs] : groups) {
+      std::optional<std::string> value;
+      const auto& env = rs.front()->env.get();  // sorted by name (checked at decoding)
+      auto it = std::lower_bound(env.begin(), env.end(), name,
+                                 [](const EnvVar& e, const std::string& n) { return e.name < n; });
+      if (it != env.end() && it->name == name) value = it->value;
+      by_value[value].insert(by_value[value].end(), rs.begin(), rs.end());
+    }
+    if (by_value.size() < 2) continue;
+    // The most common value first; "unset" after the values someone set.
+    std::vector<std::pair<std::optional<std::string>, Records>> vals(by_value.begin(),
+                                                                     by_value.end());
+    std::stable_sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
+      if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+      return a.first.has_value() && !b.first.has_value();
+    });
+    std::string parts;
+    Records odd;
+    for (size_t i = 0; i < vals.size(); ++i) {
+      const auto& [value, rs] = vals[i];
+      if (!parts.empty()) parts += "; ";
+      parts +=
+          fmt::format("{} for {}", value ? printable(*value, 48) : std::string("unset"), where(rs));
+      if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
+    }
+    out.push_back(make(FindingId::kEnvMismatch,
+                       fmt::format("{} differs: {}", printable(name), parts),
+                       fmt::format("set {} the same way for every process (the job script, the "
+                                   "container image, or the launcher's environment)",
+                                   printable(name)),
+                       odd));
+  }
+}
+
+// A member away from the master's node that resolves MASTER_ADDR to loopback
+// would knock on its own door.
+void check_self_master_loopback(const Record& self, std::vector<Finding>& out) {
+  bool away =
+      self.node_rank > 0 || (self.local_world_size >= 1 && self.rank >= self.local_world_size);
+  bool all_loopback = !self.master_resolved.empty();
+  for (const auto& a : self.master_resolved)
+    all_loopback = all_loopback && is_loopback_address(a);
+  if (self.rank == 0 || !away || !all_loopback) return;
+  // A warning: it is fatal unless rank 0 runs on this very machine after all.
+  out.push_back(
+      make(FindingId::kMasterAddrLoopback,
+           fmt::format("MASTER_ADDR {} resolves to {} (loopback) on {}, which is not the master's "
+                       "node: unless rank 0 runs on this machine, this process cannot reach it",
+                       printable(self.master_addr), format_list(self.master_resolved.get()),
+                       printable(self.host)),
+           "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
+           "/etc/hosts on this host",
+           {&self}, Severity::kWarning));
+}
+
+}  // namespace rankcheck

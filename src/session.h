@@ -1,0 +1,133 @@
+#pragma once
+// What every run starts with and carries from step to step: its deadline and the
+// watchdog behind it, the signal handlers, where its words go, its GPU stage and
+// its job token. Private to run.cc and local.cc.
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rankcheck/auth.h>
+#include <rankcheck/deadline.h>
+#include <rankcheck/env.h>
+#include <rankcheck/gpu.h>
+#include <rankcheck/identity.h>
+#include <rankcheck/record.h>
+#include <rankcheck/report.h>
+#include <rankcheck/result.h>
+#include <rankcheck/run.h>
+
+namespace rankcheck {
+
+/// How long after --timeout the watchdog ends a process that is still running.
+inline constexpr Millis kWatchdogGrace{1800};
+/// How long past --timeout a member waits for a master that decided at the deadline.
+inline constexpr Millis kVerdictGrace{1000};
+
+inline Millis seconds(double s) {
+  return Millis(static_cast<long>(s * 1000.0));
+}
+
+/// Time the master keeps between its decision and --timeout, to send verdicts.
+Millis reserve_for(double timeout_s);
+
+/// Ends the process if the run outlives its deadline: the last word on "never hangs".
+class Watchdog {
+ public:
+  Watchdog(Clock::time_point at, std::atomic<int>& exit_code);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool cancelled_ = false;
+  std::thread thread_;
+};
+
+/// stderr: progress (dropped with --quiet) and errors (always printed).
+class Log {
+ public:
+  explicit Log(bool quiet) : quiet_(quiet) {}
+  void progress(const std::string& line) const {
+    if (!quiet_) error(line);
+  }
+  static void error(const std::string& line);
+
+ private:
+  bool quiet_;
+};
+
+/// Writes the report where --json asked, and the text to stdout otherwise.
+struct Output {
+  std::string json_path;
+  bool color;
+
+  /// --json PATH with {rank} and {host} filled in: one command line serves every
+  /// process of a job (srun, torchrun, mpirun).
+  void set_self(long rank, const std::string& host);
+  void emit(const std::function<std::string()>& text,
+            const std::function<std::string()>& json) const;
+};
+
+/// Fails early, before any rendezvous, when --json names a directory that is not there.
+Status check_json_path(const std::string& path);
+
+/// One run, from its start to its exit code.
+struct Session {
+  /// Starts the clock, the deadline and the watchdog, and installs the signal handlers.
+  explicit Session(const RunOptions& options);
+
+  const RunOptions& o;
+  Clock::time_point start;
+  Deadline end;
+  std::atomic<int> watchdog_code{exit_code::kIncomplete};  // by phase: 4, then 5 in the GPU stage
+  Watchdog watchdog;
+  Log log;
+  Output out;
+  std::unique_ptr<GpuStage> stage;  // set once the identity is known
+  GpuPlan plan;
+  std::optional<JobToken> token;
+};
+
+/// The job token from --token-file or RANKCHECK_TOKEN_FILE, if one is given.
+Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log);
+
+/// This member's record: its identity, host facts, MASTER_ADDR resolved, its GPUs.
+Record build_self(const Identity& id, const std::optional<std::string>& host_name,
+                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu = {});
+
+StageOptions stage_options(const RunOptions& o, const EnvMap& env);
+GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env);
+/// The inventory of this member's GPUs, unless --no-gpu.
+GpuFacts probe_gpus(Session& s);
+
+/// Prints a member's report; its exit code.
+int print_member(const MemberReport& m, const Output& out);
+/// Prints the master's report; the job's exit code (128+N after signal N).
+int print_report(const Report& r, const Session& s);
+/// Prints why the identity is unusable; exit 2.
+int usage_problems(const Identity& id);
+
+/// Where rank 0's master listens.
+struct MasterSetup {
+  std::vector<std::string> addresses;
+  uint16_t port = 0;
+};
+
+/// Hosts the master in this process, joins it as a member, and prints the report
+/// (run.cc). Returns nullopt when another master of this job already answers and
+/// `join_other` (this process then joins it as an ordinary member); without it,
+/// that master holding the port is master-port-in-use.
+std::optional<int> master_path(Record& self, const Identity& id, Session& s,
+                               const MasterSetup& setup, bool join_other = true,
+                               const std::function<void(uint16_t)>& on_listening = {});
+
+}  // namespace rankcheck
