@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages rankcheck needs that are missing, and nothing else.
 #   scripts/setup.sh build   compilers and libraries
-#   scripts/setup.sh test    the above, plus what the tests run against
+#   scripts/setup.sh release the build's, plus what scripts/release.sh builds with
+#   scripts/setup.sh test    all of the above, plus what the tests run against
 set -euo pipefail
 
 profile=${1:-build}
 build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
             nlohmann-json3-dev libssl-dev)
+# The release build: clang and lld against a Debian 11 root that debootstrap makes;
+# objcopy and objdump (binutils) split the debug info and read the glibc versions;
+# ccache keeps its objects across clean clones.
+release_pkgs=(clang lld binutils debootstrap ccache)
 # The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
 # and parse the Kubernetes manifests (python3-yaml).
 test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openmpi-bin
@@ -14,8 +19,9 @@ test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openm
 
 case "$profile" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
-  *) echo "setup.sh: unknown profile '$profile' (build or test)" >&2; exit 2 ;;
+  release) want=("${build_pkgs[@]}" "${release_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${release_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "setup.sh: unknown profile '$profile' (build, release or test)" >&2; exit 2 ;;
 esac
 
 missing=()

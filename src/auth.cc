@@ -8,8 +8,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <rankcheck/auth.h>
@@ -75,9 +75,11 @@ Status fill_random(std::span<uint8_t> out) {
   size_t got = 0;
   // getrandom(2) blocks only until the pool is first seeded, and returns at most
   // 32 MiB per call: a few calls at most, unless it fails (ENOSYS in an old
-  // seccomp profile, EPERM): then /dev/urandom.
+  // seccomp profile, EPERM): then /dev/urandom. The system call (Linux 3.17) is
+  // made directly: glibc wraps it only from 2.25 on, and the release binary's
+  // glibc floor should not hang on a wrapper (scripts/release.sh).
   for (int tries = 0; got < out.size() && tries < 16; ++tries) {
-    ssize_t r = ::getrandom(out.data() + got, out.size() - got, 0);
+    long r = ::syscall(SYS_getrandom, out.data() + got, out.size() - got, 0U);
     if (r > 0) {
       got += static_cast<size_t>(r);
     } else if (r < 0 && errno != EINTR) {

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Builds the release binaries into dist/, for the machines rankcheck runs on: any
+# x86-64 Linux with glibc 2.28 or newer (RHEL/Rocky 8 and up, Ubuntu 20.04 and up,
+# Debian 10 and up), inside any training image.
+#   scripts/release.sh
+#
+#   dist/rankcheck          stripped; needs only glibc (libstdc++, libgcc and
+#                           libcrypto are inside)
+#   dist/rankcheck-mpi      the same with --bootstrap mpi (when Open MPI's headers are
+#                           here); also needs libmpi.so.40 (Open MPI 3.0 or newer)
+#   dist/*.debug            their debug info, found by gdb through the build id or
+#                           the debuglink
+#   dist/rankcheck_<version>_amd64.deb   rankcheck, its docs and the launcher recipes
+#
+# Debian 12's clang compiles against a Debian 11 sysroot (glibc 2.31, GCC 10's
+# libstdc++, OpenSSL 1.1.1) made with debootstrap on the first run and cached in
+# $RANKCHECK_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/rankcheck);
+# cmake/release-toolchain.cmake says how. The script fails when a binary needs a glibc
+# symbol version above $RANKCHECK_GLIBC_MAX (2.28, checked with objdump -T), links a
+# library it should not, lacks the real GPU stage, or when dist/rankcheck is over
+# 10 MB. scripts/release-check.sh then runs the binaries inside that Debian 11 root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root_dir=$PWD
+build=build-release
+dist=dist
+glibc_max=${RANKCHECK_GLIBC_MAX:-2.28}
+max_bytes=$((10 * 1000 * 1000))
+
+die() { echo "release: $*" >&2; exit 1; }
+
+scripts/setup.sh release
+
+sudo=()
+[[ $(id -u) -eq 0 ]] || sudo=(sudo)
+
+# -- the sysroot: Debian 11 with the C library, GCC 10's C++ library and OpenSSL ----
+# Its folder is named after what goes into it, so a change of the list makes a new
+# one; a finished root has a stamp, and one half made (an interrupted run) is redone.
+suite=bullseye
+sysroot_pkgs=libc6-dev,libstdc++-10-dev,libssl-dev
+recipe="$suite $sysroot_pkgs relative-links-1"
+if [[ -n ${RANKCHECK_CACHE:-} ]]; then cache=$RANKCHECK_CACHE
+elif [[ -n ${XDG_CACHE_HOME:-} ]]; then cache=$XDG_CACHE_HOME/rankcheck
+elif [[ -n ${HOME:-} ]]; then cache=$HOME/.cache/rankcheck
+else cache=/var/cache/rankcheck; fi
+sysroot=$cache/sysroot-$suite-$(echo "$recipe" | sha256sum | cut -c1-12)
+
+make_sysroot() {
+  local tmp=$sysroot.partial
+  "${sudo[@]}" rm -rf "$tmp"
+  echo "release: making the $suite sysroot in $sysroot (debootstrap, about 2 minutes; once)"
+  # The default mirror, or RANKCHECK_DEBIAN_MIRROR.
+  if ! "${sudo[@]}" debootstrap --variant=minbase --include="$sysroot_pkgs" "$suite" "$tmp" \
+    ${RANKCHECK_DEBIAN_MIRROR:+"$RANKCHECK_DEBIAN_MIRROR"} >"$cache/debootstrap.log" 2>&1; then
+    tail -20 "$cache/debootstrap.log" >&2
+    die "debootstrap $suite failed (log: $cache/debootstrap.log)"
+  fi
+  # The linker reads the root's symlinks from outside it: an absolute one
+  # (libpthread.so -> /lib/x86_64-linux-gnu/libpthread.so.0) would name the host's.
+  local link target
+  while IFS= read -r -d '' link; do
+    target=$(readlink "$link")
+    "${sudo[@]}" ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$tmp$target")" "$link"
+  done < <(find "$tmp/usr/lib" "$tmp/usr/lib64" -type l -lname '/*' -print0)
+  echo "$recipe" | "${sudo[@]}" tee "$tmp/.rankcheck-sysroot" >/dev/null
+  "${sudo[@]}" mv "$tmp" "$sysroot"
+}
+
+mkdir -p "$cache"
+if [[ ! -f "$sysroot/.rankcheck-sysroot" ]]; then
+  # One maker at a time: a second run waits, then finds the root made.
+  exec 9>"$cache/.lock"
+  flock 9
+  [[ -f "$sysroot/.rankcheck-sysroot" ]] || make_sysroot
+  exec 9>&-
+fi
+echo "release: sysroot $sysroot ($(cat "$sysroot/etc/debian_version" 2>/dev/null || echo '?'))"
+
+# -- the header-only libraries: Debian 12's, the ones the normal build uses -----
+# Copied from this machine's packages into a folder of their own, so that the
+# compiler sees them without seeing the rest of /usr/include.
+stage=$build/stage
+stage_pkgs=(libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libasio-dev)
+stage_stamp=$(dpkg-query -W "${stage_pkgs[@]}")
+if [[ ! -f "$stage/.stamp" || "$(cat "$stage/.stamp")" != "$stage_stamp" ]]; then
+  rm -rf "$stage"
+  mkdir -p "$stage"
+  dpkg -L "${stage_pkgs[@]}" | grep -vE '^/usr/share/(doc|man)/' | sort -u |
+    while IFS= read -r f; do [[ -d "$f" && ! -L "$f" ]] || echo "${f#/}"; done |
+    tar -C / --no-recursion -cf - -T - | tar -C "$stage" -xf -
+  echo "$stage_stamp" >"$stage/.stamp"
+fi
+
+# -- configure and build -----------------------------------------------------
+# --fresh: the toolchain file is read anew (its flags are cached otherwise); what
+# did not change is not rebuilt. The floor --version states is the one measured
+# last with this sysroot (kept beside it, so that a fresh clone builds once).
+floor_file=$sysroot.floor
+# ccache keeps the objects across runs and clean clones (CI clones afresh): paths
+# under the checkout are hashed relative to it, and the toolchain maps them out of
+# the objects.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache} CCACHE_BASEDIR=$root_dir CCACHE_NOHASHDIR=true
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+configure() {
+  cmake --fresh -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+    -DCMAKE_TOOLCHAIN_FILE="$root_dir/cmake/release-toolchain.cmake" \
+    -DCMAKE_PROJECT_INCLUDE="$root_dir/cmake/release-project.cmake" \
+    -DRANKCHECK_SYSROOT:PATH="$sysroot" -DRANKCHECK_STAGE:PATH="$root_dir/$stage" \
+    -DRANKCHECK_GLIBC_FLOOR="$(cat "$floor_file" 2>/dev/null || true)" \
+    -DRANKCHECK_TESTS=OFF -DRANKCHECK_WERROR=ON >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log" >&2; die "cmake configure failed"; }
+}
+mkdir -p "$build"
+ln -sfn "$sysroot" "$build/sysroot"  # for scripts/release-check.sh
+configure
+grep -E '^-- rankcheck:' "$build/configure.log" || true
+grep -q -- '-- rankcheck: GPU stage with' "$build/configure.log" ||
+  die "no CUDA/NCCL headers found: a release binary must carry the real GPU stage"
+targets=(rankcheck)
+grep -q -- '-- rankcheck: building rankcheck-mpi' "$build/configure.log" && targets+=(rankcheck-mpi)
+
+# Every header folder on a compile line is the sysroot's, the stage's, the
+# project's, or one that holds nothing of the C library (CUDA, NCCL, Open MPI):
+# a host folder with C library headers would bring glibc 2.36's declarations back.
+while IFS= read -r dir; do
+  [[ $dir == "$sysroot"/* || $dir == "$root_dir"/* ]] && continue
+  [[ -e "$dir/stdio.h" || -e "$dir/pthread.h" || -e "$dir/c++" ]] &&
+    die "a host header folder reaches the release build: $dir"
+done < <(grep -oE -- '(-I|-isystem ?)/[^ "]+' "$build/compile_commands.json" |
+         sed -E 's/^(-I|-isystem ?)//' | sort -u)
+
+# The highest GLIBC_x.y version any of the binaries needs.
+glibc_floor() {
+  objdump -T "$@" | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)*' | sed 's/GLIBC_//' | sort -uV | tail -1
+}
+
+ninja -C "$build" "${targets[@]}"
+floor=$(glibc_floor "${targets[@]/#/$build/}")
+# --version states the floor: a new floor recompiles main.cc and links again.
+if [[ $(cat "$floor_file" 2>/dev/null || true) != "$floor" ]]; then
+  echo "$floor" >"$floor_file"
+  configure
+  ninja -C "$build" "${targets[@]}"
+  [[ $(glibc_floor "${targets[@]/#/$build/}") == "$floor" ]] ||
+    die "the glibc floor moved when --version was rebuilt"
+fi
+
+# -- checks ------------------------------------------------------------------
+for t in "${targets[@]}"; do
+  bin=$build/$t
+  need=$(glibc_floor "$bin")
+  if [[ $(printf '%s\n%s\n' "$need" "$glibc_max" | sort -V | tail -1) != "$glibc_max" ]]; then
+    echo "release: $t needs glibc $need, above the $glibc_max allowed; the symbols:" >&2
+    objdump -T "$bin" | grep -E "GLIBC_$need([^.0-9]|$)" >&2
+    exit 1
+  fi
+  # Only glibc's libraries, and libmpi for rankcheck-mpi.
+  allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2'
+  [[ $t == rankcheck-mpi ]] && allowed+='|libmpi\.so\.[0-9]+'
+  allowed+=')$'
+  extra=$(readelf -d "$bin" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | grep -vE "$allowed" || true)
+  [[ -z "$extra" ]] || die "$t links $(echo $extra): only glibc's libraries may be needed"
+done
+
+# -- dist/: stripped binaries, debug info beside them -------------------------
+rm -rf "$dist"
+mkdir -p "$dist"
+for t in "${targets[@]}"; do
+  objcopy --only-keep-debug --compress-debug-sections=zlib "$build/$t" "$dist/$t.debug"
+  # The debuglink names the file beside the binary; gdb finds it there, or by the
+  # build id under /usr/lib/debug/.build-id/.
+  (cd "$dist" && objcopy --strip-all --add-gnu-debuglink="$t.debug" "$root_dir/$build/$t" "$t")
+  chmod 0644 "$dist/$t.debug"
+done
+size=$(stat -c %s "$dist/rankcheck")
+((size <= max_bytes)) || die "dist/rankcheck is $size bytes, over the $max_bytes allowed"
+version_line=$("$dist/rankcheck" --version)
+[[ $version_line == *"(glibc $floor or newer)" ]] ||
+  die "dist/rankcheck --version says '$version_line', not its floor $floor"
+
+# -- the .deb: the binary, its docs and the launcher recipes ------------------
+version=$(sed -nE 's/^rankcheck ([^ ]+) .*/\1/p' <<<"$version_line")
+pkg=$build/deb
+rm -rf "$pkg"
+install -D -m 0755 "$dist/rankcheck" "$pkg/usr/bin/rankcheck"
+# The layout of CMake's install(): docs beside the README, the recipes under share.
+install -D -m 0644 README.md "$pkg/usr/share/doc/rankcheck/README.md"
+cp -r docs/. "$pkg/usr/share/doc/rankcheck/"
+mkdir -p "$pkg/usr/share/rankcheck"
+cp -r launchers "$pkg/usr/share/rankcheck/"
+chmod -R u+rwX,go+rX,go-w "$pkg"
+mkdir -p "$pkg/DEBIAN"
+cat >"$pkg/DEBIAN/control" <<EOF
+Package: rankcheck
+Version: $version
+Architecture: amd64
+Maintainer: rankcheck developers <rankcheck@localhost>
+Depends: libc6 (>= $floor)
+Section: admin
+Priority: optional
+Installed-Size: $(du -sk "$pkg/usr" | cut -f1)
+Description: pre-launch rendezvous validator for multi-node GPU training
+ Run before a distributed training job: checks every rank's launcher identity,
+ meets all ranks in a TCP rendezvous with a deadline, runs NCCL init and an
+ all-reduce on the GPUs, and names missing, duplicate and misconfigured ranks
+ with their hosts, the cause and the fix. Needs glibc $floor or newer.
+EOF
+dpkg-deb --root-owner-group -Zxz --build "$pkg" "$dist/rankcheck_${version}_amd64.deb" >/dev/null
+(cd "$dist" && sha256sum -- * >SHA256SUMS)
+
+echo "release: $version_line"
+for t in "${targets[@]}"; do
+  printf 'release: dist/%-14s %8d bytes, glibc %s, needs %s\n' "$t" "$(stat -c %s "$dist/$t")" \
+    "$(glibc_floor "$dist/$t")" \
+    "$(readelf -d "$dist/$t" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | paste -sd' ')"
+done
+printf 'release: dist/%s\n' "rankcheck_${version}_amd64.deb"

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Runs ctest's integration suites once more, against other binaries (the release
+ones in dist/).
+
+    tests/release/run_integration.py BUILD_DIR NAME=PATH [NAME=PATH ...] [-j N]
+
+e.g. `run_integration.py build RANKCHECK_BIN=dist/rankcheck`. ctest's ENVIRONMENT
+property names build/rankcheck and would win over the caller's environment, so the
+suites are read from `ctest --show-only=json-v1` and started here with the named
+variables replaced; the rest of each suite's environment (the fake GPU library,
+the real NCCL path) is ctest's own. Output of a failed suite is shown; the last
+line counts the suites, 'N passed, N failed'.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+def suites(build_dir):
+    out = subprocess.run(["ctest", "--test-dir", build_dir, "-R", "^integration: ",
+                          "--show-only=json-v1"], check=True, capture_output=True, text=True)
+    for test in json.loads(out.stdout)["tests"]:
+        props = {p["name"]: p["value"] for p in test.get("properties", [])}
+        env = dict(kv.split("=", 1) for kv in props.get("ENVIRONMENT", []))
+        yield test["name"], test["command"], props.get("WORKING_DIRECTORY"), env
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("build_dir")
+    ap.add_argument("overrides", nargs="+", metavar="NAME=PATH")
+    ap.add_argument("-j", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    overrides = {}
+    for kv in args.overrides:
+        name, _, path = kv.partition("=")
+        overrides[name] = os.path.abspath(path)
+
+    def run(suite):
+        name, command, cwd, env = suite
+        env = {**os.environ, **env, **overrides}
+        start = time.monotonic()
+        try:
+            r = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                               timeout=args.timeout)
+            ok, output = r.returncode == 0, r.stdout + r.stderr
+        except subprocess.TimeoutExpired as e:
+            ok, output = False, f"timed out after {args.timeout} s\n{e.stdout or ''}{e.stderr or ''}"
+        return name, ok, time.monotonic() - start, output
+
+    found = list(suites(args.build_dir))
+    if not found:
+        print(f"run_integration: ctest in {args.build_dir} lists no integration suite",
+              file=sys.stderr)
+        return 1
+    shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    print(f"integration suites against {shown}")
+    passed = failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
+        for name, ok, secs, output in pool.map(run, found):
+            print(f"  {name:<30} {'Passed' if ok else '***Failed'}  {secs:6.2f} sec", flush=True)
+            if ok:
+                passed += 1
+            else:
+                failed += 1
+                print(output)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
