@@ -24,7 +24,7 @@ if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
     [[ -e "$cand" ]] && { export RANKCHECK_NCCL_LIB=$cand; break; }
   done
 fi
-echo "== rankcheck $("$BIN" --version) · $(uname -n) · NCCL library: ${RANKCHECK_NCCL_LIB:-libnccl.so.2 (loader default)}"
+echo "== $("$BIN" --version) · $(uname -n) · NCCL library: ${RANKCHECK_NCCL_LIB:-libnccl.so.2 (loader default)}"
 command -v nvidia-smi >/dev/null && nvidia-smi -L
 
 echo; echo "== inventory (rankcheck env)"
