@@ -1,34 +1,80 @@
 // A fake CUDA driver and NCCL in one shared library, for tests on machines
 // without GPUs. It exports the symbols rankcheck's GPU stage dlopen()s, with the
 // same C signatures, and is loaded through the same path (RANKCHECK_CUDA_LIB,
-// RANKCHECK_NCCL_LIB). What it fakes, driven by environment variables:
+// RANKCHECK_NCCL_LIB). It behaves like the NCCL version it reports, the newest
+// by default. What it fakes, driven by environment variables:
 //
-//   FAKE_GPUS=uuid,uuid,...   the host's GPUs (CUDA_VISIBLE_DEVICES filters them
-//                             by index or UUID, as the real driver does)
+//   FAKE_GPUS=uuid,uuid,...   the host's GPUs. "GPU-a/MIG-b" is MIG slice b of GPU a:
+//                             slices of one GPU share its PCI bus id, cuDeviceGetUuid
+//                             names the GPU and cuDeviceGetUuid_v2 the slice.
+//                             CUDA_VISIBLE_DEVICES filters them by index, GPU- or MIG-
+//                             UUID, as the driver does: it stops at the first entry that
+//                             names nothing, and cuInit fails with CUDA_ERROR_NO_DEVICE
+//                             (100) when nothing is left.
 //   FAKE_CUDA_VERSION=13000   what cuDriverGetVersion says
-//   FAKE_CUDA_INIT=fail       cuInit fails
-//   FAKE_NCCL_VERSION=22809   what ncclGetVersion says
-//   FAKE_NCCL_INIT=fail|fail-now|hang   this process's communicators fail later,
-//                             fail at once with no communicator, or never finish
+//   FAKE_CUDA_INIT=fail       cuInit fails (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
 //   FAKE_CUDA_COPY=fail       copies between host and GPU fail
-//   FAKE_NCCL_ALLREDUCE=wrong|hang   a wrong total on this process, or none
+//   FAKE_NCCL_VERSION=22809   what ncclGetVersion says, and which NCCL the fake is:
+//       2.23 and later (NCCL's group.cc: every group on a non-blocking communicator
+//             runs in a thread NCCL starts): a collective, or ncclGroupEnd with one,
+//             returns ncclInProgress; the work is launched onto the stream only while
+//             the caller polls ncclCommGetAsyncError, after the first collective's
+//             connection setup has met every rank; any other call on a communicator
+//             still in progress is refused (ncclInvalidArgument), ncclCommDestroy too.
+//       2.22: collectives are launched in the call; the first one's connection setup
+//             (NCCL_RUNTIME_CONNECT) blocks the caller until every rank has arrived.
+//       2.18-2.21: collectives are launched in the call and return at once; the
+//             kernel waits on the stream for the other ranks.
+//   FAKE_NCCL_INIT=fail|fail-now|hang   communicators fail later, fail at once with no
+//                             communicator, or never finish init
+//   FAKE_NCCL_ALLREDUCE=MODE  the one-element (int64) all-reduce: wrong (a total one too
+//                             high), hang (this rank never arrives), fail-now (the call
+//                             fails), neterr (this rank connects but its data never arrives,
+//                             and 100 ms after the launch ncclCommGetAsyncError reports a
+//                             network error);
+//                             bandwidth-hang, bandwidth-fail-now, bandwidth-neterr: the
+//                             same for the float all-reduces of --bandwidth only
+//   FAKE_NCCL_RANKS=1,5       FAKE_NCCL_INIT, FAKE_NCCL_ALLREDUCE and FAKE_NCCL_ABORT act on
+//                             these global ranks only (default: all of this process's)
+//   FAKE_NCCL_ABORT=hang      ncclCommAbort never returns (NVIDIA/nccl#863, #1777)
+//   FAKE_NCCL_BUSBW=100       the bus bandwidth a collective's kernel runs at, in GB/s
 //
 // The collective itself is real across processes: ncclGetUniqueId makes a
 // directory whose path travels in the id; ranks register and exchange their
-// contributions as files there, so an all-reduce sums what every process sent,
-// and init finishes only when every rank has registered.
+// contributions as files there, so an int64 all-reduce sums what every process
+// sent (float all-reduces are timed, not summed), and init finishes only when
+// every rank has registered. Streams keep their work in order on a clock shared by
+// the processes (CLOCK_MONOTONIC): a kernel starts when the stream reaches it and
+// the last rank has arrived, and runs for its size over the bus bandwidth; events
+// take their time from that clock, and a result is written to the receive buffer
+// only when its kernel completes, as on a GPU.
+//
+// ncclGetLastError, as in NCCL, is one buffer for the whole process. Misuse that
+// real NCCL punishes later (a call on a communicator that is destroyed or still in
+// progress, ncclGroupEnd outside a group, a communicator never destroyed or
+// aborted, an abort queued in a group that is never ended) is printed on stderr as
+// "fake NCCL: misuse: ...", which the tests look for.
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 namespace {
@@ -36,10 +82,6 @@ namespace {
 using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
-struct CUctx_st {
-  int device;
-};
-struct CUstream_st;
 struct CUuuid {
   char bytes[16];
 };
@@ -53,10 +95,12 @@ struct ncclConfigHead {  // the leading fields of ncclConfig_t
   unsigned version;
   int blocking;
 };
-constexpr CUresult kOk = 0, kInvalidValue = 1, kNotInitialized = 3, kNoDevice = 100,
-                   kNotReady = 600;
-constexpr ncclResult_t kNcclOk = 0, kNcclSystemError = 2, kNcclInvalidArgument = 4,
+constexpr CUresult kOk = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3,
+                   kNoDevice = 100, kInvalidHandle = 400, kNotReady = 600, kDriverMismatch = 803;
+constexpr ncclResult_t kNcclOk = 0, kNcclSystemError = 2, kNcclInternalError = 3,
+                       kNcclInvalidArgument = 4, kNcclInvalidUsage = 5, kNcclRemoteError = 6,
                        kNcclInProgress = 7;
+constexpr int kInt64 = 4, kFloat = 7;
 
 std::string env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
@@ -73,8 +117,79 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+void pause_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+void misuse(const std::string& what) {
+  std::string line = "fake NCCL: misuse: " + what + "\n";
+  [[maybe_unused]] ssize_t n = ::write(2, line.data(), line.size());
+}
+
+int nccl_version() {
+  return std::atoi(env("FAKE_NCCL_VERSION", "22809").c_str());
+}
+// 2.23 and later: a non-blocking communicator's group runs in a thread NCCL starts.
+bool async_groups() {
+  return nccl_version() >= 22300;
+}
+// 2.22: runtime connection setup in the caller's thread, at the first collective.
+bool connect_blocks_caller() {
+  int v = nccl_version();
+  return v >= 22200 && v < 22300;
+}
+
+// Whether an injection (FAKE_NCCL_INIT, ...) applies to global rank `rank`.
+bool injected_for(int rank) {
+  std::string ranks = env("FAKE_NCCL_RANKS");
+  if (ranks.empty()) return true;
+  for (const std::string& r : split(ranks)) {
+    if (std::atoi(r.c_str()) == rank) return true;
+  }
+  return false;
+}
+
+// The all-reduce injection for this rank and data type ("" when none).
+std::string allreduce_mode(int rank, int type) {
+  std::string mode = env("FAKE_NCCL_ALLREDUCE");
+  if (mode.empty() || !injected_for(rank)) return "";
+  bool bandwidth = mode.rfind("bandwidth-", 0) == 0;
+  if (bandwidth != (type == kFloat)) return "";
+  return bandwidth ? mode.substr(10) : mode;
+}
+
+struct FakeDevice {
+  std::string gpu;  // GPU-...
+  std::string mig;  // MIG-..., or "" for a whole GPU
+  int bus = 0;      // the physical GPU's index: its PCI bus id
+};
+
+std::mutex g_mu;  // everything below; never held while a call waits
 bool g_init = false;
-std::vector<std::string> g_visible;  // UUIDs of the visible devices
+std::vector<FakeDevice> g_visible;
+std::string g_last_error;  // ncclGetLastError: one buffer per process, as in NCCL
+
+std::vector<FakeDevice> all_devices() {
+  std::vector<FakeDevice> out;
+  std::vector<std::string> parents;
+  for (const std::string& item : split(env("FAKE_GPUS"))) {
+    FakeDevice d;
+    auto slash = item.find('/');
+    d.gpu = item.substr(0, slash);
+    if (slash != std::string::npos) d.mig = item.substr(slash + 1);
+    auto it = std::find(parents.begin(), parents.end(), d.gpu);
+    d.bus = int(it - parents.begin());
+    if (it == parents.end()) parents.push_back(d.gpu);
+    out.push_back(d);
+  }
+  return out;
+}
 
 std::string dir_of(const ncclUniqueId& id) {
   return std::string(id.internal);
@@ -94,6 +209,13 @@ void write_file(const std::string& path, const std::string& data) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 int count_prefix(const std::string& dir, const std::string& prefix) {
   int n = 0;
   if (DIR* d = ::opendir(dir.c_str())) {
@@ -106,30 +228,319 @@ int count_prefix(const std::string& dir, const std::string& prefix) {
   return n;
 }
 
+// Device memory: host memory, remembered so that a kernel never writes to a
+// buffer that was freed under it.
+std::map<uintptr_t, size_t> g_allocations;
+bool live(const void* p, size_t bytes) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = g_allocations.upper_bound(a);
+  if (it == g_allocations.begin()) return false;
+  --it;
+  return a >= it->first && a + bytes <= it->first + it->second;
+}
+
+}  // namespace
+
+struct ncclComm;
+
+namespace {
+
+// One collective of one rank: registered by its rank, a kernel on its stream.
+struct Coll {
+  ncclComm* comm = nullptr;
+  int seq = 0;
+  void* recv = nullptr;
+  size_t count = 0;
+  int type = kInt64;
+  double seconds = 0;    // the kernel's run time
+  bool connects = true;  // takes part in the connection setup (at the first collective)
+  bool arrives = true;   // sends its contribution
+  bool wrong = false;
+  bool applied = false;
+  std::optional<double> last_arrival;  // once every rank has arrived
+};
+
+struct FakeEvent;
+
+struct Op {
+  std::shared_ptr<Coll> coll;  // a kernel, or
+  FakeEvent* event = nullptr;  // an event
+  double enqueued = 0;
+  bool resolved = false;
+  double done_at = 0;
+};
+
+}  // namespace
+
+struct CUstream_st {
+  std::deque<Op> ops;
+  double tail = 0;  // when the last finished op finished
+};
+struct CUevent_st {};
+struct CUctx_st {
+  int device;
+};
+
+namespace {
+
+struct FakeEvent : CUevent_st {
+  bool recorded = false;
+  bool complete = false;
+  double time = 0;
+  CUstream_st* stream = nullptr;
+};
+
+// A collective handed to a group, not yet launched.
+struct Queued {
+  std::shared_ptr<Coll> coll;
+  CUstream_st* stream;
+  const void* send;
+};
+
+// ncclGroupStart/End nest per thread, as in NCCL.
+struct ThreadGroup {
+  int depth = 0;
+  ncclResult_t error = kNcclOk;
+  bool inits = false;
+  std::vector<Queued> ops;
+  std::vector<ncclComm*> reclaims;  // aborts and destroys called inside the group
+};
+thread_local ThreadGroup t_group;
+
 }  // namespace
 
 struct ncclComm {
   std::string dir;
   int nranks = 0;
   int rank = 0;
-  bool hang = false;
-  bool failed = false;
-  int seq = 0;  // collectives issued
-  std::string last_error;
-};
-
-struct PendingReduce {
-  ncclComm* comm;
-  int seq;
-  void* recv;
-  size_t count;
-  int type;  // 4: ncclInt64, 7: ncclFloat
-  CUstream_st* stream;
+  bool init_hang = false;
+  bool init_failed = false;
+  bool initialized = false;
+  int seq = 0;                    // collectives issued
+  bool connected = false;         // the first collective met every rank
+  std::vector<Queued> launching;  // 2.23+: waiting for the group's thread
+  ncclResult_t error = kNcclOk;   // sticky asynchronous error
+  double neterr_at = 0;           // when a network error shows, 0: never
+  bool aborting = false;          // the abort flag: waits and kernels give up
+  bool abort_called = false;      // ncclCommAbort was entered
+  bool queued_reclaim = false;    // ncclCommAbort/Destroy inside an open group
+  bool dead = false;              // destroyed or aborted
+  int in_calls = 0;               // threads inside a call on this communicator
 };
 
 namespace {
-std::vector<PendingReduce> g_pending;
-std::string g_last_error;
+
+std::vector<ncclComm*> g_comms;  // every communicator made, never freed
+
+// The leftovers NCCL would leak: checked when the process exits normally.
+struct ExitCheck {
+  ~ExitCheck() {
+    std::unique_lock lock(g_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return;  // a thread is inside the fake: say nothing
+    for (ncclComm* c : g_comms) {
+      if (c->dead || c->abort_called) continue;
+      if (c->queued_reclaim) {
+        misuse("ncclCommAbort/ncclCommDestroy for rank " + std::to_string(c->rank) +
+               " was called inside a group that was never ended: nothing was aborted");
+      } else {
+        misuse("the communicator of rank " + std::to_string(c->rank) +
+               " was neither destroyed nor aborted");
+      }
+    }
+  }
+} g_exit_check;
+
+// Counts a thread inside a call on `c`, so that an abort waits for it to leave.
+struct InCall {
+  explicit InCall(ncclComm* c) : c_(c) { ++c_->in_calls; }
+  ~InCall() { --c_->in_calls; }
+  ncclComm* c_;
+};
+
+std::string arrival_path(const ncclComm* c, int seq, int rank) {
+  return c->dir + "/at" + std::to_string(seq) + "-" + std::to_string(rank);
+}
+
+// Announces this rank's arrival at collective `seq`, with its contribution.
+void register_arrival(const Coll& k, const void* send, double stamp) {
+  const ncclComm* c = k.comm;
+  if (k.connects && !exists(c->dir + "/cn-" + std::to_string(c->rank))) {
+    write_file(c->dir + "/cn-" + std::to_string(c->rank), "1");
+  }
+  if (!k.arrives) return;
+  if (k.type == kInt64) {
+    write_file(c->dir + "/ar" + std::to_string(k.seq) + "-" + std::to_string(c->rank),
+               std::string(static_cast<const char*>(send), k.count * 8));
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9f", stamp);
+  write_file(arrival_path(c, k.seq, c->rank), buf);
+}
+
+// Whether every rank has reached its first collective: the connections are set up.
+bool all_connected(const ncclComm* c) {
+  return count_prefix(c->dir, "cn-") >= c->nranks;
+}
+
+// When the last rank arrived at collective `seq`; nothing while one is missing.
+std::optional<double> last_arrival(const ncclComm* c, int seq) {
+  std::string prefix = "at" + std::to_string(seq) + "-";
+  if (count_prefix(c->dir, prefix) < c->nranks) return std::nullopt;
+  double last = 0;
+  for (int r = 0; r < c->nranks; ++r) {
+    last = std::max(last, std::atof(read_file(arrival_path(c, seq, r)).c_str()));
+  }
+  return last;
+}
+
+// The sum every rank sent, into the receive buffer.
+void apply(Coll& k) {
+  if (k.applied) return;
+  k.applied = true;
+  if (k.type != kInt64 || !live(k.recv, k.count * 8)) return;
+  std::vector<int64_t> sum(k.count, 0);
+  for (int r = 0; r < k.comm->nranks; ++r) {
+    std::string part =
+        read_file(k.comm->dir + "/ar" + std::to_string(k.seq) + "-" + std::to_string(r));
+    for (size_t i = 0; i < k.count && (i + 1) * 8 <= part.size(); ++i) {
+      int64_t v;
+      std::memcpy(&v, part.data() + i * 8, 8);
+      sum[i] += v;
+    }
+  }
+  if (k.wrong && !sum.empty()) sum[0] += 1;
+  std::memcpy(k.recv, sum.data(), k.count * 8);
+}
+
+// Moves a stream forward to now: the kernels that completed write their results,
+// the events that were reached take their times. True when the stream is empty.
+bool advance(CUstream_st* s) {
+  double now = now_s();
+  double prev = s->tail;
+  for (Op& op : s->ops) {
+    if (!op.resolved) {
+      if (op.coll != nullptr && !op.coll->comm->aborting) {
+        Coll& k = *op.coll;
+        if (!k.last_arrival) k.last_arrival = last_arrival(k.comm, k.seq);
+        if (!k.last_arrival) break;  // a rank has not arrived: the kernel waits
+        op.done_at = std::max({prev, op.enqueued, *k.last_arrival}) + k.seconds;
+      } else {
+        op.done_at = std::max(prev, op.enqueued);  // an event, or an aborted kernel
+      }
+      op.resolved = true;
+    }
+    prev = op.done_at;
+  }
+  while (!s->ops.empty() && s->ops.front().resolved && s->ops.front().done_at <= now) {
+    Op& op = s->ops.front();
+    if (op.coll != nullptr && !op.coll->comm->aborting) apply(*op.coll);
+    if (op.event != nullptr) {
+      op.event->complete = true;
+      op.event->time = op.done_at;
+    }
+    s->tail = op.done_at;
+    s->ops.pop_front();
+  }
+  return s->ops.empty();
+}
+
+void enqueue(const Queued& q) {
+  Op op;
+  op.coll = q.coll;
+  op.enqueued = now_s();
+  q.stream->ops.push_back(op);
+}
+
+// Whether `c` is still in progress (init, or a group not launched yet).
+bool in_progress(const ncclComm* c) {
+  return c->error == kNcclOk && (!c->initialized || !c->launching.empty());
+}
+
+// What ncclCommGetAsyncError sees: moves `c` forward first.
+ncclResult_t progress(ncclComm* c) {
+  if (!c->initialized && c->error == kNcclOk) {
+    if (c->init_failed) {
+      c->error = kNcclSystemError;
+      g_last_error =
+          "fake: init failed as asked (FAKE_NCCL_INIT=fail) on rank " + std::to_string(c->rank);
+    } else if (!c->init_hang && count_prefix(c->dir, "init-") >= c->nranks) {
+      c->initialized = true;
+    }
+  }
+  if (c->error == kNcclOk && c->initialized && !c->launching.empty()) {
+    // The group's thread: connection setup at the first collective meets every rank.
+    if (!c->connected && all_connected(c)) c->connected = true;
+    if (c->connected) {
+      for (const Queued& q : c->launching)
+        enqueue(q);
+      c->launching.clear();
+    }
+  }
+  if (c->error == kNcclOk && c->neterr_at > 0 && now_s() >= c->neterr_at) {
+    c->error = kNcclRemoteError;
+    g_last_error =
+        "NET/IB : Got completion from peer 10.0.0.12<47312> with status=12 opcode=0 "
+        "len=0 vendor err 129 (Recv) on rank " +
+        std::to_string(c->rank) + " (fake)";
+  }
+  if (c->error != kNcclOk) return c->error;
+  return in_progress(c) ? kNcclInProgress : kNcclOk;
+}
+
+// NCCL's ncclCommEnsureReady: a communicator in progress is refused.
+ncclResult_t ensure_ready(ncclComm* c, const char* call) {
+  ncclResult_t state = progress(c);
+  if (state == kNcclInProgress) {
+    g_last_error = "Attempt to use communicator before the previous operation returned ncclSuccess";
+    misuse(std::string(call) + " on the communicator of rank " + std::to_string(c->rank) +
+           " while it is still in progress");
+    return kNcclInvalidArgument;
+  }
+  return state;
+}
+
+bool refuse_dead(const ncclComm* c, const char* call) {
+  if (c == nullptr || !c->dead) return false;
+  misuse(std::string(call) + " on a communicator already destroyed or aborted");
+  return true;
+}
+
+// Launches collectives (a call outside a group, or the end of one). The lock is
+// released while a 2.22 connection setup waits for the other ranks.
+ncclResult_t launch(std::unique_lock<std::mutex>& lock, std::vector<Queued> ops, double stamp) {
+  for (const Queued& q : ops)
+    register_arrival(*q.coll, q.send, stamp);
+  if (async_groups()) {
+    for (const Queued& q : ops) {
+      ncclComm* c = q.coll->comm;
+      c->launching.push_back(q);
+      if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
+    }
+    return ops.empty() ? kNcclOk : kNcclInProgress;
+  }
+  for (const Queued& q : ops) {
+    ncclComm* c = q.coll->comm;
+    InCall in(c);
+    while (connect_blocks_caller() && !c->connected) {
+      if (c->aborting) {
+        g_last_error = "fake: aborted during connection setup";
+        return kNcclInternalError;
+      }
+      if (all_connected(c)) {
+        c->connected = true;
+        break;
+      }
+      lock.unlock();
+      pause_ms(1);
+      lock.lock();
+    }
+    c->connected = true;
+    enqueue(q);
+    if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
+  }
+  return kNcclOk;
+}
+
 }  // namespace
 
 extern "C" {
@@ -137,24 +548,34 @@ extern "C" {
 // ----- CUDA driver ----------------------------------------------------------
 
 CUresult cuInit(unsigned) {
-  if (env("FAKE_CUDA_INIT") == "fail") return kNoDevice;
-  std::vector<std::string> all = split(env("FAKE_GPUS"));
+  if (env("FAKE_CUDA_INIT") == "fail") return kDriverMismatch;
+  std::lock_guard lock(g_mu);
+  std::vector<FakeDevice> all = all_devices();
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
   g_visible.clear();
   if (cvd == nullptr) {
     g_visible = all;
   } else {
+    // As the driver does: the first entry that names no device ends the list.
     for (const std::string& item : split(cvd)) {
+      size_t before = g_visible.size();
       if (item.rfind("GPU-", 0) == 0) {
-        for (const auto& u : all) {
-          if (u == item) g_visible.push_back(u);
+        for (const auto& d : all) {
+          if (d.gpu == item && d.mig.empty()) g_visible.push_back(d);
+        }
+      } else if (item.rfind("MIG-", 0) == 0) {
+        for (const auto& d : all) {
+          if (d.mig == item) g_visible.push_back(d);
         }
       } else {
-        size_t i = std::strtoul(item.c_str(), nullptr, 10);
-        if (i < all.size()) g_visible.push_back(all[i]);
+        char* end = nullptr;
+        unsigned long i = std::strtoul(item.c_str(), &end, 10);
+        if (end != nullptr && *end == '\0' && i < all.size()) g_visible.push_back(all[i]);
       }
+      if (g_visible.size() == before) break;
     }
   }
+  if (g_visible.empty()) return kNoDevice;
   g_init = true;
   return kOk;
 }
@@ -163,23 +584,30 @@ CUresult cuDriverGetVersion(int* v) {
   return kOk;
 }
 CUresult cuDeviceGetCount(int* n) {
+  std::lock_guard lock(g_mu);
   if (!g_init) return kNotInitialized;
   *n = static_cast<int>(g_visible.size());
   return kOk;
 }
 CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  std::lock_guard lock(g_mu);
   if (ordinal < 0 || ordinal >= static_cast<int>(g_visible.size())) return kInvalidValue;
   *d = ordinal;
   return kOk;
 }
-CUresult cuDeviceGetName(char* name, int len, CUdevice) {
-  std::snprintf(name, static_cast<size_t>(len), "Fake GPU");
+CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  std::lock_guard lock(g_mu);
+  bool mig = d >= 0 && size_t(d) < g_visible.size() && !g_visible[size_t(d)].mig.empty();
+  std::snprintf(name, static_cast<size_t>(len), mig ? "Fake GPU MIG 1g.18gb" : "Fake GPU");
   return kOk;
 }
-CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
-  // "GPU-xxxxxxxx-xxxx-..." back into 16 bytes.
+}  // extern "C"
+
+namespace {
+void uuid_bytes(const std::string& text, CUuuid* u) {
+  // "GPU-xxxxxxxx-xxxx-..." (or MIG-) back into 16 bytes.
   std::string hex;
-  for (char c : g_visible[static_cast<size_t>(d)].substr(4)) {
+  for (char c : text.substr(4)) {
     if (c != '-') hex += c;
   }
   hex.resize(32, '0');
@@ -187,10 +615,31 @@ CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
     u->bytes[i] =
         static_cast<char>(std::strtoul(hex.substr(size_t(i) * 2, 2).c_str(), nullptr, 16));
   }
+}
+}  // namespace
+
+extern "C" {
+
+// The GPU's UUID, also for a MIG slice (the old entry point).
+CUresult cuDeviceGetUuid(CUuuid* u, CUdevice d) {
+  std::lock_guard lock(g_mu);
+  if (d < 0 || size_t(d) >= g_visible.size()) return kInvalidValue;
+  uuid_bytes(g_visible[size_t(d)].gpu, u);
+  return kOk;
+}
+// The slice's own UUID in MIG mode, as CUDA 11.4+ documents it.
+CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
+  std::lock_guard lock(g_mu);
+  if (d < 0 || size_t(d) >= g_visible.size()) return kInvalidValue;
+  const FakeDevice& dev = g_visible[size_t(d)];
+  uuid_bytes(dev.mig.empty() ? dev.gpu : dev.mig, u);
   return kOk;
 }
 CUresult cuDeviceGetPCIBusId(char* bus, int len, CUdevice d) {
-  std::snprintf(bus, static_cast<size_t>(len), "00000000:%02X:00.0", 0x10 + d);
+  std::lock_guard lock(g_mu);
+  if (d < 0 || size_t(d) >= g_visible.size()) return kInvalidValue;
+  std::snprintf(bus, static_cast<size_t>(len), "00000000:%02X:00.0",
+                0x10 + g_visible[size_t(d)].bus);
   return kOk;
 }
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
@@ -211,88 +660,131 @@ CUresult cuCtxSetCurrent(CUctx_st*) {
   return kOk;
 }
 CUresult cuStreamCreate(CUstream_st** s, unsigned) {
-  *s = reinterpret_cast<CUstream_st*>(new char(0));
+  *s = new CUstream_st;
   return kOk;
 }
 CUresult cuStreamDestroy_v2(CUstream_st* s) {
-  delete reinterpret_cast<char*>(s);
+  std::lock_guard lock(g_mu);
+  for (Op& op : s->ops) {  // the events on it stop waiting for it
+    if (op.event != nullptr) {
+      op.event->complete = true;
+      op.event->stream = nullptr;
+    }
+  }
+  delete s;
   return kOk;
 }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
-  *p = reinterpret_cast<CUdeviceptr>(std::calloc(1, bytes));
-  return *p != 0 ? kOk : 2;
+  std::lock_guard lock(g_mu);
+  void* m = std::calloc(1, bytes);
+  if (m == nullptr) return kOutOfMemory;
+  g_allocations[reinterpret_cast<uintptr_t>(m)] = bytes;
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return kOk;
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
+  std::lock_guard lock(g_mu);
+  g_allocations.erase(uintptr_t(p));
   std::free(reinterpret_cast<void*>(p));
   return kOk;
 }
-// Copies are immediate here; the real asynchronous one is ordered by its stream.
+// The copy to the GPU is done at once: it is the first work on its stream here.
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream_st*) {
   if (env("FAKE_CUDA_COPY") == "fail") return kInvalidValue;
   std::memcpy(reinterpret_cast<void*>(dst), src, n);
   return kOk;
 }
+// Synchronous, and (as with a CU_STREAM_NON_BLOCKING stream) not ordered after any
+// stream's work: it reads what the buffer holds now.
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   if (env("FAKE_CUDA_COPY") == "fail") return kInvalidValue;
+  std::lock_guard lock(g_mu);
   std::memcpy(dst, reinterpret_cast<void*>(src), n);
   return kOk;
 }
 CUresult cuGetErrorString(CUresult rc, const char** s) {
-  *s = rc == kNoDevice ? "no CUDA-capable device is detected (fake)" : "fake CUDA error";
+  switch (rc) {
+    case kNoDevice:
+      *s = "no CUDA-capable device is detected";
+      return kOk;
+    case kDriverMismatch:
+      *s = "system has unsupported display driver / cuda driver combination";
+      return kOk;
+    case kNotReady:
+      *s = "device not ready";
+      return kOk;
+    case kInvalidValue:
+      *s = "invalid argument";
+      return kOk;
+    default:
+      *s = "fake CUDA error";
+      return kOk;
+  }
+}
+
+// A stream is done when every kernel on it has every contribution and has run.
+CUresult cuStreamQuery(CUstream_st* s) {
+  std::lock_guard lock(g_mu);
+  return advance(s) ? kOk : kNotReady;
+}
+CUresult cuStreamSynchronize(CUstream_st* s) {
+  while (cuStreamQuery(s) == kNotReady)
+    pause_ms(1);
   return kOk;
 }
 
-// A stream is done when every pending all-reduce on it has every contribution.
-CUresult cuStreamQuery(CUstream_st* s) {
-  for (auto it = g_pending.begin(); it != g_pending.end();) {
-    if (it->stream != s) {
-      ++it;
-      continue;
+CUresult cuEventCreate(CUevent_st** e, unsigned) {
+  *e = new FakeEvent;
+  return kOk;
+}
+CUresult cuEventDestroy_v2(CUevent_st* e) {
+  std::lock_guard lock(g_mu);
+  auto* ev = static_cast<FakeEvent*>(e);
+  if (ev->stream != nullptr) {
+    for (Op& op : ev->stream->ops) {
+      if (op.event == ev) op.event = nullptr;
     }
-    ncclComm* c = it->comm;
-    std::string prefix = "ar" + std::to_string(it->seq) + "-";
-    if (c->hang || count_prefix(c->dir, prefix) < c->nranks) return kNotReady;
-    size_t width = it->type == 4 ? 8 : 4;
-    std::vector<char> sum(it->count * width, 0);
-    for (int r = 0; r < c->nranks; ++r) {
-      std::ifstream in(c->dir + "/" + prefix + std::to_string(r), std::ios::binary);
-      std::vector<char> part(sum.size());
-      in.read(part.data(), static_cast<std::streamsize>(part.size()));
-      for (size_t k = 0; k < it->count; ++k) {
-        if (width == 8) {
-          int64_t a, b;
-          std::memcpy(&a, &sum[k * 8], 8);
-          std::memcpy(&b, &part[k * 8], 8);
-          a += b;
-          std::memcpy(&sum[k * 8], &a, 8);
-        } else {
-          float a, b;
-          std::memcpy(&a, &sum[k * 4], 4);
-          std::memcpy(&b, &part[k * 4], 4);
-          a += b;
-          std::memcpy(&sum[k * 4], &a, 4);
-        }
-      }
-    }
-    if (env("FAKE_NCCL_ALLREDUCE") == "wrong" && width == 8) {
-      int64_t a;
-      std::memcpy(&a, sum.data(), 8);
-      a += 1;
-      std::memcpy(sum.data(), &a, 8);
-    }
-    std::memcpy(it->recv, sum.data(), sum.size());
-    it = g_pending.erase(it);
   }
+  delete ev;
+  return kOk;
+}
+CUresult cuEventRecord(CUevent_st* e, CUstream_st* s) {
+  std::lock_guard lock(g_mu);
+  auto* ev = static_cast<FakeEvent*>(e);
+  ev->recorded = true;
+  ev->complete = false;
+  ev->stream = s;
+  Op op;
+  op.event = ev;
+  op.enqueued = now_s();
+  s->ops.push_back(op);
+  return kOk;
+}
+CUresult cuEventQuery(CUevent_st* e) {
+  std::lock_guard lock(g_mu);
+  auto* ev = static_cast<FakeEvent*>(e);
+  if (!ev->recorded) return kOk;
+  if (!ev->complete && ev->stream != nullptr) advance(ev->stream);
+  return ev->complete ? kOk : kNotReady;
+}
+CUresult cuEventElapsedTime_v2(float* ms, CUevent_st* a, CUevent_st* b) {
+  std::lock_guard lock(g_mu);
+  auto* ea = static_cast<FakeEvent*>(a);
+  auto* eb = static_cast<FakeEvent*>(b);
+  if (!ea->recorded || !eb->recorded) return kInvalidHandle;
+  if (!ea->complete || !eb->complete) return kNotReady;
+  *ms = static_cast<float>((eb->time - ea->time) * 1000.0);
   return kOk;
 }
 
 // ----- NCCL -----------------------------------------------------------------
 
 ncclResult_t ncclGetVersion(int* v) {
-  *v = std::atoi(env("FAKE_NCCL_VERSION", "22809").c_str());
+  *v = nccl_version();
   return kNcclOk;
 }
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::lock_guard lock(g_mu);
   std::string tmpl = env("TMPDIR", "/tmp") + "/rankcheck-fake-nccl-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
@@ -306,76 +798,175 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfigHead* config) {
+  std::lock_guard lock(g_mu);
   if (config == nullptr || config->blocking != 0) {
     g_last_error = "fake NCCL expects a non-blocking config";
     return kNcclInvalidArgument;
   }
-  std::string mode = env("FAKE_NCCL_INIT");
+  std::string mode = injected_for(rank) ? env("FAKE_NCCL_INIT") : "";
   if (mode == "fail-now") {  // as NCCL does for bad arguments: an error and no communicator
     *comm = nullptr;
     g_last_error = "fake: init refused at once as asked (FAKE_NCCL_INIT=fail-now)";
+    if (t_group.depth > 0) t_group.error = kNcclInvalidArgument;
     return kNcclInvalidArgument;
   }
-  auto* c = new ncclComm{dir_of(id), nranks, rank, false, false, 0, ""};
+  auto* c = new ncclComm;
+  c->dir = dir_of(id);
+  c->nranks = nranks;
+  c->rank = rank;
+  g_comms.push_back(c);
   *comm = c;
+  if (t_group.depth > 0) t_group.inits = true;
   if (mode == "fail") {
-    c->failed = true;
-    c->last_error = "fake: init failed as asked (FAKE_NCCL_INIT=fail)";
+    c->init_failed = true;
     return kNcclInProgress;
   }
-  c->hang = mode == "hang";
-  if (!c->hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
+  c->init_hang = mode == "hang";
+  if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
   return kNcclInProgress;
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm* c, ncclResult_t* state) {
-  if (c->failed) {
-    *state = kNcclSystemError;
-  } else if (c->hang || count_prefix(c->dir, "init-") < c->nranks) {
-    *state = kNcclInProgress;
-  } else {
-    *state = kNcclOk;
-  }
+  std::lock_guard lock(g_mu);
+  if (refuse_dead(c, "ncclCommGetAsyncError")) return kNcclInvalidArgument;
+  InCall in(c);
+  *state = progress(c);
   return kNcclOk;
 }
 ncclResult_t ncclCommAbort(ncclComm* c) {
-  delete c;
+  if (c == nullptr) return kNcclOk;
+  std::unique_lock lock(g_mu);
+  if (refuse_dead(c, "ncclCommAbort")) return kNcclInvalidArgument;
+  c->aborting = true;  // the abort flag: whatever waits on this communicator gives up
+  if (env("FAKE_NCCL_ABORT") == "hang" && injected_for(c->rank)) {
+    c->abort_called = true;
+    lock.unlock();
+    for (;;)
+      pause_ms(100);  // an abort that never returns
+  }
+  if (t_group.depth > 0) {  // NCCL opens a group of its own: inside the caller's, it waits
+    c->queued_reclaim = true;
+    t_group.reclaims.push_back(c);
+    return kNcclOk;
+  }
+  c->abort_called = true;
+  for (int i = 0; i < 5000 && c->in_calls > 0; ++i) {  // joins what runs on it
+    lock.unlock();
+    pause_ms(1);
+    lock.lock();
+  }
+  c->dead = true;
   return kNcclOk;
 }
 ncclResult_t ncclCommDestroy(ncclComm* c) {
-  delete c;
+  if (c == nullptr) return kNcclOk;
+  std::lock_guard lock(g_mu);
+  if (refuse_dead(c, "ncclCommDestroy")) return kNcclInvalidArgument;
+  InCall in(c);
+  ncclResult_t ready = ensure_ready(c, "ncclCommDestroy");
+  if (ready != kNcclOk) {
+    if (ready != kNcclInvalidArgument) {
+      misuse("ncclCommDestroy on the communicator of rank " + std::to_string(c->rank) +
+             " after an error (it must be aborted)");
+    }
+    return ready;
+  }
+  if (t_group.depth > 0) {
+    c->queued_reclaim = true;
+    t_group.reclaims.push_back(c);
+    return kNcclOk;
+  }
+  c->dead = true;
   return kNcclOk;
 }
 ncclResult_t ncclGroupStart() {
+  ++t_group.depth;
   return kNcclOk;
 }
 ncclResult_t ncclGroupEnd() {
-  return kNcclOk;
+  std::unique_lock lock(g_mu);
+  if (t_group.depth == 0) {
+    misuse("ncclGroupEnd: not in a group call");
+    g_last_error = "ncclGroupEnd: not in a group call.";
+    return kNcclInvalidUsage;
+  }
+  if (--t_group.depth > 0) return kNcclOk;
+  ThreadGroup g = std::move(t_group);
+  t_group = ThreadGroup{};
+  for (ncclComm* c : g.reclaims) {
+    c->queued_reclaim = false;
+    c->abort_called = true;
+    c->dead = true;
+  }
+  if (g.error != kNcclOk) return g.error;  // nothing of the group is launched
+  ncclResult_t rc = launch(lock, std::move(g.ops), now_s());
+  if (rc == kNcclOk && g.inits) rc = kNcclInProgress;
+  return rc;
 }
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type, int op,
                            ncclComm* c, CUstream_st* stream) {
-  if (op != 0 || (type != 4 && type != 7)) return kNcclInvalidArgument;
-  int seq = c->seq++;
-  if (env("FAKE_NCCL_ALLREDUCE") == "hang") c->hang = true;
-  if (!c->hang) {
-    size_t width = type == 4 ? 8 : 4;
-    write_file(c->dir + "/ar" + std::to_string(seq) + "-" + std::to_string(c->rank),
-               std::string(static_cast<const char*>(send), count * width));
+  double stamp = now_s();
+  std::unique_lock lock(g_mu);
+  if (refuse_dead(c, "ncclAllReduce")) return kNcclInvalidArgument;
+  InCall in(c);
+  auto fail = [](ncclResult_t rc) {
+    if (t_group.depth > 0) t_group.error = rc;
+    return rc;
+  };
+  ncclResult_t ready = ensure_ready(c, "ncclAllReduce");
+  if (ready != kNcclOk) return fail(ready);
+  if (op != 0 || (type != kInt64 && type != kFloat)) return fail(kNcclInvalidArgument);
+  std::string mode = allreduce_mode(c->rank, type);
+  if (mode == "fail-now") {
+    g_last_error = "fake: ncclAllReduce refused as asked (FAKE_NCCL_ALLREDUCE) on rank " +
+                   std::to_string(c->rank);
+    return fail(kNcclSystemError);
   }
-  g_pending.push_back(PendingReduce{c, seq, recv, count, type, stream});
-  return kNcclOk;
+  auto k = std::make_shared<Coll>();
+  k->comm = c;
+  k->seq = c->seq++;
+  k->recv = recv;
+  k->count = count;
+  k->type = type;
+  k->connects = mode != "hang";
+  k->arrives = mode != "hang" && mode != "neterr";
+  k->wrong = mode == "wrong";
+  double busbw = std::atof(env("FAKE_NCCL_BUSBW", "100").c_str()) * 1e9;
+  double n = c->nranks;
+  double algbw = n > 1 ? busbw * n / (2.0 * (n - 1)) : busbw;
+  k->seconds = double(count) * (type == kInt64 ? 8 : 4) / algbw;
+  Queued q{k, stream, send};
+  if (t_group.depth > 0) {
+    t_group.ops.push_back(q);
+    return kNcclOk;
+  }
+  return launch(lock, {q}, stamp);
 }
 const char* ncclGetErrorString(ncclResult_t rc) {
   switch (rc) {
+    case kNcclOk:
+      return "no error";
     case kNcclSystemError:
-      return "unhandled system error (fake)";
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case kNcclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
     case kNcclInvalidArgument:
-      return "invalid argument (fake)";
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case kNcclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case kNcclRemoteError:
+      return "remote process exited or there was a network error";
+    case kNcclInProgress:
+      return "NCCL operation in progress";
     default:
-      return "fake NCCL error";
+      return "unknown result code";
   }
 }
-const char* ncclGetLastError(ncclComm* c) {
-  return c != nullptr ? c->last_error.c_str() : g_last_error.c_str();
+// One buffer for the whole process, whatever communicator is named (as in NCCL).
+const char* ncclGetLastError(ncclComm*) {
+  std::lock_guard lock(g_mu);
+  static thread_local std::string copy;
+  copy = g_last_error;
+  return copy.c_str();
 }
 
 }  // extern "C"
