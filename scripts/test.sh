@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit tests, the fuzz
 # corpus, the integration tests with real processes and real launchers; then the
-# unit and loopback tests again in an ASan+UBSan build (build-asan/).
+# release binaries (scripts/release.sh) inside a Debian 11 root and through the
+# integration tests again; then the unit and loopback tests again in an
+# ASan+UBSan build (build-asan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
 scripts/build.sh
 jobs=${TEST_JOBS:-2}
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
+
+echo "== the release binaries (dist/, for glibc 2.28 and newer): in a Debian 11 root, then here"
+scripts/release.sh
+scripts/release-check.sh
+release_bins=(RANKCHECK_BIN=dist/rankcheck)
+[[ -x dist/rankcheck-mpi ]] && release_bins+=(RANKCHECK_MPI_BIN=dist/rankcheck-mpi)
+python3 tests/release/run_integration.py build "${release_bins[@]}" -j "$jobs"
 
 echo "== the same under AddressSanitizer and UndefinedBehaviorSanitizer"
 # A debug build of just what these tests run; its warnings were judged above

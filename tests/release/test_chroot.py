@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import unittest
@@ -19,6 +20,7 @@ import unittest
 ROOT = os.environ.get("RANKCHECK_RELEASE_ROOT", "")
 WORK = os.environ.get("RANKCHECK_RELEASE_WORK", "")
 TIMEOUT = 10  # --timeout of every run; a process must end within it plus 2 s
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 
 
 def inside(name):
@@ -42,7 +44,7 @@ class Chrooted:
     def __init__(self, args, **env):
         full_env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
         full_env.update({k: str(v) for k, v in env.items()})
-        self.popen = subprocess.Popen(["chroot", ROOT] + args, env=full_env,
+        self.popen = subprocess.Popen([CHROOT, ROOT] + args, env=full_env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.rc = self.out = self.err = None
 
