@@ -17,9 +17,55 @@
 namespace rankcheck {
 
 Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{fmt::format("job token file {}: {}", path, std::strerror(errno))};
-  std::string secret((std::istreambuf_iterator<char>(in)), {});
+  // Read through one descriptor, checked with fstat: what is checked is what is
+  // read. Symbolic links are followed (a Kubernetes Secret's files are links into
+  // a timestamped folder); what they lead to must be a small regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return Error{fmt::format("job token file {}: {}", path, std::strerror(errno))};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Error{fmt::format("job token file {}: {}", path, std::strerror(err))};
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Error{fmt::format(
+        "job token file {} is a directory: give the file inside it (for a Kubernetes Secret "
+        "mounted there, the file named after the Secret's key, e.g. {}/token)",
+        path, path)};
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error{fmt::format(
+        "job token file {} is not a regular file (a pipe, a device?): write the token into a "
+        "file (`openssl rand -hex 32 > FILE`)",
+        path)};
+  }
+  if (st.st_size > kMaxTokenFileSize) {
+    ::close(fd);
+    return Error{fmt::format("job token file {}: {} bytes, more than a token ({} at most)", path,
+                             st.st_size, kMaxTokenFileSize)};
+  }
+  std::string secret(static_cast<size_t>(kMaxTokenFileSize) + 1, '\0');
+  size_t got = 0;
+  while (got < secret.size()) {
+    ssize_t n = ::read(fd, secret.data() + got, secret.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Error{fmt::format("job token file {}: {}", path, std::strerror(err))};
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got > static_cast<size_t>(kMaxTokenFileSize)) {
+    return Error{fmt::format("job token file {}: more than a token ({} bytes at most)", path,
+                             kMaxTokenFileSize)};
+  }
+  secret.resize(got);
   while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
     secret.pop_back();
   if (secret.size() < 16) {
@@ -28,12 +74,15 @@ Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
                     "`openssl rand -hex 32 > {}`)",
                     path, secret.size(), path)};
   }
-  struct stat st {};
-  if (warning != nullptr && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+  if (warning != nullptr && (st.st_mode & 0077) != 0) {
     *warning = fmt::format(
         "job token file {} can be read by other users (mode {:o}): "
         "chmod 600 it",
         path, st.st_mode & 0777);
+  } else if (warning != nullptr && st.st_uid != ::geteuid() && st.st_uid != 0) {
+    *warning = fmt::format(
+        "job token file {} belongs to another user (uid {}): whoever owns it can change it", path,
+        st.st_uid);
   }
   return JobToken(std::move(secret));
 }

@@ -24,6 +24,12 @@ Command add_local(CLI::App& root, const EnvMap& env);
 
 /// --rank, --world-size, ... : strings, so that the identity parser names a bad value.
 void add_identity_flags(CLI::App& app, Flags& flags);
+/// A finite number from lo to hi: "nan" and "inf" are refused, like any word.
+CLI::Validator number_in(double lo, double hi);
+/// A whole number from lo to hi: "abc" is "not a whole number", not "out of range".
+CLI::Validator whole_number_in(long lo, long hi);
+/// --device: the CUDA device of this rank (run and env; local gives each member its own).
+void add_device_flag(CLI::App& app, std::optional<int>& device);
 /// --timeout, --json, --no-gpu, --quiet, --color and friends.
 void add_run_flags(CLI::App& app, RunOptions& options, std::string& color);
 /// "256M", "1G", "4096": bytes, or 0 when not a size from 4 B to 64 GiB.

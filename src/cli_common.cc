@@ -1,8 +1,54 @@
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "cli.h"
 
 namespace rankcheck::cli {
+
+CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        double x = 0;
+        size_t used = 0;
+        try {
+          x = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        // std::stod takes "nan" and "inf", and every comparison with NaN is false:
+        // a range check alone lets them through.
+        if (used == 0 || used != v.size() || !std::isfinite(x)) {
+          return fmt::format("{} is not a number (expected {} to {})", v, lo, hi);
+        }
+        if (x < lo || x > hi) return fmt::format("{} is not in {} to {}", v, lo, hi);
+        return std::string();
+      },
+      fmt::format("NUMBER in {} to {}", lo, hi));
+}
+
+CLI::Validator whole_number_in(long lo, long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        long x = 0;
+        size_t used = 0;
+        try {
+          x = std::stol(v, &used);
+        } catch (const std::out_of_range&) {
+          return fmt::format("{} is too large (expected {} to {})", v, lo, hi);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != v.size()) {
+          return fmt::format("{} is not a whole number (expected {} to {})", v, lo, hi);
+        }
+        if (x < lo || x > hi) return fmt::format("{} is not in {} to {}", v, lo, hi);
+        return std::string();
+      },
+      fmt::format("INT in {} to {}", lo, hi));
+}
 
 void add_identity_flags(CLI::App& app, Flags& f) {
   auto group = "Identity (each beats the environment)";
@@ -33,15 +79,15 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)");
   app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(number_in(0.1, 86400.0));
   app.add_option("--handshake-timeout", o.handshake_timeout_s,
                  "Seconds a connection has to complete its hello")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 600.0));
+      ->check(number_in(0.05, 600.0));
   app.add_option("--progress-interval", o.progress_interval_s,
                  "Seconds between progress lines on stderr")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(number_in(0.1, 3600.0));
   app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
   app.add_option("--token-file", o.token_file,
                  "The job token: hellos and verdicts are authenticated with it (else "
@@ -49,8 +95,6 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
   app.add_option("--nccl-lib", o.nccl_lib,
                  "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
-  app.add_option("--device", o.device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
-      ->check(CLI::Range(0, 1023));
   app.add_option_function<std::string>(
          "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
          "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
@@ -61,11 +105,16 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
           "SIZE"));
   app.add_option("--min-busbw", o.min_busbw_gbps,
                  "With --bandwidth: a bus bandwidth below GBPS is a finding")
-      ->check(CLI::PositiveNumber);
+      ->check(number_in(0.001, 1e6));
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
   app.add_option("--color", color, "Colour the text report: auto, always, never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
+}
+
+void add_device_flag(CLI::App& app, std::optional<int>& device) {
+  app.add_option("--device", device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
+      ->check(whole_number_in(0, 1023));
 }
 
 uint64_t parse_size(const std::string& text) {
@@ -91,7 +140,11 @@ bool use_color(const std::string& mode, const EnvMap& env) {
   if (mode == "always") return true;
   if (mode == "never") return false;
   const std::string* term = env_get(env, "TERM");
-  return ::isatty(1) == 1 && env_get(env, "NO_COLOR") == nullptr &&
+  // mpirun gives each rank a pty and writes what it prints into its own log: a
+  // terminal there is not one a person reads.
+  bool mpi_pty = env_get(env, "OMPI_COMM_WORLD_SIZE") != nullptr ||
+                 env_get(env, "PMI_SIZE") != nullptr || env_get(env, "PMIX_RANK") != nullptr;
+  return ::isatty(1) == 1 && !mpi_pty && env_get(env, "NO_COLOR") == nullptr &&
          !(term != nullptr && *term == "dumb");
 }
 

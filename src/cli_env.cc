@@ -13,11 +13,11 @@ Command add_env(CLI::App& root, const EnvMap& env) {
   app->add_flag("--json", o->json, "JSON instead of text");
   app->add_flag("--no-gpu", o->no_gpu, "Do not probe the GPUs and NCCL");
   app->add_option("--nccl-lib", o->nccl_lib, "The libnccl.so the training job loads");
-  app->add_option("--device", o->device, "CUDA device for this rank")->check(CLI::Range(0, 1023));
+  add_device_flag(*app, o->device);
   app->add_option("--resolve-timeout", o->resolve_timeout_s,
                   "Seconds to wait for MASTER_ADDR to resolve")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 60.0));
+      ->check(number_in(0.0, 60.0));
   return {app, [o, &env] { return run_env(*o, env); }};
 }
 

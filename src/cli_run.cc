@@ -11,6 +11,7 @@ Command add_run(CLI::App& root, const EnvMap& env) {
   auto color = std::make_shared<std::string>("auto");
   add_identity_flags(*app, o->flags);
   add_run_flags(*app, *o, *color);
+  add_device_flag(*app, o->device);
   app->add_option("--bootstrap", o->bootstrap,
                   "How members meet: tcp (the master on MASTER_ADDR:MASTER_PORT), or mpi "
                   "(under mpirun, with rankcheck-mpi)")

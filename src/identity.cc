@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <rankcheck/identity.h>
+#include <rankcheck/text.h>
 
 namespace rankcheck {
 namespace {
@@ -21,6 +22,22 @@ std::optional<long> parse_long(std::string_view s) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
   return v;
+}
+
+// What is wrong with a value that is not a whole number: empty, too large, or
+// not a number at all.
+std::string not_whole(const Observation& o, std::string_view launcher) {
+  std::string_view v = o.value;
+  std::string_view digits = !v.empty() && (v[0] == '-' || v[0] == '+') ? v.substr(1) : v;
+  bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(),
+                                                   [](char c) { return c >= '0' && c <= '9'; });
+  if (v.empty()) return fmt::format("{} is set but empty (set by {})", o.variable, launcher);
+  if (all_digits) {
+    return fmt::format("{}='{}' is too large: at most {} digits (set by {})", o.variable,
+                       printable(v, 40), 18, launcher);
+  }
+  return fmt::format("{}='{}' is not a whole number (set by {})", o.variable, printable(v, 40),
+                     launcher);
 }
 
 std::string_view describe(std::string_view launcher) {
@@ -100,9 +117,58 @@ bool inherited_nproc(Identity& id) {
   return true;
 }
 
+// MASTER_ADDR names a host, nothing more: a port in it would be taken for part of
+// a DNS name and retried until the deadline. An IPv6 literal may come in brackets.
+void check_master_addr_form(Identity& id) {
+  std::string_view a = id.master_addr;
+  const Observation* o = id.source(Field::kMasterAddr);
+  std::string var = o != nullptr ? o->variable : "MASTER_ADDR";
+  auto port_problem = [&](std::string_view host, std::string_view port) {
+    id.problems.push_back(
+        fmt::format("{}='{}' contains a port; put it in MASTER_PORT: {}={} MASTER_PORT={}", var,
+                    printable(a, 80), var, printable(host, 80), printable(port, 8)));
+  };
+  auto all_digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 5 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (a.find("://") != std::string_view::npos) {
+    id.problems.push_back(
+        fmt::format("{}='{}' is a URL; give rank 0's host alone (and the port "
+                    "in MASTER_PORT)",
+                    var, printable(a, 80)));
+    return;
+  }
+  if (a.starts_with('[')) {
+    size_t close = a.find(']');
+    if (close == std::string_view::npos) {
+      id.problems.push_back(
+          fmt::format("{}='{}' opens a bracket it does not close", var, printable(a, 80)));
+      return;
+    }
+    std::string_view inside = a.substr(1, close - 1);
+    std::string_view rest = a.substr(close + 1);
+    if (rest.empty()) {
+      id.master_addr = std::string(inside);  // [::1] -> ::1
+    } else if (rest.starts_with(':') && all_digits(rest.substr(1))) {
+      port_problem(a.substr(0, close + 1), rest.substr(1));
+    } else {
+      id.problems.push_back(
+          fmt::format("{}='{}' is not a host name or address", var, printable(a, 80)));
+    }
+    return;
+  }
+  size_t colon = a.find(':');
+  if (colon != std::string_view::npos && a.find(':', colon + 1) == std::string_view::npos &&
+      all_digits(a.substr(colon + 1))) {
+    port_problem(a.substr(0, colon), a.substr(colon + 1));
+  }
+}
+
 // Picks each field's value by precedence and lists the disagreements.
 void resolve(Identity& id) {
   bool have[kFieldCount] = {};
+  bool reported[kFieldCount] = {};  // a problem already names the value given
   bool world_from_implausible = false;
   bool skip_nproc = inherited_nproc(id);
   for (int fi = 0; fi < kFieldCount; ++fi) {
@@ -110,6 +176,7 @@ void resolve(Identity& id) {
     if (field == Field::kNprocPerNode && skip_nproc) continue;
     std::vector<const Observation*> valid;
     std::vector<const Observation*> unparsable;
+    const Observation* empty = nullptr;  // a MASTER_ADDR or job id set to ""
     bool strong =
         std::any_of(id.observations.begin(), id.observations.end(),
                     [field](const Observation& o) { return o.field == field && !o.weak; });
@@ -119,13 +186,16 @@ void resolve(Identity& id) {
         unparsable.push_back(&o);
         continue;
       }
-      if (!is_numeric_field(field) && o.value.empty()) continue;
+      if (!is_numeric_field(field) && o.value.empty()) {
+        if (empty == nullptr) empty = &o;
+        continue;
+      }
       valid.push_back(&o);
     }
     // An unparsable value stops the run unless another source gives the field.
     for (const Observation* o : unparsable) {
-      std::string what = fmt::format("{}='{}' is not a whole number (set by {})", o->variable,
-                                     o->value, describe(o->launcher));
+      std::string what = not_whole(*o, describe(o->launcher));
+      reported[fi] = reported[fi] || valid.empty();
       if (!valid.empty()) {
         id.notes.push_back(
             fmt::format("{}; using {}={}", what, valid.front()->variable, valid.front()->value));
@@ -140,6 +210,11 @@ void resolve(Identity& id) {
       } else {
         id.problems.push_back(what);
       }
+    }
+    if (valid.empty() && empty != nullptr && field == Field::kMasterAddr) {
+      id.problems.push_back(fmt::format("{} is set but empty (set by {}): give it rank 0's host",
+                                        empty->variable, describe(empty->launcher)));
+      reported[fi] = true;
     }
     if (valid.empty()) continue;
     have[fi] = true;
@@ -206,11 +281,14 @@ void resolve(Identity& id) {
           fmt::format("{} is not a plausible rank or count (limit {})", v, kMaxWorldSize));
     }
   }
-  if (!have[int(Field::kRank)]) {
+  if (!have[int(Field::kRank)] && !reported[int(Field::kRank)] &&
+      !reported[int(Field::kNodeRank)]) {
     id.problems.push_back(fmt::format("cannot tell this process's rank: none of {} is set",
                                       sources_for(Field::kRank)));
   }
-  if (!have[int(Field::kWorldSize)]) {
+  if (!have[int(Field::kWorldSize)] && reported[int(Field::kWorldSize)]) {
+    // Named above.
+  } else if (!have[int(Field::kWorldSize)]) {
     id.problems.push_back(fmt::format("cannot tell the world size: none of {} is set",
                                       sources_for(Field::kWorldSize)));
   } else if (world_from_implausible) {
@@ -240,10 +318,17 @@ void resolve(Identity& id) {
       id.master_addr = "127.0.0.1";
       id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
     }
-    if (id.master_addr.empty()) {
-      id.problems.push_back(
-          fmt::format("{}: none of {} is set", kNoMaster, sources_for(Field::kMasterAddr)));
+    if (id.master_addr.empty() && !reported[int(Field::kMasterAddr)]) {
+      bool under_mpirun = std::any_of(id.observations.begin(), id.observations.end(),
+                                      [](const Observation& o) { return o.launcher == "openmpi"; });
+      id.problems.push_back(fmt::format(
+          "{}: none of {} is set{}", kNoMaster, sources_for(Field::kMasterAddr),
+          under_mpirun ? ". Under mpirun, use rankcheck-mpi --bootstrap mpi (the records travel "
+                         "over MPI), or pass the master with -x MASTER_ADDR=HOST -x MASTER_PORT"
+                       : ""));
     }
+  } else {
+    check_master_addr_form(id);
   }
 }
 
@@ -339,6 +424,10 @@ Identity detect_identity(const EnvMap& env, const Flags& flags) {
 
 void without_master_addr(Identity& id) {
   std::erase_if(id.problems, [](const std::string& p) { return p.starts_with(kNoMaster); });
+  // Nothing listens on them: notes about their defaults would only be noise.
+  std::erase_if(id.notes, [](const std::string& n) {
+    return n.starts_with("MASTER_PORT not set") || n.starts_with("MASTER_ADDR not set");
+  });
 }
 
 std::string sources_for(Field field) {

@@ -100,10 +100,6 @@ EnvMap without_launcher_env(const EnvMap& env) {
 int run_local(const LocalOptions& lo, const EnvMap& env) {
   const RunOptions& o = lo.run;
   Session s(o);
-  if (auto ok = check_json_path(o.json_path); !ok) {
-    Log::error(ok.error().message);
-    return exit_code::kUsage;
-  }
   const Log& log = s.log;
   Deadline end = s.end;
   if (lo.nprocs < 1 || lo.nprocs > 1024) {
@@ -140,7 +136,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   // in a file only this user can read, removed at the end.
   TempToken temp;
   RunOptions with_token = o;
-  if (with_token.token_file.empty() && !env_get(env, "RANKCHECK_TOKEN_FILE")) {
+  if (!with_token.token_file && !env_get(env, "RANKCHECK_TOKEN_FILE")) {
     auto made = temp.make(env);
     if (!made) {
       Log::error(made.error().message);
@@ -159,6 +155,10 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   Record self =
       build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
+  if (auto ok = check_json_path(s.out.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
 
   auto self_exe = ProcFs{}.self_exe();
   if (!self_exe) {
@@ -190,8 +190,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        "--handshake-timeout",
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
-      if (!with_token.token_file.empty()) {
-        args.insert(args.end(), {"--token-file", with_token.token_file});
+      if (with_token.token_file) {
+        args.insert(args.end(), {"--token-file", *with_token.token_file});
       }
       if (!o.nccl_lib.empty()) args.insert(args.end(), {"--nccl-lib", o.nccl_lib});
       if (o.bandwidth_bytes > 0) {
@@ -240,7 +240,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       std::this_thread::sleep_for(Millis(5));
     }
     int child_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code && child_code != *code && ++odd <= 4) {
+    if (code && *code != exit_code::kUsage && child_code != *code && ++odd <= 4) {
       log.error(fmt::format("member pid {} exited with {}, the job's verdict is {}", pid,
                             child_code, *code));
     }

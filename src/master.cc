@@ -246,11 +246,22 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   ProcFs::Memory memory = ProcFs{}.self_memory();
   report_.peak_rss_kib = memory.peak_kib;
   report_.rss_kib = memory.rss_kib;
-  cfg_.log(fmt::format(
-      "decided at +{} ({}): {}, {}/{} ranks joined", format_seconds(report_.rendezvous_ms),
-      timed_out ? "deadline reached" : "all joined",
-      verdict_.exit_code == 0 ? "PASS" : fmt::format("FAIL (exit {})", verdict_.exit_code),
-      joined_ranks_, cfg_.world_size));
+  // Why it decided, and with what, as its report will say.
+  std::string why = signal_ != 0 ? fmt::format("stopped by {}", signal_name(signal_))
+                    : timed_out  ? std::string("deadline reached")
+                    : joined_ranks_ >= cfg_.world_size
+                        ? std::string("all joined")
+                        : std::string(
+                              "every rank of the smaller world size the members give "
+                              "joined");
+  std::string outcome = verdict_.exit_code == 0 ? std::string("PASS")
+                        : signal_ != 0
+                            ? fmt::format("FAIL (members exit {}, rank 0 exits {})",
+                                          verdict_.exit_code, exit_code::kSignalBase + signal_)
+                            : fmt::format("FAIL (exit {})", verdict_.exit_code);
+  cfg_.log(fmt::format("decided at +{} ({}): {}, {} of {} ranks joined",
+                       format_seconds(report_.rendezvous_ms), why, outcome, joined_ranks_,
+                       cfg_.world_size));
   return verdict_;
 }
 

@@ -1,8 +1,12 @@
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <random>
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <rankcheck/checks.h>
 #include <rankcheck/interrupt.h>
@@ -35,6 +39,15 @@ Finding failure(FindingId id, std::string message, std::string fix, const Record
 }
 
 enum class Step { kRetry, kJoined, kFatal };
+
+// MASTER_ADDR resolved to loopback on a host that is not rank 0's.
+bool loopback_master(const Record& self) {
+  if (self.master_resolved.empty() || self.rank == 0) return false;
+  for (const auto& a : self.master_resolved) {
+    if (!is_loopback_address(a)) return false;
+  }
+  return spans_hosts(self);
+}
 
 // One attempt on one address: connect, challenge, hello, admit.
 Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinResult& out,
@@ -142,6 +155,18 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
                             self);
       return Step::kFatal;
     case RejectCode::kLate:
+      if (reject->reason.find(kJobWasComplete) != std::string::npos) {
+        // Every rank had joined: this process is one too many, not a slow one.
+        out.failure = failure(
+            FindingId::kLateJoin,
+            fmt::format("the master at {} had already decided: {}", where, reason),
+            fmt::format("every rank of the job had joined without this process: it is an extra "
+                        "copy of rank {} (a second launch of the job, a retry loop, a requeue): "
+                        "check what started it on {}",
+                        self.rank, printable(self.host)),
+            self);
+        return Step::kFatal;
+      }
       out.failure = failure(FindingId::kLateJoin,
                             fmt::format("the master at {} had already decided: {}", where, reason),
                             "raise --timeout, or find why this host started late", self);
@@ -213,13 +238,37 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
       FindingId::kMasterUnreachable,
       fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
                   endpoint(o.master_addr, o.master_port), last_error, out.attempts),
-      fmt::format("check that rank 0 is running and that this host resolves {} and reaches port "
-                  "{} (getent hosts {}; nc -z {} {}); compare MASTER_ADDR/MASTER_PORT with rank "
-                  "0's",
+      fmt::format("{}check that rank 0 is running and that this host resolves {} and reaches "
+                  "port {} (getent hosts {}; nc -z {} {}); compare MASTER_ADDR/MASTER_PORT with "
+                  "rank 0's. If rank 0 already finished (it decides once every rank joined, or "
+                  "at its deadline), this process started too late: compare its start with the "
+                  "others'",
+                  loopback_master(self)
+                      ? fmt::format("{} resolves to loopback here, so this process knocks on its "
+                                    "own door unless rank 0 runs on this machine: set MASTER_ADDR "
+                                    "to rank 0's cluster address, or fix /etc/hosts; else ",
+                                    printable(o.master_addr))
+                      : std::string(),
                   printable(o.master_addr), o.master_port, printable(o.master_addr),
                   printable(o.master_addr), o.master_port),
       self);
   return out;
+}
+
+bool await_master_close(Socket& socket, Deadline deadline) {
+  if (!socket.valid()) return true;
+  ::shutdown(socket.fd(), SHUT_WR);
+  std::array<char, 256> sink{};
+  while (true) {
+    pollfd p{socket.fd(), POLLIN, 0};
+    int n = ::poll(&p, 1, deadline.poll_ms(Millis(200)));
+    if (n > 0) {
+      ssize_t got = ::read(socket.fd(), sink.data(), sink.size());
+      if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) return true;
+      continue;
+    }
+    if (deadline.expired() || interrupted()) return false;
+  }
 }
 
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
@@ -289,6 +338,10 @@ std::optional<Challenge> probe_master(const std::string& addr, uint16_t port, De
   if (!frame || frame->header.type != uint16_t(MsgType::kChallenge)) return std::nullopt;
   auto c = decode_challenge(frame->payload);
   if (!c) return std::nullopt;
+  // Says it was only looking, so that the master does not take it for a stray
+  // (a port scanner): it is a rank 0 of this job, or another job's, that comes
+  // back as a member or reports the port taken.
+  (void)sock->write_all(encode_frame(MsgType::kProbe, {}), Deadline::after(Millis(200)));
   return *c;
 }
 

@@ -291,24 +291,29 @@ void append_indented(std::string& out, std::string_view text, std::string_view i
 
 std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle style) {
   Paint paint{style.color};
+  // A member renders what its master sent: nothing from there reaches the terminal
+  // raw. (Text rankcheck composed is printable already; this changes nothing in it.)
+  std::string id = printable(f.id, 64);
+  std::string message = printable(f.message, 4096);
+  std::string hint = printable(f.hint, 4096);
   std::string out(l.margin, ' ');
   out += f.is_error() ? paint("31", "✗") : paint("33", "!");
   out += ' ';
   size_t col = l.margin + 2;
   if (l.id_width > 0) {
-    out += fmt::format("{:<{}}   ", f.id, l.id_width);
+    out += fmt::format("{:<{}}   ", id, l.id_width);
     col += l.id_width + 3;
   } else {
-    out += f.id + ": ";
-    col += f.id.size() + 2;
+    out += id + ": ";
+    col += id.size() + 2;
   }
   auto text = [&](std::string_view s, size_t first_col) {
     return l.wrap ? wrap(s, first_col, l.wrap_indent) : std::string(s);
   };
-  out += text(f.message, col);
+  out += text(message, col);
   if (!l.fix) return out;
   out += '\n';
-  if (!f.hint.empty()) out += std::string(l.fix_at, ' ') + text("fix: " + f.hint, l.fix_at) + '\n';
+  if (!hint.empty()) out += std::string(l.fix_at, ' ') + text("fix: " + hint, l.fix_at) + '\n';
   return out;
 }
 
@@ -317,6 +322,13 @@ std::string render_finding_line(const Finding& f) {
 }
 
 std::string headline(const std::vector<Finding>& findings) {
+  if (findings.empty()) return "";
+  const std::string& m = findings.front().message;
+  // Within the verdict's cap for it (512), so that a member prints all of it.
+  return m.size() <= 500 ? m : m.substr(0, 497) + "...";
+}
+
+std::string brief_headline(const std::vector<Finding>& findings) {
   if (findings.empty()) return "";
   std::string_view m = findings.front().message;
   // The message up to its first clause break, when that leaves something to read.
@@ -354,7 +366,7 @@ std::string render_text(const Report& r, RenderStyle style) {
     out += paint("1;31", "FAIL");
     out += fmt::format(" — {}{}. First: {}\n", plural(errors, "error", "errors"),
                        warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "",
-                       headline(r.findings));
+                       brief_headline(r.findings));
   }
 
   if (!r.findings.empty()) out += "\n";
@@ -443,7 +455,7 @@ MemberReport failure_report(const Record& self, Finding failure, double total_ms
   MemberReport m;
   m.self = self;
   m.exit_code = failure.exit_code;
-  m.headline = headline({failure});
+  m.headline = brief_headline({failure});  // the finding itself follows, whole
   m.findings.push_back(std::move(failure));
   m.total_ms = total_ms;
   return m;
@@ -464,9 +476,10 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
         plural(r.joined_ranks, "rank", "ranks"),
         r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings")) : "", self);
   } else {
-    out =
-        fmt::format("rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
-                    r.headline.empty() ? std::string("see the master's report") : r.headline, self);
+    out = fmt::format(
+        "rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
+        r.headline.empty() ? std::string("see the master's report") : printable(r.headline, 512),
+        self);
   }
   for (const Finding& f : r.findings)
     out += render_finding(f, {.margin = 2, .wrap_indent = 6, .fix_at = 4}, style);

@@ -104,8 +104,11 @@ std::string render_env_text(const Identity& id, const Record& self,
       out += "    " + paint("31", "✗") + " " + wrap(p, 6, 6) + "\n";
   }
   out += "\n  local checks\n";
-  if (local.empty())
+  if (!id.problems.empty()) {
+    out += "    not run: fix the problems above first\n";
+  } else if (local.empty()) {
     out += "    " + paint("32", "✓") + " nothing wrong that this process can see alone\n";
+  }
   for (const Finding& f : local)
     out += render_finding(f, {.margin = 4, .wrap_indent = 6, .fix_at = 6}, style);
   return out;

@@ -58,11 +58,16 @@ class Layout {
     if (!lws_agree) lws_ = 0;
     std::sort(blocks_.begin(), blocks_.end(),
               [](const Block& a, const Block& b) { return a.base < b.base; });
+    if (blocks_.empty()) infer_single_host(v);
   }
 
   /// The expected host, or "" when nothing tells it; `local` gets the local rank.
   std::string_view host_of(long rank, long* local) const {
     *local = -1;
+    if (!single_host_.empty()) {
+      *local = rank;
+      return single_host_;
+    }
     if (!node_of_rank_.empty()) {
       if (rank < 0 || rank >= long(node_of_rank_.size())) return {};
       return nodes_[size_t(node_of_rank_[size_t(rank)])];
@@ -88,6 +93,20 @@ class Layout {
   std::vector<std::string> nodes_;  // the launcher's node list, expanded
   std::vector<Block> blocks_;
   long lws_ = 0;
+  std::string_view single_host_;  // a job on one host, told by LOCAL_RANK == RANK
+
+  // Without LOCAL_WORLD_SIZE, members on one host whose LOCAL_RANK equals their
+  // RANK say that the job runs on that host alone (torchrun --standalone, a shell
+  // loop): a missing rank belongs there too.
+  void infer_single_host(const JobView& v) {
+    bool one_host = !v.members.empty();
+    for (const Member& m : v.members) {
+      const Record& r = m.record;
+      one_host = one_host && r.nranks == 1 && r.local_rank == r.rank &&
+                 r.host == v.members.front().record.host;
+    }
+    if (one_host) single_host_ = v.members.front().record.host;
+  }
 };
 
 // The part of a host name before its first dot. Slurm names nodes by their short

@@ -119,7 +119,7 @@ void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
   Records odd;
   for (const auto& [size, rs] : groups) {
     if (!says.empty()) says += "; ";
-    says += fmt::format("{} say {}", where(rs), size);
+    says += fmt::format("{} {} {}", where(rs), ranks_of(rs).size() == 1 ? "says" : "say", size);
     if (size != expected) odd.insert(odd.end(), rs.begin(), rs.end());
   }
   out.push_back(make(FindingId::kWorldSizeMismatch,

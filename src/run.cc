@@ -88,7 +88,18 @@ int member_path(Record& self, const Identity& id, Session& s) {
                            VerdictWait::kFinal);
   }
   if (interrupted()) return interrupted_exit(log, self, out, start);
-  if (verdict) return print_member(verdict_report(self, *verdict, took()), out);
+  if (verdict) {
+    int code = print_member(verdict_report(self, *verdict, took()), out);
+    // Rank 0's report matters most when the job failed: leave only once it is out.
+    if (code != exit_code::kPass) {
+      std::fflush(stdout);
+      if (!await_master_close(joined.socket,
+                              Deadline::after(Millis(5000)).sooner(end.extended(kVerdictGrace)))) {
+        log.progress("rank 0 had not printed its report by the deadline; exiting");
+      }
+    }
+    return code;
+  }
   Finding f =
       verdict.error().fault == Fault::kAuthFailed
           ? make_finding(
@@ -181,8 +192,11 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
       f.message = fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}",
                               printable(id.master_addr), format_list(self.master_resolved.get(), 4),
                               printable(self.host), port.error().message);
-      f.hint = fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to {}",
-                           printable(self.host));
+      // Not "set it to <this host's name>": that name may resolve to loopback here.
+      f.hint = fmt::format(
+          "run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to an address of {} "
+          "that the other hosts reach (`hostname -I` lists them)",
+          printable(self.host));
     } else if (fault == Fault::kInUse || other) {
       f = make_finding(FindingId::kMasterPortInUse, "");
       f.message = fmt::format(
@@ -243,10 +257,6 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
 
 int run_probe(const RunOptions& o, const EnvMap& env) {
   Session s(o);
-  if (auto ok = check_json_path(o.json_path); !ok) {
-    Log::error(ok.error().message);
-    return exit_code::kUsage;
-  }
   const Log& log = s.log;
   Deadline end = s.end;
 
@@ -274,7 +284,12 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   s.token = std::move(*token);
   Record self =
       build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))), probe_gpus(s));
+  // Checked once {rank} and {host} are filled in, before any rendezvous.
   s.out.set_self(self.rank, self.host);
+  if (auto ok = check_json_path(s.out.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
   for (const Finding& f : local_checks(self))
     log.error(render_finding_line(f));
 

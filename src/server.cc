@@ -56,7 +56,8 @@ struct Server::Impl {
     bool pending = false;   // counted among connections not yet admitted
     bool reported = false;  // its GPU stage result is in (or will never be)
     bool closed = false;
-    Nonce server_nonce{};  // what the verdict's MAC covers, with a job token
+    bool released = false;  // finished with, but kept open (see release)
+    Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
   };
   using ConnPtr = std::shared_ptr<Conn>;
@@ -127,10 +128,18 @@ struct Server::Impl {
   void close(const ConnPtr& c) {
     if (c->closed) return;
     c->closed = true;
-    if (c->admitted) --open_members;
+    if (c->admitted && !c->released) --open_members;
     std::error_code ignored;
     c->sock.shutdown(tcp::socket::shutdown_both, ignored);
     c->sock.close(ignored);
+    check_done();
+  }
+
+  // A member that is finished with: counted as closed, its socket left open.
+  void release(const ConnPtr& c) {
+    if (c->closed || c->released) return;
+    c->released = true;
+    if (c->admitted) --open_members;
     check_done();
   }
 
@@ -250,6 +259,13 @@ struct Server::Impl {
       }
       co_return;
     }
+    if (header->type == uint16_t(MsgType::kProbe)) {
+      // A rank 0 that could not listen, looking for this master: not a stray.
+      // It joins as a member next (and is reported as what it is), or stops.
+      unpend(c);
+      close(c);
+      co_return;
+    }
     if (header->type != uint16_t(MsgType::kHello)) {
       refuse(c, peer, RefusalKind::kMalformed,
              fmt::format("sent a {} frame before its hello", type_name(header->type)));
@@ -295,8 +311,7 @@ struct Server::Impl {
       refuse(c, peer, RefusalKind::kLate,
              fmt::format("the master decided at +{} without this member: {}",
                          format_seconds(r.rendezvous_ms),
-                         r.exit_code() == 0 ? std::string("the job was already complete")
-                                            : headline(r.findings)),
+                         r.exit_code() == 0 ? std::string(kJobWasComplete) : headline(r.findings)),
              std::nullopt, RejectCode::kLate);
       co_return;
     }
@@ -320,6 +335,14 @@ struct Server::Impl {
       if (ec == asio::error::operation_aborted) return;
       if (state.stage_running() && !c->reported) {
         asio::co_spawn(io, read_stage_result(c), asio::detached);
+        return;
+      }
+      if (state.decided() && !state.stage_running()) {
+        // The member has its final verdict and closed its end. Ours stays open
+        // until the report is printed (the Server's end): a member whose job
+        // failed waits for that before it exits non-zero, since mpirun and
+        // srun --kill-on-bad-exit stop the whole job at the first such exit.
+        release(c);
         return;
       }
       depart(c);  // EOF, a reset, or bytes it had no business sending yet

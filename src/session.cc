@@ -7,9 +7,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <rankcheck/interrupt.h>
@@ -18,6 +19,20 @@
 #include <rankcheck/text.h>
 
 namespace rankcheck {
+
+namespace {
+
+bool write_all_fd(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
 
 Millis reserve_for(double timeout_s) {
   return std::clamp(seconds(timeout_s / 10), Millis(500), Millis(5000));
@@ -49,30 +64,77 @@ void Log::error(const std::string& line) {
 }
 
 void Output::set_self(long rank, const std::string& host) {
-  for (auto [key, value] :
-       {std::pair<std::string, std::string>{"{rank}", std::to_string(rank)}, {"{host}", host}}) {
-    for (size_t at; (at = json_path.find(key)) != std::string::npos;) {
-      json_path.replace(at, key.size(), value);
+  // One pass, left to right: a host name that itself contains "{host}" is put in
+  // once, not again and again.
+  std::string out;
+  for (size_t at = 0; at < json_path.size();) {
+    if (json_path.compare(at, 6, "{rank}") == 0) {
+      out += std::to_string(rank);
+      at += 6;
+    } else if (json_path.compare(at, 6, "{host}") == 0) {
+      out += host;
+      at += 6;
+    } else {
+      out += json_path[at++];
     }
   }
+  json_path = std::move(out);
 }
 
-void Output::emit(const std::function<std::string()>& text,
-                  const std::function<std::string()>& json) const {
+Status write_report_file(const std::string& path, std::string_view data) {
+  auto fail = [&path](std::string_view what, int err) {
+    return Error{
+        fmt::format("cannot write the JSON report to {}: {}: {}", path, what, std::strerror(err))};
+  };
+  struct stat st {};
+  bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) return fail("it is a directory", EISDIR);
+  if (exists && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    // A device or a pipe (/dev/stdout, a FIFO a collector reads): written in place.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return fail("open", errno);
+    bool ok = write_all_fd(fd, data);
+    int err = errno;
+    ::close(fd);
+    return ok ? ok_status() : fail("write", err);
+  }
+  // A regular file (or none yet) is replaced whole: written beside it under a name
+  // of its own, then renamed over it. Two processes that claim the same {rank}
+  // each leave a whole report, the later one; a reader never sees half of one.
+  // A symbolic link at PATH is replaced, never followed.
+  std::string tmp = path + ".XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return fail("create a file beside it", errno);
+  ::fchmod(fd, 0644);
+  bool ok = write_all_fd(fd, data) && ::fsync(fd) == 0;
+  int err = errno;
+  if (::close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return fail("write", err);
+  }
+  return ok_status();
+}
+
+Status Output::emit(const std::function<std::string()>& text,
+                    const std::function<std::string()>& json) const {
   if (json_path != "-") std::fputs(text().c_str(), stdout);
-  if (json_path.empty()) return;
+  if (json_path.empty()) return ok_status();
   std::string j = json();
   if (json_path == "-") {
     std::fputs(j.c_str(), stdout);
-    return;
+    return ok_status();
   }
-  std::ofstream out(json_path, std::ios::trunc);
-  out << j;
-  if (!out) Log::error(fmt::format("cannot write the JSON report to {}", json_path));
+  return write_report_file(json_path, j);
 }
 
 Status check_json_path(const std::string& path) {
   if (path.empty() || path == "-") return ok_status();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Error{fmt::format("--json {}: that is a directory: give a file name in it", path)};
+  }
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (::access(dir.c_str(), W_OK) != 0) {
@@ -92,11 +154,24 @@ Session::Session(const RunOptions& options)
 }
 
 Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log) {
-  std::string path = o.token_file;
-  if (path.empty()) {
-    if (const std::string* p = env_get(env, "RANKCHECK_TOKEN_FILE")) path = *p;
+  // Given but empty is a mistake, never "no token": `export RANKCHECK_TOKEN_FILE=$TOK`
+  // with TOK unset must not turn authentication off.
+  std::string path;
+  if (o.token_file) {
+    if (o.token_file->empty()) {
+      return Error{"--token-file is empty: give the path of the job token file"};
+    }
+    path = *o.token_file;
+  } else if (const std::string* p = env_get(env, "RANKCHECK_TOKEN_FILE")) {
+    if (p->empty()) {
+      return Error{
+          "RANKCHECK_TOKEN_FILE is set but empty: give it the path of the job token file, or "
+          "unset it to run without a token (is the variable it was set from unset?)"};
+    }
+    path = *p;
+  } else {
+    return std::optional<JobToken>();
   }
-  if (path.empty()) return std::optional<JobToken>();
   std::string warning;
   auto token = JobToken::load(path, &warning);
   if (!token) return token.error();
@@ -160,15 +235,25 @@ GpuFacts probe_gpus(Session& s) {
   return gpu;
 }
 
+// A report that could not be written fails the run: a script relies on it. The
+// job's own failure still gives the exit code; a pass becomes a usage error.
+int with_written(const Status& written, int code) {
+  if (written) return code;
+  Log::error(written.error().message);
+  return code != exit_code::kPass ? code : exit_code::kUsage;
+}
+
 int print_member(const MemberReport& m, const Output& out) {
-  out.emit([&] { return render_member_text(m, {out.color}); },
-           [&] { return render_member_json(m); });
-  return m.exit_code;
+  return with_written(out.emit([&] { return render_member_text(m, {out.color}); },
+                               [&] { return render_member_json(m); }),
+                      m.exit_code);
 }
 
 int print_report(const Report& r, const Session& s) {
-  s.out.emit([&] { return render_text(r, {s.out.color}); }, [&] { return render_json(r); });
-  return interrupted() ? exit_code::kSignalBase + interrupted() : r.exit_code();
+  Status written =
+      s.out.emit([&] { return render_text(r, {s.out.color}); }, [&] { return render_json(r); });
+  return with_written(written,
+                      interrupted() ? exit_code::kSignalBase + interrupted() : r.exit_code());
 }
 
 int usage_problems(const Identity& id) {

@@ -73,9 +73,13 @@ struct Output {
   /// --json PATH with {rank} and {host} filled in: one command line serves every
   /// process of a job (srun, torchrun, mpirun).
   void set_self(long rank, const std::string& host);
-  void emit(const std::function<std::string()>& text,
-            const std::function<std::string()>& json) const;
+  /// Prints the text, writes the JSON; whether the JSON could be written.
+  Status emit(const std::function<std::string()>& text,
+              const std::function<std::string()>& json) const;
 };
+
+/// Writes a report file whole or not at all (see session.cc), with the OS error.
+Status write_report_file(const std::string& path, std::string_view data);
 
 /// Fails early, before any rendezvous, when --json names a directory that is not there.
 Status check_json_path(const std::string& path);

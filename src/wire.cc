@@ -22,6 +22,8 @@ uint32_t payload_cap(uint16_t type) {
       return 16 * 1024;
     case MsgType::kStageResult:
       return 16 * 1024;
+    case MsgType::kProbe:
+      return 64;
   }
   return 0;
 }
@@ -40,6 +42,8 @@ std::string_view type_name(uint16_t type) {
       return "verdict";
     case MsgType::kStageResult:
       return "stage result";
+    case MsgType::kProbe:
+      return "probe";
   }
   return "unknown";
 }

@@ -25,6 +25,9 @@ class JobToken {
   /// Reads the token from `path` (trailing newlines dropped). Refuses an empty or
   /// short (< 16 bytes) token; `warning` gets a note if others can read the file.
   static Result<JobToken> load(const std::string& path, std::string* warning = nullptr);
+  /// A token file larger than this is refused: a token is a line of hex, and a
+  /// path naming /dev/zero or a log file must not be read forever.
+  static constexpr long kMaxTokenFileSize = 4096;
   static JobToken from_secret(std::string secret) { return JobToken(std::move(secret)); }
 
   /// HMAC-SHA256(token, label | server nonce | client nonce | body); nullopt when

@@ -46,6 +46,13 @@ enum class VerdictWait {
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
                              const JobToken* token, VerdictWait which = VerdictWait::kFirst);
 
+/// Closes this member's end and waits, until `deadline` at most, for the master
+/// to close its own: it does so once its report is printed. A member whose job
+/// failed does this before it exits non-zero, so that a launcher that stops the
+/// job at the first failure (mpirun) cannot cut rank 0's report off. Whether the
+/// master closed in time.
+bool await_master_close(Socket& socket, Deadline deadline);
+
 /// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
 /// its GPU stage, to abort NCCL, free and send its results before the master
 /// closes the stage: 5% of the stage, from 150 ms to 2 s. A slow ncclCommAbort

@@ -20,6 +20,10 @@
 
 namespace rankcheck {
 
+/// In a late member's refusal: the master decided with every rank, so the late
+/// one is an extra copy (members tell it from a slow one by this phrase).
+inline constexpr std::string_view kJobWasComplete = "the job was already complete";
+
 inline constexpr size_t kNonceSize = 16;
 inline constexpr size_t kNcclIdSize = 128;  // sizeof(ncclUniqueId)
 inline constexpr uint32_t kMaxVerdictNotes = 8;

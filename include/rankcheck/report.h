@@ -56,8 +56,12 @@ std::string render_finding(const Finding& f, const FindingLayout& layout, Render
 /// "✗ id: message" on one line, for a log.
 std::string render_finding_line(const Finding& f);
 
-/// The first error (or warning) in one line, for the verdict line and members.
+/// The first error (or warning), whole: what the verdict tells every member, who
+/// prints only this line.
 std::string headline(const std::vector<Finding>& findings);
+/// The same, up to its first clause break: the master's summary line, above the
+/// findings themselves.
+std::string brief_headline(const std::vector<Finding>& findings);
 
 std::string render_text(const Report& report, RenderStyle style);
 std::string render_json(const Report& report);

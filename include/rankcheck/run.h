@@ -24,8 +24,9 @@ struct RunOptions {
   uint64_t bandwidth_bytes = 0;   ///< --bandwidth: a timed all-reduce of this size
   double min_busbw_gbps = 0;      ///< --min-busbw: a lower bus bandwidth is a finding
   std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
-  std::string token_file;         ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
-  bool quiet = false;             ///< no progress lines on stderr
+  std::optional<std::string>
+      token_file;      ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
+  bool quiet = false;  ///< no progress lines on stderr
   bool color = false;
 };
 

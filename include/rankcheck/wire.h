@@ -25,6 +25,7 @@ enum class MsgType : uint16_t {
   kReject = 4,       ///< master -> member: refused, with a reason; layout fixed across versions
   kVerdict = 5,      ///< master -> member: the job-wide verdict (and the NCCL id on go)
   kStageResult = 6,  ///< member -> master: GPU stage results
+  kProbe = 7,        ///< rank 0 that cannot listen -> master: "only looking", then it closes
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

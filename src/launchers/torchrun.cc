@@ -8,7 +8,12 @@ const Launcher kTorchrun{"torchrun", "torchrun", [](LauncherScan& s) {
                            s.take(Field::kWorldSize, "ROLE_WORLD_SIZE");
                            s.take(Field::kNodeRank, "GROUP_RANK");
                            s.take(Field::kNnodes, "GROUP_WORLD_SIZE");
-                           s.take(Field::kJobId, "TORCHELASTIC_RUN_ID");
+                           // "none" is torchrun's run id when --rdzv-id is not given:
+                           // every job has it, so it tells no job from another.
+                           const std::string* run_id = env_get(s.env(), "TORCHELASTIC_RUN_ID");
+                           if (run_id == nullptr || *run_id != "none") {
+                             s.take(Field::kJobId, "TORCHELASTIC_RUN_ID");
+                           }
                          }};
 
 }  // namespace rankcheck::launcher

@@ -378,6 +378,9 @@ class Adversarial(RankcheckTest):
         one = self.rank(1, 3)
         self.sigterm(m, 1.0)
         self.assertEqual(m.report["decided"], "interrupted")
+        # Its log says what its report says, not "deadline reached".
+        self.assertIn("(stopped by SIGTERM): FAIL (members exit 4, rank 0 exits 143)", m.err)
+        self.assertNotIn("deadline reached", m.err)
         self.finish()
         self.assertEqual(one.rc, 4)
         self.assertIn("rankcheck: FAIL: rank 0 (vm) was stopped by SIGTERM", one.out.replace(

@@ -223,6 +223,159 @@ class Usage(unittest.TestCase):
         self.assertRegex(r.stdout.strip(), r"^rankcheck 0\.1\.0 \((built against )?glibc \d+\.\d+")
 
 
+
+def torch_env(rank, world, **extra):
+    return clean_env(**{"RANK": rank, "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": free_port(), **extra})
+
+
+class NewUser(unittest.TestCase):
+    """What a new user tripped over: each case failed before its fix."""
+
+    def test_float_options_refuse_nan_and_inf(self):
+        for args in (["run", "--no-gpu", "--timeout", "nan"],
+                     ["run", "--no-gpu", "--timeout", "inf"],
+                     ["run", "--no-gpu", "--handshake-timeout", "nan"],
+                     ["run", "--no-gpu", "--progress-interval", "nan"],
+                     ["run", "--no-gpu", "--min-busbw", "-inf"],
+                     ["local", "--no-gpu", "--timeout", "nan"],
+                     ["env", "--resolve-timeout", "nan"]):
+            r = run(args, env=torch_env(0, 2), timeout=10)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("is not a number", r.stderr, args)
+
+    def test_whole_number_options_say_so(self):
+        r = run(["local", "-n", "abc"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--nprocs: abc is not a whole number (expected 1 to 1024)", r.stderr)
+
+    def test_token_file_that_is_a_directory(self):
+        with tempfile.TemporaryDirectory() as secret_mount:
+            r = run(["run", "--no-gpu", "--timeout", "2", "--token-file", secret_mount],
+                    env=torch_env(0, 1))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"job token file {secret_mount} is a directory: give the file inside it",
+                      r.stderr)
+        self.assertNotIn("internal error", r.stderr)
+
+    def test_token_file_given_but_empty_is_a_usage_error(self):
+        r = run(["local", "-n", "2", "--no-gpu"], env=clean_env(RANKCHECK_TOKEN_FILE=""))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("RANKCHECK_TOKEN_FILE is set but empty", r.stderr)
+        r = run(["run", "--no-gpu", "--token-file", ""], env=torch_env(0, 1))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--token-file is empty", r.stderr)
+
+    def test_json_placeholders_in_a_directory_part(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(os.path.join(tmp, "box"))
+            r = run(["local", "-n", "2", "--no-gpu", "--host-name", "box", "--json",
+                     os.path.join(tmp, "{host}", "r-{rank}.json")])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(os.path.join(tmp, "box")), ["r-0.json"])
+
+    def test_json_report_that_cannot_be_written_fails_with_the_reason(self):
+        r = run(["local", "-n", "2", "--no-gpu", "--json", "/dev/full"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("cannot write the JSON report to /dev/full: write: No space left on device",
+                      r.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(["local", "-n", "2", "--no-gpu", "--json", tmp])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("that is a directory", r.stderr)
+
+    def test_json_report_replaces_a_file_whole_and_never_follows_a_link(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            victim = os.path.join(tmp, "victim")
+            with open(victim, "w") as f:
+                f.write("keep me")
+            path = os.path.join(tmp, "r.json")
+            os.symlink(victim, path)
+            r = run(["local", "-n", "2", "--no-gpu", "--json", path])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(victim) as f:
+                self.assertEqual(f.read(), "keep me")
+            self.assertFalse(os.path.islink(path))
+            with open(path) as f:
+                self.assertEqual(json.load(f)["verdict"], "pass")
+            self.assertEqual(sorted(os.listdir(tmp)), ["r.json", "victim"])  # no temporary left
+
+    def test_master_addr_with_a_port_stops_at_once(self):
+        for addr, host in (("127.0.0.1:29500", "127.0.0.1"), ("[::1]:29500", "[::1]")):
+            start = time.monotonic()
+            r = run(["run", "--no-gpu", "--timeout", "20"], env=torch_env(0, 2, MASTER_ADDR=addr))
+            self.assertLess(time.monotonic() - start, 5)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"MASTER_ADDR='{addr}' contains a port; put it in MASTER_PORT: "
+                          f"MASTER_ADDR={host} MASTER_PORT=29500", r.stderr)
+        r = run(["env", "--no-gpu"], env=torch_env(1, 2, MASTER_ADDR="127.0.0.1:29500"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("contains a port", r.stdout)
+        self.assertNotIn("nothing wrong", r.stdout)
+        self.assertIn("not run: fix the problems above first", r.stdout)
+
+    def test_bracketed_ipv6_master_addr_is_the_address(self):
+        r = run(["env", "--json", "--no-gpu"], env=torch_env(1, 2, MASTER_ADDR="[::1]"))
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(json.loads(r.stdout)["self"]["master_addr"], "::1")
+
+    def test_one_message_for_each_bad_value(self):
+        r = run(["run", "--no-gpu"], env=torch_env("abc", 2))
+        self.assertEqual(r.returncode, 2)
+        problems = [line for line in r.stderr.splitlines() if "cannot run:" in line]
+        self.assertEqual(problems, ["rankcheck: cannot run: RANK='abc' is not a whole number "
+                                    "(set by torch env)"])
+        r = run(["run", "--no-gpu"], env=torch_env("99999999999999999999", 2))
+        self.assertIn("RANK='99999999999999999999' is too large", r.stderr)
+        self.assertNotIn("not a whole number", r.stderr)
+        r = run(["run", "--no-gpu"], env=torch_env(1, 2, MASTER_ADDR=""))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("MASTER_ADDR is set but empty (set by torch env)", r.stderr)
+        self.assertNotIn("none of", r.stderr)
+
+    def test_help_subcommand_and_device_only_where_it_works(self):
+        r = run(["help", "run"])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("Usage: rankcheck run [OPTIONS]", r.stdout)
+        self.assertIn("--device", r.stdout)
+        r = run(["local", "--help"])
+        self.assertNotIn("--device", r.stdout)
+
+    def test_torchrun_default_run_id_is_no_job_id(self):
+        r = run(["env", "--json", "--no-gpu"], env=torch_env(0, 1, TORCHELASTIC_RUN_ID="none"))
+        self.assertEqual(json.loads(r.stdout)["self"]["job_id"], "")
+        r = run(["env", "--json", "--no-gpu"], env=torch_env(0, 1, TORCHELASTIC_RUN_ID="j7"))
+        self.assertEqual(json.loads(r.stdout)["self"]["job_id"], "j7")
+
+    def test_under_mpirun_without_master_addr_the_usage_error_names_the_ways(self):
+        env = clean_env(OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=2,
+                        OMPI_COMM_WORLD_LOCAL_RANK=1, OMPI_COMM_WORLD_LOCAL_SIZE=2)
+        r = run(["run", "--no-gpu", "--timeout", "2"], env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("Under mpirun, use rankcheck-mpi --bootstrap mpi", r.stderr)
+
+    def test_no_colour_on_an_mpi_pty(self):
+        import pty
+
+        def under_pty(env):
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.execve(BIN, [BIN, "local", "-n", "1", "--no-gpu", "--quiet"], env)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            os.waitpid(pid, 0)
+            return out
+
+        self.assertIn(b"\x1b[", under_pty(clean_env(TERM="xterm")))
+        self.assertNotIn(b"\x1b[", under_pty(clean_env(TERM="xterm", OMPI_COMM_WORLD_SIZE="1")))
+
 if __name__ == "__main__":
     unittest.main()
 

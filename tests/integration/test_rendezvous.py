@@ -2,11 +2,13 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 import unittest
 
-from harness import BIN, GRACE, Proc, RankcheckTest, clean_env
+from harness import BIN, GRACE, Proc, RankcheckTest, clean_env, free_port
 
 
 class Rendezvous(RankcheckTest):
@@ -64,8 +66,9 @@ class Rendezvous(RankcheckTest):
                          "4,6-7 but not 5")
         self.assertEqual(procs[0].ids(), ["missing-rank"])
         # Members print the job-wide verdict.
-        self.assertIn("rankcheck: FAIL: rank 5 never joined (expected on h1, local rank 1); "
-                      "this is rank 3 on h0", procs[3].out)
+        # ... the whole first finding, not its first clause: members print only this line.
+        self.assertIn("rankcheck: FAIL: rank 5 never joined (expected on h1, local rank 1): h1 "
+                      "sent ranks 4,6-7 but not 5; this is rank 3 on h0", procs[3].out)
 
     def test_duplicate_rank(self):
         procs = self.job(8, per_host=4, skip={6})
@@ -92,7 +95,7 @@ class Rendezvous(RankcheckTest):
         f = procs[0].finding("world-size-mismatch")
         self.assertEqual(f["ranks"], [5])
         self.assertEqual(f["message"], "members disagree on the world size: ranks 0-4,6-7 on "
-                                       "h0 and h1 say 8; rank 5 on h1 say 16")
+                                       "h0 and h1 say 8; rank 5 on h1 says 16")
         self.assertEqual(odd.report["exit_code"], 3)
 
     def test_rank_out_of_range(self):
@@ -202,3 +205,87 @@ class Rendezvous(RankcheckTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+class WhatUsersTrippedOver(RankcheckTest):
+    """Each case failed before its fix."""
+
+    def test_every_process_given_rank_0_is_no_stray(self):
+        procs = [self.rank(0, 4) for _ in range(4)]
+        self.finish()
+        self.assertExit(procs, 3)
+        master = [p for p in procs if p.report["role"] == "master"]
+        self.assertEqual(len(master), 1)
+        self.assertEqual(master[0].ids(), ["duplicate-rank", "missing-rank"])
+
+    def test_a_launcher_that_stops_the_job_at_the_first_failure_keeps_rank_0s_report(self):
+        # What mpirun does: the first process to exit non-zero gets the rest killed.
+        # A failing member leaves only once rank 0 has printed its report.
+        for attempt in range(3):
+            self.port = free_port()
+            procs = [self.rank(r, 3) for r in range(2)]
+            procs.append(self.rank(2, 4))  # another world size: the job fails
+            deadline = time.monotonic() + self.timeout + GRACE
+            first = None
+            while first is None and time.monotonic() < deadline:
+                for p in procs:
+                    if p.popen.poll() not in (None, 0):
+                        first = p
+                        break
+                time.sleep(0.001)
+            for p in procs:
+                if p is not first and p.popen.poll() is None:
+                    p.popen.kill()
+            for p in procs:
+                p.wait(5)
+            self.assertIsNotNone(first)
+            self.assertIn("FAIL", procs[0].out, f"attempt {attempt}: rank 0's report was cut off"
+                          f" by {first.name}'s exit\n{procs[0].err}")
+            self.assertEqual(procs[0].report["role"], "master")
+            self.procs.clear()
+
+    def refused_late(self, reason):
+        """A member meeting a master that refuses it as late, with `reason`."""
+        import struct
+        import threading
+        import wire
+        srv = socket.create_server(("127.0.0.1", self.port))
+        srv.settimeout(5)
+
+        def serve():
+            conn, _ = srv.accept()
+            with conn:
+                conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") + wire.s("") +
+                                        b"\0"))
+                wire.read_frame(conn)  # the hello
+                conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
+                time.sleep(0.5)
+
+        t = threading.Thread(target=serve)
+        t.start()
+        member = self.rank(3, 4)
+        self.finish([member])
+        t.join()
+        srv.close()
+        self.assertEqual(member.rc, 4)
+        return member.finding("late-join")
+
+    def test_an_extra_copy_of_a_rank_is_not_told_to_raise_the_timeout(self):
+        f = self.refused_late("the master decided at +0.2 s without this member: the job was "
+                              "already complete")
+        self.assertNotIn("raise --timeout", f["hint"])
+        self.assertIn("every rank of the job had joined without this process: it is an extra "
+                      "copy of rank 3", f["hint"])
+        f = self.refused_late("the master decided at +9 s without this member: rank 3 never "
+                              "joined")
+        self.assertIn("raise --timeout", f["hint"])
+
+    def test_a_single_host_job_without_local_world_size_names_the_host(self):
+        procs = {r: self.rank(r, 4, host="box", local=None, LOCAL_RANK=r) for r in (0, 1, 3)}
+        self.finish()
+        self.assertExit(procs.values(), 4)
+        f = procs[0].finding("missing-rank")
+        self.assertEqual(f["hosts"], ["box"])
+        self.assertEqual(f["message"],
+                         "rank 2 never joined (expected on box, local rank 2): box sent ranks "
+                         "0-1,3 but not 2")
+

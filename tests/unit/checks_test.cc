@@ -137,7 +137,7 @@ TEST_CASE("world-size-mismatch names who says what") {
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].id == "world-size-mismatch");
   CHECK(fs[0].message ==
-        "members disagree on the world size: ranks 0-6 on gpu-01 say 8; rank 7 on gpu-01 say 16");
+        "members disagree on the world size: ranks 0-6 on gpu-01 say 8; rank 7 on gpu-01 says 16");
   CHECK(fs[0].ranks == Ranks{7});
 }
 

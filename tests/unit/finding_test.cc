@@ -51,7 +51,11 @@ TEST_CASE("catalogue: every finding is documented with its severity and exit cod
     const DocRow& row = table[std::string(k.name)];
     CHECK(row.severity.find(k.severity == Severity::kError ? "error" : "warning") !=
           std::string::npos);
-    CHECK(row.exit_code.rfind(std::to_string(k.exit_code), 0) == 0);
+    if (row.severity == "warning") {
+      CHECK(row.exit_code == "—");  // a warning never sets the exit code
+    } else {
+      CHECK(row.exit_code.rfind(std::to_string(k.exit_code), 0) == 0);
+    }
     CHECK(doc.find(fmt::format("\n## `{}`\n", k.name)) != std::string::npos);
     CHECK(!k.fix.empty());
   }
