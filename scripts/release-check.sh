@@ -7,7 +7,6 @@
 # script's own, so that they go away when it ends, however it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root_dir=$PWD
 [[ -x dist/rankcheck && -e build-release/sysroot/.rankcheck-sysroot ]] ||
   { echo "release-check: no release build here: run scripts/release.sh first" >&2; exit 2; }
 sysroot=$(readlink -f build-release/sysroot)

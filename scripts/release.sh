@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$PWD
-build=build-release
+build="build-release"
 dist=dist
 glibc_max=${RANKCHECK_GLIBC_MAX:-2.28}
 max_bytes=$((10 * 1000 * 1000))
@@ -93,9 +93,10 @@ if [[ ! -f "$stage/.stamp" || "$(cat "$stage/.stamp")" != "$stage_stamp" ]]; the
 fi
 
 # -- configure and build -----------------------------------------------------
-# --fresh: the toolchain file is read anew (its flags are cached otherwise); what
-# did not change is not rebuilt. The floor --version states is the one measured
-# last with this sysroot (kept beside it, so that a fresh clone builds once).
+# Each configure starts from no cache, so that the toolchain file's flags are read
+# anew (they are cached otherwise); the objects stay, and only what changed is
+# rebuilt. The floor --version states is the one measured last with this sysroot
+# (kept beside it, so that a fresh clone builds once).
 floor_file=$sysroot.floor
 # ccache keeps the objects across runs and clean clones (CI clones afresh): paths
 # under the checkout are hashed relative to it, and the toolchain maps them out of
@@ -106,7 +107,8 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 configure() {
-  cmake --fresh -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+  rm -f "$build/CMakeCache.txt"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
     -DCMAKE_TOOLCHAIN_FILE="$root_dir/cmake/release-toolchain.cmake" \
     -DCMAKE_PROJECT_INCLUDE="$root_dir/cmake/release-project.cmake" \
     -DRANKCHECK_SYSROOT:PATH="$sysroot" -DRANKCHECK_STAGE:PATH="$root_dir/$stage" \
@@ -163,7 +165,7 @@ for t in "${targets[@]}"; do
   [[ $t == rankcheck-mpi ]] && allowed+='|libmpi\.so\.[0-9]+'
   allowed+=')$'
   extra=$(readelf -d "$bin" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | grep -vE "$allowed" || true)
-  [[ -z "$extra" ]] || die "$t links $(echo $extra): only glibc's libraries may be needed"
+  [[ -z "$extra" ]] || die "$t links ${extra//$'\n'/ }: only glibc's libraries may be needed"
 done
 
 # -- dist/: stripped binaries, debug info beside them -------------------------
