@@ -143,7 +143,7 @@ int run(const Identity& id, Record& self, Session& s) {
     MasterConfig mc;
     mc.world_size = id.world_size;
     mc.job_id = id.job_id;
-    mc.master_addr = "MPI_COMM_WORLD";
+    mc.master_addr = std::string(kMpiMasterAddr);
     mc.master_host = self.host;
     mc.start = s.start;
     mc.gpu_stage = !s.o.no_gpu;

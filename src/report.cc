@@ -350,11 +350,13 @@ std::string render_text(const Report& r, RenderStyle style) {
   for (const Finding& f : r.findings)
     (f.is_error() ? errors : warnings)++;
 
-  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}:{}{}\n", kVersion,
+  std::string master = r.master_addr == kMpiMasterAddr
+                           ? std::string("MPI rank 0")
+                           : fmt::format("{}:{}", printable(r.master_addr, 64), r.master_port);
+  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kVersion,
                      r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
                      plural(size_t(rank_count(r.members)), "rank", "ranks"),
-                     plural(host_count(r.members), "host", "hosts"), printable(r.master_addr, 64),
-                     r.master_port,
+                     plural(host_count(r.members), "host", "hosts"), master,
                      r.master_bound.empty() ? std::string()
                                             : fmt::format(" ({})", format_list(r.master_bound, 3)));
   if (errors == 0) {

@@ -179,6 +179,7 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
                     : std::string();
   std::string reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
   const char* verb = v.timed_out ? "never joined" : "did not join";
+  bool over_mpi = v.master_addr == kMpiMasterAddr;
 
   std::vector<std::pair<std::string, std::vector<long>>> whole_hosts;
   for (const auto& [host, items] : by_host) {
@@ -187,7 +188,16 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
       ranks.push_back(item.first);
     Finding f = make_finding(FindingId::kMissingRank, "");
     f.ranks = ranks;
-    if (host.empty()) {
+    if (over_mpi) {
+      // Every process of the MPI world was gathered: the missing ranks were never
+      // processes at all, whatever the hosts.
+      f.message = fmt::format("{} {}: the MPI world has {} processes, the job's world size is {}",
+                              ranks_word(ranks), verb, v.members.size(), world);
+      f.hint = fmt::format(
+          "start as many processes as the world size (mpirun -np {}), or drop the WORLD_SIZE "
+          "given to every process (-x WORLD_SIZE){}",
+          world, also);
+    } else if (host.empty()) {
       long per_node = layout.ranks_per_node();
       bool whole_nodes =
           per_node > 0 && ranks.size() % size_t(per_node) == 0 && ranks.front() % per_node == 0;

@@ -44,6 +44,9 @@ struct Refusal {
   double at_ms = 0;
 };
 
+/// The master's address in a job that met over MPI (rankcheck-mpi --bootstrap mpi).
+inline constexpr std::string_view kMpiMasterAddr = "MPI_COMM_WORLD";
+
 /// Everything the rules look at.
 struct JobView {
   long world_size = 0;  ///< the master's

@@ -65,6 +65,22 @@ class Mpi(unittest.TestCase):
             self.assertEqual(self.report(rank)["verdict"], "pass")
 
     @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
+    def test_mpi_bootstrap_world_size_beyond_the_mpi_world(self):
+        r = self.run_mpi(mpirun(4, BIN_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout",
+                                str(TIMEOUT), "--color", "never", "--json",
+                                os.path.join(self.tmp, "r{rank}.json"),
+                                extra=("-x", "WORLD_SIZE=8")))
+        self.assertNotEqual(r.returncode, 0)
+        missing = [f for f in self.report(0)["findings"] if f["id"] == "missing-rank"][0]
+        self.assertEqual(missing["message"],
+                         "ranks 4-7 did not join: the MPI world has 4 processes, the job's world "
+                         "size is 8")
+        self.assertIn("mpirun -np 8", missing["hint"])
+        self.assertNotIn("MPI_COMM_WORLD:0", r.stdout)
+        # No per-rank notes about a MASTER_PORT nothing listens on.
+        self.assertNotIn("MASTER_PORT not set", r.stderr)
+
+    @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
     def test_mpi_bootstrap_user_rank_disagrees_with_mpi(self):
         # RANK=2 exported to every process: MPI says 0..3, the training job would read 2.
         r = self.run_mpi(mpirun(4, BIN_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout",
