@@ -332,6 +332,25 @@ void resolve(Identity& id) {
   }
 }
 
+// How many members the launcher started, as it counts them itself (SLURM_NTASKS,
+// OMPI_COMM_WORLD_SIZE, torchrun's ROLE_WORLD_SIZE; the node count in node mode).
+// A WORLD_SIZE exported by hand may say fewer: rank 0 then waits for every process
+// the launcher started, rather than decide as soon as the first few are in.
+void count_launcher_members(Identity& id) {
+  Field field = id.node_mode() ? Field::kNnodes : Field::kWorldSize;
+  for (const Observation& o : id.observations) {
+    if (o.field != field || o.weak) continue;
+    auto row = std::find_if(launchers().begin(), launchers().end(),
+                            [&o](const Launcher& l) { return l.name == o.launcher; });
+    if (row == launchers().end() || !row->starts_processes) continue;
+    auto n = parse_long(o.value);
+    if (!n || *n < 1 || *n > kMaxWorldSize) continue;
+    id.launcher_members = *n;
+    id.launcher_members_from = fmt::format("{}={}", o.variable, o.value);
+    return;
+  }
+}
+
 // Under torchrun's static rendezvous the agent's TCPStore already listens on
 // MASTER_PORT (on every interface) and its workers are told to use it as a store:
 // rankcheck's master cannot bind it, and must not. It meets one port up instead,
@@ -418,6 +437,7 @@ Identity detect_identity(const EnvMap& env, const Flags& flags) {
     if (scan.seen()) id.launchers.emplace_back(l.name);
   }
   resolve(id);
+  count_launcher_members(id);
   choose_rendezvous_port(id, env, flags);
   return id;
 }

@@ -138,7 +138,12 @@ bool MasterState::smaller_world_complete() const {
 }
 
 bool MasterState::ready() const {
-  return !decided_ && (joined_ranks_ >= cfg_.world_size || smaller_world_complete());
+  if (decided_) return false;
+  // The launcher started more processes than the world holds: deciding before the
+  // last of them is here would turn the others away as late, a verdict that
+  // depends on who was fastest. Every one of them is reported instead.
+  if (cfg_.launcher_members > 0) return static_cast<long>(members_.size()) >= cfg_.launcher_members;
+  return joined_ranks_ >= cfg_.world_size || smaller_world_complete();
 }
 
 void MasterState::interrupt(int signal) {

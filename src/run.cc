@@ -154,6 +154,16 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   ServerConfig cfg;
   MasterConfig& mc = cfg.master;
   mc.world_size = id.world_size;
+  // The launcher started more members than the world size asks for: all are waited for.
+  long world_members = (id.world_size + id.nranks - 1) / std::max(1L, id.nranks);
+  if (id.launcher_members > world_members) {
+    mc.launcher_members = id.launcher_members;
+    log.progress(fmt::format(
+        "the launcher started {} ({}) but the world size is {}: waiting for all of them",
+        id.node_mode() ? plural(size_t(id.launcher_members), "node", "nodes")
+                       : plural(size_t(id.launcher_members), "process", "processes"),
+        id.launcher_members_from, id.world_size));
+  }
   mc.job_id = self.job_id;  // as the hellos carry it (cut to its cap)
   mc.master_addr = id.master_addr;
   mc.master_host = self.host;

@@ -74,6 +74,11 @@ struct Identity {
   /// listens there (TORCHELASTIC_USE_AGENT_STORE=True) or --rendezvous-port says.
   long rendezvous_port = kDefaultMasterPort;
   std::string job_id;
+  /// How many members the launcher itself started (rank mode: processes, e.g.
+  /// SLURM_NTASKS; node mode: nodes), by its own count; -1 where no launcher that
+  /// starts processes says. `launcher_members_from` names it: "SLURM_NTASKS=4".
+  long launcher_members = -1;
+  std::string launcher_members_from;
 
   std::string launcher;                   ///< the row that gave the rank
   std::vector<std::string> launchers;     ///< every row whose variables were seen
@@ -138,6 +143,9 @@ struct Launcher {
   std::string_view name;         ///< "slurm"
   std::string_view description;  ///< "Slurm srun"
   void (*scan)(LauncherScan&);
+  /// The row's world size (node count in node mode) counts the processes this
+  /// launcher started itself (srun, mpirun, torchrun), not a value someone exported.
+  bool starts_processes = false;
 };
 
 /// The launcher table, highest precedence first.

@@ -19,6 +19,10 @@ namespace rankcheck {
 
 struct MasterConfig {
   long world_size = 0;
+  /// Members the launcher started when that is more than the world size asks for
+  /// (WORLD_SIZE=2 exported over 4 tasks): the master waits for all of them, so
+  /// that the extra ones are reported, not turned away as late. 0: not so.
+  long launcher_members = 0;
   std::string job_id;
   std::string master_addr;  ///< MASTER_ADDR as given, for the report
   std::string master_host;
@@ -46,7 +50,8 @@ class MasterState {
               std::optional<Record> record = std::nullopt);
 
   /// As many ranks as the world size have joined (whatever they claim), or every
-  /// member but the master agrees on a smaller world that is all here.
+  /// member but the master agrees on a smaller world that is all here. When the
+  /// launcher started more members than that, every one of them has joined.
   bool ready() const;
   bool decided() const { return decided_; }
 

@@ -137,6 +137,6 @@ void scan(LauncherScan& s) {
 
 }  // namespace
 
-const Launcher kSlurm{"slurm", "Slurm srun", scan};
+const Launcher kSlurm{"slurm", "Slurm srun", scan, /*starts_processes=*/true};
 
 }  // namespace rankcheck::launcher

@@ -210,7 +210,7 @@ class WhatUsersTrippedOver(RankcheckTest):
     """Each case failed before its fix."""
 
     def test_every_process_given_rank_0_is_no_stray(self):
-        procs = [self.rank(0, 4) for _ in range(4)]
+        procs = [self.rank(0, 4, extra=("--job-id", "j1")) for _ in range(4)]
         self.finish()
         self.assertExit(procs, 3)
         master = [p for p in procs if p.report["role"] == "master"]
@@ -288,4 +288,40 @@ class WhatUsersTrippedOver(RankcheckTest):
         self.assertEqual(f["message"],
                          "rank 2 never joined (expected on box, local rank 2): box sent ranks "
                          "0-1,3 but not 2")
+
+
+
+class WhatTheLauncherStarted(RankcheckTest):
+    """What the launcher started, one line per member, and other jobs' members: each
+    case failed before its fix."""
+
+    def slurm_task(self, rank, world, ntasks, **env):
+        """A task of a one-node Slurm step of `ntasks` tasks, given WORLD_SIZE=world."""
+        return self.rank(rank, world, host="n1", SLURM_PROCID=rank, SLURM_NTASKS=ntasks,
+                         SLURM_LOCALID=rank, SLURM_NODEID=0, SLURM_STEP_NUM_NODES=1,
+                         SLURM_STEP_NODELIST="n1", SLURM_STEP_TASKS_PER_NODE=ntasks,
+                         SLURM_JOB_ID=81, **env)
+
+    def test_a_world_size_below_the_launchers_count_waits_for_every_process(self):
+        # WORLD_SIZE=2 exported over mpirun -np 4: ranks 2 and 3 start a little later.
+        # Deciding on "2/2 joined" turned them away as late (exit 4), a verdict that
+        # depended on who was fastest; now every process is waited for and reported.
+        def start(r):
+            return self.rank(r, 2, OMPI_COMM_WORLD_RANK=r, OMPI_COMM_WORLD_SIZE=4,
+                             OMPI_COMM_WORLD_LOCAL_RANK=r, OMPI_COMM_WORLD_LOCAL_SIZE=4)
+        procs = [start(0), start(1)]
+        time.sleep(0.5)
+        procs += [start(2), start(3)]
+        self.finish()
+        self.assertExit(procs, 3)
+        master = procs[0].report
+        self.assertEqual(master["decided"], "all-joined")
+        self.assertLess(procs[0].elapsed, self.timeout / 2, "all four joined: no deadline")
+        self.assertEqual(procs[0].ids(), ["launcher-env-conflict", "rank-out-of-range"])
+        self.assertEqual(procs[0].finding("rank-out-of-range")["ranks"], [2, 3])
+        self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])
+        self.assertIn("the launcher started 4 processes (OMPI_COMM_WORLD_SIZE=4) but the world "
+                      "size is 2: waiting for all of them", procs[0].err)
+        for p in procs[1:]:
+            self.assertEqual((p.report["verdict_received"], p.report["exit_code"]), (True, 3))
 

@@ -560,6 +560,27 @@ class Slurm(unittest.TestCase):
             self.assertEqual(ids(member), ["launcher-env-conflict"])
         self.assertIn("rankcheck: FAIL", step.out)
 
+    def test_srun_with_a_world_size_below_the_task_count_waits_for_every_task(self):
+        # WORLD_SIZE=2 over 4 tasks; tasks 2 and 3 start half a second late, as a
+        # slow node's would. Every task is waited for, and every one exits 3.
+        timeout = 4
+        script = ('[ "$SLURM_PROCID" -lt 2 ] || sleep 0.5; exec "$0" "$@" --host-name '
+                  f'"$SLURMD_NODENAME" --json "{self.dir}/rank$SLURM_PROCID.json"')
+        step = self.srun(["-N", "1", "-n", "4", "--export=ALL,WORLD_SIZE=2"],
+                         ["/bin/sh", "-c", script, RANKCHECK, "run", "--no-gpu", "-q",
+                          "--timeout", str(timeout)],
+                         timeout + GRACE, MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 3, step.out + step.err)
+        master = step.report("rank0")
+        self.assertEqual(master["decided"], "all-joined")
+        self.assertEqual(ids(master), ["launcher-env-conflict", "rank-out-of-range"])
+        self.assertEqual(finding(master, "rank-out-of-range")["ranks"], [2, 3])
+        self.assertLess(step.elapsed, timeout, step.out + step.err)
+        reports = step.all_reports()
+        self.assertEqual(len(reports), 4)
+        for name, r in reports.items():
+            self.assertEqual((r["verdict"], r["exit_code"]), ("fail", 3), name)
+
     # -- (d) the node-level wrapper ------------------------------------------
 
     def test_node_wrapper_two_nodes_of_four(self):

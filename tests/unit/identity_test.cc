@@ -395,3 +395,27 @@ TEST_CASE("identity: NPROC_PER_NODE from the job script does not make srun's tas
   CHECK(asked.node_mode());
   CHECK(asked.rank == 4);
 }
+
+TEST_CASE("identity: how many members the launcher itself started") {
+  // Open MPI counts its processes; a WORLD_SIZE exported by hand does not.
+  Identity id = detect_identity(env_fixture("openmpi_world_conflict.env"), {});
+  CHECK(id.launcher_members == 8);
+  CHECK(id.launcher_members_from == "OMPI_COMM_WORLD_SIZE=8");
+  // srun: SLURM_NTASKS, even where WORLD_SIZE says otherwise.
+  EnvMap slurm{
+      {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}};
+  id = detect_identity(slurm, {});
+  CHECK(id.world_size == 2);
+  CHECK(id.launcher_members == 4);
+  CHECK(id.launcher_members_from == "SLURM_NTASKS=4");
+  // In node mode the launcher's tasks are nodes.
+  Flags flags;
+  flags.nproc_per_node = "4";
+  flags.node_rank = "1";
+  flags.nnodes = "2";
+  id = detect_identity(env_fixture("slurm_node_step.env"), flags);
+  CHECK(id.launcher_members == 2);
+  // torch variables alone: no launcher counted anything.
+  id = detect_identity(EnvMap{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}}, {});
+  CHECK(id.launcher_members == -1);
+}

@@ -183,3 +183,20 @@ TEST_CASE("master: members' common strings are kept once") {
   CHECK(&ms[0].record.host.str() == &ms[1].record.host.str());
   CHECK(ms[1].record.host != ms[2].record.host);
 }
+
+TEST_CASE("master: more processes than the world size are all waited for") {
+  // WORLD_SIZE=2 exported over 4 Slurm tasks: "2 of 2 joined" is not the end.
+  MasterConfig cfg = config(2);
+  cfg.launcher_members = 4;
+  MasterState m(cfg);
+  m.admit(test::member(0, 2, "gpu-01"), "in-process", /*own=*/true);
+  m.admit(test::member(1, 2, "gpu-01"), "10.0.0.11:40001");
+  CHECK(!m.ready());
+  m.admit(test::member(2, 2, "gpu-01"), "10.0.0.11:40002");
+  CHECK(!m.ready());
+  m.admit(test::member(3, 2, "gpu-01"), "10.0.0.11:40003");
+  CHECK(m.ready());
+  m.decide(false, 29500, {"127.0.0.1"});
+  CHECK(m.report().exit_code() == 3);
+  CHECK(test::find(m.report().findings, "rank-out-of-range") != nullptr);
+}
