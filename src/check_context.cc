@@ -152,8 +152,11 @@ bool ifname_matches_any(std::string_view spec, const std::vector<std::string>& i
 }
 
 bool spans_hosts(const Record& r) {
-  return (r.local_world_size >= 1 && r.local_world_size < r.world_size) ||
-         r.node_list.find_first_of(",[") != std::string::npos;
+  // The launcher's node list says it outright; only without one is it inferred
+  // from a world larger than this host's share (WORLD_SIZE=8 exported over 4
+  // tasks on one node is not a job of two hosts).
+  if (!r.node_list.empty()) return r.node_list.find_first_of(",[") != std::string::npos;
+  return r.local_world_size >= 1 && r.local_world_size < r.world_size;
 }
 
 bool is_loopback_address(std::string_view a) {

@@ -27,6 +27,8 @@ class Layout {
       long total = 0;
       for (int t : *tasks)
         total += t;
+      launcher_tasks_ = total;
+      launcher_nodes_ = r.node_list;
       if (total != world) break;  // not this job's layout: expand nothing more
       auto hosts = expand_hostlist(r.node_list);
       if (!hosts || hosts->size() != tasks->size()) break;
@@ -82,6 +84,10 @@ class Layout {
   }
   /// Ranks per node when the members agree on it (and ranks fill nodes in order), else 0.
   long ranks_per_node() const { return lws_; }
+  /// The processes the launcher started (Slurm's tasks of the step), or 0 when it
+  /// does not say; its node list.
+  long launcher_tasks() const { return launcher_tasks_; }
+  const std::string& launcher_nodes() const { return launcher_nodes_; }
 
  private:
   struct Block {
@@ -94,6 +100,8 @@ class Layout {
   std::vector<Block> blocks_;
   long lws_ = 0;
   std::string_view single_host_;  // a job on one host, told by LOCAL_RANK == RANK
+  long launcher_tasks_ = 0;
+  std::string launcher_nodes_;
 
   // Without LOCAL_WORLD_SIZE, members on one host whose LOCAL_RANK equals their
   // RANK say that the job runs on that host alone (torchrun --standalone, a shell
@@ -156,9 +164,17 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
     return it == by_short.end() || it->second.empty() ? host : it->second;
   };
   Layout layout(v, world);
+  // Ranks at or past the launcher's task count were never processes at all: no
+  // node failed to start them (WORLD_SIZE=8 exported over a step of 4 tasks).
+  std::vector<long> never_started;
   std::map<std::string_view, std::vector<std::pair<long, long>>> by_host;  // (rank, local)
   for (long k : missing) {
     long local = -1;
+    if (layout.launcher_tasks() > 0 && layout.launcher_tasks() < world &&
+        k >= layout.launcher_tasks()) {
+      never_started.push_back(k);
+      continue;
+    }
     by_host[joined_as(layout.host_of(k, &local))].push_back({k, local});
   }
 
@@ -181,6 +197,22 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   const char* verb = v.timed_out ? "never joined" : "did not join";
   bool over_mpi = v.master_addr == kMpiMasterAddr;
 
+  if (!never_started.empty()) {
+    auto nodes = expand_hostlist(layout.launcher_nodes());
+    size_t node_count = nodes ? nodes->size() : 0;
+    Finding f = make_finding(
+        FindingId::kMissingRank,
+        fmt::format("{} {}: the launcher started {} on {} ({}), for a world size of {}",
+                    ranks_word(never_started), verb,
+                    plural(size_t(layout.launcher_tasks()), "process", "processes"),
+                    plural(node_count, "node", "nodes"), printable(layout.launcher_nodes(), 80),
+                    world),
+        fmt::format("nothing started {}: launch {} processes (srun --ntasks={}), or drop the "
+                    "WORLD_SIZE exported to every process so that the launcher's count is used{}",
+                    format_ranks(never_started), world, world, also));
+    f.ranks = never_started;
+    out.push_back(std::move(f));
+  }
   std::vector<std::pair<std::string, std::vector<long>>> whole_hosts;
   for (const auto& [host, items] : by_host) {
     std::vector<long> ranks;

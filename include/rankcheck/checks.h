@@ -109,8 +109,9 @@ std::string member_label(const Record& r);
 /// "=" for exact names) selects at least one of `interfaces`.
 bool ifname_matches_any(std::string_view ifname_spec, const std::vector<std::string>& interfaces);
 
-/// What one record says about its job spanning several hosts: fewer ranks per host
-/// than in the world, or a launcher node list of more than one host.
+/// What one record says about its job spanning several hosts: a launcher node list
+/// of more than one host or, without a node list, fewer ranks per host than in the
+/// world.
 bool spans_hosts(const Record& r);
 
 /// Whether an address string is loopback (127.0.0.0/8 or ::1).

@@ -325,3 +325,17 @@ class WhatTheLauncherStarted(RankcheckTest):
         for p in procs[1:]:
             self.assertEqual((p.report["verdict_received"], p.report["exit_code"]), (True, 3))
 
+    def test_a_one_node_step_with_a_larger_world_size_spans_no_other_host(self):
+        # WORLD_SIZE=8 over a step of 4 tasks on one node: the node list says one host,
+        # so MASTER_ADDR on loopback is no error, and no "node 1" failed to start.
+        procs = [self.slurm_task(r, 8, 4) for r in range(4)]
+        self.finish()
+        self.assertExit(procs, 3)
+        self.assertEqual(procs[0].ids(), ["launcher-env-conflict", "missing-rank"])
+        f = procs[0].finding("missing-rank")
+        self.assertEqual(f["ranks"], [4, 5, 6, 7])
+        self.assertEqual(f["message"], "ranks 4-7 did not join: the launcher started 4 processes "
+                                       "on 1 node (n1), for a world size of 8")
+        self.assertIn("launch 8 processes (srun --ntasks=8)", f["hint"])
+        self.assertNotIn("listening on all interfaces", procs[0].err)
+

@@ -581,6 +581,23 @@ class Slurm(unittest.TestCase):
         for name, r in reports.items():
             self.assertEqual((r["verdict"], r["exit_code"]), ("fail", 3), name)
 
+    def test_srun_on_one_node_with_a_larger_world_size_names_no_second_host(self):
+        # WORLD_SIZE=8 over 4 tasks on one node: the step's node list is one host, so
+        # neither "the job spans more than one host" nor "as if node 1 never started".
+        timeout = 4
+        step = self.srun(["-N", "1", "-n", "4", "--export=ALL,WORLD_SIZE=8"],
+                         self.per_rank("--no-gpu", "-q", "--timeout", str(timeout)),
+                         timeout + GRACE, MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 3, step.out + step.err)
+        master = step.report("rank0")
+        self.assertEqual(ids(master), ["launcher-env-conflict", "missing-rank"])
+        f = finding(master, "missing-rank")
+        self.assertEqual(f["ranks"], [4, 5, 6, 7])
+        host = master["members"][0]["host"]
+        self.assertEqual(f["message"], "ranks 4-7 did not join: the launcher started 4 processes "
+                                       f"on 1 node ({host}), for a world size of 8")
+        self.assertNotIn("spans more than one host", step.out)
+
     # -- (d) the node-level wrapper ------------------------------------------
 
     def test_node_wrapper_two_nodes_of_four(self):

@@ -678,3 +678,28 @@ TEST_CASE("join tracker: a peer's local world size does not size the tracker's m
   far.members[5].record.local_rank = 60000;  // a local rank far beyond any host
   CHECK(!tracker_clean(far));
 }
+
+TEST_CASE("master-addr-loopback: a one-node step's node list outweighs a larger world size") {
+  // WORLD_SIZE=8 over 4 tasks of one node: loopback reaches every process there is.
+  JobView v = healthy_job(8, 4);
+  v.members.resize(4);
+  v.master_resolved = {"127.0.0.1"};
+  for (Member& m : v.members) {
+    m.record.node_list = "gpu-01";
+    m.record.tasks_per_node = "4";
+    if (m.peer != "in-process") m.peer = "127.0.0.1:50000";
+  }
+  CHECK(!spans_hosts(v.members[1].record));
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "missing-rank");
+  CHECK(fs[0].ranks == Ranks{4, 5, 6, 7});
+  CHECK(fs[0].message ==
+        "ranks 4-7 did not join: the launcher started 4 processes on 1 node (gpu-01), for a "
+        "world size of 8");
+  // A node list of two hosts spans them; without a node list, the world size tells.
+  v.members[1].record.node_list = "gpu-[01-02]";
+  CHECK(spans_hosts(v.members[1].record));
+  v.members[1].record.node_list = "";
+  CHECK(spans_hosts(v.members[1].record));
+}
