@@ -168,6 +168,7 @@ Verdict MasterState::verdict_base() const {
   Verdict v;
   v.exit_code = static_cast<uint8_t>(report_.exit_code());
   v.headline = headline(report_.findings);
+  if (!report_.findings.empty()) v.headline_id = report_.findings.front().id;
   v.joined_ranks = static_cast<uint32_t>(joined_ranks_);
   for (const Finding& f : report_.findings)
     (f.is_error() ? v.errors : v.warnings)++;

@@ -323,6 +323,7 @@ MemberReport verdict_report(const Record& self, const Verdict& v, double total_m
   m.verdict_received = true;
   m.exit_code = v.exit_code;
   m.headline = v.headline;
+  m.headline_id = v.headline_id;
   m.errors = v.errors;
   m.warnings = v.warnings;
   m.joined_ranks = v.joined_ranks;

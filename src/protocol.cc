@@ -366,6 +366,7 @@ std::vector<uint8_t> encode(const Verdict& m) {
   head.u8(m.final);
   head.u8(m.run_gpu);
   head.str(cut(m.headline, 512));
+  head.str(cut(m.headline_id, kNoteIdMax));
   head.u32(m.errors);
   head.u32(m.warnings);
   head.u32(m.joined_ranks);
@@ -506,6 +507,7 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
   m.final = r.u8() != 0;
   m.run_gpu = r.u8() != 0;
   m.headline = r.str(512, "headline");
+  m.headline_id = r.str(kNoteIdMax, "headline id");
   m.errors = r.u32();
   m.warnings = r.u32();
   m.joined_ranks = r.u32();

@@ -479,10 +479,14 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
         r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings")) : "", self);
   } else {
     out = fmt::format(
-        "rankcheck: {}{}: {}; {}\n", paint("1;31", "FAIL"), job,
+        "rankcheck: {}{}: {}; {}{}\n", paint("1;31", "FAIL"), job,
         r.headline.empty() ? std::string("see the master's report") : printable(r.headline, 512),
-        self);
+        self, r.headline_id.empty() ? "" : fmt::format(" [{}]", printable(r.headline_id, 64)));
   }
+  // A job's verdict is one line per member: rank 0 prints the findings and their
+  // fixes once, and eight copies of them would bury its report. A member's own
+  // failure (no master, a refusal) is in no other report: it prints it whole.
+  if (r.verdict_received) return out;
   for (const Finding& f : r.findings)
     out += render_finding(f, {.margin = 2, .wrap_indent = 6, .fix_at = 4}, style);
   return out;

@@ -70,9 +70,10 @@ struct Reject {
 
 struct Verdict {
   uint8_t exit_code = 0;
-  bool final = true;     ///< false: the GPU stage follows, then a final verdict
-  bool run_gpu = false;  ///< go for the GPU stage
-  std::string headline;  ///< the job's leading problem, "" on pass
+  bool final = true;        ///< false: the GPU stage follows, then a final verdict
+  bool run_gpu = false;     ///< go for the GPU stage
+  std::string headline;     ///< the job's leading problem, "" on pass
+  std::string headline_id;  ///< its finding's id ("missing-rank"), "" on pass
   uint32_t errors = 0;
   uint32_t warnings = 0;
   uint32_t joined_ranks = 0;

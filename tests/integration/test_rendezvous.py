@@ -84,7 +84,9 @@ class Rendezvous(RankcheckTest):
         self.assertIn(f"h1 (pid {dup.popen.pid})", f["message"])
         self.assertEqual(master.finding("missing-rank")["ranks"], [6])
         self.assertEqual(master.report["decided"], "all-joined")
-        self.assertIn("duplicate-rank: rank 3 is claimed by 2 members", dup.out)
+        # One line per member, with the leading finding's id; rank 0 has the rest.
+        self.assertIn("rankcheck: FAIL: rank 3 is claimed by 2 members", dup.out)
+        self.assertIn("[duplicate-rank]", dup.out)
 
     def test_one_rank_with_another_world_size(self):
         procs = self.job(8, per_host=4, skip={5})
@@ -338,4 +340,19 @@ class WhatTheLauncherStarted(RankcheckTest):
                                        "on 1 node (n1), for a world size of 8")
         self.assertIn("launch 8 processes (srun --ntasks=8)", f["hint"])
         self.assertNotIn("listening on all interfaces", procs[0].err)
+
+    def test_a_member_prints_one_line_and_rank_0_the_findings(self):
+        # Every member is named by the leading finding (WORLD_SIZE=8 exported over 4
+        # tasks): each printed it with its fix, and the job's output had it 4 times.
+        procs = [self.slurm_task(r, 8, 4) for r in range(4)]
+        self.finish()
+        self.assertExit(procs, 3)
+        first = procs[0].report["findings"][0]
+        self.assertEqual(first["id"], "launcher-env-conflict")
+        for r in (1, 2, 3):
+            self.assertEqual(procs[r].out, f"rankcheck: FAIL (job 81): {first['message']}; this "
+                                           f"is rank {r} on n1 [launcher-env-conflict]\n")
+            # The JSON keeps the findings about this member's ranks.
+            self.assertEqual(procs[r].ids(), ["launcher-env-conflict"])
+        self.assertEqual(procs[0].out.count("fix: "), 2, procs[0].out)  # one per finding
 

@@ -122,6 +122,7 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   Verdict v;
   v.exit_code = 4;
   v.headline = "rank 9 did not join";
+  v.headline_id = "missing-rank";
   v.errors = 1;
   v.joined_ranks = 15;
   v.notes.push_back(Finding{"duplicate-rank", Severity::kError, 3, "m", "h", {}, {}});
@@ -132,6 +133,7 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   REQUIRE(vb.ok());
   CHECK(vb->exit_code == 4);
   CHECK(vb->headline == v.headline);
+  CHECK(vb->headline_id == "missing-rank");
   REQUIRE(vb->notes.size() == 1);
   CHECK(vb->notes[0].id == "duplicate-rank");
   CHECK(vb->notes[0].message == "m");

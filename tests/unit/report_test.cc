@@ -107,9 +107,12 @@ TEST_CASE("member line: the job-wide verdict and this member's part in it") {
   m.exit_code = 4;
   m.verdict_received = true;
   m.headline = "rank 9 never joined (expected on gpu-02, local rank 1)";
+  m.headline_id = "missing-rank";
+  // The findings about this member stay in its JSON; rank 0 prints them, once.
+  m.findings.push_back(make_finding(FindingId::kMissingRank, m.headline));
   CHECK(render_member_text(m, {}) ==
         "rankcheck: FAIL (job 48213): rank 9 never joined (expected on gpu-02, local rank 1); "
-        "this is rank 3 on gpu-01\n");
+        "this is rank 3 on gpu-01 [missing-rank]\n");
   m.exit_code = 0;
   m.joined_ranks = 16;
   CHECK(render_member_text(m, {}) ==
@@ -130,4 +133,14 @@ TEST_CASE("env text: each value is credited to the source it was taken from") {
   CHECK(text.find("  rank          3 of 4                    SLURM_PROCID (Slurm srun)\n") !=
         std::string::npos);
   CHECK(text.find("RANK (torch env)") == std::string::npos);
+}
+
+TEST_CASE("member line: a member's own failure, in no other report, is printed whole") {
+  Record self = test::member(3, 16, "gpu-01", 3, 8);
+  Finding f = make_finding(FindingId::kMasterUnreachable,
+                           "cannot reach the master at node01:29500 by the deadline: refused");
+  std::string text = render_member_text(failure_report(self, f, 10), {});
+  CHECK(text.find("rankcheck: FAIL: cannot reach the master at node01:29500 by the deadline; "
+                  "this is rank 3 on gpu-01\n") == 0);
+  CHECK(text.find("fix: ") != std::string::npos);
 }
