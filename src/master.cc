@@ -276,7 +276,13 @@ std::vector<Finding> MasterState::notes_for(size_t i) const {
   const std::vector<Member>& ms = members();
   if (i >= ms.size()) return notes;
   const Record& rec = ms[i].record;
+  // Findings about refused processes (another job's, one without the token) name
+  // the ranks those claim: a member of this job holding the same number is not
+  // their subject, and the master's report names them once.
+  const std::string_view foreign = finding_kind(FindingId::kForeignJob).name;
+  const std::string_view auth = finding_kind(FindingId::kAuthFailed).name;
   for (const Finding& f : report_.findings) {
+    if (f.id == foreign || f.id == auth) continue;
     auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
     if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
   }

@@ -52,8 +52,13 @@ void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& o
   out.push_back(std::move(f));
 }
 
+// The processes of one other job are one finding, whatever their number: a port
+// shared by two jobs sends the master every member of the other.
 void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
+  // (their job id, whether their ranks are missing here) -> (record, peer), in order.
+  std::map<std::pair<std::string, bool>, std::vector<std::pair<const Record*, std::string_view>>>
+      groups;
   for (const Refusal& r : v.refused) {
     if (r.kind != RefusalKind::kForeignJob || !r.record) continue;
     const Record& rec = *r.record;
@@ -61,19 +66,35 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
     for (long k = rec.rank; k <= rec.last_rank(); ++k) {
       if (k >= 0 && k < ctx.expected_world && !ctx.present(k)) explains_missing = true;
     }
-    std::string who = fmt::format("{} from {}", member_label(rec), printable(r.peer));
+    groups[{std::string(rec.job_id), explains_missing}].emplace_back(&rec, r.peer);
+  }
+  for (const auto& [key, items] : groups) {
+    const auto& [job, explains_missing] = key;
+    Records rs;
+    std::vector<std::string> peers;
+    for (const auto& [rec, peer] : items) {
+      rs.push_back(rec);
+      peers.push_back(printable(peer));
+    }
+    std::string who = items.size() == 1
+                          ? fmt::format("{} from {}", member_label(*rs.front()), peers.front())
+                          : fmt::format("{} processes ({}, from {})", items.size(), where(rs),
+                                        format_list(peers, 3));
     if (explains_missing) {
-      out.push_back(make(FindingId::kForeignJob,
-                         fmt::format("{} was refused: it says job '{}', this master serves job "
-                                     "'{}', so its rank is missing here",
-                                     who, printable(rec.job_id), printable(v.job_id)),
-                         {}, {&rec}));
+      out.push_back(make(
+          FindingId::kForeignJob,
+          fmt::format("{} {} refused: {} job '{}', this master serves job '{}', so {} missing here",
+                      who, items.size() == 1 ? "was" : "were",
+                      items.size() == 1 ? "it says" : "they say", printable(job),
+                      printable(v.job_id), items.size() == 1 ? "its rank is" : "their ranks are"),
+          {}, rs));
     } else {
       out.push_back(make(FindingId::kForeignJob,
-                         fmt::format("a process of job '{}' ({}) reached this master (job '{}') "
-                                     "and was refused",
-                                     printable(rec.job_id), who, printable(v.job_id)),
-                         {}, {&rec}, Severity::kWarning));
+                         fmt::format("{} of job '{}' ({}) reached this master (job '{}') and {} "
+                                     "refused",
+                                     items.size() == 1 ? "a process" : "processes", printable(job),
+                                     who, printable(v.job_id), items.size() == 1 ? "was" : "were"),
+                         {}, rs, Severity::kWarning));
     }
   }
 }

@@ -101,6 +101,8 @@ constexpr ncclResult_t kNcclOk = 0, kNcclSystemError = 2, kNcclInternalError = 3
                        kNcclInvalidArgument = 4, kNcclInvalidUsage = 5, kNcclRemoteError = 6,
                        kNcclInProgress = 7;
 constexpr int kInt64 = 4, kFloat = 7;
+// From ncclGroupEnd to the work on the stream, for the thread NCCL starts (2.23+).
+constexpr double kLaunchSeconds = 100e-6;
 
 std::string env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);
@@ -295,6 +297,7 @@ struct Queued {
   std::shared_ptr<Coll> coll;
   CUstream_st* stream;
   const void* send;
+  double handed = 0;  // when the caller handed it to NCCL (the call, or the group's end)
 };
 
 // ncclGroupStart/End nest per thread, as in NCCL.
@@ -357,24 +360,37 @@ struct InCall {
   ncclComm* c_;
 };
 
-std::string arrival_path(const ncclComm* c, int seq, int rank) {
-  return c->dir + "/at" + std::to_string(seq) + "-" + std::to_string(rank);
-}
-
-// Announces this rank's arrival at collective `seq`, with its contribution.
-void register_arrival(const Coll& k, const void* send, double stamp) {
-  const ncclComm* c = k.comm;
-  if (k.connects && !exists(c->dir + "/cn-" + std::to_string(c->rank))) {
-    write_file(c->dir + "/cn-" + std::to_string(c->rank), "1");
+// Announces this rank's arrival at its collectives `ops` (one call, or one group),
+// with their contributions: one marker per communicator and run of collectives,
+// "at<first>_<last>-<rank>@<stamp in ns>", so that a group costs one file.
+void register_arrivals(const std::vector<const Coll*>& ops, const std::vector<const void*>& sends,
+                       double stamp) {
+  std::map<const ncclComm*, std::vector<int>> arrived;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Coll& k = *ops[i];
+    const ncclComm* c = k.comm;
+    std::string cn = c->dir + "/cn-" + std::to_string(c->rank);
+    if (k.connects && !exists(cn)) write_file(cn, "1");
+    if (!k.arrives) continue;
+    if (k.type == kInt64) {
+      write_file(c->dir + "/ar" + std::to_string(k.seq) + "-" + std::to_string(c->rank),
+                 std::string(static_cast<const char*>(sends[i]), k.count * 8));
+    }
+    arrived[c].push_back(k.seq);
   }
-  if (!k.arrives) return;
-  if (k.type == kInt64) {
-    write_file(c->dir + "/ar" + std::to_string(k.seq) + "-" + std::to_string(c->rank),
-               std::string(static_cast<const char*>(send), k.count * 8));
+  auto ns = static_cast<long long>(stamp * 1e9);
+  for (auto& [c, seqs] : arrived) {
+    std::sort(seqs.begin(), seqs.end());
+    for (size_t i = 0; i < seqs.size();) {
+      size_t j = i;
+      while (j + 1 < seqs.size() && seqs[j + 1] == seqs[j] + 1)
+        ++j;
+      write_file(c->dir + "/at" + std::to_string(seqs[i]) + "_" + std::to_string(seqs[j]) + "-" +
+                     std::to_string(c->rank) + "@" + std::to_string(ns),
+                 "");
+      i = j + 1;
+    }
   }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9f", stamp);
-  write_file(arrival_path(c, k.seq, c->rank), buf);
 }
 
 // Whether every rank has reached its first collective: the connections are set up.
@@ -384,13 +400,25 @@ bool all_connected(const ncclComm* c) {
 
 // When the last rank arrived at collective `seq`; nothing while one is missing.
 std::optional<double> last_arrival(const ncclComm* c, int seq) {
-  std::string prefix = "at" + std::to_string(seq) + "-";
-  if (count_prefix(c->dir, prefix) < c->nranks) return std::nullopt;
-  double last = 0;
-  for (int r = 0; r < c->nranks; ++r) {
-    last = std::max(last, std::atof(read_file(arrival_path(c, seq, r)).c_str()));
+  std::vector<double> at(size_t(c->nranks), -1);
+  if (DIR* d = ::opendir(c->dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      int first = 0, last = 0, rank = 0;
+      long long ns = 0;
+      if (std::sscanf(e->d_name, "at%d_%d-%d@%lld", &first, &last, &rank, &ns) == 4 &&
+          std::strstr(e->d_name, ".tmp") == nullptr && first <= seq && seq <= last && rank >= 0 &&
+          rank < c->nranks) {
+        at[size_t(rank)] = double(ns) / 1e9;
+      }
+    }
+    ::closedir(d);
   }
-  return last;
+  double latest = 0;
+  for (double t : at) {
+    if (t < 0) return std::nullopt;
+    latest = std::max(latest, t);
+  }
+  return latest;
 }
 
 // The sum every rank sent, into the receive buffer.
@@ -444,10 +472,11 @@ bool advance(CUstream_st* s) {
   return s->ops.empty();
 }
 
-void enqueue(const Queued& q) {
+// Puts a kernel on its stream, launched at `when`.
+void enqueue(const Queued& q, double when) {
   Op op;
   op.coll = q.coll;
-  op.enqueued = now_s();
+  op.enqueued = when;
   q.stream->ops.push_back(op);
 }
 
@@ -469,10 +498,13 @@ ncclResult_t progress(ncclComm* c) {
   }
   if (c->error == kNcclOk && c->initialized && !c->launching.empty()) {
     // The group's thread: connection setup at the first collective meets every rank.
+    // Starting that thread and launching takes it kLaunchSeconds; it launched then,
+    // whenever the caller polls.
     if (!c->connected && all_connected(c)) c->connected = true;
-    if (c->connected) {
+    double launched = c->launching.back().handed + kLaunchSeconds;
+    if (c->connected && now_s() >= launched) {
       for (const Queued& q : c->launching)
-        enqueue(q);
+        enqueue(q, launched);
       c->launching.clear();
     }
   }
@@ -508,8 +540,14 @@ bool refuse_dead(const ncclComm* c, const char* call) {
 // Launches collectives (a call outside a group, or the end of one). The lock is
 // released while a 2.22 connection setup waits for the other ranks.
 ncclResult_t launch(std::unique_lock<std::mutex>& lock, std::vector<Queued> ops, double stamp) {
-  for (const Queued& q : ops)
-    register_arrival(*q.coll, q.send, stamp);
+  std::vector<const Coll*> colls;
+  std::vector<const void*> sends;
+  for (Queued& q : ops) {
+    q.handed = stamp;
+    colls.push_back(q.coll.get());
+    sends.push_back(q.send);
+  }
+  register_arrivals(colls, sends, stamp);
   if (async_groups()) {
     for (const Queued& q : ops) {
       ncclComm* c = q.coll->comm;
@@ -535,7 +573,7 @@ ncclResult_t launch(std::unique_lock<std::mutex>& lock, std::vector<Queued> ops,
       lock.lock();
     }
     c->connected = true;
-    enqueue(q);
+    enqueue(q, now_s());
     if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
   }
   return kNcclOk;
