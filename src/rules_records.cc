@@ -54,6 +54,8 @@ void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& o
 
 // The processes of one other job are one finding, whatever their number: a port
 // shared by two jobs sends the master every member of the other.
+// The processes of one other job are one finding, whatever their number: a port
+// shared by two jobs sends the master every member of the other.
 void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // (their job id, whether their ranks are missing here) -> (record, peer), in order.
@@ -76,25 +78,29 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
       rs.push_back(rec);
       peers.push_back(printable(peer));
     }
-    std::string who = items.size() == 1
-                          ? fmt::format("{} from {}", member_label(*rs.front()), peers.front())
+    bool one = items.size() == 1;
+    std::string who = one ? fmt::format("{} from {}", member_label(*rs.front()), peers.front())
                           : fmt::format("{} processes ({}, from {})", items.size(), where(rs),
                                         format_list(peers, 3));
     if (explains_missing) {
+      out.push_back(
+          make(FindingId::kForeignJob,
+               fmt::format("{} {} refused: {} job '{}', this master serves job '{}', so "
+                           "{} missing here",
+                           who, one ? "was" : "were", one ? "it says" : "they say", printable(job),
+                           printable(v.job_id), one ? "its rank is" : "their ranks are"),
+               {}, rs));
+    } else {
       out.push_back(make(
           FindingId::kForeignJob,
-          fmt::format("{} {} refused: {} job '{}', this master serves job '{}', so {} missing here",
-                      who, items.size() == 1 ? "was" : "were",
-                      items.size() == 1 ? "it says" : "they say", printable(job),
-                      printable(v.job_id), items.size() == 1 ? "its rank is" : "their ranks are"),
-          {}, rs));
-    } else {
-      out.push_back(make(FindingId::kForeignJob,
-                         fmt::format("{} of job '{}' ({}) reached this master (job '{}') and {} "
-                                     "refused",
-                                     items.size() == 1 ? "a process" : "processes", printable(job),
-                                     who, printable(v.job_id), items.size() == 1 ? "was" : "were"),
-                         {}, rs, Severity::kWarning));
+          one ? fmt::format("a process of job '{}' ({}) reached this master (job '{}') and was "
+                            "refused",
+                            printable(job), who, printable(v.job_id))
+              : fmt::format("{} processes of job '{}' ({}, from {}) reached this master (job '{}') "
+                            "and were refused",
+                            items.size(), printable(job), where(rs), format_list(peers, 3),
+                            printable(v.job_id)),
+          {}, rs, Severity::kWarning));
     }
   }
 }

@@ -375,3 +375,23 @@ class WhatTheLauncherStarted(RankcheckTest):
         for p in a:
             self.assertEqual(p.ids(), [], p.name)
             self.assertNotIn("job-b", p.out + p.err)
+
+    def test_a_member_of_this_job_is_not_told_about_another_jobs_member(self):
+        # Two jobs on one MASTER_PORT: job b's ranks 1 and 2 reach job a's master and
+        # are refused. Job a's ranks 1 and 2 are not theirs to report; the master
+        # reports the refusal once.
+        a0 = self.rank(0, 3, extra=("--job-id", "job-a"))
+        b = [self.rank(r, 3, extra=("--job-id", "job-b")) for r in (1, 2)]
+        self.finish(b)
+        a = [self.rank(r, 3, extra=("--job-id", "job-a")) for r in (1, 2)]
+        self.finish([a0] + a)
+        for p in b:
+            self.assertEqual((p.rc, p.ids()), (6, ["foreign-job"]))
+        self.assertExit([a0] + a, 0)
+        self.assertEqual(a0.ids(), ["foreign-job"])
+        f = a0.finding("foreign-job")
+        self.assertEqual((f["severity"], f["ranks"]), ("warning", [1, 2]))
+        self.assertIn("2 processes of job 'job-b' (ranks 1-2 on ", f["message"])
+        for p in a:
+            self.assertEqual(p.ids(), [], p.name)
+            self.assertNotIn("job-b", p.out + p.err)
