@@ -49,8 +49,11 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     ok = ok && g.usable() && g.nccl_loaded() && g.nccl_version == first_gpu_.nccl_version &&
          g.cuda_version == first_gpu_.cuda_version && g.driver == first_gpu_.driver &&
          long(g.devices.size()) == r.nranks;
-    for (const GpuDevice& d : g.devices)
+    for (const GpuDevice& d : g.devices) {  // by UUID, and by bus id (MIG slices share it)
       ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
+      ok = ok &&
+           (d.pci_bus_id.empty() || uuids_.insert(r.host + "\nbus " + d.pci_bus_id.str()).second);
+    }
   }
   // Per host: one local world size, room for these ranks, no local rank twice. The
   // bits per host are bounded by the world and a host's plausible size, not by what

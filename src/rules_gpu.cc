@@ -63,24 +63,33 @@ bool any_usable(const JobView& v) {
 void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   if (!v.gpu_stage) return;
-  // Two ranks on one host with one GPU UUID.
+  // Two ranks on one host with one GPU: one PCI bus id, which MIG slices of a GPU
+  // share under UUIDs of their own (NCCL: "Duplicate GPU detected"); the UUID
+  // where the bus id is not known.
   std::map<std::pair<std::string, std::string>,
            std::vector<std::pair<const Record*, const GpuDevice*>>>
-      by_uuid;
+      by_gpu;
   for (const Member& m : v.members) {
     for (const GpuDevice& d : m.record.gpu.devices) {
-      if (!d.uuid.empty()) by_uuid[{m.record.host, d.uuid}].emplace_back(&m.record, &d);
+      if (!d.pci_bus_id.empty()) {
+        by_gpu[{m.record.host, "bus " + d.pci_bus_id.str()}].emplace_back(&m.record, &d);
+      } else if (!d.uuid.empty()) {
+        by_gpu[{m.record.host, "uuid " + d.uuid}].emplace_back(&m.record, &d);
+      }
     }
   }
-  for (const auto& [key, users] : by_uuid) {
-    const std::string& uuid = key.second;
+  for (const auto& [key, users] : by_gpu) {
     if (users.size() < 2) continue;
     Records rs;
     std::vector<std::string> how;
     std::vector<long> ranks;
+    std::vector<std::string> uuids;
     for (const auto& [rec, dev] : users) {
       rs.push_back(rec);
       ranks.push_back(dev->rank);
+      if (std::find(uuids.begin(), uuids.end(), dev->uuid) == uuids.end()) {
+        uuids.push_back(dev->uuid);
+      }
       std::string cvd =
           rec->gpu.visible_devices.empty()
               ? std::string("CUDA_VISIBLE_DEVICES unset")
@@ -88,13 +97,28 @@ void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
       how.push_back(fmt::format("rank {} (LOCAL_RANK={}, {}, device {})", dev->rank,
                                 rec->local_rank, cvd, dev->ordinal));
     }
-    Finding f = make(FindingId::kDuplicateGpu,
-                     fmt::format("{} on {} use the same GPU {}: {}", ranks_word(ranks),
-                                 printable(key.first), printable(uuid, 64), join(how, "; ", 4)),
-                     "NCCL refuses two ranks on one GPU at init, after every other rank has "
-                     "waited: give each process its own device (LOCAL_RANK must differ, and "
-                     "CUDA_VISIBLE_DEVICES must not pin them to one GPU)",
-                     rs);
+    Finding f;
+    if (uuids.size() == 1) {
+      f = make(FindingId::kDuplicateGpu,
+               fmt::format("{} on {} use the same GPU {}: {}", ranks_word(ranks),
+                           printable(key.first), printable(uuids.front(), 64), join(how, "; ", 4)),
+               "NCCL refuses two ranks on one GPU at init, after every other rank has "
+               "waited: give each process its own device (LOCAL_RANK must differ, and "
+               "CUDA_VISIBLE_DEVICES must not pin them to one GPU)",
+               rs);
+    } else {
+      std::vector<std::string> names;
+      for (const std::string& u : uuids)
+        names.push_back(printable(u, 64));
+      f = make(FindingId::kDuplicateGpu,
+               fmt::format("{} on {} use the same GPU {} through different MIG slices ({}): {}",
+                           ranks_word(ranks), printable(key.first),
+                           printable(users.front().second->pci_bus_id, 32), format_list(names, 4),
+                           join(how, "; ", 4)),
+               "NCCL refuses two ranks on one GPU at init, and MIG slices of one GPU are one "
+               "GPU to it: give each rank a slice of a different GPU, or a whole GPU",
+               rs);
+    }
     f.ranks = ranks;
     std::sort(f.ranks.begin(), f.ranks.end());
     out.push_back(std::move(f));
@@ -311,16 +335,23 @@ std::vector<Finding> stage_checks(const StageView& sv) {
   std::vector<std::string> low_text;
   std::vector<long> failed_ranks;
   std::vector<std::string> failed_text;
+  uint64_t timed_bytes = 0;  // the timed all-reduce (--bandwidth) is the one that timed out
+  bool all_timed = true;
   for (const RankResult& r : sv.results) {
     if (!r.init_ok) continue;
     if (r.allreduce_timed_out) {
       ar_timeout.push_back(r.rank);
+      if (r.bandwidth_bytes > 0) timed_bytes = std::max(timed_bytes, r.bandwidth_bytes);
+      all_timed = all_timed && r.bandwidth_bytes > 0;
     } else if (!r.allreduce_done) {
       failed_ranks.push_back(r.rank);
       failed_text.push_back(fmt::format("rank {}: {}", r.rank, printable(r.allreduce_error, 200)));
     } else if (!r.allreduce_ok) {
       wrong_ranks.push_back(r.rank);
-      wrong.push_back(fmt::format("rank {} expected {}, got {}", r.rank, r.expected, r.got));
+      wrong.push_back(r.got == kAllreduceSentinel
+                          ? fmt::format("rank {} expected {}, got nothing (buffer never written)",
+                                        r.rank, r.expected)
+                          : fmt::format("rank {} expected {}, got {}", r.rank, r.expected, r.got));
     } else if (sv.min_busbw_gbps > 0 && r.bandwidth_bytes > 0 && r.busbw_gbps < sv.min_busbw_gbps) {
       low.push_back(r.rank);
       low_text.push_back(fmt::format("rank {} {:.1f} GB/s", r.rank, r.busbw_gbps));
@@ -339,8 +370,11 @@ std::vector<Finding> stage_checks(const StageView& sv) {
   }
   if (!ar_timeout.empty()) {
     Finding f = ranks_hosts(FindingId::kAllreduceTimeout, ar_timeout);
-    f.message = fmt::format("the all-reduce did not complete within the deadline for {} on {}",
-                            ranks_word(ar_timeout), format_list(f.hosts, 4));
+    f.message = fmt::format(
+        "{} did not complete within the deadline for {} on {}",
+        all_timed ? fmt::format("the timed all-reduce of {} (--bandwidth)", bytes_text(timed_bytes))
+                  : std::string("the all-reduce"),
+        ranks_word(ar_timeout), format_list(f.hosts, 4));
     out.push_back(std::move(f));
   }
   if (!low.empty()) {

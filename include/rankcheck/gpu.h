@@ -68,14 +68,24 @@ std::string cuda_version_text(int32_t v);
 /// the proprietary ("... x86_64 Kernel Module  535.104.05 ...") and the open
 /// ("... Open Kernel Module for x86_64  555.58.02 ...") modules; "" when it has none.
 std::string driver_version_from_banner(std::string_view line);
+/// The driver version from the file libcuda.so.1 links to, which the driver names
+/// after itself ("/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06"): where /proc has
+/// no banner (some containers); "" when the name carries none.
+std::string driver_version_from_library(std::string_view path);
+/// "64 KiB", "256 MiB", "1.5 GiB", "100 bytes".
+std::string bytes_text(uint64_t bytes);
+
+/// What the all-reduce's receive buffer holds before the all-reduce writes it: a
+/// total that is still this value was never written.
+inline constexpr int64_t kAllreduceSentinel = -0x5a5a5a5a5a5a5a5b;
 
 /// How a member picks its devices.
 struct GpuPlan {
   long first_rank = 0;
-  long nranks = 1;              ///< node mode: one device per rank, ordinals 0..N-1
-  long local_rank = -1;         ///< rank mode: LOCAL_RANK picks the device...
-  std::optional<int> device;    ///< ...unless --device says which
-  std::string visible_devices;  ///< CUDA_VISIBLE_DEVICES, for the record
+  long nranks = 1;                             ///< node mode: one device per rank, ordinals 0..N-1
+  long local_rank = -1;                        ///< rank mode: LOCAL_RANK picks the device...
+  std::optional<int> device;                   ///< ...unless --device says which
+  std::optional<std::string> visible_devices;  ///< CUDA_VISIBLE_DEVICES; set but empty hides all
 };
 
 /// One rank's GPU stage, as it reports it to the master.
@@ -103,6 +113,10 @@ struct StageOptions {
   uint64_t bandwidth_bytes = 0;           ///< --bandwidth
 };
 
+/// How long past its deadline GpuStage::run may take, at most: the caller keeps
+/// this much (and the time to send the results) before the master closes the stage.
+inline constexpr Millis kStageOverrun{300};
+
 /// The seam where the GPU enters. Real: dlopen'd CUDA driver and NCCL.
 class GpuStage {
  public:
@@ -112,7 +126,10 @@ class GpuStage {
   /// ncclGetUniqueId, on the master's host.
   virtual Result<NcclId> unique_id() = 0;
   /// NCCL init and the all-reduce for each rank of the plan, by the deadline;
-  /// aborts communicators that are still in progress when it passes.
+  /// aborts communicators that are still in progress when it passes. Returns by the
+  /// deadline plus kStageOverrun even when a call into NCCL never returns (the
+  /// communicators are then aborted from another thread, and an abort that blocks
+  /// too is left behind).
   virtual std::vector<RankResult> run(const NcclId& id, long world_size, const GpuPlan& plan,
                                       Deadline deadline) = 0;
 };

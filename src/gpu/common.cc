@@ -1,3 +1,5 @@
+#include <iterator>
+
 #include <fmt/format.h>
 
 #include <rankcheck/gpu.h>
@@ -52,6 +54,30 @@ std::string driver_version_from_banner(std::string_view line) {
     line.remove_prefix(end);
   }
   return "";
+}
+
+std::string driver_version_from_library(std::string_view path) {
+  auto slash = path.rfind('/');
+  if (slash != std::string_view::npos) path.remove_prefix(slash + 1);
+  constexpr std::string_view kName = "libcuda.so.";
+  if (path.substr(0, kName.size()) != kName) return "";
+  path.remove_prefix(kName.size());
+  // "1" alone is the soname, not a version.
+  return path.find('.') != std::string_view::npos && looks_like_version(path) ? std::string(path)
+                                                                              : "";
+}
+
+std::string bytes_text(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return fmt::format("{} bytes", bytes);
+  double v = double(bytes) / 1024;
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  return v == double(uint64_t(v)) ? fmt::format("{} {}", uint64_t(v), kUnits[unit])
+                                  : fmt::format("{:.1f} {}", v, kUnits[unit]);
 }
 
 }  // namespace rankcheck

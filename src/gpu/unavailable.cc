@@ -15,7 +15,7 @@ class Unavailable final : public GpuStage {
     f.state = GpuState::kUnavailable;
     f.error = kWhy;
     f.nccl_error = kWhy;
-    f.visible_devices = plan.visible_devices;
+    f.visible_devices = plan.visible_devices.value_or("");
     return f;
   }
   Result<NcclId> unique_id() override { return Error{kWhy}; }

@@ -4,8 +4,14 @@ What is faked: the CUDA driver and NCCL, by tests/fake/fake_gpu.cc, loaded throu
 the same dlopen path as the real libraries (RANKCHECK_CUDA_LIB, RANKCHECK_NCCL_LIB).
 It gives each process the GPUs named in FAKE_GPUS and does a real, file-based
 all-reduce across the processes, so the total every rank checks is the sum of what
-the others sent. What is real: everything in rankcheck, the processes, the
-rendezvous, and (in test_real_nccl_library_is_loaded) the NCCL library on this
+the others sent. It behaves like the NCCL version it reports (FAKE_NCCL_VERSION,
+2.28.9 unless a test says otherwise): from 2.23 a collective on a non-blocking
+communicator returns ncclInProgress and is launched only while rankcheck polls
+ncclCommGetAsyncError; 2.22 sets up connections in the caller's thread. Misuse of
+the API (a call on a communicator in progress or destroyed, an abort left in an
+open group, a communicator never released) is printed by the fake on stderr, and
+every test here fails on it. What is real: everything in rankcheck, the processes,
+the rendezvous, and (in test_real_nccl_library_is_loaded) the NCCL library on this
 machine where there is one.
 """
 
@@ -16,7 +22,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, RankcheckTest, clean_env
+from harness import BIN, RankcheckTest, clean_env, free_port
 
 FAKE = os.environ.get("RANKCHECK_FAKE_GPU", os.path.join(os.path.dirname(BIN), "tests/libfakegpu.so"))
 REAL_NCCL = os.environ.get("RANKCHECK_REAL_NCCL", "")
@@ -50,6 +56,13 @@ class GpuStage(RankcheckTest):
     def tearDown(self):
         super().tearDown()
         shutil.rmtree(self.fake_dir, ignore_errors=True)
+
+    def finish(self, procs=None):
+        """As RankcheckTest.finish, and no process misused the fake NCCL."""
+        done = super().finish(procs)
+        for p in done:
+            self.assertNotIn("fake NCCL: misuse", p.err, f"{p.name}:\n{p.err}")
+        return done
 
     def fake(self, host=0, ngpus=4, **extra):
         """The environment of a process on fake host `host` with `ngpus` fake GPUs."""
@@ -213,14 +226,258 @@ class GpuStage(RankcheckTest):
         self.assertExit(procs.values(), 5)
         self.assertEqual(procs[0].finding("bandwidth-low")["ranks"], [0, 1])
 
-    def node(self, node, env):
+
+    # ----- NCCL as it behaves from 2.23: the stage must wait for what it reads -----
+
+    def test_allreduce_stuck_in_a_world_of_one(self):
+        # A world of one whose all-reduce never completes: the receive buffer is never
+        # written, and the rank must say so instead of reading its own input back.
+        p = self.rank(0, 1, local=(0, 1), **self.fake(ngpus=1, FAKE_NCCL_ALLREDUCE="hang"))
+        self.finish()
+        self.assertExit([p], 5)
+        self.assertEqual(p.ids(), ["allreduce-timeout"])
+        f = p.finding("allreduce-timeout")
+        self.assertEqual(f["ranks"], [0])
+        self.assertIn("the all-reduce did not complete within the deadline for rank 0", f["message"])
+        r = p.report["stage_results"][0]
+        self.assertTrue(r["init_ok"])
+        self.assertFalse(r["allreduce_ok"])
+
+    def test_allreduce_stuck_on_one_rank_of_four(self):
+        # Rank 2 never joins the collective: nobody's all-reduce completes, and each rank
+        # reports a timeout (not a wrong total read from its own input, not an init timeout).
+        procs = self.job4({2: {"FAKE_NCCL_ALLREDUCE": "hang"}})
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["allreduce-timeout"])
+        f = procs[0].finding("allreduce-timeout")
+        self.assertEqual(f["ranks"], [0, 1, 2, 3])
+        self.assertIn("allreduce-timeout", procs[3].out)
+
+    def test_network_error_during_the_allreduce(self):
+        # The collective is launched, then NCCL reports a network error through
+        # ncclCommGetAsyncError: that error and its text, as soon as it shows.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, **({"FAKE_NCCL_ALLREDUCE": "neterr"}
+                                                      if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        f = procs[0].finding("allreduce-failed")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("rank 1: ncclAllReduce: remote process exited or there was a network error",
+                      f["message"])
+        self.assertIn("NET/IB : Got completion from peer", f["message"])
+        self.assertEqual(procs[0].finding("allreduce-timeout")["ranks"], [0])
+        # Rank 1 knew within a fraction of the deadline; it did not wait for it.
+        r1 = [r for r in procs[0].report["stage_results"] if r["rank"] == 1][0]
+        self.assertFalse(r1["allreduce_timed_out"])
+
+    def test_bandwidth_failure_is_not_a_wrong_total(self):
+        procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
+                              **self.fake(ngpus=2, **({"FAKE_NCCL_ALLREDUCE": "bandwidth-fail-now"}
+                                                      if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertNotIn("allreduce-wrong-result", procs[0].ids())
+        f = procs[0].finding("allreduce-failed")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("rank 1: the timed all-reduce of 64 KiB (--bandwidth): ncclAllReduce: "
+                      "unhandled system error", f["message"])
+        self.assertIn("fake: ncclAllReduce refused as asked", f["message"])
+        t = procs[0].finding("allreduce-timeout")
+        self.assertEqual(t["ranks"], [0])
+        self.assertIn("the timed all-reduce of 64 KiB (--bandwidth) did not complete within the "
+                      "deadline for rank 0", t["message"])
+
+    def test_wrong_total_does_not_hold_up_the_bandwidth_test(self):
+        # Rank 1 sees a wrong total and runs no timed all-reduce; rank 0 must not start
+        # one alone and wait for it until the deadline.
+        procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
+                              **self.fake(ngpus=2, **({"FAKE_NCCL_ALLREDUCE": "wrong"}
+                                                      if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["allreduce-wrong-result"])
+        self.assertEqual(procs[0].finding("allreduce-wrong-result")["ranks"], [1])
+        for p in procs.values():
+            self.assertLess(p.elapsed, self.timeout - 1.5, f"{p.name} waited for the deadline")
+
+    def test_bandwidth_is_timed_on_the_gpu(self):
+        # The fake's kernels run at 3.5 GB/s of bus bandwidth: the figure must be the
+        # GPU's, not the host's time between launches (a poll that sleeps, a sync per
+        # iteration), which would fall below the floor.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              extra=("--bandwidth", "1M", "--min-busbw", "2.4"),
+                              **self.fake(ngpus=2, FAKE_NCCL_BUSBW="3.5")) for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        for r in procs[0].report["stage_results"]:
+            self.assertEqual(r["bandwidth"]["bytes"], 1 << 20)
+            self.assertGreater(r["bandwidth"]["busbw_gbps"], 2.4)
+            self.assertLess(r["bandwidth"]["busbw_gbps"], 3.5 * 1.05)
+
+    def test_every_nccl_behaviour_passes_a_healthy_job(self):
+        # 2.28 (groups run in NCCL's thread), 2.22 (connection setup in the caller's
+        # thread), 2.21 (connections at init): the same healthy job passes on each.
+        for version in ("22809", "22304", "22203", "22105"):
+            with self.subTest(version=version):
+                self.port = free_port()
+                procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
+                                      **self.fake(ngpus=2, FAKE_NCCL_VERSION=version))
+                         for r in range(2)}
+                self.finish(procs.values())
+                self.assertExit(procs.values(), 0)
+                self.assertEqual(procs[0].report["findings"], [])
+                self.assertGreater(procs[0].report["stage_results"][1]["bandwidth"]["busbw_gbps"], 0)
+                self.procs.clear()
+
+    # ----- a stage blocked inside NCCL still ends by its deadline -----
+
+    def test_blocked_in_connection_setup(self):
+        # NCCL 2.22 sets up connections inside the first collective, on the caller's
+        # thread: with rank 1 never arriving, rank 0 blocks in ncclAllReduce. The stage
+        # aborts the communicator from another thread, and the master still reports.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, FAKE_NCCL_VERSION="22203",
+                                          **({"FAKE_NCCL_ALLREDUCE": "hang"} if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["allreduce-timeout"])
+        self.assertEqual(procs[0].finding("allreduce-timeout")["ranks"], [0, 1])
+        self.assertIn("allreduce-timeout", procs[1].out)
+        self.assertNotIn("watchdog", procs[0].err)
+
+    def test_abort_that_never_returns(self):
+        # ncclCommAbort itself can block (NVIDIA/nccl#863, #1777): the stage gives up on
+        # it, and the master prints its report instead of being ended by the watchdog.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, FAKE_NCCL_ABORT="hang",
+                                          **({"FAKE_NCCL_INIT": "hang"} if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["nccl-init-timeout"])
+        self.assertEqual(procs[0].finding("nccl-init-timeout")["ranks"], [0, 1])
+        self.assertIn("nccl-init-timeout", procs[1].out)
+        for p in procs.values():
+            self.assertNotIn("watchdog", p.err)
+
+    # ----- what the driver and NCCL say, said right -----
+
+    def test_cuda_visible_devices_hides_every_gpu(self):
+        # cuInit fails with CUDA_ERROR_NO_DEVICE: the driver is there, the GPUs are hidden.
+        procs = self.job4({1: {"CUDA_VISIBLE_DEVICES": ""}})
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["gpu-missing"])
+        f = procs[0].finding("gpu-missing")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("no GPU visible (CUDA_VISIBLE_DEVICES=)", f["message"])
+        self.assertIn("no CUDA-capable device is detected", f["message"])
+
+    def test_two_mig_slices_of_one_gpu(self):
+        # Two MIG slices of one GPU: two UUIDs, one PCI bus id, and NCCL refuses them.
+        slices = "GPU-0a0b0c0d-0000-0000-0000-000000000001/MIG-11111111-2222-3333-4444-555555555555," \
+                 "GPU-0a0b0c0d-0000-0000-0000-000000000001/MIG-66666666-7777-8888-9999-000000000000"
+        procs = {r: self.rank(r, 2, local=(r, 2), **self.fake(FAKE_GPUS=slices)) for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 3)
+        f = procs[0].finding("duplicate-gpu")
+        self.assertEqual(f["ranks"], [0, 1])
+        self.assertIn("MIG-11111111-2222-3333-4444-555555555555", f["message"])
+        self.assertIn("MIG-66666666-7777-8888-9999-000000000000", f["message"])
+        self.assertIn("00000000:10:00.0", f["message"])
+        uuids = [m["gpu"]["devices"][0]["uuid"] for m in procs[0].report["members"]]
+        self.assertTrue(all(u.startswith("MIG-") for u in uuids), uuids)
+
+    def test_node_mode_errors_are_not_each_others(self):
+        # ncclGetLastError is one buffer per process: in node mode its text is the
+        # process's last error, not a given rank's, and the report says so.
+        nodes = [self.node(0, clean_env(**self.fake(host=0, ngpus=4))),
+                 self.node(1, clean_env(**self.fake(host=1, ngpus=4, FAKE_NCCL_INIT="fail",
+                                                    FAKE_NCCL_RANKS="5,6")))]
+        self.finish()
+        self.assertExit(nodes, 5)
+        f = nodes[0].finding("nccl-init-failed")
+        self.assertEqual(f["ranks"], [5, 6])
+        self.assertIn("NCCL init failed for ranks 5-6 on node1: unhandled system error", f["message"])
+        self.assertIn("NCCL's last error in this process: fake: init failed as asked", f["message"])
+        self.assertEqual(nodes[0].finding("nccl-init-timeout")["ranks"], [0, 1, 2, 3, 4, 7])
+
+    def test_node_mode_bandwidth_call_refused(self):
+        # In node mode the timed all-reduces of a node are one group; a call refused in
+        # it must still end the group, or the aborts that follow are only queued.
+        nodes = [self.node(0, clean_env(**self.fake(host=0, ngpus=4)), "--bandwidth", "64K"),
+                 self.node(1, clean_env(**self.fake(host=1, ngpus=4,
+                                                    FAKE_NCCL_ALLREDUCE="bandwidth-fail-now",
+                                                    FAKE_NCCL_RANKS="5")), "--bandwidth", "64K")]
+        self.finish()
+        self.assertExit(nodes, 5)
+        f = nodes[0].finding("allreduce-failed")
+        self.assertEqual(f["ranks"], [4, 5, 6, 7])
+        self.assertIn("rank 5: the timed all-reduce of 64 KiB (--bandwidth): ncclAllReduce: "
+                      "unhandled system error", f["message"])
+        self.assertEqual(nodes[0].finding("allreduce-timeout")["ranks"], [0, 1, 2, 3])
+        self.assertNotIn("allreduce-wrong-result", nodes[0].ids())
+
+    def test_driver_version_from_the_library_name(self):
+        # No /proc/driver/nvidia/version (a container may not have it): the version the
+        # driver's own file name carries, libcuda.so.1 -> libcuda.so.580.65.06.
+        if os.path.exists("/proc/driver/nvidia/version"):
+            self.skipTest("this machine has an NVIDIA kernel module: its banner is used")
+        lib = os.path.join(self.fake_dir, "libcuda.so.580.65.06")
+        shutil.copyfile(FAKE, lib)
+        os.symlink(lib, os.path.join(self.fake_dir, "libcuda.so.1"))
+        r = subprocess.run([BIN, "env", "--json", "--rank", "0", "--world-size", "1"],
+                           env=clean_env(**self.fake(ngpus=1, RANKCHECK_CUDA_LIB=os.path.join(
+                               self.fake_dir, "libcuda.so.1"))),
+                           capture_output=True, text=True, timeout=30)
+        import json
+        gpu = json.loads(r.stdout)["self"]["gpu"]
+        self.assertEqual(gpu["state"], "usable")
+        self.assertEqual(gpu["driver"], "580.65.06")
+
+    def node(self, node, env, *extra):
         args = ["run", "--timeout", str(self.timeout), "--nproc-per-node", "4", "--nnodes", "2",
                 "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port",
-                str(self.port), "--host-name", f"node{node}"]
+                str(self.port), "--host-name", f"node{node}", *extra]
         from harness import Proc
         p = Proc(args, env, self.tmp.name, f"node{node}")
         self.procs.append(p)
         return p
+
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class GpuCheckScript(unittest.TestCase):
+    """scripts/gpu-check.sh, the check run on GPU machines, run here against the fake
+    libraries: every row it prints must come out as expected, the abort row included."""
+
+    def test_gpu_check_against_the_fake(self):
+        with tempfile.TemporaryDirectory(prefix="rankcheck-gpu-check-") as d:
+            lib = os.path.join(d, "libcuda.so.580.65.06")  # the driver's version in its name
+            shutil.copyfile(FAKE, lib)
+            os.symlink(lib, os.path.join(d, "libcuda.so.1"))
+            script = os.path.join(os.path.dirname(__file__), "../../scripts/gpu-check.sh")
+            env = clean_env(RANKCHECK_CUDA_LIB=os.path.join(d, "libcuda.so.1"),
+                            RANKCHECK_NCCL_LIB=FAKE, RANKCHECK_FAKE_GPU=FAKE, FAKE_GPUS=gpus(0, 2),
+                            TMPDIR=d, GPU_CHECK_ABORT_TIMEOUT="2.5")
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            r = subprocess.run(["bash", script, BIN], env=env, capture_output=True, text=True,
+                               timeout=120)
+            summary = r.stdout[r.stdout.index("== summary"):]
+            print(summary)
+            self.assertEqual(r.returncode, 0, summary + r.stderr[-2000:])
+            rows = summary.splitlines()[2:]
+            self.assertEqual([row.split()[0] for row in rows],
+                             ["inventory", "NCCL", "driver", "world", "bandwidth,", "two", "init",
+                              "node", "local"])
+            self.assertTrue(all(row.rstrip().endswith("ok") for row in rows), summary)
+            self.assertIn("exit 5 nccl-init-timeout", summary)
+            self.assertIn("total 1", summary)
 
 
 class RealLibraries(unittest.TestCase):

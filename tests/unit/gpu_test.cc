@@ -37,7 +37,8 @@ JobView gpu_job(int world, int per_host) {
     g.nccl_path = "/usr/lib/x86_64-linux-gnu/libnccl.so.2";
     g.choice = "LOCAL_RANK";
     g.devices = {GpuDevice{r.rank, r.local_rank, uuid(r.rank / per_host, r.local_rank),
-                           "00000000:18:00.0", "NVIDIA H100 80GB HBM3", 80ull << 30}};
+                           fmt::format("00000000:{:02X}:00.0", 0x18 + r.local_rank),
+                           "NVIDIA H100 80GB HBM3", 80ull << 30}};
   }
   return v;
 }
@@ -73,6 +74,35 @@ TEST_CASE("duplicate-gpu: two ranks on one host, one UUID, and how they got ther
   JobView w = gpu_job(2, 1);
   w.members[1].record.gpu.devices[0].uuid = w.members[0].record.gpu.devices[0].uuid;
   CHECK(run_checks(w).empty());
+}
+
+TEST_CASE("duplicate-gpu: MIG slices of one GPU share its bus id, under UUIDs of their own") {
+  // NCCL refuses them ("Duplicate GPU detected"; 2.30: "Multiple Ranks are using the
+  // same GPU/Partition"): the UUIDs differ, the PCI bus id does not.
+  JobView v = gpu_job(4, 4);
+  for (int k = 2; k < 4; ++k) {
+    GpuDevice& d = v.members[size_t(k)].record.gpu.devices[0];
+    d.pci_bus_id = "00000000:1A:00.0";
+    d.uuid = fmt::format("MIG-{}1111111-2222-3333-4444-555555555555", k);
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "duplicate-gpu");
+  CHECK(fs[0].exit_code == 3);
+  CHECK(fs[0].ranks == Ranks{2, 3});
+  CHECK(fs[0].message ==
+        "ranks 2-3 on gpu-01 use the same GPU 00000000:1A:00.0 through different MIG slices "
+        "(MIG-21111111-2222-3333-4444-555555555555 and MIG-31111111-2222-3333-4444-555555555555): "
+        "rank 2 (LOCAL_RANK=2, CUDA_VISIBLE_DEVICES unset, device 2); rank 3 (LOCAL_RANK=3, "
+        "CUDA_VISIBLE_DEVICES unset, device 3)");
+  CHECK(fs[0].hint ==
+        "NCCL refuses two ranks on one GPU at init, and MIG slices of one GPU are one GPU to it: "
+        "give each rank a slice of a different GPU, or a whole GPU");
+  // The tracker agrees: not clean.
+  JoinTracker t(v.world_size, v.master_resolved, true);
+  for (const Member& m : v.members)
+    t.add(m.record, m.peer);
+  CHECK(!t.clean());
 }
 
 TEST_CASE("nccl-version-mismatch groups hosts by the NCCL they load") {
@@ -140,6 +170,8 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
     n.members[0].record.gpu.devices.resize(4, n.members[0].record.gpu.devices[0]);
     n.members[0].record.gpu.devices[size_t(k)].rank = int32_t(k);
     n.members[0].record.gpu.devices[size_t(k)].uuid = uuid(0, int(k));
+    n.members[0].record.gpu.devices[size_t(k)].pci_bus_id =
+        fmt::format("00000000:{:02X}:00.0", 0x18 + k);
   }
   fs = run_checks(n);
   REQUIRE(fs.size() == 1);
@@ -271,6 +303,48 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   CHECK(fs[0].message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
 }
 
+TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
+  JobView v = gpu_job(4, 2);
+  StageView sv;
+  sv.world_size = 4;
+  sv.members = &v.members;
+  for (int k = 0; k < 4; ++k)
+    sv.results.push_back(good(k, 4));
+  // A failure of the timed all-reduce is a failure, not a wrong total.
+  for (int k : {0, 1}) {
+    RankResult& r = sv.results[size_t(k)];
+    r.allreduce_ok = r.allreduce_done = false;
+    r.bandwidth_bytes = 64 << 10;
+  }
+  sv.results[0].allreduce_error =
+      "the timed all-reduce of 64 KiB (--bandwidth): ncclAllReduce: unhandled system error";
+  sv.results[1].allreduce_timed_out = true;
+  auto fs = stage_checks(sv);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].id == "allreduce-failed");
+  CHECK(fs[0].message ==
+        "the all-reduce failed: rank 0: the timed all-reduce of 64 KiB (--bandwidth): "
+        "ncclAllReduce: unhandled system error");
+  CHECK(fs[1].id == "allreduce-timeout");
+  CHECK(fs[1].message ==
+        "the timed all-reduce of 64 KiB (--bandwidth) did not complete within the deadline for "
+        "rank 1 on gpu-01");
+
+  // A world of one whose receive buffer still holds the sentinel: never written.
+  StageView one;
+  one.world_size = 1;
+  one.members = &v.members;
+  one.results.push_back(good(0, 1));
+  one.results[0].allreduce_ok = false;
+  one.results[0].got = kAllreduceSentinel;
+  fs = stage_checks(one);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "allreduce-wrong-result");
+  CHECK(fs[0].message ==
+        "the all-reduce of one value per rank gave a wrong total: rank 0 expected 1, got nothing "
+        "(buffer never written)");
+}
+
 TEST_CASE("wire: GPU facts and stage results round-trip") {
   JobView v = gpu_job(2, 2);
   Record r = v.members[1].record;
@@ -320,6 +394,25 @@ TEST_CASE("driver version from the kernel module banner") {
   CHECK(driver_version_from_banner("").empty());
 }
 
+TEST_CASE("driver version from the name of libcuda's file") {
+  CHECK(driver_version_from_library("/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06") ==
+        "580.65.06");
+  CHECK(driver_version_from_library("libcuda.so.535.104.05") == "535.104.05");
+  CHECK(driver_version_from_library("/usr/lib64/libcuda.so.1").empty());  // the soname
+  CHECK(driver_version_from_library("/usr/lib64/libcuda.so").empty());
+  CHECK(driver_version_from_library("/opt/lib/libfakegpu.so").empty());
+  CHECK(driver_version_from_library("/x/libcuda.so.570.x").empty());
+  CHECK(driver_version_from_library("").empty());
+}
+
+TEST_CASE("bytes as the timed all-reduce names them") {
+  CHECK(bytes_text(100) == "100 bytes");
+  CHECK(bytes_text(64 << 10) == "64 KiB");
+  CHECK(bytes_text(1 << 20) == "1 MiB");
+  CHECK(bytes_text(256ull << 20) == "256 MiB");
+  CHECK(bytes_text(3ull << 29) == "1.5 GiB");
+}
+
 TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find something") {
   std::minstd_rand rng(777);
   int clean_and_silent = 0;
@@ -327,7 +420,7 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
     JobView v = gpu_job(8, 4);
     for (int c = 0; c < 1 + int(rng() % 2); ++c) {
       GpuFacts& g = v.members[rng() % v.members.size()].record.gpu;
-      switch (rng() % 8) {
+      switch (rng() % 9) {
         case 0:
           g.state = GpuState(rng() % 6);
           break;
@@ -351,6 +444,11 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
           break;
         case 7:
           g.nccl_path = "/elsewhere/libnccl.so.2";
+          break;
+        case 8:  // a MIG slice of another rank's GPU, or a GPU of its own
+          if (!g.devices.empty()) {
+            g.devices[0].pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x18 + rng() % 4);
+          }
           break;
       }
     }

@@ -1,0 +1,498 @@
+// NCCL init, the all-reduce and the timed all-reduce for one member's ranks, on a
+// thread of its own (see dl_run.h).
+//
+// What NCCL promises, and what this code waits for: on a non-blocking communicator
+// NCCL 2.23 and later run every group (a collective outside one is a group of its
+// own) in a thread NCCL starts, and return ncclInProgress; the work reaches the
+// stream only once ncclCommGetAsyncError says ncclSuccess, and until then the
+// communicator refuses any other call. So a result is read only after NCCL said
+// ncclSuccess and the stream completed, and every wait asks NCCL for its errors
+// (a network or proxy error shows there, never on the stream).
+
+#include "dl_run.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <rankcheck/interrupt.h>
+
+namespace rankcheck::dl {
+namespace {
+
+// Between two polls. A wait for a collective spins (yielding the core): the timed
+// launches must follow one another without a gap on the GPU. A wait for init, which
+// takes milliseconds at least, sleeps.
+class Pause {
+ public:
+  explicit Pause(bool spin) : spin_(spin) {}
+  void operator()() {
+    if (spin_) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+  }
+
+ private:
+  bool spin_;
+};
+
+}  // namespace
+
+std::string interrupted_text() {
+  return fmt::format("interrupted by {}", signal_name(interrupted()));
+}
+
+StageRun::StageRun(RunInput in) : in_(std::move(in)), n_(in_.devices.size()) {
+  out_.resize(n_);
+  for (size_t i = 0; i < n_; ++i)
+    out_[i].rank = static_cast<int32_t>(in_.first_rank + long(i));
+  published_ = out_;
+  comms_.assign(n_, nullptr);
+}
+
+// ----- the watching thread ----------------------------------------------------
+
+bool StageRun::wait_finished(Clock::time_point until) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_until(lock, until, [this] { return finished_; });
+}
+
+std::vector<ncclComm_t> StageRun::take_over(const char** blocked_in) {
+  std::lock_guard lock(mu_);
+  taken_over_ = true;
+  *blocked_in = in_call_;
+  std::vector<ncclComm_t> comms;
+  for (ncclComm_t& c : comms_) {
+    if (c != nullptr) comms.push_back(c);
+    c = nullptr;
+  }
+  // What each rank was waiting for when the run stopped answering.
+  const bool signal = interrupted() != 0;
+  const std::string why =
+      signal ? interrupted_text()
+             : fmt::format("{} did not return by the deadline: aborted from another thread",
+                           in_call_ != nullptr ? in_call_ : "a CUDA call");
+  for (RankResult& r : published_) {
+    if (phase_ == Phase::kInit && !r.init_ok && !r.init_timed_out && r.init_error.empty()) {
+      r.init_timed_out = !signal;
+      r.init_error = why;
+    } else if (phase_ == Phase::kAllreduce && r.init_ok && !r.allreduce_done &&
+               !r.allreduce_timed_out && r.allreduce_error.empty()) {
+      r.allreduce_timed_out = !signal;
+      r.allreduce_error = why;
+    } else if (phase_ == Phase::kBandwidth && r.allreduce_ok && r.bandwidth_bytes == 0) {
+      r.allreduce_ok = r.allreduce_done = false;
+      r.allreduce_timed_out = !signal;
+      r.bandwidth_bytes = in_.bandwidth_bytes / sizeof(float) * sizeof(float);
+      r.allreduce_error = fmt::format("the timed all-reduce of {} (--bandwidth): {}",
+                                      bytes_text(r.bandwidth_bytes), why);
+    }
+  }
+  return comms;
+}
+
+std::vector<RankResult> StageRun::results() {
+  std::lock_guard lock(mu_);
+  return published_;
+}
+
+// ----- the run's own thread -----------------------------------------------------
+
+bool StageRun::stopping() const {
+  std::lock_guard lock(mu_);
+  return taken_over_;
+}
+
+void StageRun::enter(Phase p) {
+  std::lock_guard lock(mu_);
+  if (taken_over_) return;
+  phase_ = p;
+  published_ = out_;
+}
+
+void StageRun::publish() {
+  std::lock_guard lock(mu_);
+  if (!taken_over_) published_ = out_;
+}
+
+void StageRun::finish() {
+  {
+    std::lock_guard lock(mu_);
+    if (!taken_over_) published_ = out_;
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool StageRun::nccl_call(const char* name, ncclResult_t& rc,
+                         const std::function<ncclResult_t()>& f) {
+  {
+    std::lock_guard lock(mu_);
+    if (taken_over_) return false;
+    in_call_ = name;
+  }
+  rc = f();
+  std::lock_guard lock(mu_);
+  in_call_ = nullptr;
+  return !taken_over_;
+}
+
+std::string StageRun::nccl_error(const char* call, ncclResult_t rc, bool own_text) const {
+  std::string s = in_.nccl.describe(rc);
+  if (call != nullptr) s = fmt::format("{}: {}", call, s);
+  std::string last = in_.nccl.last();
+  if (last.empty()) return s;
+  return own_text ? fmt::format("{} ({})", s, last)
+                  : fmt::format("{}; NCCL's last error in this process: {}", s, last);
+}
+
+ncclResult_t StageRun::grouped(const std::function<void()>& body, const char** call,
+                               bool one_call) {
+  if (one_call) {
+    body();
+    return ncclSuccess;
+  }
+  ncclResult_t rc = ncclSuccess;
+  *call = "ncclGroupStart";
+  if (!nccl_call("ncclGroupStart", rc, [&] { return in_.nccl.group_start(); })) return rc;
+  if (rc != ncclSuccess) return rc;
+  body();
+  // Ended even when the run was taken over meanwhile: a group left open on this
+  // thread would hold back whatever NCCL call the thread makes next.
+  *call = "ncclGroupEnd";
+  return in_.nccl.group_end();
+}
+
+bool StageRun::settle(std::vector<Slot>& slots, std::vector<bool>& waiting, bool spin,
+                      const std::function<void(size_t, ncclResult_t)>& on_done) {
+  Pause pause(spin);
+  while (true) {
+    bool any = false;
+    for (size_t i = 0; i < n_; ++i) {
+      if (!waiting[i]) continue;
+      ncclResult_t state = ncclInProgress;
+      ncclResult_t rc = ncclSuccess;
+      if (!nccl_call("ncclCommGetAsyncError", rc,
+                     [&] { return in_.nccl.async_error(slots[i].comm, &state); })) {
+        return false;
+      }
+      if (rc != ncclSuccess) state = rc;  // cannot even ask: that is the answer
+      if (state == ncclInProgress) {
+        any = true;
+        continue;
+      }
+      waiting[i] = false;
+      on_done(i, state);
+    }
+    if (!any || in_.deadline.expired() || interrupted()) return true;
+    pause();
+  }
+}
+
+bool StageRun::drain(std::vector<Slot>& slots, std::vector<bool>& waiting,
+                     const std::function<CUresult(size_t)>& query,
+                     const std::function<void(size_t, const std::string&)>& on_error) {
+  Pause pause(true);
+  while (true) {
+    bool any = false;
+    for (size_t i = 0; i < n_; ++i) {
+      if (!waiting[i]) continue;
+      CUresult rc = in_.cuda.ctx_set_current(slots[i].ctx);
+      if (rc == CUDA_SUCCESS) rc = query(i);
+      if (rc == CUDA_SUCCESS) {
+        waiting[i] = false;
+        continue;
+      }
+      if (rc != CUDA_ERROR_NOT_READY) {
+        waiting[i] = false;
+        on_error(i, "waiting for the all-reduce: " + in_.cuda.error(rc));
+        continue;
+      }
+      // Still running: NCCL reports network and proxy errors here, never on the stream.
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t nrc = ncclSuccess;
+      if (!nccl_call("ncclCommGetAsyncError", nrc,
+                     [&] { return in_.nccl.async_error(slots[i].comm, &state); })) {
+        return false;
+      }
+      if (nrc != ncclSuccess) state = nrc;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        waiting[i] = false;
+        on_error(i, nccl_error("ncclAllReduce", state, n_ == 1));
+        continue;
+      }
+      any = true;
+    }
+    if (!any || in_.deadline.expired() || interrupted()) return true;
+    pause();
+  }
+}
+
+bool StageRun::prepare(std::vector<Slot>& slots) {
+  const CudaApi& cu = in_.cuda;
+  for (size_t i = 0; i < n_; ++i) {
+    CUresult rc = cu.ctx_retain(&slots[i].ctx, in_.devices[i]);
+    if (rc == CUDA_SUCCESS) rc = cu.ctx_set_current(slots[i].ctx);
+    if (rc == CUDA_SUCCESS) rc = cu.stream_create(&slots[i].stream, CU_STREAM_NON_BLOCKING);
+    if (rc == CUDA_SUCCESS) rc = cu.mem_alloc(&slots[i].buf, 2 * sizeof(int64_t));
+    if (rc != CUDA_SUCCESS) {
+      const std::string why = fmt::format("preparing device {}: {}", in_.ordinals[i], cu.error(rc));
+      for (RankResult& r : out_) {
+        if (r.init_error.empty()) r.init_error = why;
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+bool StageRun::init(std::vector<Slot>& slots) {
+  enter(Phase::kInit);
+  ncclUniqueId uid{};
+  std::memcpy(uid.internal, in_.id.data(), in_.id.size());
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto t0 = Clock::now();
+  std::vector<bool> waiting(n_, false);
+  const char* group_call = nullptr;
+  ncclResult_t group = grouped(
+      [&] {
+        for (size_t i = 0; i < n_; ++i) {
+          CUresult crc = in_.cuda.ctx_set_current(slots[i].ctx);
+          if (crc != CUDA_SUCCESS) {
+            out_[i].init_error = "cuCtxSetCurrent: " + in_.cuda.error(crc);
+            continue;
+          }
+          ncclComm_t comm = nullptr;
+          ncclResult_t rc = ncclSuccess;
+          bool go_on = nccl_call("ncclCommInitRankConfig", rc, [&] {
+            return in_.nccl.init_rank_config(&comm, static_cast<int>(in_.world), uid,
+                                             static_cast<int>(out_[i].rank), &config);
+          });
+          if (comm != nullptr) {
+            std::lock_guard lock(mu_);
+            comms_[i] = comm;  // from now on, someone must abort or destroy it
+          }
+          if (!go_on) return;
+          slots[i].comm = comm;
+          if (rc != ncclSuccess && rc != ncclInProgress) {
+            // Failed at once: nothing to wait for, and the error is the one to report.
+            out_[i].init_error = nccl_error("ncclCommInitRankConfig", rc, true);
+          } else if (comm == nullptr) {
+            out_[i].init_error = "ncclCommInitRankConfig returned no communicator";
+          } else {
+            waiting[i] = true;
+          }
+        }
+      },
+      &group_call, n_ == 1);
+  if (stopping()) return false;
+  if (group != ncclSuccess && group != ncclInProgress) {
+    for (size_t i = 0; i < n_; ++i) {
+      if (out_[i].init_error.empty()) out_[i].init_error = nccl_error(group_call, group, true);
+      waiting[i] = false;
+    }
+  }
+  std::vector<std::pair<size_t, ncclResult_t>> failed;
+  bool go_on = settle(slots, waiting, false, [&](size_t i, ncclResult_t state) {
+    if (state == ncclSuccess) {
+      out_[i].init_ok = out_[i].init_error.empty();
+      out_[i].init_ms = ms_between(t0, Clock::now());
+    } else {
+      failed.emplace_back(i, state);
+    }
+  });
+  if (!go_on) return false;
+  // NCCL's last error is the process's, read once all have settled: with several
+  // communicators here it is not any one rank's own.
+  for (auto [i, state] : failed) {
+    if (out_[i].init_error.empty()) out_[i].init_error = nccl_error(nullptr, state, n_ == 1);
+  }
+  bool all_ok = true;
+  for (size_t i = 0; i < n_; ++i) {
+    if (waiting[i]) {
+      out_[i].init_timed_out = !interrupted();
+      if (interrupted()) out_[i].init_error = interrupted_text();
+    }
+    all_ok = all_ok && out_[i].init_ok;
+  }
+  publish();
+  return all_ok;
+}
+
+bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& inputs,
+                          std::vector<int64_t>& got, std::vector<std::string>& errors,
+                          std::vector<bool>& waiting) {
+  const CudaApi& cu = in_.cuda;
+  got.assign(n_, kAllreduceSentinel);
+  errors.assign(n_, "");
+  waiting.assign(n_, false);
+  // The input, and the sentinel where the total goes: a total never written shows.
+  for (size_t i = 0; i < n_; ++i) {
+    Slot& s = slots[i];
+    s.host[0] = inputs[i];
+    s.host[1] = kAllreduceSentinel;
+    CUresult rc = cu.ctx_set_current(s.ctx);
+    if (rc == CUDA_SUCCESS) rc = cu.copy_to_device(s.buf, s.host, sizeof s.host, s.stream);
+    if (rc != CUDA_SUCCESS) {
+      // No rank here takes part, so none of them can complete.
+      errors.assign(n_, "copying the input to the GPU: " + cu.error(rc));
+      return true;
+    }
+  }
+  const char* group_call = nullptr;
+  std::vector<bool> launched(n_, false);
+  ncclResult_t group = grouped(
+      [&] {
+        for (size_t i = 0; i < n_; ++i) {
+          Slot& s = slots[i];
+          CUresult crc = cu.ctx_set_current(s.ctx);
+          if (crc != CUDA_SUCCESS) {
+            errors[i] = "cuCtxSetCurrent: " + cu.error(crc);
+            continue;
+          }
+          auto* send = reinterpret_cast<void*>(s.buf);
+          auto* recv = reinterpret_cast<void*>(s.buf + sizeof(int64_t));
+          ncclResult_t rc = ncclSuccess;
+          if (!nccl_call("ncclAllReduce", rc, [&] {
+                return in_.nccl.all_reduce(send, recv, 1, ncclInt64, ncclSum, s.comm,
+                                           reinterpret_cast<cudaStream_t>(s.stream));
+              })) {
+            return;
+          }
+          if (rc != ncclSuccess && rc != ncclInProgress) {
+            errors[i] = nccl_error("ncclAllReduce", rc, true);
+          } else {
+            launched[i] = true;
+          }
+        }
+      },
+      &group_call, n_ == 1);
+  if (stopping()) return false;
+  if (group != ncclSuccess && group != ncclInProgress) {
+    // Nothing of the group was launched.
+    for (size_t i = 0; i < n_; ++i) {
+      if (errors[i].empty()) errors[i] = nccl_error(group_call, group, true);
+      launched[i] = false;
+    }
+  }
+  // Launched is handed to NCCL: the work is on the stream once NCCL says ncclSuccess.
+  std::vector<bool> enqueuing = launched;
+  std::vector<std::pair<size_t, ncclResult_t>> failed;
+  std::vector<bool> running(n_, false);
+  if (!settle(slots, enqueuing, true, [&](size_t i, ncclResult_t state) {
+        if (state == ncclSuccess) {
+          running[i] = true;
+        } else {
+          failed.emplace_back(i, state);
+        }
+      })) {
+    return false;
+  }
+  for (auto [i, state] : failed)
+    errors[i] = nccl_error("ncclAllReduce", state, n_ == 1);
+  std::vector<bool> on_stream = running;
+  if (!drain(
+          slots, on_stream, [&](size_t i) { return cu.stream_query(slots[i].stream); },
+          [&](size_t i, const std::string& text) { errors[i] = text; })) {
+    return false;
+  }
+  for (size_t i = 0; i < n_; ++i) {
+    waiting[i] = enqueuing[i] || on_stream[i];
+    if (!running[i] || waiting[i] || !errors[i].empty()) continue;
+    int64_t total = kAllreduceSentinel;
+    CUresult rc = cu.copy_to_host(&total, slots[i].buf + sizeof(int64_t), sizeof total);
+    if (rc != CUDA_SUCCESS) {
+      errors[i] = "copying the result from the GPU: " + cu.error(rc);
+    } else {
+      got[i] = total;
+    }
+  }
+  return true;
+}
+
+bool StageRun::allreduce(std::vector<Slot>& slots) {
+  enter(Phase::kAllreduce);
+  // One value per rank, summed: every rank checks the exact total.
+  const auto expected = static_cast<int64_t>(in_.world) * (in_.world + 1) / 2;
+  std::vector<int64_t> inputs(n_);
+  for (size_t i = 0; i < n_; ++i)
+    inputs[i] = out_[i].rank + 1;
+  std::vector<int64_t> got;
+  std::vector<std::string> errors;
+  std::vector<bool> waiting;
+  auto t0 = Clock::now();
+  if (!reduce_one(slots, inputs, got, errors, waiting)) return false;
+  double us = ms_between(t0, Clock::now()) * 1000.0;
+  bool all_done = true;
+  for (size_t i = 0; i < n_; ++i) {
+    RankResult& r = out_[i];
+    if (waiting[i]) {
+      r.allreduce_timed_out = !interrupted();
+      if (interrupted()) r.allreduce_error = interrupted_text();
+    } else if (!errors[i].empty()) {
+      r.allreduce_error = errors[i];
+    } else {
+      r.allreduce_done = true;
+      r.allreduce_us = us;
+      r.expected = expected;
+      r.got = got[i];
+      r.allreduce_ok = got[i] == expected;
+    }
+    all_done = all_done && r.allreduce_done;
+  }
+  publish();
+  return all_done;
+}
+
+void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
+  enter(Phase::kCleanup);
+  const CudaApi& cu = in_.cuda;
+  for (size_t i = 0; i < n_; ++i) {
+    ncclComm_t comm = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      if (taken_over_) return;
+      std::swap(comm, comms_[i]);
+    }
+    if (comm == nullptr) continue;
+    if (slots[i].ctx != nullptr) cu.ctx_set_current(slots[i].ctx);
+    ncclResult_t rc = ncclSuccess;
+    // A communicator that failed or is stuck must be aborted: ncclCommDestroy
+    // refuses one that is not ready, and would wait for work that never ends.
+    if (!abort) {
+      if (!nccl_call("ncclCommDestroy", rc, [&] { return in_.nccl.destroy(comm); })) return;
+      if (rc == ncclSuccess || rc == ncclInProgress) continue;
+    }
+    if (!nccl_call("ncclCommAbort", rc, [&] { return in_.nccl.abort(comm); })) return;
+  }
+  for (Slot& s : slots) {
+    if (s.ctx != nullptr) cu.ctx_set_current(s.ctx);
+    for (CUevent e : s.marks) {
+      if (e != nullptr) cu.event_destroy(e);
+    }
+    if (s.buf != 0) cu.mem_free(s.buf);
+    if (s.big != 0) cu.mem_free(s.big);
+    if (s.stream != nullptr) cu.stream_destroy(s.stream);
+  }
+  for (size_t i = 0; i < n_; ++i) {
+    if (slots[i].ctx != nullptr) cu.ctx_release(in_.devices[i]);
+  }
+}
+
+void StageRun::work() {
+  std::vector<Slot> slots(n_);
+  bool completed = prepare(slots) && init(slots) && allreduce(slots);
+  if (completed && in_.bandwidth_bytes > 0 && !stopping()) bandwidth(slots);
+  bool clean = completed;
+  for (const RankResult& r : out_)
+    clean = clean && r.allreduce_ok;
+  if (!stopping()) cleanup(slots, !clean);
+  finish();
+}
+
+}  // namespace rankcheck::dl
