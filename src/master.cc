@@ -137,6 +137,36 @@ bool MasterState::smaller_world_complete() const {
   return false;
 }
 
+bool MasterState::only_departed_missing() const {
+  if (decided_ || departed_.empty() || departed_total_ > departed_.size()) return false;
+  long departed_ranks = 0;  // cheap first: called on every join once someone left
+  for (const Departure& d : departed_)
+    departed_ranks += d.record.nranks;
+  if (cfg_.launcher_members <= 0 && distinct_claimed_ + departed_ranks < cfg_.world_size) {
+    return false;
+  }
+  std::vector<char> gone(claims_.size(), 0);
+  long gone_members = 0;
+  for (const Departure& d : departed_) {
+    bool counted = false;
+    for (long k = std::max(0, d.record.rank); k <= d.record.last_rank() && k < cfg_.world_size;
+         ++k) {
+      if (claims_[size_t(k)] > 0) continue;  // it, or another process, came back for it
+      gone[size_t(k)] = 1;
+      counted = true;
+    }
+    gone_members += counted ? 1 : 0;
+  }
+  if (gone_members == 0) return false;
+  if (cfg_.launcher_members > 0) {
+    return static_cast<long>(members_.size()) + gone_members >= cfg_.launcher_members;
+  }
+  for (size_t k = 0; k < claims_.size(); ++k) {
+    if (claims_[k] == 0 && gone[k] == 0) return false;
+  }
+  return true;
+}
+
 bool MasterState::ready() const {
   if (decided_) return false;
   // The launcher started more processes than the world holds: deciding before the
@@ -178,6 +208,8 @@ Verdict MasterState::verdict_base() const {
 const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                                    std::vector<std::string> bound) {
   if (decided_) return verdict_;
+  // Not at the deadline, yet not complete: the server's grace after a lost member.
+  report_.member_lost = !timed_out && signal_ == 0 && !ready() && departed_total_ > 0;
   decided_ = true;
   auto t0 = Clock::now();
   JobView view;
@@ -255,6 +287,8 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   // Why it decided, and with what, as its report will say.
   std::string why = signal_ != 0 ? fmt::format("stopped by {}", signal_name(signal_))
                     : timed_out  ? std::string("deadline reached")
+                    : report_.member_lost
+                        ? std::string("a member's connection closed; every other rank joined")
                     : joined_ranks_ >= cfg_.world_size
                         ? std::string("all joined")
                         : std::string(

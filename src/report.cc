@@ -387,6 +387,7 @@ std::string render_text(const Report& r, RenderStyle style) {
       format_seconds(r.rendezvous_ms),
       r.interrupted_by != 0 ? fmt::format("stopped by {}", signal_name(r.interrupted_by))
       : r.timed_out         ? std::string("deadline reached")
+      : r.member_lost       ? std::string("a member's connection closed; every other rank joined")
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
@@ -409,7 +410,10 @@ std::string render_json(const Report& r) {
                  {"host", r.master_host},
                  {"bound", r.master_bound}};
   j["authenticated"] = r.authenticated;
-  j["decided"] = r.interrupted_by != 0 ? "interrupted" : r.timed_out ? "deadline" : "all-joined";
+  j["decided"] = r.interrupted_by != 0 ? "interrupted"
+                 : r.timed_out         ? "deadline"
+                 : r.member_lost       ? "member-lost"
+                                       : "all-joined";
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));

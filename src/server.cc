@@ -23,6 +23,9 @@ constexpr size_t kMaxRefusalsLogged = 8;
 // How long past the stage deadline the master waits for results before its final
 // verdict: the members' results are on their way (each ends its stage sooner).
 constexpr Millis kStageGrace{300};
+// How long the master waits for a member whose connection closed to come back
+// when every other rank is in, before it decides without it.
+constexpr Millis kRejoinGrace{1000};
 
 // Sockets of the master are not inherited by the processes `rankcheck local`
 // starts: a child holding MASTER_PORT's listener would keep the port taken after
@@ -92,6 +95,7 @@ struct Server::Impl {
   std::optional<std::promise<Verdict>> local_final;
   std::promise<void> done;
   bool done_set = false;
+  bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
 
   void log(const std::string& line) const { cfg.master.log(line); }
 
@@ -406,12 +410,29 @@ struct Server::Impl {
     for (size_t k = i; k < conns.size(); ++k) {
       if (conns[k] != nullptr) conns[k]->slot = static_cast<int>(k);
     }
+    maybe_decide();
   }
 
   // ----- deciding ------------------------------------------------------------
 
   void maybe_decide() {
-    if (state.ready()) decide(false);
+    if (state.ready()) {
+      decide(false);
+    } else if (!rejoin_grace && state.only_departed_missing()) {
+      // Only a member that died after joining is missing: decide after a grace
+      // for it to come back, not at the deadline (the timer is the deadline's).
+      rejoin_grace = true;
+      decide_timer.expires_at(std::min(Clock::now() + kRejoinGrace, cfg.decide_by.when()));
+      decide_timer.async_wait([this](std::error_code ec) {
+        if (ec) return;
+        if (state.only_departed_missing()) return decide(false);
+        rejoin_grace = false;
+        decide_timer.expires_at(cfg.decide_by.when());
+        decide_timer.async_wait([this](std::error_code e) {
+          if (!e) decide(true);
+        });
+      });
+    }
   }
 
   void decide(bool timed_out) {

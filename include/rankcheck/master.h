@@ -54,6 +54,10 @@ class MasterState {
   /// launcher started more members than that, every one of them has joined.
   bool ready() const;
   bool decided() const { return decided_; }
+  /// Every rank is here but those of members whose connection closed (a crash, a
+  /// kill -9): waiting to the deadline cannot bring those back, so the server
+  /// decides after a short grace for a restarted process to rejoin.
+  bool only_departed_missing() const;
 
   /// Decides, once: the findings, and go or not for the GPU stage. Returns the
   /// verdict every member gets (with notes_for(i) added for member i).

@@ -27,7 +27,8 @@ struct Report {
   std::vector<Member> members;
   std::vector<Finding> findings;
   bool timed_out = false;
-  int interrupted_by = 0;  ///< the signal that cut the run short, if one did
+  bool member_lost = false;  ///< decided once every rank but a departed member's was in
+  int interrupted_by = 0;    ///< the signal that cut the run short, if one did
   bool authenticated = false;
   std::string gpu_stage = "not run";      ///< one phrase: "not run (--no-gpu)", "passed", ...
   std::vector<RankResult> stage_results;  ///< by rank, when the GPU stage ran

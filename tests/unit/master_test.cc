@@ -214,3 +214,29 @@ TEST_CASE("master: a member is not sent findings about another job's process") {
   CHECK(m.notes_for(1).empty());
   CHECK(m.verdict().exit_code == 0);
 }
+
+TEST_CASE("master: only a member that left is missing") {
+  MasterState m(config(3));
+  m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
+  size_t one = m.admit(test::member(1, 3, "gpu-01"), "10.0.0.11:40001");
+  CHECK(!m.only_departed_missing());
+  m.depart(one);
+  CHECK(!m.only_departed_missing());  // rank 2 has not joined yet
+  m.admit(test::member(2, 3, "gpu-01"), "10.0.0.11:40002");
+  CHECK(m.only_departed_missing());
+  CHECK(!m.ready());
+  // It comes back (a restarted process): complete, nothing lost.
+  m.admit(test::member(1, 3, "gpu-01"), "10.0.0.11:40004");
+  CHECK(!m.only_departed_missing());
+  CHECK(m.ready());
+}
+
+TEST_CASE("master: decided after a lost member, the report says so") {
+  MasterState m(config(2));
+  m.admit(test::member(0, 2, "gpu-01"), "in-process", /*own=*/true);
+  m.depart(m.admit(test::member(1, 2, "gpu-01"), "10.0.0.11:40001"));
+  REQUIRE(m.only_departed_missing());
+  m.decide(false, 29500, {"127.0.0.1"});
+  CHECK(m.report().member_lost);
+  CHECK(m.report().findings.front().id == "member-disconnected");
+}

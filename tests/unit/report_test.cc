@@ -144,3 +144,11 @@ TEST_CASE("member line: a member's own failure, in no other report, is printed w
                   "this is rank 3 on gpu-01\n") == 0);
   CHECK(text.find("fix: ") != std::string::npos);
 }
+
+TEST_CASE("report: a decision after a lost member says so") {
+  Report r = report_of(test::healthy_job(2, 2));
+  r.member_lost = true;
+  CHECK(render_text(r, {}).find("(a member's connection closed; every other rank joined)") !=
+        std::string::npos);
+  CHECK(nlohmann::json::parse(render_json(r))["decided"] == "member-lost");
+}
