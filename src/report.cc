@@ -104,7 +104,10 @@ std::string member_table(const Report& r) {
       rows.push_back({rec.nranks == 1 ? std::to_string(rec.rank)
                                       : fmt::format("{}-{}", rec.rank, rec.last_rank()),
                       printable(rec.host, 40),
-                      rec.local_rank < 0 ? "-" : std::to_string(rec.local_rank),
+                      rec.local_rank < 0 ? "-"
+                      : rec.nranks == 1
+                          ? std::to_string(rec.local_rank)
+                          : fmt::format("{}-{}", rec.local_rank, rec.local_rank + rec.nranks - 1),
                       std::to_string(rec.pid), printable(rec.launcher, 16)});
       if (gpus) {
         rows.back().push_back(gpu_cell(rec.gpu, rec));

@@ -371,30 +371,23 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertEqual(a0.ids(), ["foreign-job"])
         f = a0.finding("foreign-job")
         self.assertEqual((f["severity"], f["ranks"]), ("warning", [1, 2]))
-        self.assertIn("processes of job 'job-b' (2 processes (ranks 1-2 on ", f["message"])
-        for p in a:
-            self.assertEqual(p.ids(), [], p.name)
-            self.assertNotIn("job-b", p.out + p.err)
-
-    def test_a_member_of_this_job_is_not_told_about_another_jobs_member(self):
-        # Two jobs on one MASTER_PORT: job b's ranks 1 and 2 reach job a's master and
-        # are refused. Job a's ranks 1 and 2 are not theirs to report; the master
-        # reports the refusal once.
-        a0 = self.rank(0, 3, extra=("--job-id", "job-a"))
-        b = [self.rank(r, 3, extra=("--job-id", "job-b")) for r in (1, 2)]
-        self.finish(b)
-        a = [self.rank(r, 3, extra=("--job-id", "job-a")) for r in (1, 2)]
-        self.finish([a0] + a)
-        for p in b:
-            self.assertEqual((p.rc, p.ids()), (6, ["foreign-job"]))
-        self.assertExit([a0] + a, 0)
-        self.assertEqual(a0.ids(), ["foreign-job"])
-        f = a0.finding("foreign-job")
-        self.assertEqual((f["severity"], f["ranks"]), ("warning", [1, 2]))
         self.assertIn("2 processes of job 'job-b' (ranks 1-2 on ", f["message"])
         for p in a:
             self.assertEqual(p.ids(), [], p.name)
             self.assertNotIn("job-b", p.out + p.err)
+
+    def test_node_mode_table_shows_each_members_local_ranks(self):
+        procs = []
+        for node in range(2):
+            e = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=self.port)
+            args = ["run", "--no-gpu", "--timeout", str(self.timeout), "--nproc-per-node", "4",
+                    "--node-rank", str(node), "--nnodes", "2", "--host-name", f"node{node}"]
+            procs.append(Proc(args, e, self.tmp.name, f"node{node}"))
+        self.procs += procs
+        self.finish()
+        self.assertExit(procs, 0)
+        self.assertRegex(procs[0].out, r"\n  0-3 +node0 +0-3 +\d+ ")
+        self.assertRegex(procs[0].out, r"\n  4-7 +node1 +0-3 +\d+ ")
 
     def test_a_member_killed_after_joining_is_decided_on_after_a_grace_not_the_deadline(self):
         # Rank 1 joins and is killed (kill -9); rank 2 joins after: every rank but the

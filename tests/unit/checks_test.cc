@@ -719,25 +719,6 @@ TEST_CASE("foreign-job: the processes of another job are one finding") {
   CHECK(fs[0].ranks == Ranks{1, 2, 3});
   CHECK(fs[0].hosts == Hosts{"gpu-09"});
   CHECK(fs[0].message ==
-        "processes of job 'other' (3 processes (ranks 1-3 on gpu-09, from 10.0.0.19:4241, "
-        "10.0.0.19:4242 and 10.0.0.19:4243)) reached this master (job '48213') and were refused");
-}
-
-TEST_CASE("foreign-job: the processes of another job are one finding") {
-  JobView v = healthy_job(4, 4);
-  for (int k : {1, 2, 3}) {
-    Record r = v.members[size_t(k)].record;
-    r.job_id = "other";
-    r.host = "gpu-09";
-    v.refused.push_back(
-        Refusal{RefusalKind::kForeignJob, fmt::format("10.0.0.19:{}", 4240 + k), "job", r, 5});
-  }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].ranks == Ranks{1, 2, 3});
-  CHECK(fs[0].hosts == Hosts{"gpu-09"});
-  CHECK(fs[0].message ==
         "3 processes of job 'other' (ranks 1-3 on gpu-09, from 10.0.0.19:4241, 10.0.0.19:4242 "
         "and 10.0.0.19:4243) reached this master (job '48213') and were refused");
   // Their ranks missing here: one error that says so.

@@ -145,6 +145,21 @@ TEST_CASE("member line: a member's own failure, in no other report, is printed w
   CHECK(text.find("fix: ") != std::string::npos);
 }
 
+TEST_CASE("report table: a node-mode member's local ranks") {
+  JobView v = test::healthy_job(2, 1);
+  for (int k = 0; k < 2; ++k) {
+    Record& r = v.members[size_t(k)].record;
+    r.rank = 4 * k;
+    r.nranks = 4;
+    r.world_size = 8;
+    r.local_rank = 0;
+    r.local_world_size = 4;
+  }
+  std::string text = render_text(report_of(v), {});
+  CHECK(text.find("\n  0-3    gpu-01   0-3     1000") != std::string::npos);
+  CHECK(text.find("\n  4-7    gpu-02   0-3     1001") != std::string::npos);
+}
+
 TEST_CASE("report: a decision after a lost member says so") {
   Report r = report_of(test::healthy_job(2, 2));
   r.member_lost = true;
