@@ -203,7 +203,9 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
   std::string last_error = "no attempt made";
   Millis backoff(50);
   std::minstd_rand jitter(self.pid ^ static_cast<uint32_t>(self.rank));
-  auto next_progress = Clock::now();
+  // A member usually starts before rank 0 listens: the first refusals are not news.
+  // Said once the wait is long enough to matter, then every progress interval.
+  auto next_progress = Clock::now() + std::min(o.progress_interval, Millis(1000));
   std::string label =
       fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
                   self.nranks == 1 ? std::to_string(self.rank)

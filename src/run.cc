@@ -282,12 +282,37 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     without_master_addr(id);  // the records travel over MPI
   }
   if (!id.usable()) return usage_problems(id);
+  // Notes and this process's own early findings are said by rank 0, which speaks
+  // for the job, and by a member only when it fails: eight copies of "MASTER_PORT
+  // not set" in a passing job's log help nobody. (The master's rules find the
+  // same things over every record.)
+  std::vector<std::pair<std::string, bool>> held;  // (line, an error?)
+  auto say = [&](std::string line, bool error) {
+    if (id.rank != 0) {
+      held.emplace_back(std::move(line), error);
+    } else if (error) {
+      Log::error(line);
+    } else {
+      log.progress(line);
+    }
+  };
+  auto failed = [&](int code) {
+    if (code == exit_code::kPass) return code;
+    for (const auto& [line, error] : held) {
+      if (error) {
+        Log::error(line);
+      } else {
+        log.progress(line);
+      }
+    }
+    return code;
+  };
   for (const std::string& note : id.notes)
-    log.progress("note: " + note);
+    say("note: " + note, false);
   auto token = load_token(o, env, log);
   if (!token) {
     Log::error(token.error().message);
-    return exit_code::kUsage;
+    return failed(exit_code::kUsage);
   }
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, env);
@@ -298,12 +323,12 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   s.out.set_self(self.rank, self.host);
   if (auto ok = check_json_path(s.out.json_path); !ok) {
     Log::error(ok.error().message);
-    return exit_code::kUsage;
+    return failed(exit_code::kUsage);
   }
   for (const Finding& f : local_checks(self))
-    log.error(render_finding_line(f));
+    say(render_finding_line(f), true);
 
-  if (over_mpi) return run_over_mpi(id, self, s);
+  if (over_mpi) return failed(run_over_mpi(id, self, s));
   if (id.rank == 0) {
     // Rank 0 may come up before DNS publishes its own name (a Kubernetes headless
     // service): it keeps trying, like the members do, until its decision deadline.
@@ -345,7 +370,7 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     }
     if (auto code = master_path(self, id, s, setup)) return *code;
   }
-  return member_path(self, id, s);
+  return failed(member_path(self, id, s));
 }
 
 int run_env(const EnvOptions& o, const EnvMap& env) {

@@ -406,3 +406,23 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertEqual(master.finding("member-disconnected")["ranks"], [1])
         self.assertEqual(master.report["decided"], "member-lost")
         self.assertIn("(a member's connection closed; every other rank joined)", master.out)
+
+    def test_notes_and_early_refusals_are_said_by_rank_0_and_by_members_that_fail(self):
+        # Members start before rank 0 listens (refused connections), and each has a
+        # note to give (an NPROC_PER_NODE exported for a later torchrun).
+        members = [self.rank(r, 3, NPROC_PER_NODE=4) for r in (1, 2)]
+        time.sleep(0.3)
+        master = self.rank(0, 3, NPROC_PER_NODE=4)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertIn("note: NPROC_PER_NODE=4 is not used", master.err)
+        for p in members:
+            self.assertNotIn("note:", p.err, p.name)
+            self.assertNotIn("attempt 1", p.err, p.name)
+        # A member that fails says them: they may be why.
+        self.port = free_port()
+        self.timeout = 1.0
+        alone = self.rank(1, 2, NPROC_PER_NODE=4)
+        self.finish([alone])
+        self.assertEqual(alone.rc, 4)
+        self.assertIn("note: NPROC_PER_NODE=4 is not used", alone.err)
