@@ -417,7 +417,7 @@ class Slurm(unittest.TestCase):
             f.write(f'#!/bin/sh\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME" '
                     f'--json "{self.dir}/rank$SLURM_PROCID.json"\n')
         os.chmod(shim, 0o755)
-        env = self.cluster.env(RANKCHECK=shim, **self.master_env, **env)
+        env = self.cluster.env(**{"RANKCHECK": shim, **self.master_env, **env})
         start = time.monotonic()
         r = subprocess.run([self.cluster.bins["sbatch"], "--parsable", f"--chdir={self.dir}",
                             f"--output={self.dir}/job-%j.out", *sbatch_args, SBATCH_SCRIPT,
@@ -458,12 +458,19 @@ class Slurm(unittest.TestCase):
     # -- (a) the example batch script ----------------------------------------
 
     def test_sbatch_script_checks_then_trains(self):
-        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=10,
+        tmpdir = os.path.join(self.dir, "tmp")
+        os.makedirs(tmpdir)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=10, TMPDIR=tmpdir,
                           RANKCHECK_TIMEOUT=10, RANKCHECK_ARGS="--no-gpu -q")
         self.assertEqual((job.state, job.rc, job.signal), ("COMPLETED", 0, 0), job.out)
         self.assertIn("PASS — 8 ranks of 8 joined", job.out)
         master = job.report("rank0")
         self.assertEqual(master["verdict"], "pass")
+        # A job token made for the job, by default: every task proved it, and the
+        # private file each task kept it in is gone.
+        self.assertTrue(master["authenticated"])
+        self.assertIn("authenticated with the job token", job.out)
+        self.assertEqual(os.listdir(tmpdir), [])
         self.assertEqual(master["findings"], [])
         self.assertEqual(master["decided"], "all-joined")
         self.assertEqual(sorted(m["rank"] for m in master["members"]), list(range(8)))
@@ -506,6 +513,16 @@ class Slurm(unittest.TestCase):
         for name, r in reports.items():
             self.assertEqual((r["verdict"], r["exit_code"]), ("fail", 3), name)
             self.assertIn("launcher-env-conflict", ids(r), name)
+
+    def test_sbatch_script_without_the_binary_says_what_to_set(self):
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          RANKCHECK="no-such-rankcheck", RANKCHECK_ARGS="--no-gpu -q")
+        self.assertEqual((job.state, job.rc), ("FAILED", 2), job.out)
+        self.assertIn("rankcheck.sbatch: cannot find 'no-such-rankcheck'", job.out)
+        self.assertIn("set RANKCHECK to its full path", job.out)
+        self.assertNotIn("execve", job.out)
+        self.assertNotIn("see rank 0's report", job.out)
+        self.assertNotIn("train: ", job.out)
 
     # -- (b) srun, one task per rank -----------------------------------------
 
@@ -628,9 +645,27 @@ class Slurm(unittest.TestCase):
         step = self.srun(["-N", "2", "--ntasks-per-node=2"], [NODE_WRAPPER, "--no-gpu"], 5,
                          RANKCHECK=RANKCHECK, GPUS_PER_NODE="4", MASTER_PORT=free_port())
         self.assertEqual(step.rc, 2, step.out + step.err)
-        self.assertIn("this step runs '2(x2)' tasks per node; node mode needs exactly one",
-                      step.err)
+        self.assertIn("this step runs '2(x2)' tasks per node; node mode needs exactly one: "
+                      "srun --ntasks=$SLURM_NNODES --ntasks-per-node=1", step.err)
         self.assertEqual(glob.glob(os.path.join(self.dir, "*.json")), [])
+
+    def test_node_wrapper_takes_the_users_nnodes_and_the_job_token(self):
+        # --nnodes given to the wrapper too was a usage error ("--nnodes: At Most 1
+        # required but received 2"); the job token comes from the batch script.
+        timeout = 6
+        script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
+                  f'--json "{self.dir}/node$SLURM_NODEID.json"')
+        tmpdir = os.path.join(self.dir, "tmp")
+        os.makedirs(tmpdir)
+        step = self.srun(["-N", "2", "--ntasks-per-node=1"],
+                         ["/bin/sh", "-c", script, NODE_WRAPPER, "--no-gpu", "-q", "--nnodes", "2",
+                          "--timeout", str(timeout)],
+                         timeout + GRACE, RANKCHECK=RANKCHECK, GPUS_PER_NODE="4", TMPDIR=tmpdir,
+                         RANKCHECK_JOB_TOKEN="0123456789abcdef" * 4, MASTER_PORT=free_port())
+        self.assertEqual(step.rc, 0, step.out + step.err)
+        master = step.report("node0")
+        self.assertEqual((master["verdict"], master["authenticated"]), ("pass", True))
+        self.assertEqual(os.listdir(tmpdir), [])
 
 
 if __name__ == "__main__":
