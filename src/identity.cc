@@ -450,6 +450,25 @@ void without_master_addr(Identity& id) {
   });
 }
 
+std::optional<std::string> mpi_launch_problem(const EnvMap& env) {
+  if (env_get(env, "SLURM_PROCID") == nullptr && env_get(env, "SLURM_STEP_ID") == nullptr) {
+    return std::nullopt;
+  }
+  // PMIx (srun --mpi=pmix), PMI-2 and PMI-1 (--mpi=pmi2, Hydra), or mpirun's own.
+  for (const char* v : {"PMIX_RANK", "PMIX_NAMESPACE", "PMI_FD", "PMI_RANK", "PMI_SIZE",
+                        "OMPI_COMM_WORLD_SIZE"}) {
+    if (env_get(env, v) != nullptr) return std::nullopt;
+  }
+  const std::string* type = env_get(env, "SLURM_MPI_TYPE");
+  return fmt::format(
+      "--bootstrap mpi: this Slurm task was started without an MPI plugin ({}), so MPI_Init "
+      "cannot find the other tasks and would abort: run it with srun --mpi=pmix (srun "
+      "--mpi=list shows what the cluster has), start it with mpirun, or leave --bootstrap mpi "
+      "out to meet over TCP",
+      type != nullptr ? fmt::format("SLURM_MPI_TYPE={}", printable(*type, 32))
+                      : std::string("srun --mpi=none, or MpiDefault=none in slurm.conf"));
+}
+
 std::string sources_for(Field field) {
   // Each row is scanned in catalogue mode, so this list follows the table and
   // cannot drift from it.

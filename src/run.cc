@@ -279,6 +279,10 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
           "where Open MPI's headers are found");
       return exit_code::kUsage;
     }
+    if (auto problem = mpi_launch_problem(env)) {
+      Log::error(*problem);
+      return exit_code::kUsage;
+    }
     without_master_addr(id);  // the records travel over MPI
   }
   if (!id.usable()) return usage_problems(id);

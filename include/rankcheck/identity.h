@@ -158,6 +158,11 @@ Identity detect_identity(const EnvMap& env, const Flags& flags);
 /// For a transport that needs no MASTER_ADDR (MPI): drops that requirement.
 void without_master_addr(Identity& id);
 
+/// Why MPI_Init cannot work in this environment, if it cannot: a Slurm task
+/// started without an MPI plugin (srun --mpi=none, MpiDefault=none) has no PMI
+/// to find the other tasks, and Open MPI's MPI_Init aborts the process (exit 1).
+std::optional<std::string> mpi_launch_problem(const EnvMap& env);
+
 /// Which variables (and launchers) would have given `field`, for error messages:
 /// "RANK (torch env), SLURM_PROCID (Slurm srun), ...".
 std::string sources_for(Field field);

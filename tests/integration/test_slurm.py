@@ -42,6 +42,7 @@ LAUNCHERS = os.path.normpath(os.path.join(HERE, "../../launchers/slurm"))
 SBATCH_SCRIPT = os.path.join(LAUNCHERS, "rankcheck.sbatch")
 NODE_WRAPPER = os.path.join(LAUNCHERS, "rankcheck-node.sh")
 RANKCHECK = os.path.abspath(BIN)
+RANKCHECK_MPI = os.path.abspath(os.environ.get("RANKCHECK_MPI_BIN", BIN + "-mpi"))
 
 CPUS_PER_NODE = 4
 LAUNCH_SLACK = 5.0      # srun/sbatch scheduling and launch, on top of rankcheck's bound
@@ -614,6 +615,19 @@ class Slurm(unittest.TestCase):
         self.assertEqual(f["message"], "ranks 4-7 did not join: the launcher started 4 processes "
                                        f"on 1 node ({host}), for a world size of 8")
         self.assertNotIn("spans more than one host", step.out)
+
+    def test_rankcheck_mpi_under_srun_without_pmi_is_a_usage_error_with_the_fix(self):
+        # srun --mpi=none: Open MPI's MPI_Init aborted the task (exit 1, which the
+        # README keeps for rankcheck's own bugs).
+        if not os.path.exists(RANKCHECK_MPI):
+            self.skipTest(f"no rankcheck-mpi at {RANKCHECK_MPI}")
+        step = self.srun(["--mpi=none", "-N", "1", "-n", "2"],
+                         [RANKCHECK_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout", "3"],
+                         3 + GRACE)
+        self.assertEqual(step.rc, 2, step.out + step.err)
+        self.assertIn("this Slurm task was started without an MPI plugin", step.err)
+        self.assertIn("run it with srun --mpi=pmix", step.err)
+        self.assertNotIn("MPI_Init_thread", step.err)
 
     # -- (d) the node-level wrapper ------------------------------------------
 

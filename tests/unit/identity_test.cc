@@ -419,3 +419,20 @@ TEST_CASE("identity: how many members the launcher itself started") {
   id = detect_identity(EnvMap{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}}, {});
   CHECK(id.launcher_members == -1);
 }
+
+TEST_CASE("identity: a Slurm task without PMI cannot start MPI") {
+  EnvMap bare{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}};
+  auto problem = mpi_launch_problem(bare);
+  REQUIRE(problem.has_value());
+  CHECK(problem->find("srun --mpi=pmix") != std::string::npos);
+  CHECK(problem->find("srun --mpi=none, or MpiDefault=none in slurm.conf") != std::string::npos);
+  EnvMap pmix = bare;
+  pmix["PMIX_RANK"] = "0";
+  CHECK(!mpi_launch_problem(pmix));
+  EnvMap pmi2 = bare;
+  pmi2["PMI_FD"] = "13";
+  CHECK(!mpi_launch_problem(pmi2));
+  // mpirun, and no launcher at all (a singleton), are MPI's to handle.
+  CHECK(!mpi_launch_problem(EnvMap{{"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}}));
+  CHECK(!mpi_launch_problem(EnvMap{}));
+}
