@@ -385,9 +385,9 @@ class FindingDocs(unittest.TestCase):
 
     ROOT = os.path.join(os.path.dirname(__file__), "../..")
     # Kebab-case strings in src/ that are not finding ids: GPU probe states, a peer
-    # label, a progress state, an example host name in a comment.
+    # label, the report's reasons to decide, an example host name in a comment.
     NOT_IDS = {"in-process", "not-built", "no-driver", "no-device", "init-failed", "gpu-02",
-               "all-joined"}
+               "all-joined", "member-lost"}
 
     def read(self, path):
         with open(os.path.join(self.ROOT, path)) as f:
