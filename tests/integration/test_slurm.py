@@ -682,5 +682,149 @@ class Slurm(unittest.TestCase):
         self.assertEqual(os.listdir(tmpdir), [])
 
 
+class PrologCluster(Cluster):
+    """A cluster whose slurmd run the README's prolog sketch (PrologFlags=Alloc), and a
+    second prolog that fails for jobs that ask for it, and a TaskProlog that does."""
+
+    def __init__(self, root, prolog_dir, task_prolog):
+        super().__init__(root)
+        self.prolog_dir, self.task_prolog = prolog_dir, task_prolog
+
+    def _write_conf(self):
+        super()._write_conf()
+        with open(self.conf, "a") as f:
+            f.write(f"Prolog={self.prolog_dir}/*\nPrologFlags=Alloc\n"
+                    f"TaskProlog={self.task_prolog}\n")
+
+
+def readme_prolog(rankcheck, log_dir, master_addr=None):
+    """The prolog sketch of launchers/slurm/README.md, with only the paths changed and
+    --no-gpu --host-name added (and the master's address where node names do not
+    resolve here)."""
+    with open(os.path.join(LAUNCHERS, "README.md")) as f:
+        readme = f.read()
+    m = re.search(r"```bash\n(#!/bin/bash\n# /etc/slurm/prolog.d/50-rankcheck.*?)```", readme,
+                  re.S)
+    if m is None:
+        raise AssertionError("no prolog sketch in launchers/slurm/README.md")
+    script = m.group(1)
+    for old, new in ((" run -q ", " run --no-gpu --host-name \"$SLURMD_NODENAME\" -q "),
+                     ("\nrankcheck run", f"\n{rankcheck} run"),
+                     ("/var/log/rankcheck/", f"{log_dir}/")):
+        if old not in script:
+            raise AssertionError(f"the sketch changed: no {old!r} in it\n{script}")
+        script = script.replace(old, new)
+    if master_addr:
+        script = script.replace('--master-addr "${nodes[0]}"', f"--master-addr {master_addr}")
+    return script
+
+
+class SlurmProlog(unittest.TestCase):
+    """What launchers/slurm/README.md says about running rankcheck from a prolog."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(RANKCHECK):
+            raise unittest.SkipTest(f"no rankcheck binary at {RANKCHECK} (RANKCHECK_BIN)")
+        cls.tmp = tempfile.mkdtemp(prefix="rankcheck-prolog-")
+        os.chmod(cls.tmp, 0o755)
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
+        cls.logs = os.path.join(cls.tmp, "rankcheck-logs")
+        prolog_dir = os.path.join(cls.tmp, "prolog.d")
+        os.makedirs(cls.logs)
+        os.makedirs(prolog_dir)
+        task_prolog = os.path.join(cls.tmp, "task-prolog.sh")
+        cluster = PrologCluster(os.path.join(cls.tmp, "cluster"), prolog_dir, task_prolog)
+        master_addr = None if cluster.resolvable else "127.0.0.1"
+        scripts = {
+            os.path.join(prolog_dir, "50-rankcheck"): readme_prolog(RANKCHECK, cls.logs,
+                                                                    master_addr),
+            # What the README warns about: a prolog that passes a failure on.
+            os.path.join(prolog_dir, "60-fail"):
+                '#!/bin/bash\n[[ ${SLURM_JOB_COMMENT:-} == fail-prolog ]] && exit 1\nexit 0\n',
+            task_prolog:
+                '#!/bin/bash\n[[ -n ${FAIL_TASK_PROLOG:-} ]] && exit "$FAIL_TASK_PROLOG"\nexit 0\n',
+        }
+        for path, text in scripts.items():
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+        cls.addClassCleanup(cluster.stop)
+        try:
+            cluster.start()
+        except Unavailable as e:
+            raise unittest.SkipTest(f"cannot start a test Slurm cluster: {e}")
+        cls.cluster = cluster
+
+    def submit(self, *sbatch_args, limit=30.0):
+        """An sbatch job of `true` on both nodes; its final (or held) state."""
+        c = self.cluster
+        r = c.cmd("sbatch", "--parsable", "-N", "2", f"--chdir={self.tmp}",
+                  f"--output={self.tmp}/job-%j.out", *sbatch_args, "--wrap", "true")
+        job = r.stdout.strip().split(";")[0]
+        end = time.monotonic() + limit
+        while True:
+            show = c.cmd("scontrol", "show", "job", "-o", job, check=False).stdout
+            fields = dict(re.findall(r"(\w+)=(\S*)", show))
+            held = fields.get("Reason", "").startswith("launch_failed_requeued_held")
+            if fields.get("JobState") in TERMINAL_STATES or held:
+                return job, fields
+            if time.monotonic() > end:
+                c.cmd("scancel", job, check=False)
+                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s")
+            time.sleep(0.2)
+
+    def node_states(self):
+        r = self.cluster.cmd("sinfo", "-h", "-N", "-o", "%N %T")
+        return dict(line.split() for line in r.stdout.splitlines() if line.strip())
+
+    def test_the_sketch_checks_an_opted_in_job_on_every_node(self):
+        job, fields = self.submit("--comment=rankcheck")
+        self.assertEqual((fields["JobState"], fields["ExitCode"]), ("COMPLETED", "0:0"), fields)
+        nodes = self.cluster.nodes
+        reports = {}
+        for node in nodes:
+            with open(os.path.join(self.logs, f"{job}.{node}.log")) as f:
+                log = f.read()
+            self.assertIn("rankcheck exit 0", log)
+            with open(os.path.join(self.logs, f"{job}.{node}.json")) as f:
+                reports[node] = json.load(f)
+        masters = [r for r in reports.values() if r["role"] == "master"]
+        self.assertEqual(len(masters), 1)
+        self.assertEqual((masters[0]["verdict"], masters[0]["ranks_joined"],
+                          masters[0]["hosts_joined"]), ("pass", 16, 2))
+        self.assertEqual(set(self.node_states().values()), {"idle"})
+
+    def test_a_job_that_did_not_opt_in_leaves_no_log(self):
+        job, fields = self.submit()
+        self.assertEqual(fields["JobState"], "COMPLETED", fields)
+        self.assertEqual(glob.glob(os.path.join(self.logs, f"{job}.*")), [])
+
+    def test_a_failing_prolog_drains_every_node_and_holds_the_job(self):
+        job, fields = self.submit("--comment=fail-prolog")
+        try:
+            self.assertEqual(fields["JobState"], "PENDING", fields)
+            self.assertTrue(fields["Reason"].startswith("launch_failed_requeued_held"), fields)
+            end = time.monotonic() + 10
+            while set(self.node_states().values()) != {"drained"} and time.monotonic() < end:
+                time.sleep(0.2)
+            self.assertEqual(set(self.node_states().values()), {"drained"})
+            reasons = self.cluster.cmd("sinfo", "-h", "-R", "-o", "%E").stdout
+            self.assertIn("Prolog error", reasons)
+        finally:
+            self.cluster.cmd("scancel", job, check=False)
+            self.cluster.cmd("scontrol", "update", f"nodename={','.join(self.cluster.nodes)}",
+                             "state=resume", check=False)
+
+    def test_a_failing_task_prolog_ends_the_task_and_drains_nothing(self):
+        c = self.cluster
+        r = subprocess.run([c.bins["srun"], "-N", "1", "-n", "1", "--export=ALL,FAIL_TASK_PROLOG=3",
+                            "true"], env=c.env(), cwd=self.tmp, capture_output=True, text=True,
+                           timeout=20)
+        self.assertEqual(r.returncode, 3, r.stdout + r.stderr)  # the task ends with its status
+        self.assertIn("TaskProlog failed status=3", r.stderr)
+        self.assertEqual(set(self.node_states().values()), {"idle"}, r.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
