@@ -11,6 +11,7 @@ namespace rankcheck {
 namespace {
 
 constexpr Rule kRules[] = {
+    {"connection-flood", check_connection_flood},  // what kept the missing ranks out
     {"foreign-job", check_foreign_job},
     {"auth-failed", check_auth_failed},
     {"launcher-env-conflict", check_launcher_conflicts},  // a stale RANK causes duplicates

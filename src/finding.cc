@@ -119,6 +119,10 @@ constexpr FindingKind kCatalog[] = {
     {kMasterListenFailed, "master-listen-failed", kE, ec::kCannotListen,
      "the training job would fail to listen the same way: check MASTER_ADDR and MASTER_PORT "
      "against this host's addresses and policies"},
+    {kConnectionFlood, "connection-flood", kE, ec::kIncomplete,
+     "find what opens connections to MASTER_PORT from that address (ss -tnp on it) and stop or "
+     "firewall it; a job token keeps strangers from joining, a port only the job knows keeps "
+     "them from finding it"},
 };
 
 // FindingId indexes the table: a row out of place is a build error.
@@ -129,7 +133,7 @@ constexpr bool in_order() {
   return true;
 }
 static_assert(in_order(), "kCatalog rows must follow FindingId's order");
-static_assert(std::size(kCatalog) == static_cast<size_t>(kMasterListenFailed) + 1,
+static_assert(std::size(kCatalog) == static_cast<size_t>(kConnectionFlood) + 1,
               "every FindingId has a row");
 
 }  // namespace

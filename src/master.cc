@@ -111,7 +111,9 @@ void MasterState::refuse(RefusalKind kind, std::string peer, std::string reason,
                          std::optional<Record> record) {
   tracker_.taint();
   ++refused_total_;
-  if (refused_.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) {
+  // A flood is summed up once per address, at the decision: always kept.
+  if ((refused_.size() < kMaxRefusalsKept && kind != RefusalKind::kLate) ||
+      kind == RefusalKind::kFlood) {
     refused_.push_back(
         Refusal{kind, std::move(peer), std::move(reason), std::move(record), now_ms()});
   }

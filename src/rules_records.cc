@@ -54,8 +54,6 @@ void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& o
 
 // The processes of one other job are one finding, whatever their number: a port
 // shared by two jobs sends the master every member of the other.
-// The processes of one other job are one finding, whatever their number: a port
-// shared by two jobs sends the master every member of the other.
 void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // (their job id, whether their ranks are missing here) -> (record, peer), in order.
@@ -517,6 +515,11 @@ void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
   }
 }
 
+// Past this many variables that differ, the rest are counted in one finding: a
+// report stays readable, and members with hundreds of odd variables cannot make
+// it (or the decision) grow with their product.
+constexpr size_t kMaxEnvFindings = 16;
+
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // Compare digests first: 16k members with one environment cost one comparison each.
@@ -529,25 +532,43 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   for (const Member& m : v.members)
     groups[m.record.env_digest].push_back(&m.record);
   if (groups.size() < 2) return;
-  std::set<std::string> names;
-  for (const auto& [digest, rs] : groups) {
-    for (const EnvVar& e : rs.front()->env)
-      names.insert(e.name);
+  // Which groups set each name, in one pass over every group's variables: a
+  // name's differences are then found without visiting the groups that lack it.
+  std::vector<const Records*> group_list;
+  for (const auto& [digest, rs] : groups)
+    group_list.push_back(&rs);
+  std::map<std::string_view, std::vector<std::pair<size_t, const std::string*>>> setters;
+  for (size_t g = 0; g < group_list.size(); ++g) {
+    for (const EnvVar& e : group_list[g]->front()->env)
+      setters[e.name].emplace_back(g, &e.value);
   }
-  for (const std::string& name : names) {
-    std::map<std::optional<std::string>, Records> by_value;  // nullopt: unset
-    for (const auto& [digest, rs] : groups) {
-      std::optional<std::string> value;
-      const auto& env = rs.front()->env.get();  // sorted by name (checked at decoding)
-      auto it = std::lower_bound(env.begin(), env.end(), name,
-                                 [](const EnvVar& e, const std::string& n) { return e.name < n; });
-      if (it != env.end() && it->name == name) value = it->value;
-      by_value[value].insert(by_value[value].end(), rs.begin(), rs.end());
+  size_t reported = 0;
+  size_t more = 0;  // names that differ past the cap: counted, not itemised
+  for (const auto& [name, set_by] : setters) {
+    bool everywhere = set_by.size() == group_list.size();
+    bool one_value = std::all_of(set_by.begin(), set_by.end(),
+                                 [&](const auto& p) { return *p.second == *set_by[0].second; });
+    if (everywhere && one_value) continue;
+    if (reported == kMaxEnvFindings) {
+      ++more;
+      continue;
     }
-    if (by_value.size() < 2) continue;
+    ++reported;
+    std::map<std::optional<std::string_view>, Records> by_value;  // nullopt: unset
+    std::vector<bool> sets(group_list.size(), false);
+    for (const auto& [g, value] : set_by) {
+      sets[g] = true;
+      Records& rs = by_value[std::string_view(*value)];
+      rs.insert(rs.end(), group_list[g]->begin(), group_list[g]->end());
+    }
+    for (size_t g = 0; g < group_list.size(); ++g) {
+      if (sets[g]) continue;
+      Records& rs = by_value[std::nullopt];
+      rs.insert(rs.end(), group_list[g]->begin(), group_list[g]->end());
+    }
     // The most common value first; "unset" after the values someone set.
-    std::vector<std::pair<std::optional<std::string>, Records>> vals(by_value.begin(),
-                                                                     by_value.end());
+    std::vector<std::pair<std::optional<std::string_view>, Records>> vals(by_value.begin(),
+                                                                          by_value.end());
     std::stable_sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
       if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
       return a.first.has_value() && !b.first.has_value();
@@ -567,6 +588,12 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
                                    "container image, or the launcher's environment)",
                                    printable(name)),
                        odd));
+  }
+  if (more > 0) {
+    out.push_back(
+        make_finding(FindingId::kEnvMismatch,
+                     fmt::format("and {} more {} differ between the members (not itemised)", more,
+                                 more == 1 ? "variable" : "variables")));
   }
 }
 
@@ -589,6 +616,24 @@ void check_self_master_loopback(const Record& self, std::vector<Finding>& out) {
            "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
            "/etc/hosts on this host",
            {&self}, Severity::kWarning));
+}
+
+// Silent connections from one address that held the master's handshake slots:
+// the cause when ranks are missing (they waited behind it), a warning otherwise.
+void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  bool missing = false;
+  for (long k = 0; k < ctx.expected_world && !missing; ++k)
+    missing = !ctx.present(k);
+  for (const Refusal& r : v.refused) {
+    if (r.kind != RefusalKind::kFlood) continue;
+    out.push_back(make_finding(
+        FindingId::kConnectionFlood,
+        fmt::format(
+            "a flood of connections reached the master: {}{}", printable(r.reason, 200),
+            missing ? "; ranks still missing at the deadline may have waited behind it" : ""),
+        {}, missing ? Severity::kError : Severity::kWarning));
+  }
 }
 
 }  // namespace rankcheck

@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cassert>
+#include <deque>
 #include <map>
 #include <thread>
+#include <unordered_map>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -50,7 +52,8 @@ struct Server::Impl {
     // peer's address live in the handshake coroutine, which ends at admission.
     explicit Conn(Socket s) : sock(std::move(s)) {}
     Socket sock;
-    int slot = -1;  // the member's index in the master state
+    int slot = -1;        // the member's index in the master state
+    uint32_t source = 0;  // index into sources: the address it came from
     bool admitted = false;
     bool handshake_expired = false;
     std::vector<Bytes> outbox;  // frames not yet written, oldest first
@@ -60,6 +63,7 @@ struct Server::Impl {
     bool reported = false;  // its GPU stage result is in (or will never be)
     bool closed = false;
     bool released = false;  // finished with, but kept open (see release)
+    bool evicted = false;   // dropped to make room for other sources (see make_room)
     Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
   };
@@ -91,6 +95,18 @@ struct Server::Impl {
   size_t open_members = 0;  // admitted connections the member has not closed yet
   size_t refusals = 0;
   size_t accept_errors = 0;
+  // Connections in their handshake, by the address they came from: one address
+  // holding most of the slots (a flood of silent connections) gives up its
+  // oldest to newcomers. Bounded: past kMaxSources addresses, the rest share one.
+  struct Source {
+    std::string addr;
+    size_t pending = 0;
+    size_t evicted = 0;
+    std::deque<std::weak_ptr<Conn>> queue;  // oldest first; some no longer pending
+  };
+  static constexpr size_t kMaxSources = 4096;
+  std::vector<Source> sources{Source{"other addresses", 0, 0, {}}};
+  std::unordered_map<std::string, uint32_t> source_ids;
   std::optional<std::promise<Verdict>> local_verdict;
   std::optional<std::promise<Verdict>> local_final;
   std::promise<void> done;
@@ -162,14 +178,49 @@ struct Server::Impl {
   // ----- refusing ------------------------------------------------------------
 
   void unpend(const ConnPtr& c) {
-    if (c->pending) --pending;
+    if (c->pending) {
+      --pending;
+      --sources[c->source].pending;
+    }
     c->pending = false;
+  }
+
+  uint32_t source_of(const std::string& addr) {
+    auto it = source_ids.find(addr);
+    if (it != source_ids.end()) return it->second;
+    if (sources.size() >= kMaxSources) return 0;
+    auto id = static_cast<uint32_t>(sources.size());
+    sources.push_back(Source{addr, 0, 0, {}});
+    source_ids.emplace(addr, id);
+    return id;
+  }
+
+  // At the cap on handshakes: the address holding the most, if it holds more than
+  // a quarter of them, loses its oldest one. A flood from one address then cannot
+  // keep the job's members waiting in the kernel's backlog until the deadline.
+  bool make_room() {
+    auto largest =
+        std::max_element(sources.begin(), sources.end(),
+                         [](const auto& a, const auto& b) { return a.pending < b.pending; });
+    if (largest == sources.end() || largest->pending <= cfg.max_pending / 4) return false;
+    while (!largest->queue.empty()) {
+      ConnPtr c = largest->queue.front().lock();
+      largest->queue.pop_front();
+      if (c == nullptr || !c->pending || c->evicted) continue;
+      c->evicted = true;
+      ++largest->evicted;
+      unpend(c);
+      close(c);
+      return true;
+    }
+    return false;
   }
 
   void refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
               std::optional<Record> record = std::nullopt,
               std::optional<RejectCode> reply = std::nullopt) {
     unpend(c);
+    if (c->evicted) return;  // counted with its address, reported once at the decision
     if (++refusals <= kMaxRefusalsLogged) {
       log(fmt::format("refused {}: {}", printable(peer), printable(reason, 200)));
     } else if (refusals == kMaxRefusalsLogged + 1) {
@@ -192,7 +243,7 @@ struct Server::Impl {
     for (;;) {
       // Past the cap on connections still in their handshake, leave the rest in
       // the kernel's backlog: slow or silent clients cannot crowd out members.
-      while (pending >= cfg.max_pending && acceptor.is_open()) {
+      while (pending >= cfg.max_pending && acceptor.is_open() && !make_room()) {
         backoff.expires_after(Millis(5));
         co_await backoff.async_wait(kAwait);
       }
@@ -211,15 +262,24 @@ struct Server::Impl {
       set_cloexec(sock.native_handle());
       std::error_code pec;
       auto ep = sock.remote_endpoint(pec);
-      std::string peer = pec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
-      asio::co_spawn(io, serve(std::make_shared<Conn>(std::move(sock)), std::move(peer)),
-                     asio::detached);
+      std::string addr = pec ? "?" : ep.address().to_string();
+      std::string peer = pec ? "?" : fmt::format("{}:{}", addr, ep.port());
+      auto c = std::make_shared<Conn>(std::move(sock));
+      c->source = source_of(addr);
+      asio::co_spawn(io, serve(std::move(c), std::move(peer)), asio::detached);
     }
   }
 
   awaitable<void> serve(ConnPtr c, std::string peer) {
     ++pending;
     c->pending = true;
+    Source& from = sources[c->source];
+    ++from.pending;
+    from.queue.push_back(c);
+    // Entries of connections long gone are dropped as the queue grows.
+    while (from.queue.size() > 2 * from.pending + 16 && from.queue.front().expired()) {
+      from.queue.pop_front();
+    }
     // A connection that has not completed its hello in time is dropped. The timer
     // may fire after a read completed but before this coroutine resumed: every
     // step below checks the flag, so an expired handshake is never admitted.
@@ -440,6 +500,13 @@ struct Server::Impl {
     decide_timer.cancel();
     progress_timer.cancel();
     uint16_t port = acceptors.empty() ? 0 : acceptors.front()->local_endpoint().port();
+    for (const Source& src : sources) {
+      if (src.evicted == 0) continue;
+      state.refuse(RefusalKind::kFlood, src.addr,
+                   fmt::format("{} held handshakes open without a hello: {} of its connections "
+                               "were dropped to make room for others",
+                               src.addr, src.evicted));
+    }
     const Verdict& v = state.decide(timed_out, port, bound);
     if (v.run_gpu) {
       stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());

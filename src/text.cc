@@ -40,6 +40,26 @@ std::string format_list(const std::vector<std::string>& items, size_t max_items)
   return out;
 }
 
+namespace {
+
+// The code point of one well-formed UTF-8 sequence of 2 to 4 bytes.
+uint32_t decode(std::string_view seq) {
+  auto b = [&seq](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(seq[k])); };
+  if (seq.size() == 2) return (b(0) & 0x1f) << 6 | (b(1) & 0x3f);
+  if (seq.size() == 3) return (b(0) & 0x0f) << 12 | (b(1) & 0x3f) << 6 | (b(2) & 0x3f);
+  return (b(0) & 0x07) << 18 | (b(1) & 0x3f) << 12 | (b(2) & 0x3f) << 6 | (b(3) & 0x3f);
+}
+
+// Characters that change how the text around them reads without showing
+// themselves: bidi embeddings, overrides and isolates, zero-width spaces and
+// joiners, the byte-order mark, soft hyphen and the Arabic letter mark.
+bool invisible(uint32_t cp) {
+  return cp == 0x00ad || cp == 0x061c || (cp >= 0x200b && cp <= 0x200f) ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff;
+}
+
+}  // namespace
+
 std::string printable(std::string_view s, size_t max_len) {
   std::string out;
   size_t i = 0;
@@ -85,6 +105,13 @@ std::string printable(std::string_view s, size_t max_len) {
     if (!valid) {
       hex(c);
       ++i;
+      continue;
+    }
+    if (len >= 2 && invisible(decode(s.substr(i, len)))) {
+      // Bidi controls and zero-width characters would let a host name read as
+      // another one: shown as the code point they are.
+      out += fmt::format("\\u{{{:04x}}}", decode(s.substr(i, len)));
+      i += len;
       continue;
     }
     out.append(s.substr(i, len));

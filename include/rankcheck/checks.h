@@ -33,6 +33,7 @@ enum class RefusalKind {
   kAuth,        ///< missing or wrong token
   kMalformed,   ///< not rankcheck, or a broken hello
   kLate,        ///< arrived after the master decided
+  kFlood,       ///< one per address whose silent handshakes were dropped to make room
 };
 
 /// A connection the master turned away.

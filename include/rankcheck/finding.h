@@ -77,6 +77,7 @@ enum class FindingId {
   kMasterPortInUse,
   kMasterAddrNotLocal,
   kMasterListenFailed,
+  kConnectionFlood,
 };
 
 /// One row of the catalogue.

@@ -285,6 +285,12 @@ class Recipe:
     def __init__(self, pods, binary_path):
         self.pods = pods
         self.binary_path = binary_path
+        # The job token Secret the manifests mount: the same file for every pod.
+        self.token_dir = tempfile.TemporaryDirectory()
+        self.token = os.path.join(self.token_dir.name, "token")
+        with open(self.token, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(self.token, 0o400)
 
     def command(self, pod, shim):
         """The rankcheck container's command line and env, with the shim for the binary."""
@@ -299,6 +305,8 @@ class Recipe:
             if cmd[0] != self.binary_path:
                 raise AssertionError(f"{cmd[0]} is not {self.binary_path}")
             cmd = [shim] + cmd[1:]
+        if "RANKCHECK_TOKEN_FILE" in env:  # where the Secret is mounted
+            env["RANKCHECK_TOKEN_FILE"] = self.token
         return cmd, dict(env, PATH=SANDBOX_PATH)
 
 
@@ -696,6 +704,7 @@ class LateName(KubernetesTest):
         report = reports[0]  # rank 0's: the master's
         self.assertEqual(report["verdict"], "pass")
         self.assertEqual(report["findings"], [])  # one MASTER_ADDR everywhere: no mismatch
+        self.assertTrue(report["authenticated"])  # the job token from the mounted Secret
         joined = {m["rank"]: m["joined_ms"] for m in report["members"]}
         self.assertEqual(sorted(joined), [0, 4])
         self.assertGreaterEqual(joined[4], 1000)  # it did wait for the name
