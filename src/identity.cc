@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -450,13 +451,36 @@ void without_master_addr(Identity& id) {
   });
 }
 
+Result<std::optional<double>> job_start_time(const EnvMap& env) {
+  const std::string* v = env_get(env, "RANKCHECK_START_TIME");
+  if (v == nullptr) return std::optional<double>();
+  // Digits, one optional fraction: what `date +%s.%N` prints, nothing locale-bound.
+  bool dot = false;
+  bool ok = !v->empty() && v->size() <= 32 && v->front() != '.';
+  for (char c : *v) {
+    if (c == '.' && !dot) {
+      dot = true;
+    } else if (c < '0' || c > '9') {
+      ok = false;
+    }
+  }
+  double t = ok ? std::strtod(v->c_str(), nullptr) : 0;
+  if (!ok || !(t > 0) || t > 1e11) {
+    return Error{fmt::format(
+        "RANKCHECK_START_TIME='{}' is not a time: give seconds since the epoch, as `date "
+        "+%s.%N` prints them (or unset it to count the deadline from each process's start)",
+        printable(*v, 40))};
+  }
+  return std::optional<double>(t);
+}
+
 std::optional<std::string> mpi_launch_problem(const EnvMap& env) {
   if (env_get(env, "SLURM_PROCID") == nullptr && env_get(env, "SLURM_STEP_ID") == nullptr) {
     return std::nullopt;
   }
   // PMIx (srun --mpi=pmix), PMI-2 and PMI-1 (--mpi=pmi2, Hydra), or mpirun's own.
-  for (const char* v : {"PMIX_RANK", "PMIX_NAMESPACE", "PMI_FD", "PMI_RANK", "PMI_SIZE",
-                        "OMPI_COMM_WORLD_SIZE"}) {
+  for (const char* v :
+       {"PMIX_RANK", "PMIX_NAMESPACE", "PMI_FD", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"}) {
     if (env_get(env, v) != nullptr) return std::nullopt;
   }
   const std::string* type = env_get(env, "SLURM_MPI_TYPE");

@@ -2,6 +2,7 @@
 // hosts the master. The session plumbing is in session.cc, `local` in local.cc.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -313,6 +314,27 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   };
   for (const std::string& note : id.notes)
     say("note: " + note, false);
+  // A job-wide start (the launch script's RANKCHECK_START_TIME): the deadline counts
+  // from it, so that a task that starts late does not keep the step running longer.
+  auto job_start = job_start_time(env);
+  if (!job_start) {
+    Log::error(job_start.error().message);
+    return failed(exit_code::kUsage);
+  }
+  double late_ms = 0;
+  if (*job_start) {
+    double now_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    late_ms = std::max(0.0, (now_s - **job_start) * 1000.0);
+    s.end = Deadline(s.start + seconds(o.timeout_s) - Millis(static_cast<long>(late_ms)));
+    end = s.end;
+    if (late_ms >= 1000) {
+      say(fmt::format("note: this process started {} after the job's start "
+                      "(RANKCHECK_START_TIME): {} s of --timeout {} left",
+                      format_seconds(late_ms), end.seconds_left(), o.timeout_s),
+          false);
+    }
+  }
   auto token = load_token(o, env, log);
   if (!token) {
     Log::error(token.error().message);
@@ -328,6 +350,20 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   if (auto ok = check_json_path(s.out.json_path); !ok) {
     Log::error(ok.error().message);
     return failed(exit_code::kUsage);
+  }
+  if (*job_start && end.expired()) {
+    // Started past the job's deadline: the others have given up (or decided).
+    Finding f = make_finding(
+        FindingId::kLateJoin,
+        fmt::format("{} started {} after the job's start (RANKCHECK_START_TIME), past the "
+                    "job's deadline (--timeout {} s): the others have given up on it",
+                    member_label(self), format_seconds(late_ms), o.timeout_s),
+        fmt::format("find why it started late on {} (a slow node, a container image pull), or "
+                    "raise --timeout",
+                    printable(self.host)));
+    f.ranks = {self.rank};
+    f.hosts = {self.host};
+    return failed(print_member(failure_report(self, std::move(f), late_ms), s.out));
   }
   for (const Finding& f : local_checks(self))
     say(render_finding_line(f), true);

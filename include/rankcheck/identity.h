@@ -10,6 +10,7 @@
 
 #include <rankcheck/env.h>
 #include <rankcheck/hostlist.h>
+#include <rankcheck/result.h>
 
 namespace rankcheck {
 
@@ -157,6 +158,12 @@ Identity detect_identity(const EnvMap& env, const Flags& flags);
 
 /// For a transport that needs no MASTER_ADDR (MPI): drops that requirement.
 void without_master_addr(Identity& id);
+
+/// The job-wide start the launch script gives (RANKCHECK_START_TIME, seconds since
+/// the epoch, as `date +%s.%N` prints them): every process's deadline then counts
+/// from it, not from its own start, so that a task that starts late does not
+/// stretch the step. nullopt when unset; an error when it is not such a time.
+Result<std::optional<double>> job_start_time(const EnvMap& env);
 
 /// Why MPI_Init cannot work in this environment, if it cannot: a Slurm task
 /// started without an MPI plugin (srun --mpi=none, MpiDefault=none) has no PMI

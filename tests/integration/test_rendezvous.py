@@ -426,3 +426,20 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.finish([alone])
         self.assertEqual(alone.rc, 4)
         self.assertIn("note: NPROC_PER_NODE=4 is not used", alone.err)
+
+    def test_a_job_wide_start_time_bounds_a_late_process_by_the_jobs_deadline(self):
+        # The launch script's RANKCHECK_START_TIME: a process that starts 2 s into a
+        # job of --timeout 3 has 1 s left, not 3: one late task does not stretch it.
+        start = f"{time.time() - 2.0:.3f}"
+        master = self.rank(0, 2, RANKCHECK_START_TIME=start)
+        self.finish([master])
+        self.assertEqual(master.rc, 4)
+        self.assertLess(master.elapsed, 2.0)
+        self.assertEqual(master.ids(), ["missing-rank"])
+        self.assertIn("this process started 2.0", master.err)
+        # Past the job's deadline already: it says so and leaves at once.
+        late = self.rank(1, 2, RANKCHECK_START_TIME=f"{time.time() - 10:.3f}")
+        self.finish([late])
+        self.assertEqual((late.rc, late.ids()), (4, ["late-join"]))
+        self.assertLess(late.elapsed, 1.0)
+        self.assertIn("past the job's deadline (--timeout 3", late.finding("late-join")["message"])

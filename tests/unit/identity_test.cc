@@ -436,3 +436,16 @@ TEST_CASE("identity: a Slurm task without PMI cannot start MPI") {
   CHECK(!mpi_launch_problem(EnvMap{{"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}}));
   CHECK(!mpi_launch_problem(EnvMap{}));
 }
+
+TEST_CASE("identity: the job-wide start time a launch script gives") {
+  auto none = job_start_time(EnvMap{});
+  REQUIRE(none.ok());
+  CHECK(!none->has_value());
+  auto t = job_start_time(EnvMap{{"RANKCHECK_START_TIME", "1700000000.250000000"}});
+  REQUIRE(t.ok());
+  CHECK(**t == Approx(1700000000.25));
+  for (const char* bad : {"", "soon", "-5", "1e9", "17000.00.1", ".5", "0"}) {
+    auto b = job_start_time(EnvMap{{"RANKCHECK_START_TIME", bad}});
+    CHECK(!b.ok());
+  }
+}
