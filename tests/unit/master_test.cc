@@ -201,20 +201,6 @@ TEST_CASE("master: more processes than the world size are all waited for") {
   CHECK(test::find(m.report().findings, "rank-out-of-range") != nullptr);
 }
 
-TEST_CASE("master: a member is not sent findings about another job's process") {
-  MasterState m(config(3));
-  m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
-  Record stranger = test::member(1, 3, "gpu-07");
-  stranger.job_id = "other";
-  m.refuse(RefusalKind::kForeignJob, "10.0.0.17:40001", "job", stranger);
-  m.admit(test::member(1, 3, "gpu-01"), "10.0.0.11:40001");
-  m.admit(test::member(2, 3, "gpu-01"), "10.0.0.11:40002");
-  m.decide(false, 29500, {"127.0.0.1"});
-  REQUIRE(test::find(m.report().findings, "foreign-job") != nullptr);
-  CHECK(m.notes_for(1).empty());
-  CHECK(m.verdict().exit_code == 0);
-}
-
 TEST_CASE("master: only a member that left is missing") {
   MasterState m(config(3));
   m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
@@ -239,4 +225,18 @@ TEST_CASE("master: decided after a lost member, the report says so") {
   m.decide(false, 29500, {"127.0.0.1"});
   CHECK(m.report().member_lost);
   CHECK(m.report().findings.front().id == "member-disconnected");
+}
+
+TEST_CASE("master: a member is not sent findings about another job's process") {
+  MasterState m(config(3));
+  m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
+  Record stranger = test::member(1, 3, "gpu-07");
+  stranger.job_id = "other";
+  m.refuse(RefusalKind::kForeignJob, "10.0.0.17:40001", "job", stranger);
+  m.admit(test::member(1, 3, "gpu-01"), "10.0.0.11:40001");
+  m.admit(test::member(2, 3, "gpu-01"), "10.0.0.11:40002");
+  m.decide(false, 29500, {"127.0.0.1"});
+  REQUIRE(test::find(m.report().findings, "foreign-job") != nullptr);
+  CHECK(m.notes_for(1).empty());
+  CHECK(m.verdict().exit_code == 0);
 }
