@@ -188,8 +188,12 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
     // A master of this job may already be there: then this is a duplicate rank 0,
     // and the report that says so comes from that master.
     auto other = probe_master(setup.addresses.front(), setup.port, Deadline::after(Millis(1500)));
-    if (join_other && other &&
-        (other->job_id.empty() || id.job_id.empty() || other->job_id == id.job_id)) {
+    // Only a master that shows this job's id, and the job token when there is
+    // one (the join checks it), is joined: whatever else answers on the port
+    // could hand rank 0 a verdict of its own making.
+    bool same_job = other && !self.job_id.empty() && other->job_id == self.job_id &&
+                    other->auth == s.token.has_value();
+    if (join_other && same_job) {
       log.error(fmt::format(
           "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
           "that it reports the duplicate rank 0",
@@ -213,8 +217,12 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
       f.message = fmt::format(
           "MASTER_PORT {} is taken on {}: {}{}", setup.port, printable(self.host),
           port.error().message,
-          other ? fmt::format(" (by a rankcheck master of job '{}')", printable(other->job_id))
-                : "");
+          !other ? std::string()
+          : self.job_id.empty()
+              ? fmt::format(" (by a rankcheck master of job '{}'; this process has no job id to "
+                            "tell whether it is this job's: give every process the same --job-id)",
+                            printable(other->job_id))
+              : fmt::format(" (by a rankcheck master of job '{}')", printable(other->job_id)));
       f.hint = fmt::format(
           "pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
           "names it)",
@@ -370,6 +378,13 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
 
   if (over_mpi) return failed(run_over_mpi(id, self, s));
   if (id.rank == 0) {
+    if (!s.token && spans_hosts(self)) {
+      // Said once, by the process whose report an impostor could decide.
+      log.error(
+          "warning: no job token (--token-file / RANKCHECK_TOKEN_FILE) on a job that spans "
+          "hosts: anyone who reaches MASTER_PORT can claim a rank, pass or fail this job, and "
+          "is handed the NCCL id (docs/security.md)");
+    }
     // Rank 0 may come up before DNS publishes its own name (a Kubernetes headless
     // service): it keeps trying, like the members do, until its decision deadline.
     Deadline resolve_by(end.when() - reserve_for(o.timeout_s));

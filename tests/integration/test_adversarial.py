@@ -86,6 +86,29 @@ class Adversarial(RankcheckTest):
         count = int(stray["message"].split()[0])
         self.assertGreaterEqual(count, 900)  # a reset may beat accept() to it
 
+    def test_a_flood_of_silent_connections_from_one_address_keeps_no_member_out(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+        self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0003")
+        m = self.master(4, "--token-file", token, "--handshake-timeout", "30")
+        flood = []
+        for _ in range(3000):  # silent, from another loopback address
+            s = socket.socket()
+            s.setblocking(False)
+            s.bind(("127.0.0.2", 0))
+            s.connect_ex(("127.0.0.1", self.port))
+            flood.append(s)
+        self.addCleanup(lambda: [s.close() for s in flood])
+        time.sleep(0.5)
+        self.members([1, 2, 3], 4, extra=("--token-file", token))
+        self.finish()
+        self.assertExit(self.procs, 0)
+        f = self.finding(m.report, "connection-flood")
+        self.assertEqual(f["severity"], "warning")
+        self.assertIn("127.0.0.2 held handshakes open without a hello", f["message"])
+
     def test_out_of_file_descriptors_is_survived(self):
         # 40 open files in all, a hard limit it cannot raise: 60 idle clients exhaust it.
         m = self.rank(0, 4, extra=("--handshake-timeout", "1"), nofile=40)
@@ -251,6 +274,63 @@ class Adversarial(RankcheckTest):
             f.write(secret + "\n")
         os.chmod(path, 0o600)
         return path
+
+    def squatter(self, job_id, auth):
+        """Something that holds MASTER_PORT first and answers like a master."""
+        srv = socket.create_server(("127.0.0.1", self.port))
+        stop = threading.Event()
+
+        def serve():
+            srv.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    continue
+                with conn:
+                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") +
+                                            wire.s(job_id) + (b"\1" if auth else b"\0")))
+                    time.sleep(0.3)
+
+        t = threading.Thread(target=serve)
+        t.start()
+
+        def stop_it():
+            stop.set()
+            t.join()
+            srv.close()
+        self.addCleanup(stop_it)
+
+    def test_rank_0_warns_once_of_a_job_across_hosts_without_a_token(self):
+        procs = self.job(4, per_host=2)
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        self.assertEqual(procs[0].err.count("warning: no job token"), 1)
+        for r in (1, 2, 3):
+            self.assertNotIn("no job token", procs[r].err)
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0005")
+        self.port = free_port()
+        procs = self.job(4, per_host=2, extra=("--token-file", token))
+        self.finish(procs.values())
+        self.assertNotIn("no job token", procs[0].err)
+
+    def test_rank_0_never_joins_a_port_squatter(self):
+        # No job id: nothing tells that master is this job's.
+        self.squatter("", auth=False)
+        p = self.rank(0, 2)
+        self.finish([p])
+        self.assertEqual(p.rc, 7)
+        f = self.finding(p.report, "master-port-in-use")
+        self.assertIn("this process has no job id to tell whether it is this job's", f["message"])
+        self.assertLess(p.elapsed, 3.0)
+
+    def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
+        self.squatter("job-a", auth=False)
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0004")
+        p = self.rank(0, 2, extra=("--job-id", "job-a", "--token-file", token))
+        self.finish([p])
+        self.assertEqual(p.rc, 7)
+        self.finding(p.report, "master-port-in-use")
 
     def test_wrong_token_replayed_hello_and_another_job(self):
         secret = "a-job-token-that-nobody-else-has-0001"
