@@ -18,7 +18,7 @@ import sys
 VOLATILE_KEYS = {"pid", "joined_ms", "left_ms", "at_ms", "total_ms", "rendezvous_ms",
                  "decision_ms", "broadcast_ms", "init_ms", "allreduce_ms", "stage_ms",
                  "resident_at_decision", "peak_at_decision", "peer", "port", "master_port",
-                 "busbw_gbps", "algbw_gbps", "time_ms", "job_id"}
+                 "busbw_gbps", "algbw_gbps", "time_ms", "job_id", "started_unix_ms"}
 PATTERNS = [
     (re.compile(r"\d+ \u00b5s"), "T \u00b5s"),
     # Ranks sharing one GPU are named in arrival order.

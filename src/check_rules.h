@@ -67,6 +67,7 @@ void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& o
 void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out);
 void check_departed(const CheckContext& ctx, std::vector<Finding>& out);
+void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
 /// The loopback warning of a member away from the master's node.

@@ -29,6 +29,7 @@ constexpr Rule kRules[] = {
     {"master-addr-mismatch", check_master_addr_mismatch},
     {"protocol-mismatch", check_protocol_mismatch},
     {"member-disconnected", check_departed},
+    {"late-start", check_late_start},  // before the ranks a late rank 0 left missing
     {"missing-rank", check_missing},
     {"env-mismatch", check_env_mismatch},
     {"cuda-driver-mismatch", check_cuda_driver_mismatch},

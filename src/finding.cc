@@ -123,6 +123,10 @@ constexpr FindingKind kCatalog[] = {
      "find what opens connections to MASTER_PORT from that address (ss -tnp on it) and stop or "
      "firewall it; a job token keeps strangers from joining, a port only the job knows keeps "
      "them from finding it"},
+    {kLateStart, "late-start", kW, ec::kIncomplete,
+     "each process's --timeout counts from its own start: find why those processes started "
+     "late (a slow node, a container image pull), or give every process the job's start in "
+     "RANKCHECK_START_TIME so that they share one deadline"},
 };
 
 // FindingId indexes the table: a row out of place is a build error.
@@ -133,7 +137,7 @@ constexpr bool in_order() {
   return true;
 }
 static_assert(in_order(), "kCatalog rows must follow FindingId's order");
-static_assert(std::size(kCatalog) == static_cast<size_t>(kConnectionFlood) + 1,
+static_assert(std::size(kCatalog) == static_cast<size_t>(kLateStart) + 1,
               "every FindingId has a row");
 
 }  // namespace

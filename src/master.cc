@@ -65,6 +65,12 @@ size_t MasterState::admit(Record rec, std::string peer, bool own) {
   last_join_ms_ = now_ms();
   count(rec, +1, own);
   tracker_.add(rec, peer);
+  // A process that started late is a finding (late-start): the rules must run.
+  if (uint64_t at = rec.started_unix_ms; at != 0) {
+    first_start_ = first_start_ == 0 ? at : std::min(first_start_, at);
+    last_start_ = std::max(last_start_, at);
+    if (last_start_ > first_start_ + kLateStartMs) tracker_.taint();
+  }
   string_lists_.intern(rec.interfaces);
   string_lists_.intern(rec.master_resolved);
   envs_.intern(rec.env);

@@ -68,6 +68,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.tasks_per_node = id.tasks_per_node.substr(0, kMaxShortString);
   r.distribution = static_cast<uint8_t>(id.distribution);
   r.gpu = std::move(gpu);
+  r.started_unix_ms = host.started_unix_ms;
   return r;
 }
 
@@ -127,6 +128,7 @@ void encode_record(Writer& w, const Record& r) {
   w.str(r.tasks_per_node);
   w.u8(r.distribution);
   encode_gpu(w, r.gpu);
+  w.u64(r.started_unix_ms);
 }
 
 void encode_gpu(Writer& w, const GpuFacts& g) {
@@ -222,6 +224,7 @@ Record decode_record(Reader& r) {
   rec.tasks_per_node = r.str(kMaxShortString, "tasks per node");
   rec.distribution = r.u8();
   rec.gpu = decode_gpu(r);
+  rec.started_unix_ms = r.u64();
   if (!r.ok()) return rec;
   // Shape checks: the rules may rely on these.
   if (rec.nranks < 1 || rec.nranks > kMaxRanksPerMember) r.fail("ranks per member out of bounds");

@@ -261,6 +261,7 @@ nlohmann::json record_json(const Record& r) {
           {"master_port", r.master_port},
           {"master_resolved", r.master_resolved.get()},
           {"version", r.version},
+          {"started_unix_ms", r.started_unix_ms},
           {"env", env},
           {"gpu", gpu_json(r.gpu)}};
 }

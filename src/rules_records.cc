@@ -520,6 +520,40 @@ void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
 // it (or the decision) grow with their product.
 constexpr size_t kMaxEnvFindings = 16;
 
+// Processes that started well after the first: each one's deadline counts from
+// its own start, so a late process keeps the others waiting (or, when it is rank 0,
+// members that gave up before it listened are reported missing).
+void check_late_start(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  const Record* first = nullptr;
+  for (const Member& m : v.members) {
+    uint64_t at = m.record.started_unix_ms;
+    if (at != 0 && (first == nullptr || at < first->started_unix_ms)) first = &m.record;
+  }
+  if (first == nullptr) return;
+  Records late;
+  uint64_t most = 0;
+  bool rank0 = false;
+  for (const Member& m : v.members) {
+    uint64_t at = m.record.started_unix_ms;
+    if (at == 0 || at <= first->started_unix_ms + kLateStartMs) continue;
+    late.push_back(&m.record);
+    most = std::max(most, at - first->started_unix_ms);
+    rank0 = rank0 || m.record.rank == 0;
+  }
+  if (late.empty()) return;
+  std::string who = late.size() == 1 ? fmt::format("{} started", member_label(*late.front()))
+                                     : fmt::format("{} started up to", where(late));
+  out.push_back(make(FindingId::kLateStart,
+                     fmt::format("{} {} after the first process ({}){}", who,
+                                 format_seconds(double(most)), member_label(*first),
+                                 rank0 ? ": the others waited for rank 0 within their own "
+                                         "deadline, and any that gave up before it listened "
+                                         "are reported missing"
+                                       : ""),
+                     {}, late));
+}
+
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   // Compare digests first: 16k members with one environment cost one comparison each.

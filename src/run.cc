@@ -331,8 +331,7 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   }
   double late_ms = 0;
   if (*job_start) {
-    double now_s =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    double now_s = std::chrono::duration<double>(s.wall_start.time_since_epoch()).count();
     late_ms = std::max(0.0, (now_s - **job_start) * 1000.0);
     s.end = Deadline(s.start + seconds(o.timeout_s) - Millis(static_cast<long>(late_ms)));
     end = s.end;
@@ -353,6 +352,10 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   s.token = std::move(*token);
   Record self =
       build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))), probe_gpus(s));
+  // The master compares when each process started (late-start).
+  self.started_unix_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(s.wall_start.time_since_epoch())
+          .count());
   // Checked once {rank} and {host} are filled in, before any rendezvous.
   s.out.set_self(self.rank, self.host);
   if (auto ok = check_json_path(s.out.json_path); !ok) {

@@ -146,6 +146,7 @@ Status check_json_path(const std::string& path) {
 Session::Session(const RunOptions& options)
     : o(options),
       start(Clock::now()),
+      wall_start(std::chrono::system_clock::now()),
       end(start + seconds(options.timeout_s)),
       watchdog(end.extended(kWatchdogGrace).when(), watchdog_code),
       log(options.quiet),

@@ -91,6 +91,7 @@ struct Session {
 
   const RunOptions& o;
   Clock::time_point start;
+  std::chrono::system_clock::time_point wall_start;  ///< the same moment, for other hosts
   Deadline end;
   std::atomic<int> watchdog_code{exit_code::kIncomplete};  // by phase: 4, then 5 in the GPU stage
   Watchdog watchdog;

@@ -45,6 +45,10 @@ struct Refusal {
   double at_ms = 0;
 };
 
+/// A process that started this much later than the first is named (late-start):
+/// more than a launcher's spread, and than the clock skew between synchronised hosts.
+inline constexpr uint64_t kLateStartMs = 2000;
+
 /// The master's address in a job that met over MPI (rankcheck-mpi --bootstrap mpi).
 inline constexpr std::string_view kMpiMasterAddr = "MPI_COMM_WORLD";
 

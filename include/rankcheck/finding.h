@@ -78,6 +78,7 @@ enum class FindingId {
   kMasterAddrNotLocal,
   kMasterListenFailed,
   kConnectionFlood,
+  kLateStart,
 };
 
 /// One row of the catalogue.

@@ -105,6 +105,8 @@ class MasterState {
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   double last_join_ms_ = 0;
+  uint64_t first_start_ = 0;  // members' wall-clock starts, earliest and latest (late-start)
+  uint64_t last_start_ = 0;
   bool decided_ = false;
   Report report_;
   Verdict verdict_;

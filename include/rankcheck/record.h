@@ -52,8 +52,9 @@ struct Record {
   SharedList<std::string> interfaces;  ///< names of interfaces with an address
   SharedString node_list;              ///< the launcher's node list, compressed
   SharedString tasks_per_node;
-  uint8_t distribution = 0;  ///< Distribution
-  GpuFacts gpu;              ///< what the GPU inventory found
+  uint8_t distribution = 0;      ///< Distribution
+  GpuFacts gpu;                  ///< what the GPU inventory found
+  uint64_t started_unix_ms = 0;  ///< when this process started (wall clock); 0: unknown
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -73,6 +74,7 @@ struct HostFacts {
   std::vector<std::string> interfaces;
   std::vector<std::string> master_resolved;
   std::string resolve_error;
+  uint64_t started_unix_ms = 0;  ///< the process's start, wall clock
 };
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});

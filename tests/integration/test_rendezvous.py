@@ -443,3 +443,21 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertEqual((late.rc, late.ids()), (4, ["late-join"]))
         self.assertLess(late.elapsed, 1.0)
         self.assertIn("past the job's deadline (--timeout 3", late.finding("late-join")["message"])
+
+    def test_a_late_rank_0_is_named_with_how_late_it_was(self):
+        # Rank 0 starts 2.5 s after the others, who wait for it: the report says who
+        # started late and by how much, rather than nothing (or, had they given up,
+        # that ranks 1-2 "were not started").
+        self.timeout = 8.0
+        members = [self.rank(r, 3) for r in (1, 2)]
+        time.sleep(2.5)
+        master = self.rank(0, 3)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertEqual(master.ids(), ["late-start"])
+        f = master.finding("late-start")
+        self.assertEqual((f["severity"], f["ranks"]), ("warning", [0]))
+        self.assertRegex(f["message"], r"^rank 0 \(.*\) started 2\.\d+ s after the first process "
+                                       r"\(rank [12] ")
+        starts = {m["rank"]: m["started_unix_ms"] for m in master.report["members"]}
+        self.assertGreater(starts[0] - min(starts[1], starts[2]), 2000)

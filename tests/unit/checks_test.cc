@@ -731,3 +731,23 @@ TEST_CASE("foreign-job: the processes of another job are one finding") {
         "10.0.0.19:4243) were refused: they say job 'other', this master serves job '48213', so "
         "their ranks are missing here");
 }
+
+TEST_CASE("late-start: a process that started well after the first is named") {
+  JobView v = healthy_job(4, 4);
+  for (Member& m : v.members)
+    m.record.started_unix_ms = 1'700'000'000'000ULL + 100ULL * uint64_t(m.record.rank);
+  CHECK(run_checks(v).empty());  // 0.3 s apart: a launcher's spread
+  v.members[0].record.started_unix_ms += 8000;
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "late-start");
+  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(fs[0].ranks == Ranks{0});
+  CHECK(fs[0].message ==
+        "rank 0 (gpu-01, pid 1000) started 7.90 s after the first process (rank 1 (gpu-01, pid "
+        "1001)): the others waited for rank 0 within their own deadline, and any that gave up "
+        "before it listened are reported missing");
+  // Unknown starts (0) are left out.
+  v.members[0].record.started_unix_ms = 0;
+  CHECK(run_checks(v).empty());
+}
