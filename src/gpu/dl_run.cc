@@ -161,10 +161,13 @@ ncclResult_t StageRun::grouped(const std::function<void()>& body, const char** c
   if (!nccl_call("ncclGroupStart", rc, [&] { return in_.nccl.group_start(); })) return rc;
   if (rc != ncclSuccess) return rc;
   body();
-  // Ended even when the run was taken over meanwhile: a group left open on this
-  // thread would hold back whatever NCCL call the thread makes next.
+  // Ended whatever the body met: a group left open on this thread would hold back
+  // the NCCL calls the thread makes next, the aborts of the cleanup included. Only
+  // a run taken over leaves it open: its communicators were aborted from outside,
+  // and this thread makes no further call into NCCL.
   *call = "ncclGroupEnd";
-  return in_.nccl.group_end();
+  nccl_call("ncclGroupEnd", rc, [&] { return in_.nccl.group_end(); });
+  return rc;
 }
 
 bool StageRun::settle(std::vector<Slot>& slots, std::vector<bool>& waiting, bool spin,
@@ -452,11 +455,10 @@ bool StageRun::allreduce(std::vector<Slot>& slots) {
 void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
   enter(Phase::kCleanup);
   const CudaApi& cu = in_.cuda;
-  for (size_t i = 0; i < n_; ++i) {
+  for (size_t i = 0; i < n_ && !stopping(); ++i) {
     ncclComm_t comm = nullptr;
     {
       std::lock_guard lock(mu_);
-      if (taken_over_) return;
       std::swap(comm, comms_[i]);
     }
     if (comm == nullptr) continue;
@@ -465,10 +467,16 @@ void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
     // A communicator that failed or is stuck must be aborted: ncclCommDestroy
     // refuses one that is not ready, and would wait for work that never ends.
     if (!abort) {
-      if (!nccl_call("ncclCommDestroy", rc, [&] { return in_.nccl.destroy(comm); })) return;
+      if (!nccl_call("ncclCommDestroy", rc, [&] { return in_.nccl.destroy(comm); })) break;
       if (rc == ncclSuccess || rc == ncclInProgress) continue;
     }
-    if (!nccl_call("ncclCommAbort", rc, [&] { return in_.nccl.abort(comm); })) return;
+    if (!nccl_call("ncclCommAbort", rc, [&] { return in_.nccl.abort(comm); })) break;
+  }
+  if (stopping()) {
+    // The watching thread aborts the communicators left: the buffers their kernels
+    // may still use are freed once it has (never, if an abort never returns).
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return outside_aborts_done_; });
   }
   for (Slot& s : slots) {
     if (s.ctx != nullptr) cu.ctx_set_current(s.ctx);
@@ -484,6 +492,14 @@ void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
   }
 }
 
+void StageRun::aborted_outside() {
+  {
+    std::lock_guard lock(mu_);
+    outside_aborts_done_ = true;
+  }
+  cv_.notify_all();
+}
+
 void StageRun::work() {
   std::vector<Slot> slots(n_);
   bool completed = prepare(slots) && init(slots) && allreduce(slots);
@@ -491,7 +507,7 @@ void StageRun::work() {
   bool clean = completed;
   for (const RankResult& r : out_)
     clean = clean && r.allreduce_ok;
-  if (!stopping()) cleanup(slots, !clean);
+  cleanup(slots, !clean);
   finish();
 }
 

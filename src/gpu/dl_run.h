@@ -43,6 +43,9 @@ class StageRun {
   /// returns. The communicators it has not released yet, for the caller to abort;
   /// the call it is stuck in (nullptr when none).
   std::vector<ncclComm_t> take_over(const char** blocked_in);
+  /// The communicators take_over returned are aborted (the run may free the
+  /// buffers they used).
+  void aborted_outside();
   /// The results: final when the run ended; after take_over, what was known, with
   /// every rank still waiting marked as timed out (or interrupted).
   std::vector<RankResult> results();
@@ -72,10 +75,11 @@ class StageRun {
   // One call into NCCL, noted so that the watching thread knows where the run is
   // stuck. False when the run was taken over (before the call, or during it).
   bool nccl_call(const char* name, ncclResult_t& rc, const std::function<ncclResult_t()>& f);
-  // ncclGroupStart, `body`, then ncclGroupEnd, always, once the group started
+  // ncclGroupStart, `body`, then ncclGroupEnd, always once the group started
   // (group depth is per thread in NCCL: an abort inside an open group is only
-  // queued). A body of one call needs no group (`one_call`). The group's result;
-  // when it is an error, the call that gave it in `call`.
+  // queued), unless the run was taken over. A body of one call needs no group
+  // (`one_call`). The group's result; when it is an error, the call that gave it
+  // in `call`.
   ncclResult_t grouped(const std::function<void()>& body, const char** call, bool one_call);
   // Polls ncclCommGetAsyncError for the slots in `waiting` until each leaves
   // ncclInProgress, the deadline, a signal or a take-over. For each slot that left
@@ -118,6 +122,7 @@ class StageRun {
   Phase phase_ = Phase::kInit;
   const char* in_call_ = nullptr;
   bool taken_over_ = false;
+  bool outside_aborts_done_ = false;
   bool finished_ = false;
 };
 

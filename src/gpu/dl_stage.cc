@@ -271,10 +271,11 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   const char* blocked_in = nullptr;
   std::vector<ncclComm_t> comms = job->take_over(&blocked_in);
   auto aborted = std::make_shared<std::atomic<bool>>(false);
-  std::thread aborter([abort = nccl_.abort, comms, aborted] {
+  std::thread aborter([abort = nccl_.abort, comms, aborted, job] {
     for (ncclComm_t c : comms)
       abort(c);
     aborted->store(true);
+    job->aborted_outside();
   });
   auto until = Clock::now() + (kStageOverrun - kRunGrace);
   while (Clock::now() < until) {

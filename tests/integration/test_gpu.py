@@ -351,6 +351,19 @@ class GpuStage(RankcheckTest):
         self.assertIn("allreduce-timeout", procs[1].out)
         self.assertNotIn("watchdog", procs[0].err)
 
+    def test_node_mode_blocked_in_group_end(self):
+        # The same in node mode: the connection setup of a group blocks in ncclGroupEnd.
+        nodes = [self.node(0, clean_env(**self.fake(host=0, ngpus=4, FAKE_NCCL_VERSION="22203"))),
+                 self.node(1, clean_env(**self.fake(host=1, ngpus=4, FAKE_NCCL_VERSION="22203",
+                                                    FAKE_NCCL_ALLREDUCE="hang",
+                                                    FAKE_NCCL_RANKS="5")))]
+        self.finish()
+        self.assertExit(nodes, 5)
+        self.assertEqual(nodes[0].ids(), ["allreduce-timeout"])
+        self.assertEqual(nodes[0].finding("allreduce-timeout")["ranks"], list(range(8)))
+        r0 = nodes[0].report["stage_results"][0]
+        self.assertIn("ncclGroupEnd did not return by the deadline", r0["allreduce_error"])
+
     def test_abort_that_never_returns(self):
         # ncclCommAbort itself can block (NVIDIA/nccl#863, #1777): the stage gives up on
         # it, and the master prints its report instead of being ended by the watchdog.
