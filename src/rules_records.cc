@@ -580,8 +580,9 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
   size_t more = 0;  // names that differ past the cap: counted, not itemised
   for (const auto& [name, set_by] : setters) {
     bool everywhere = set_by.size() == group_list.size();
+    const std::string& first = *set_by.front().second;  // (clang 14 captures no bindings)
     bool one_value = std::all_of(set_by.begin(), set_by.end(),
-                                 [&](const auto& p) { return *p.second == *set_by[0].second; });
+                                 [&first](const auto& p) { return *p.second == first; });
     if (everywhere && one_value) continue;
     if (reported == kMaxEnvFindings) {
       ++more;
