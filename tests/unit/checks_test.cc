@@ -735,7 +735,8 @@ TEST_CASE("foreign-job: the processes of another job are one finding") {
 TEST_CASE("late-start: a process that started well after the first is named") {
   JobView v = healthy_job(4, 4);
   for (Member& m : v.members)
-    m.record.started_unix_ms = 1'700'000'000'000ULL + 100ULL * uint64_t(m.record.rank);
+    m.record.started_unix_ms =
+        uint64_t{1'700'000'000'000} + 100 * static_cast<uint64_t>(m.record.rank);
   CHECK(run_checks(v).empty());  // 0.3 s apart: a launcher's spread
   v.members[0].record.started_unix_ms += 8000;
   auto fs = run_checks(v);
