@@ -29,7 +29,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   r.node_list = "gpu-[01-02]";
   r.tasks_per_node = "4(x2)";
   r.distribution = 1;
-  r.started_unix_ms = 1'700'000'000'123ULL;
+  r.started_unix_ms = uint64_t{1'700'000'000'123};
   auto frame = encode(Hello{r, {}, {}});
   auto back = decode_hello(payload_of(frame));
   REQUIRE(back.ok());
@@ -46,7 +46,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   CHECK(d.env_digest == r.env_digest);
   CHECK(d.node_list == "gpu-[01-02]");
   CHECK(d.distribution == 1);
-  CHECK(d.started_unix_ms == 1'700'000'000'123ULL);
+  CHECK(d.started_unix_ms == uint64_t{1'700'000'000'123});
 }
 
 TEST_CASE("protocol: a hello that lies about its environment digest is refused") {
