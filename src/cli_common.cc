@@ -89,6 +89,12 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
       ->capture_default_str()
       ->check(number_in(0.1, 3600.0));
   app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
+  app.add_option("--metrics", o.metrics_path,
+                 "Write the run's metrics to PATH for node_exporter's textfile collector "
+                 "(replaced whole: last run time, verdict, findings, timings)");
+  app.add_option("--exclude-file", o.exclude_path,
+                 "On failure, write the hosts that hold the initiating failure to PATH as one "
+                 "Slurm host list (sbatch --exclude); empty when there are none");
   app.add_option("--token-file", o.token_file,
                  "The job token: hellos and verdicts are authenticated with it (else "
                  "RANKCHECK_TOKEN_FILE; rankcheck local makes one)");

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <charconv>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -114,6 +116,67 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
   }
   if (hosts.empty()) return Error{fmt::format("host list '{}' names no host", list)};
   return hosts;
+}
+
+std::string compress_hostlist(const std::vector<std::string>& hosts) {
+  auto usable = [](const std::string& h) {
+    return !h.empty() && h.size() <= 255 && std::all_of(h.begin(), h.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '-' || c == '_';
+    });
+  };
+  // prefix -> its names' trailing numbers (value, digits as written), sorted and
+  // unique; names without trailing digits stand alone.
+  std::map<std::string, std::set<std::pair<unsigned long, std::string>>> numbered;
+  std::set<std::string> plain;
+  for (const std::string& h : hosts) {
+    if (!usable(h)) continue;
+    size_t d = h.size();
+    while (d > 0 && h[d - 1] >= '0' && h[d - 1] <= '9')
+      --d;
+    unsigned long value = 0;
+    // Nine digits at most: what expand_hostlist reads back.
+    if (d == h.size() || h.size() - d > 9 || !parse_uint(std::string_view(h).substr(d), value)) {
+      plain.insert(h);
+      continue;
+    }
+    numbered[h.substr(0, d)].emplace(value, h.substr(d));
+  }
+  // Every entry, sorted by name: a prefix's group sits where its first name would.
+  std::map<std::string, std::string> parts;
+  for (const std::string& h : plain)
+    parts.emplace(h, h);
+  for (const auto& [prefix, numbers] : numbered) {
+    if (numbers.size() == 1) {
+      const std::string name = prefix + numbers.begin()->second;
+      parts.emplace(name, name);
+      continue;
+    }
+    // A run lo-hi reads back with lo's width for every value: it holds each next
+    // name only when that name is the next value written at that width.
+    std::string body;
+    for (auto it = numbers.begin(); it != numbers.end();) {
+      const std::string& lo_s = it->second;
+      auto last = it;
+      for (auto next = std::next(it); next != numbers.end(); ++next) {
+        if (next->first != last->first + 1 ||
+            next->second != fmt::format("{:0{}}", next->first, lo_s.size())) {
+          break;
+        }
+        last = next;
+      }
+      if (!body.empty()) body += ',';
+      body += last == it ? lo_s : lo_s + "-" + last->second;
+      it = std::next(last);
+    }
+    parts.emplace(prefix + numbers.begin()->second, prefix + "[" + body + "]");
+  }
+  std::string out;
+  for (const auto& [name, part] : parts) {
+    if (!out.empty()) out += ',';
+    out += part;
+  }
+  return out;
 }
 
 Result<std::vector<int>> expand_tasks_per_node(std::string_view spec) {

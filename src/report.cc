@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <rankcheck/hostlist.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/report.h>
 #include <rankcheck/text.h>
@@ -346,6 +347,12 @@ std::string brief_headline(const std::vector<Finding>& findings) {
   return h;
 }
 
+std::string suspect_hosts(const std::vector<Finding>& findings) {
+  auto first =
+      std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.is_error(); });
+  return first == findings.end() ? std::string() : compress_hostlist(first->hosts);
+}
+
 std::string render_text(const Report& r, RenderStyle style) {
   Paint paint{style.color};
   std::string out;
@@ -395,6 +402,10 @@ std::string render_text(const Report& r, RenderStyle style) {
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  // Last, where a script's `tail -1` finds it: the hosts to leave out of the next try.
+  if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
+    out += fmt::format("  suspect hosts: {}\n", suspects);
+  }
   return out;
 }
 
@@ -418,6 +429,7 @@ std::string render_json(const Report& r) {
                  : r.timed_out         ? "deadline"
                  : r.member_lost       ? "member-lost"
                                        : "all-joined";
+  j["suspect_hosts"] = suspect_hosts(r.findings);
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));
@@ -497,6 +509,9 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
   if (r.verdict_received) return out;
   for (const Finding& f : r.findings)
     out += render_finding(f, {.margin = 2, .wrap_indent = 6, .fix_at = 4}, style);
+  if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
+    out += fmt::format("  suspect hosts: {}\n", suspects);
+  }
   return out;
 }
 
@@ -513,6 +528,9 @@ std::string render_member_json(const MemberReport& r) {
   j["errors"] = r.errors;
   j["warnings"] = r.warnings;
   j["ranks_joined"] = r.joined_ranks;
+  // Rank 0's report names the job's suspects; a member knows them only when its own
+  // failure leads.
+  j["suspect_hosts"] = r.verdict_received ? std::string() : suspect_hosts(r.findings);
   j["self"] = record_json(r.self);
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <rankcheck/interrupt.h>
+#include <rankcheck/metrics.h>
 #include <rankcheck/net.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/text.h>
@@ -66,25 +67,30 @@ void Log::error(const std::string& line) {
 void Output::set_self(long rank, const std::string& host) {
   // One pass, left to right: a host name that itself contains "{host}" is put in
   // once, not again and again.
-  std::string out;
-  for (size_t at = 0; at < json_path.size();) {
-    if (json_path.compare(at, 6, "{rank}") == 0) {
-      out += std::to_string(rank);
-      at += 6;
-    } else if (json_path.compare(at, 6, "{host}") == 0) {
-      out += host;
-      at += 6;
-    } else {
-      out += json_path[at++];
+  auto fill = [&](const std::string& path) {
+    std::string out;
+    for (size_t at = 0; at < path.size();) {
+      if (path.compare(at, 6, "{rank}") == 0) {
+        out += std::to_string(rank);
+        at += 6;
+      } else if (path.compare(at, 6, "{host}") == 0) {
+        out += host;
+        at += 6;
+      } else {
+        out += path[at++];
+      }
     }
-  }
-  json_path = std::move(out);
+    return out;
+  };
+  json_path = fill(json_path);
+  metrics_path = fill(metrics_path);
+  exclude_path = fill(exclude_path);
 }
 
-Status write_report_file(const std::string& path, std::string_view data) {
-  auto fail = [&path](std::string_view what, int err) {
+Status write_report_file(const std::string& path, std::string_view data, std::string_view what) {
+  auto fail = [&path, what](std::string_view step, int err) {
     return Error{
-        fmt::format("cannot write the JSON report to {}: {}: {}", path, what, std::strerror(err))};
+        fmt::format("cannot write {} to {}: {}: {}", what, path, step, std::strerror(err))};
   };
   struct stat st {};
   bool exists = ::lstat(path.c_str(), &st) == 0;
@@ -150,7 +156,7 @@ Session::Session(const RunOptions& options)
       end(start + seconds(options.timeout_s)),
       watchdog(end.extended(kWatchdogGrace).when(), watchdog_code),
       log(options.quiet),
-      out{options.json_path, options.color} {
+      out{options.json_path, options.color, options.metrics_path, options.exclude_path} {
   install_interrupt_handlers();
 }
 
@@ -244,16 +250,47 @@ int with_written(const Status& written, int code) {
   return code != exit_code::kPass ? code : exit_code::kUsage;
 }
 
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// --metrics and --exclude-file, after the report: the first that fails is the error.
+Status write_extras(const Output& out, const std::function<std::string()>& metrics,
+                    const std::optional<std::string>& suspects) {
+  Status ok = ok_status();
+  if (!out.metrics_path.empty()) ok = write_report_file(out.metrics_path, metrics(), "the metrics");
+  if (!out.exclude_path.empty() && suspects) {
+    // One line a script reads with $(cat): the host list, or nothing on a pass.
+    Status written =
+        write_report_file(out.exclude_path, suspects->empty() ? std::string() : *suspects + "\n",
+                          "the suspect hosts");
+    if (ok) ok = std::move(written);
+  }
+  return ok;
+}
+
+}  // namespace
+
 int print_member(const MemberReport& m, const Output& out) {
-  return with_written(out.emit([&] { return render_member_text(m, {out.color}); },
-                               [&] { return render_member_json(m); }),
-                      m.exit_code);
+  Status written = out.emit([&] { return render_member_text(m, {out.color}); },
+                            [&] { return render_member_json(m); });
+  // Rank 0 names the job's suspects; a member writes them only when its own
+  // failure leads (it never heard rank 0's verdict).
+  std::optional<std::string> suspects;
+  if (!m.verdict_received) suspects = suspect_hosts(m.findings);
+  Status extras = write_extras(
+      out, [&] { return render_member_metrics(m, unix_now()); }, suspects);
+  return with_written(written ? extras : written, m.exit_code);
 }
 
 int print_report(const Report& r, const Session& s) {
   Status written =
       s.out.emit([&] { return render_text(r, {s.out.color}); }, [&] { return render_json(r); });
-  return with_written(written,
+  Status extras = write_extras(
+      s.out, [&] { return render_metrics(r, unix_now()); }, suspect_hosts(r.findings));
+  return with_written(written ? extras : written,
                       interrupted() ? exit_code::kSignalBase + interrupted() : r.exit_code());
 }
 

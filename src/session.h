@@ -65,21 +65,26 @@ class Log {
   bool quiet_;
 };
 
-/// Writes the report where --json asked, and the text to stdout otherwise.
+/// Writes the report where --json asked, and the text to stdout otherwise; the
+/// metrics and the suspect hosts where --metrics and --exclude-file ask.
 struct Output {
   std::string json_path;
   bool color;
+  std::string metrics_path;
+  std::string exclude_path;
 
-  /// --json PATH with {rank} and {host} filled in: one command line serves every
-  /// process of a job (srun, torchrun, mpirun).
+  /// --json PATH (and --metrics, --exclude-file) with {rank} and {host} filled in:
+  /// one command line serves every process of a job (srun, torchrun, mpirun).
   void set_self(long rank, const std::string& host);
   /// Prints the text, writes the JSON; whether the JSON could be written.
   Status emit(const std::function<std::string()>& text,
               const std::function<std::string()>& json) const;
 };
 
-/// Writes a report file whole or not at all (see session.cc), with the OS error.
-Status write_report_file(const std::string& path, std::string_view data);
+/// Writes a report file whole or not at all (see session.cc), with the OS error;
+/// `what` names it in that error ("the JSON report").
+Status write_report_file(const std::string& path, std::string_view data,
+                         std::string_view what = "the JSON report");
 
 /// Fails early, before any rendezvous, when --json names a directory that is not there.
 Status check_json_path(const std::string& path);

@@ -20,6 +20,14 @@ inline constexpr size_t kMaxHostListBytes = size_t(1) << 22;
 /// bracket groups in one name multiply (`r[1-2]n[1-2]` -> r1n1 r1n2 r2n1 r2n2).
 Result<std::vector<std::string>> expand_hostlist(std::string_view list);
 
+/// The reverse, as Slurm writes it: gpu-017 gpu-203 gpu-204 node1 -> `gpu-[017,203-204],node1`.
+/// Names are grouped by what precedes their trailing digits, sorted, and kept
+/// exactly (zero padding included), so that expand_hostlist gives them back. A name
+/// that cannot stand in a host list (empty, or with characters other than letters,
+/// digits, '.', '-' and '_') is left out: a peer's host name is not trusted to
+/// name only itself.
+std::string compress_hostlist(const std::vector<std::string>& hosts);
+
 /// `2(x3),1` -> 2 2 2 1 (SLURM_TASKS_PER_NODE / SLURM_STEP_TASKS_PER_NODE). Every
 /// node of a step runs at least one task: a count of 0 is refused.
 Result<std::vector<int>> expand_tasks_per_node(std::string_view spec);

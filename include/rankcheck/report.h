@@ -64,6 +64,11 @@ std::string headline(const std::vector<Finding>& findings);
 /// findings themselves.
 std::string brief_headline(const std::vector<Finding>& findings);
 
+/// The hosts that hold the initiating failure (the first error's), as a Slurm host
+/// list (`gpu-[017,203]`): what to exclude from the job's next try. "" when the
+/// findings hold no error, or the first names no host.
+std::string suspect_hosts(const std::vector<Finding>& findings);
+
 std::string render_text(const Report& report, RenderStyle style);
 std::string render_json(const Report& report);
 

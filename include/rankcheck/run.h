@@ -18,6 +18,8 @@ struct RunOptions {
   double handshake_timeout_s = 5;
   double progress_interval_s = 5;
   std::string json_path;  ///< "" none, "-" stdout instead of text
+  std::string metrics_path;  ///< --metrics: node_exporter textfile, "" none
+  std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
   bool no_gpu = false;
   std::string nccl_lib;           ///< --nccl-lib: the NCCL the training job loads
   std::optional<int> device;      ///< --device: the CUDA device, else LOCAL_RANK's

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 
 #include <catch2/catch.hpp>
@@ -94,4 +95,40 @@ TEST_CASE("node of each rank: cyclic work follows the ranks, not nodes times the
   CHECK(node_of[65536] == 0);
   CHECK(node_of.back() == 0);
   CHECK(s < 2.0);
+}
+
+TEST_CASE("hostlist: compressed as Slurm writes it, and read back the same") {
+  CHECK(compress_hostlist({"gpu-203", "gpu-017"}) == "gpu-[017,203]");
+  CHECK(compress_hostlist({"gpu-01", "gpu-02", "gpu-03", "gpu-07", "cpu3"}) ==
+        "cpu3,gpu-[01-03,07]");
+  CHECK(compress_hostlist({"n8", "n9", "n10", "n11"}) == "n[8-11]");
+  CHECK(compress_hostlist({"n098", "n099", "n100"}) == "n[098-100]");
+  CHECK(compress_hostlist({"node1"}) == "node1");
+  CHECK(compress_hostlist({"login", "login", "gpu-1", "gpu-1"}) == "gpu-1,login");
+  CHECK(compress_hostlist({}).empty());
+  // 09 and 9 are two hosts; 9 then 010 is not a run (010 is not 10 written at width 1).
+  CHECK(compress_hostlist({"n09", "n9"}) == "n[09,9]");
+  CHECK(compress_hostlist({"n9", "n010"}) == "n[9,010]");
+  CHECK(compress_hostlist({"r1n1", "r1n2", "r2n1"}) == "r1n[1-2],r2n1");
+  CHECK(compress_hostlist({"gpu1.ib", "gpu2.ib"}) == "gpu1.ib,gpu2.ib");
+}
+
+TEST_CASE("hostlist: a name that cannot stand in a host list is left out") {
+  CHECK(compress_hostlist({"gpu-01,gpu-02", "n[1-9]", "", "a b", "gpu-03"}) == "gpu-03");
+}
+
+TEST_CASE("hostlist: what compress_hostlist writes, expand_hostlist reads back") {
+  std::vector<V> lists = {{"gpu-017", "gpu-203", "gpu-204"},
+                          {"n8", "n9", "n10", "n012", "n013"},
+                          {"a", "b1", "b2", "b003", "c-000001", "c-000002"},
+                          {"node0999999999"}};
+  for (const V& hosts : lists) {
+    auto back = expand_hostlist(compress_hostlist(hosts));
+    REQUIRE(back.ok());
+    V sorted_back = *back;
+    std::sort(sorted_back.begin(), sorted_back.end());
+    V sorted = hosts;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted_back == sorted);
+  }
 }

@@ -167,3 +167,29 @@ TEST_CASE("report: a decision after a lost member says so") {
         std::string::npos);
   CHECK(nlohmann::json::parse(render_json(r))["decided"] == "member-lost");
 }
+
+TEST_CASE("report: the hosts of the initiating failure end the text and sit in the JSON") {
+  JobView v = test::healthy_job(16, 8);
+  v.members.erase(v.members.begin() + 9);
+  v.timed_out = true;
+  Report r = report_of(v);
+  std::string text = render_text(r, {});
+  std::string last = "\n  suspect hosts: gpu-02\n";
+  CHECK(text.substr(text.size() - last.size()) == last);
+  CHECK(nlohmann::json::parse(render_json(r))["suspect_hosts"] == "gpu-02");
+  CHECK(suspect_hosts(r.findings) == "gpu-02");
+
+  Finding a = make_finding(FindingId::kMissingRank, "ranks 8-23 never joined");
+  a.hosts = {"gpu-203", "gpu-017", "gpu-018"};
+  Finding w =
+      make_finding(FindingId::kEnvMismatch, "NCCL_SOCKET_IFNAME differs", {}, Severity::kWarning);
+  w.hosts = {"gpu-001"};
+  CHECK(suspect_hosts({w, a}) == "gpu-[017-018,203]");  // the first error's, not a warning's
+  CHECK(suspect_hosts({w}).empty());
+}
+
+TEST_CASE("report: a passing job names no suspect host") {
+  Report r = report_of(test::healthy_job(2, 2));
+  CHECK(render_text(r, {}).find("suspect hosts") == std::string::npos);
+  CHECK(nlohmann::json::parse(render_json(r))["suspect_hosts"] == "");
+}

@@ -1,0 +1,210 @@
+"""What rankcheck leaves for the tools around it: the suspect hosts a failing report ends
+with (text, JSON, --exclude-file) and the metrics file for node_exporter (--metrics), checked
+with Prometheus's own promtool when it is installed (Debian: prometheus) and with the
+exposition-format parser below in any case.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import unittest
+
+from harness import BIN, RankcheckTest, clean_env
+
+PROMTOOL = shutil.which("promtool")
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\["\\n])*)"')
+TYPES = {"counter", "gauge", "histogram", "summary", "untyped"}
+
+
+def parse_prometheus_text(text):
+    """The Prometheus text format 0.0.4, strictly: HELP and TYPE at most once per family and
+    before its samples, a family's samples together, every sample a name, optional labels
+    and a float. Returns {family: {"type": ..., "help": ..., "samples": [(labels, value)]}}."""
+    families, seen_done, current = {}, set(), None
+    if not text.endswith("\n"):
+        raise ValueError("the text does not end with a line break")
+    for n, line in enumerate(text.splitlines(), 1):
+        where = f"line {n}: {line!r}"
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                name = parts[2]
+                if not METRIC_NAME.fullmatch(name):
+                    raise ValueError(f"{where}: bad metric name")
+                fam = families.setdefault(name, {"type": None, "help": None, "samples": []})
+                key = parts[1].lower()
+                if fam[key] is not None:
+                    raise ValueError(f"{where}: a second {parts[1]}")
+                if fam["samples"]:
+                    raise ValueError(f"{where}: {parts[1]} after the family's samples")
+                value = parts[3] if len(parts) > 3 else ""
+                if key == "type" and value not in TYPES:
+                    raise ValueError(f"{where}: unknown type")
+                fam[key] = value
+                if current != name and current is not None:
+                    seen_done.add(current)
+                current = name
+            continue
+        m = METRIC_NAME.match(line)
+        if not m:
+            raise ValueError(f"{where}: no metric name")
+        name, rest = m.group(0), line[m.end():]
+        labels = {}
+        if rest.startswith("{"):
+            close = rest.index("}")
+            body = rest[1:close]
+            pos = 0
+            while pos < len(body):
+                lm = LABEL.match(body, pos)
+                if not lm:
+                    raise ValueError(f"{where}: bad label at {body[pos:]!r}")
+                if lm.group(1) in labels:
+                    raise ValueError(f"{where}: label {lm.group(1)} twice")
+                labels[lm.group(1)] = lm.group(2)
+                pos = lm.end()
+                if pos < len(body):
+                    if body[pos] != ",":
+                        raise ValueError(f"{where}: expected ',' in labels")
+                    pos += 1
+            rest = rest[close + 1:]
+        fields = rest.split()
+        if len(fields) not in (1, 2) or not rest.startswith(" "):
+            raise ValueError(f"{where}: expected ' value [timestamp]'")
+        value = float(fields[0])
+        if name in seen_done:
+            raise ValueError(f"{where}: {name}'s samples are not together")
+        if current is not None and current != name:
+            seen_done.add(current)
+        current = name
+        fam = families.setdefault(name, {"type": None, "help": None, "samples": []})
+        if (tuple(sorted(labels.items())), value) in [(tuple(sorted(lb.items())), v)
+                                                      for lb, v in fam["samples"]]:
+            raise ValueError(f"{where}: a duplicate sample")
+        fam["samples"].append((labels, value))
+    return families
+
+
+def value(families, name, **labels):
+    for lb, v in families[name]["samples"]:
+        if lb.items() >= labels.items():
+            return v
+    raise AssertionError(f"no {name} with {labels}: {families[name]['samples']}")
+
+
+class MetricsFormat(unittest.TestCase):
+    """The parser itself refuses what Prometheus refuses."""
+
+    def test_the_parser_refuses_broken_text(self):
+        good = "# HELP a x\n# TYPE a gauge\na 1\n"
+        parse_prometheus_text(good)
+        for bad in ("a 1", "a{b=\"c} 1\n", "a one\n", "# TYPE a gauge\n# TYPE a gauge\na 1\n",
+                    "a 1\nb 1\na 2\n", "a{b=\"1\"} 1\na{b=\"1\"} 1\n", "1a 1\n"):
+            with self.assertRaises(ValueError, msg=bad):
+                parse_prometheus_text(bad)
+
+
+class Ecosystem(RankcheckTest):
+    timeout = 3.0
+
+    def path(self, name):
+        return os.path.join(self.tmp.name, name)
+
+    def check_metrics(self, path):
+        with open(path) as f:
+            text = f.read()
+        families = parse_prometheus_text(text)
+        for name, fam in families.items():
+            self.assertEqual(fam["type"], "gauge", name)
+            self.assertTrue(fam["help"], name)
+        if PROMTOOL:
+            r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, f"promtool check metrics:\n{r.stdout}{r.stderr}")
+        return families
+
+    def test_a_failing_job_ends_with_its_suspect_hosts_everywhere(self):
+        # Rank 3 claimed on gpu-017 and on gpu-203: duplicate-rank on both hosts leads.
+        extra = ("--exclude-file", self.path("exclude"), "--metrics", self.path("rankcheck.prom"))
+        master = self.rank(0, 4, host="gpu-017", local=(0, 2), extra=extra)
+        self.rank(3, 4, host="gpu-017", local=(1, 2))
+        self.rank(2, 4, host="gpu-203", local=(0, 2))
+        self.rank(3, 4, host="gpu-203", local=(1, 2))
+        self.finish()
+        self.assertExit(self.procs, 3)
+        self.assertEqual(master.ids()[0], "duplicate-rank")
+        self.assertEqual(master.report["suspect_hosts"], "gpu-[017,203]")
+        with open(self.path("exclude")) as f:
+            self.assertEqual(f.read(), "gpu-[017,203]\n")
+        families = self.check_metrics(self.path("rankcheck.prom"))
+        self.assertEqual(value(families, "rankcheck_verdict", verdict="fail"), 1)
+        self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 0)
+        self.assertEqual(value(families, "rankcheck_exit_code"), 3)
+        self.assertEqual(value(families, "rankcheck_findings", id="duplicate-rank",
+                               severity="error"), 1)
+        self.assertEqual(value(families, "rankcheck_findings", id="missing-rank",
+                               severity="error"), 1)
+        info = families["rankcheck_run_info"]["samples"][0][0]
+        self.assertEqual((info["role"], info["first_finding"], info["suspect_hosts"]),
+                         ("master", "duplicate-rank", "gpu-[017,203]"))
+        self.assertEqual(value(families, "rankcheck_ranks_joined"), 4)
+        self.assertGreater(value(families, "rankcheck_rendezvous_seconds"), 0)
+        self.assertNotIn("rankcheck_nccl_init_seconds", families)  # --no-gpu
+
+    def test_the_text_report_ends_with_the_suspect_hosts(self):
+        # Rank 1 claimed on two hosts: duplicate-rank leads, and names both.
+        master = self.rank(0, 3, host="gpu-01")
+        self.rank(1, 3, host="gpu-01")
+        self.rank(1, 3, host="gpu-02")
+        self.finish()
+        self.assertEqual(master.rc, 3)
+        self.assertEqual(master.out.splitlines()[-1], "  suspect hosts: gpu-[01-02]")
+
+    def test_a_passing_job_leaves_an_empty_exclude_file_and_passing_metrics(self):
+        with open(self.path("exclude"), "w") as f:
+            f.write("stale-host\n")
+        extra = ("--exclude-file", self.path("exclude"), "--metrics", self.path("m.prom"))
+        master = self.rank(0, 2, host="gpu-01", extra=extra)
+        self.rank(1, 2, host="gpu-02")
+        self.finish()
+        self.assertExit(self.procs, 0)
+        self.assertEqual(master.report["suspect_hosts"], "")
+        with open(self.path("exclude")) as f:
+            self.assertEqual(f.read(), "")  # replaced: no stale host survives a pass
+        families = self.check_metrics(self.path("m.prom"))
+        self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 1)
+        self.assertEqual(value(families, "rankcheck_exit_code"), 0)
+        self.assertEqual(value(families, "rankcheck_hosts_joined"), 2)
+
+    def test_a_member_writes_the_job_verdict_it_was_sent(self):
+        extra = ("--metrics", self.path("rank{rank}-{host}.prom"))
+        self.rank(0, 2, host="gpu-01")
+        self.rank(1, 2, host="gpu-02", extra=extra)
+        self.finish()
+        families = self.check_metrics(self.path("rank1-gpu-02.prom"))
+        self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 1)
+        self.assertEqual(families["rankcheck_run_info"]["samples"][0][0]["role"], "member")
+
+    def test_a_member_that_never_reaches_the_master_names_itself(self):
+        extra = ("--exclude-file", self.path("exclude"))
+        member = self.rank(1, 2, host="gpu-09", extra=extra)
+        self.finish()
+        self.assertEqual(member.rc, 4)
+        self.assertEqual(member.ids(), ["master-unreachable"])
+        with open(self.path("exclude")) as f:
+            self.assertEqual(f.read(), "gpu-09\n")
+
+    def test_an_unwritable_metrics_file_fails_a_passing_run(self):
+        extra = ("--metrics", self.path("no/such/dir/m.prom"))
+        master = self.rank(0, 1, host="gpu-01", extra=extra)
+        self.finish()
+        self.assertEqual(master.rc, 2)
+        self.assertIn("cannot write the metrics to", master.err)
+
+
+if __name__ == "__main__":
+    unittest.main()
