@@ -13,9 +13,10 @@ build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 liba
 # ccache keeps its objects across clean clones.
 release_pkgs=(clang lld binutils debootstrap ccache)
 # The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
-# and parse the Kubernetes manifests (python3-yaml).
+# and parse the Kubernetes manifests (python3-yaml); the network path tests put
+# firewalls (nft, iptables) inside the network namespaces they make.
 test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openmpi-bin
-           libopenmpi-dev python3-torch)
+           libopenmpi-dev python3-torch nftables iptables)
 
 case "$profile" in
   build) want=("${build_pkgs[@]}") ;;

@@ -73,6 +73,13 @@ void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
 /// The loopback warning of a member away from the master's node.
 void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
 
+// The network NCCL will use, before any NCCL call (rules_network.cc).
+void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Finding>& out);
+
 // Where the missing ranks were expected (rules_missing.cc).
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out);
 

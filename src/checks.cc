@@ -22,6 +22,11 @@ constexpr Rule kRules[] = {
     {"local-rank-collision", check_local_rank_collision},
     {"local-world-size-mismatch", check_local_world_size},
     {"nccl-ifname-missing", check_ifname},
+    {"nccl-comm-id-mismatch", check_nccl_comm_id},  // before the hosts it leaves without one
+    {"nccl-no-interface", check_nccl_no_interface},
+    {"nccl-interface-loopback", check_nccl_interface_loopback},
+    {"nccl-interface-shared-address", check_nccl_interface_shared_address},
+    {"nccl-interface-link-local", check_nccl_interface_link_local},
     {"duplicate-gpu", check_duplicate_gpu},
     {"nccl-version-mismatch", check_nccl_version},
     {"cuda-driver-missing", check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
@@ -79,6 +84,7 @@ std::vector<Finding> local_checks(const Record& self) {
   check_rank_range(ctx, findings);
   check_launcher_conflicts(ctx, findings);
   check_ifname(ctx, findings);
+  check_nccl_no_interface(ctx, findings);
   check_self_master_loopback(self, findings);
   return order(std::move(findings));
 }

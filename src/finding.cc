@@ -41,6 +41,21 @@ constexpr FindingKind kCatalog[] = {
     {kNcclIfnameMissing, "nccl-ifname-missing", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to an interface the host has (a prefix, '=name' for one exact "
      "name, '^' to exclude)"},
+    {kNcclNoInterface, "nccl-no-interface", kE, ec::kMismatch,
+     "give NCCL an interface it can use on that host: set NCCL_SOCKET_IFNAME to the interface "
+     "that routes between the hosts, and check NCCL_SOCKET_FAMILY and NCCL_COMM_ID"},
+    {kNcclInterfaceLoopback, "nccl-interface-loopback", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. =eth0): "
+     "loopback reaches no other host"},
+    {kNcclInterfaceLinkLocal, "nccl-interface-link-local", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to an interface with a routable address: a link-local address "
+     "(169.254/16, fe80::) reaches other hosts only on one link, if at all"},
+    {kNcclInterfaceSharedAddress, "nccl-interface-shared-address", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. ^docker,br-,"
+     "veth,virbr to exclude bridges): NCCL would connect each host to itself"},
+    {kNcclCommIdMismatch, "nccl-comm-id-mismatch", kE, ec::kMismatch,
+     "give every rank the same NCCL_COMM_ID, an address:port of rank 0's host, or unset it "
+     "(PyTorch and most launchers do not need it)"},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "

@@ -31,6 +31,19 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
   for (const EnvVar& e : r.env) {  // NCCL_SOCKET_IFNAME
     ok = ok && !ifname_selects_nothing(r, e);
   }
+  // NCCL's interface: found, not loopback or link-local (whose rules ask whether the
+  // job spans network stacks), no address in two stacks, NCCL_COMM_ID on rank 0's host.
+  if (const NcclIfFacts& f = r.nccl_if; f.known()) {
+    ok = ok && f.state == NcclIfFacts::kFound &&
+         (f.flags & (NcclIfFacts::kLoopback | NcclIfFacts::kLinkScope)) == 0;
+    std::string stack = f.netns.empty() ? "host " + r.host.str() : f.netns.str();
+    auto [it, fresh] = nccl_addrs_.try_emplace(f.address.str(), stack);
+    ok = ok && (fresh || it->second == stack);
+    for (const EnvVar& e : r.env) {
+      ok = ok && !(r.rank == 0 && e.name == "NCCL_COMM_ID" &&
+                   (f.flags & NcclIfFacts::kCommIdLocal) == 0);
+    }
+  }
   if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
     ok = ok && is_loopback_address(peer_host(peer));
   }

@@ -84,6 +84,11 @@ size_t MasterState::admit(Record rec, std::string peer, bool own) {
     strings_.intern(d.pci_bus_id);
     strings_.intern(d.name);
   }
+  NcclIfFacts& nif = rec.nccl_if;
+  for (SharedString* s : {&nif.name, &nif.address, &nif.rule, &nif.error, &nif.netns})
+    strings_.intern(*s);
+  string_lists_.intern(nif.socket);
+  envs_.intern(rec.env_sources);
   members_.push_back(Member{std::move(rec), last_join_ms_, std::move(peer)});
   return members_.size() - 1;
 }

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include <rankcheck/record.h>
 #include <rankcheck/version.h>
 
@@ -69,7 +71,22 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.distribution = static_cast<uint8_t>(id.distribution);
   r.gpu = std::move(gpu);
   r.started_unix_ms = host.started_unix_ms;
+  r.nccl_if = host.nccl_if;
+  std::vector<EnvVar> sources;
+  for (const EnvVar& e : host.env_sources) {
+    if (!is_tracked_env(e.name) || e.name.size() > 64) continue;
+    if (sources.size() == kMaxEnvSources) break;
+    sources.push_back({e.name, e.value.substr(0, 128)});
+  }
+  std::sort(sources.begin(), sources.end());
+  r.env_sources = std::move(sources);
   return r;
+}
+
+std::string NcclIfFacts::text() const {
+  if (state == kUnknown) return "-";
+  if (state == kNone) return "none";
+  return fmt::format("{} {}", name.str(), address.str());
 }
 
 namespace {
@@ -129,6 +146,43 @@ void encode_record(Writer& w, const Record& r) {
   w.u8(r.distribution);
   encode_gpu(w, r.gpu);
   w.u64(r.started_unix_ms);
+  encode_nccl_if(w, r.nccl_if);
+  uint32_t sources = std::min<uint32_t>(static_cast<uint32_t>(r.env_sources.size()), kMaxEnvSources);
+  w.u32(sources);
+  for (uint32_t i = 0; i < sources; ++i) {
+    w.str(r.env_sources.get()[i].name.substr(0, 64));
+    w.str(r.env_sources.get()[i].value.substr(0, 128));
+  }
+}
+
+void encode_nccl_if(Writer& w, const NcclIfFacts& f) {
+  w.u8(f.state);
+  w.u8(f.flags);
+  w.str(f.name.str().substr(0, 64));
+  w.str(f.address.str().substr(0, 64));
+  w.str(f.rule.str().substr(0, kMaxShortString));
+  w.str(f.error.str().substr(0, kMaxShortString));
+  uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(f.socket.size()), kMaxNcclSocketIfs);
+  w.u32(n);
+  for (uint32_t i = 0; i < n; ++i)
+    w.str(f.socket.get()[i].substr(0, 128));
+  w.i32(f.rules_version);
+  w.str(f.netns.str().substr(0, 128));
+}
+
+NcclIfFacts decode_nccl_if(Reader& r) {
+  NcclIfFacts f;
+  f.state = r.u8();
+  if (f.state > NcclIfFacts::kNone) r.fail("unknown NCCL interface state");
+  f.flags = r.u8();
+  f.name = r.str(64, "NCCL interface");
+  f.address = r.str(64, "NCCL interface address");
+  f.rule = r.str(kMaxShortString, "NCCL interface rule");
+  f.error = r.str(kMaxShortString, "NCCL interface error");
+  f.socket = get_strings(r, kMaxNcclSocketIfs, 128, "NCCL socket interface");
+  f.rules_version = r.i32();
+  f.netns = r.str(128, "network namespace");
+  return f;
 }
 
 void encode_gpu(Writer& w, const GpuFacts& g) {
@@ -225,6 +279,13 @@ Record decode_record(Reader& r) {
   rec.distribution = r.u8();
   rec.gpu = decode_gpu(r);
   rec.started_unix_ms = r.u64();
+  rec.nccl_if = decode_nccl_if(r);
+  std::vector<EnvVar> sources(r.count(kMaxEnvSources, "variable source"));
+  for (EnvVar& v : sources) {
+    v.name = r.str(64, "variable name");
+    v.value = r.str(128, "variable source");
+  }
+  rec.env_sources = std::move(sources);
   if (!r.ok()) return rec;
   // Shape checks: the rules may rely on these.
   if (rec.nranks < 1 || rec.nranks > kMaxRanksPerMember) r.fail("ranks per member out of bounds");

@@ -89,10 +89,14 @@ std::string gpu_cell(const GpuFacts& g, const Record& rec) {
 std::string member_table(const Report& r) {
   bool gpus = std::any_of(r.members.begin(), r.members.end(),
                           [](const Member& m) { return m.record.gpu.state != GpuState::kSkipped; });
+  // The interface NCCL's rules pick on each host, once members say.
+  bool nccl_ifs = std::any_of(r.members.begin(), r.members.end(),
+                              [](const Member& m) { return m.record.nccl_if.known(); });
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
     rows.push_back({"rank", "host", "local", "pid", "launcher"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpu", "nccl"});
+    if (nccl_ifs) rows.back().push_back("nccl if");
     rows.back().push_back("joined");
     std::vector<const Member*> sorted;
     for (const Member& m : r.members)
@@ -115,6 +119,7 @@ std::string member_table(const Report& r) {
         rows.back().push_back(rec.gpu.nccl_loaded() ? nccl_version_text(rec.gpu.nccl_version)
                                                     : "-");
       }
+      if (nccl_ifs) rows.back().push_back(printable(rec.nccl_if.text(), 48));
       rows.back().push_back(fmt::format("+{}", format_seconds(m->joined_ms)));
     }
   } else {
@@ -125,7 +130,7 @@ std::string member_table(const Report& r) {
       size_t members = 0;
       size_t gpus = 0;
       std::string gpu_name;
-      std::set<std::string> nccl, driver;
+      std::set<std::string> nccl, driver, nccl_if;
     };
     std::map<std::string, HostRow> hosts;
     for (const Member& m : r.members) {
@@ -138,6 +143,7 @@ std::string member_table(const Report& r) {
       h.gpus += g.devices.size();
       if (!g.devices.empty()) h.gpu_name = short_gpu_name(g.devices.front().name);
       h.nccl.insert(g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "-");
+      if (nccl_ifs) h.nccl_if.insert(printable(m.record.nccl_if.text(), 48));
       if (g.usable())
         h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
                                          : printable(g.driver, 20));
@@ -149,6 +155,7 @@ std::string member_table(const Report& r) {
     });
     rows.push_back({"host", "ranks", "members"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpus", "nccl", "driver"});
+    if (nccl_ifs) rows.back().push_back("nccl if");
     rows.back().push_back("joined");
     size_t shown = 0;
     for (const auto& [host, h] : sorted) {
@@ -164,6 +171,7 @@ std::string member_table(const Report& r) {
         rows.back().push_back(
             h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
       }
+      if (nccl_ifs) rows.back().push_back(format_list({h.nccl_if.begin(), h.nccl_if.end()}, 2));
       rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));
     }
   }
@@ -247,6 +255,9 @@ nlohmann::json record_json(const Record& r) {
   nlohmann::json env = nlohmann::json::object();
   for (const EnvVar& e : r.env)
     env[e.name] = e.value;
+  nlohmann::json env_sources = nlohmann::json::object();  // values from NCCL's files
+  for (const EnvVar& e : r.env_sources)
+    env_sources[e.name] = e.value;
   return {{"rank", r.rank},
           {"nranks", r.nranks},
           {"world_size", r.world_size},
@@ -264,7 +275,24 @@ nlohmann::json record_json(const Record& r) {
           {"version", r.version},
           {"started_unix_ms", r.started_unix_ms},
           {"env", env},
+          {"env_sources", env_sources},
+          {"nccl_if", nccl_if_json(r.nccl_if)},
           {"gpu", gpu_json(r.gpu)}};
+}
+
+nlohmann::json nccl_if_json(const NcclIfFacts& f) {
+  static constexpr const char* kStates[] = {"unknown", "found", "none"};
+  nlohmann::json j = {{"state", kStates[f.state <= NcclIfFacts::kNone ? f.state : 0]}};
+  if (!f.known()) return j;
+  j["name"] = f.name;
+  j["address"] = f.address;
+  j["loopback"] = (f.flags & NcclIfFacts::kLoopback) != 0;
+  j["link_local"] = (f.flags & NcclIfFacts::kLinkScope) != 0;
+  j["rule"] = f.rule;
+  j["error"] = f.error;
+  j["socket"] = f.socket.get();
+  j["rules_version"] = f.rules_version;
+  return j;
 }
 
 std::string dump(const nlohmann::json& j, bool final_newline) {

@@ -27,6 +27,8 @@ std::string wrap(std::string_view text, size_t first_col, size_t indent);
 std::string short_gpu_name(const std::string& name);
 nlohmann::json finding_json(const Finding& f);
 nlohmann::json record_json(const Record& r);
+/// The interface NCCL's rules pick: state, name, address, rule, the socket list.
+nlohmann::json nccl_if_json(const NcclIfFacts& f);
 /// The document as text, indented, with a final newline unless asked not to.
 std::string dump(const nlohmann::json& j, bool final_newline = true);
 

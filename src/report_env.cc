@@ -80,6 +80,16 @@ std::string render_env_text(const Identity& id, const Record& self,
         g.nccl_loaded() ? printable(g.nccl_path, 120) : printable(g.nccl_error, 120));
   }
 
+  if (const NcclIfFacts& f = self.nccl_if; f.known()) {
+    std::string how = printable(f.rule, 80);
+    how += f.rules_version == 0
+               ? " · the newest NCCL's rules"
+               : fmt::format(" · NCCL {}'s rules", nccl_version_text(f.rules_version));
+    if (f.state == NcclIfFacts::kNone) how += fmt::format(" · NCCL: \"{}\"", printable(f.error, 80));
+    row("nccl if", printable(f.text(), 40), how);
+    if (f.socket.size() > 1) row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
+  }
+
   out += "\n  sources, highest precedence first\n";
   if (id.observations.empty()) out += "    none\n";
   for (const Observation& o : id.observations) {
@@ -90,7 +100,11 @@ std::string render_env_text(const Identity& id, const Record& self,
   if (!self.env.empty()) {
     out += "\n  variables compared across ranks\n";
     for (const EnvVar& e : self.env) {
-      out += fmt::format("    {}={}\n", printable(e.name, 60), printable(e.value, 80));
+      std::string from;  // a value from one of NCCL's configuration files says which
+      for (const EnvVar& src : self.env_sources) {
+        if (src.name == e.name) from = "   (" + printable(src.value, 80) + ")";
+      }
+      out += fmt::format("    {}={}{}\n", printable(e.name, 60), printable(e.value, 80), from);
     }
   }
   if (!id.notes.empty()) {

@@ -19,6 +19,14 @@ namespace {
 // it (or the decision) grow with their product.
 constexpr size_t kMaxEnvFindings = 16;
 
+// " (from /etc/nccl.conf)" when NCCL reads the value from one of its files.
+std::string from_file(const Record& r, std::string_view name) {
+  for (const EnvVar& e : r.env_sources) {
+    if (e.name == name) return fmt::format(" (from {})", printable(e.value, 64));
+  }
+  return "";
+}
+
 }  // namespace
 
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -51,6 +59,7 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
     bool one_value = std::all_of(set_by.begin(), set_by.end(),
                                  [&first](const auto& p) { return *p.second == first; });
     if (everywhere && one_value) continue;
+    if (name == "NCCL_COMM_ID") continue;  // an error of its own: nccl-comm-id-mismatch
     if (reported == kMaxEnvFindings) {
       ++more;
       continue;
@@ -80,8 +89,10 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
     for (size_t i = 0; i < vals.size(); ++i) {
       const auto& [value, rs] = vals[i];
       if (!parts.empty()) parts += "; ";
-      parts +=
-          fmt::format("{} for {}", value ? printable(*value, 48) : std::string("unset"), where(rs));
+      parts += fmt::format("{} for {}",
+                           value ? printable(*value, 48) + from_file(*rs.front(), name)
+                                 : std::string("unset"),
+                           where(rs));
       if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
     }
     out.push_back(make(FindingId::kEnvMismatch,

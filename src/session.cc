@@ -15,6 +15,7 @@
 
 #include <rankcheck/interrupt.h>
 #include <rankcheck/metrics.h>
+#include <rankcheck/nccl_if.h>
 #include <rankcheck/net.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/text.h>
@@ -191,6 +192,39 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
   HostFacts facts;
   facts.host = host_name ? *host_name : local_host_name();
   facts.pid = static_cast<uint32_t>(::getpid());
+namespace {
+
+// A configuration file NCCL would read; nullopt when there is none to read.
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  size_t n = 0;
+  // NCCL reads the whole file; 1 MiB is more than any configuration holds.
+  while (text.size() < (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// What NCCL's rules pick here, with NCCL_COMM_ID's host resolved as NCCL would.
+NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env,
+                            int32_t nccl_version, Deadline resolve_by) {
+  NcclIfInput in;
+  in.env = &env;
+  in.nccl_version = nccl_version;
+  if (const std::string* id = env_get(env, "NCCL_COMM_ID")) {
+    if (auto parsed = parse_comm_id(*id)) {
+      auto addrs = resolve_host(parsed->host, resolve_by);
+      if (addrs && !addrs->empty()) in.comm_id_address = addrs->front();
+    }
+  }
+  return nccl_if_facts(ifs, in);
+}
+
+}  // namespace
+
   facts.interfaces = interfaces_with_address();
   if (!id.master_addr.empty()) {
     auto resolved = resolve_host(id.master_addr, resolve_by);
@@ -200,7 +234,14 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
       facts.resolve_error = resolved.error().message;
     }
   }
-  Record self = make_record(id, facts, env, std::move(gpu));
+  // NCCL sees the environment plus its configuration files: so do the record's
+  // variables and the interface its rules pick.
+  NcclConf conf = apply_nccl_conf(env, read_small_file);
+  for (const auto& [name, file] : conf.from)
+    facts.env_sources.push_back({name, file});
+  facts.nccl_if = collect_nccl_if(host_interfaces(), conf.env, gpu.nccl_version, resolve_by);
+  facts.nccl_if.netns = network_namespace_id();
+  Record self = make_record(id, facts, conf.env, std::move(gpu));
   // What the master compares is what a hello carries, for its own record too.
   if (fit_hello(self)) {
     Log::error(

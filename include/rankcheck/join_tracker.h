@@ -49,6 +49,7 @@ class JoinTracker {
   uint16_t first_port_ = 0;
   std::vector<std::string> first_resolved_;
   std::map<std::string, HostState, std::less<>> hosts_;
+  std::map<std::string, std::string, std::less<>> nccl_addrs_;  // NCCL's address -> its stack
 };
 
 }  // namespace rankcheck

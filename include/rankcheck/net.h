@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <rankcheck/deadline.h>
+#include <rankcheck/nccl_if.h>
 #include <rankcheck/result.h>
 #include <rankcheck/wire.h>
 
@@ -17,6 +18,12 @@ namespace rankcheck {
 std::string local_host_name();
 /// Names of interfaces that have an IPv4 or IPv6 address, sorted, unique.
 std::vector<std::string> interfaces_with_address();
+/// Every IPv4 and IPv6 address of this host in getifaddrs order, with its
+/// interface's flags: what NCCL's interface rules read (nccl_if.h).
+std::vector<IfAddr> host_interfaces();
+/// This process's network stack: the kernel's boot id and the inode of its
+/// network namespace ("<boot id>/<inode>"), "" when /proc does not say.
+std::string network_namespace_id();
 
 /// Numeric addresses `name` resolves to (IPv4 first), within the deadline. The
 /// lookup runs on a helper thread so that a stuck resolver cannot outlive it.

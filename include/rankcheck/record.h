@@ -22,11 +22,33 @@ inline constexpr uint32_t kMaxAddresses = 32;
 inline constexpr uint32_t kMaxInterfaces = 64;
 inline constexpr uint32_t kMaxConflicts = kFieldCount;
 inline constexpr uint32_t kMaxConflictValues = 16;
+inline constexpr uint32_t kMaxNcclSocketIfs = 16;  ///< NCCL's MAX_IFS
+inline constexpr uint32_t kMaxEnvSources = 32;     ///< variables a record says came from a file
 
 struct EnvVar {
   std::string name;
   std::string value;
   auto operator<=>(const EnvVar&) const = default;
+};
+/// The interface NCCL's rules pick on a member's host (see nccl_if.h), as sent.
+struct NcclIfFacts {
+  enum State : uint8_t { kUnknown = 0, kFound = 1, kNone = 2 };
+  enum Flags : uint8_t { kLoopback = 1, kCommIdLocal = 2, kLinkScope = 4 };
+  uint8_t state = kUnknown;  ///< kUnknown: not collected (a record made by hand, an old probe)
+  uint8_t flags = 0;
+  SharedString name;     ///< the bootstrap interface
+  SharedString address;  ///< its address, numeric
+  SharedString rule;     ///< how NCCL's rules came to it
+  SharedString error;    ///< NCCL's own words when it finds none
+  SharedList<std::string> socket;  ///< the socket transport's, "eth1 198.18.1.2", up to 16
+  int32_t rules_version = 0;       ///< the NCCL version whose rules applied; 0: the newest
+  /// The network stack the member runs in (boot id and network namespace): two
+  /// "hosts" in one stack reach each other even over loopback or one address.
+  SharedString netns;
+
+  bool known() const { return state != kUnknown; }
+  /// "eth1 198.18.1.2", "none" or "-".
+  std::string text() const;
 };
 
 struct Record {
@@ -55,6 +77,10 @@ struct Record {
   uint8_t distribution = 0;      ///< Distribution
   GpuFacts gpu;                  ///< what the GPU inventory found
   uint64_t started_unix_ms = 0;  ///< when this process started (wall clock); 0: unknown
+  NcclIfFacts nccl_if;           ///< the interface NCCL would use on this host
+  /// Where tracked variables not from the environment came from: value = the file
+  /// ("/etc/nccl.conf"); `env` holds the effective values NCCL sees.
+  SharedList<EnvVar> env_sources;
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -75,6 +101,8 @@ struct HostFacts {
   std::vector<std::string> master_resolved;
   std::string resolve_error;
   uint64_t started_unix_ms = 0;  ///< the process's start, wall clock
+  NcclIfFacts nccl_if;           ///< unknown unless collected
+  std::vector<EnvVar> env_sources;
 };
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});
@@ -85,5 +113,8 @@ Record decode_record(Reader& r);
 
 void encode_gpu(Writer& w, const GpuFacts& g);
 GpuFacts decode_gpu(Reader& r);
+
+void encode_nccl_if(Writer& w, const NcclIfFacts& f);
+NcclIfFacts decode_nccl_if(Reader& r);
 
 }  // namespace rankcheck

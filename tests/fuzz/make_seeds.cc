@@ -46,6 +46,14 @@ Record sample(int rank, bool gpu, bool conflicts) {
   r.interfaces = {"eth0", "ib0", "lo"};
   r.node_list = "gpu-[01-02]";
   r.tasks_per_node = "4(x2)";
+  r.nccl_if.state = NcclIfFacts::kFound;
+  r.nccl_if.name = "eth0";
+  r.nccl_if.address = rank < 4 ? "10.0.0.11" : "10.0.0.12";
+  r.nccl_if.rule = "NCCL_SOCKET_IFNAME==eth0";
+  r.nccl_if.socket = {rank < 4 ? "eth0 10.0.0.11" : "eth0 10.0.0.12"};
+  r.nccl_if.rules_version = gpu ? 22809 : 0;
+  r.nccl_if.netns = "3f0c2e8a-3a9b-4f0e-9d47-2f7a4f6c1b7e/4026531840";
+  r.env_sources = {{"NCCL_IB_HCA", "/etc/nccl.conf"}};
   if (conflicts) {
     r.conflicts.push_back(Conflict{
         Field::kRank,

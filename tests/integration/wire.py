@@ -58,6 +58,11 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<i", -1) + s(b"") + s(b"") + struct.pack("<I", 0)
     out += s(b"") + struct.pack("<i", 0) + s(b"")
     out += struct.pack("<Q", 0)  # started_unix_ms: unknown
+    # NCCL's interface: unknown (state, flags, name, address, rule, error, socket list,
+    # rules version, network namespace), then no variable from NCCL's files
+    out += struct.pack("<BB", 0, 0) + s(b"") + s(b"") + s(b"") + s(b"") + strings([])
+    out += struct.pack("<i", 0) + s(b"")
+    out += struct.pack("<I", 0)
     return out
 
 

@@ -1,0 +1,199 @@
+"""The network NCCL will use, in network namespaces: three hosts of two ranks each
+(a Slurm step), the interface NCCL's own rules pick on each host, and the findings
+about it, decided before any NCCL call. Decoy interfaces are bridges and veths made
+inside the hosts' namespaces (removed with them); addresses from 198.18.0.0/15 only."""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+from harness import BIN, GRACE, clean_env, free_port, save_reports
+from netns import Cluster, can_make_namespaces, ip
+
+WHY_NOT = can_make_namespaces()
+TIMEOUT = 4.0
+HOSTS = 3
+PER_HOST = 2
+WORLD = HOSTS * PER_HOST
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class NcclInterfaces(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.port = free_port()
+        self.cluster = Cluster(HOSTS)
+        self.addCleanup(self.cleanup)
+
+    def cleanup(self):
+        self.cluster.down()
+        self.assertEqual(self.cluster.leftovers(), [])
+        save_reports(self, self.tmp.name)
+        self.tmp.cleanup()
+
+    def slurm_env(self, rank, extra):
+        node, local = divmod(rank, PER_HOST)
+        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=WORLD,
+                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=HOSTS,
+                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{HOSTS})",
+                        SLURM_STEP_NODELIST=f"h[0-{HOSTS - 1}]", MASTER_PORT=self.port)
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def run_job(self, host_env=None, decorate=None):
+        """Builds the hosts, lets `decorate(ns_name, host)` add interfaces, runs the job;
+        host_env={host: {var: value}}. Returns {rank: (rc, json, stdout)}."""
+        host_env = host_env or {}
+        self.cluster.up()
+        for i, ns in enumerate(self.cluster.ns):
+            if decorate:
+                decorate(ns, i)
+        procs = {}
+        for r in range(WORLD):
+            host = r // PER_HOST
+            argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{host}",
+                    "--json", os.path.join(self.tmp.name, f"r{r}.json")]
+            procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, host_env.get(host, {}))),
+                        time.monotonic())
+        out = {}
+        for r, (p, t0) in procs.items():
+            stdout, stderr = p.communicate(timeout=TIMEOUT + GRACE + 2)
+            elapsed = time.monotonic() - t0
+            self.assertLessEqual(elapsed, TIMEOUT + GRACE, f"rank {r} took {elapsed:.2f} s")
+            with open(os.path.join(self.tmp.name, f"r{r}.json")) as f:
+                out[r] = (p.returncode, json.load(f), stdout + stderr)
+        return out
+
+    def ids(self, res):
+        return [f["id"] for f in res[0][1]["findings"]]
+
+    def test_healthy_each_host_on_its_own_address(self):
+        res = self.run_job()
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}")
+        members = {m["rank"]: m for m in res[0][1]["members"]}
+        for r in range(WORLD):
+            nif = members[r]["nccl_if"]
+            self.assertEqual((nif["state"], nif["name"], nif["address"]),
+                             ("found", "eth0", f"198.18.0.{r // PER_HOST + 1}"))
+            self.assertEqual(nif["rule"], "default order: ^docker,lo,virbr")
+            self.assertEqual(nif["socket"], [f"eth0 198.18.0.{r // PER_HOST + 1}"])
+        self.assertIn("nccl if", res[0][2])
+        self.assertIn("eth0 198.18.0.2", res[0][2])
+
+    def test_a_bridge_with_one_address_on_every_host(self):
+        # Made inside each namespace after its eth0 came in, the bridge has the lower
+        # interface index: getifaddrs lists it first, and NCCL's default order
+        # ("^docker,lo,virbr") takes it. A veth on it gives it a carrier (IFF_RUNNING).
+        def bridge(ns, i):
+            ip("-n", ns, "link", "add", "br-5f2a", "type", "bridge")
+            ip("-n", ns, "link", "add", "veth5f2a", "type", "veth", "peer", "name", "veth5f2b")
+            ip("-n", ns, "link", "set", "veth5f2a", "master", "br-5f2a")
+            for dev in ("veth5f2a", "veth5f2b", "br-5f2a"):
+                ip("-n", ns, "link", "set", dev, "up")
+            ip("-n", ns, "addr", "add", "198.19.255.1/24", "dev", "br-5f2a")
+        res = self.run_job(decorate=bridge)
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-interface-shared-address"])
+        f = res[0][1]["findings"][0]
+        self.assertEqual(f["hosts"], ["h0", "h1", "h2"])
+        self.assertEqual(
+            f["message"],
+            "h0, h1 and h2 would bootstrap NCCL from the same address 198.19.255.1 (interface "
+            "br-5f2a, by default order: ^docker,lo,virbr): each host that connects to it "
+            "reaches itself, and NCCL's init hangs")
+        self.assertIn("NCCL_SOCKET_IFNAME", f["hint"])
+
+    def test_nccl_socket_ifname_lo_on_three_hosts(self):
+        res = self.run_job(host_env={h: {"NCCL_SOCKET_IFNAME": "lo"} for h in range(HOSTS)})
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-interface-loopback"])
+        self.assertIn("NCCL would bootstrap from loopback (lo 127.0.0.1, by NCCL_SOCKET_IFNAME=lo) "
+                      "on h0, h1 and h2, in a job across 3 hosts",
+                      res[0][1]["findings"][0]["message"])
+
+    def test_a_link_local_only_interface_chosen(self):
+        # On h1 an "ib0" with only its IPv6 link-local address: NCCL's default order
+        # tries "ib" first, and takes it.
+        def ib(ns, i):
+            if i != 1:
+                return
+            ip("-n", ns, "link", "add", "ib0", "type", "veth", "peer", "name", "vpeer")
+            ip("-n", ns, "link", "set", "ib0", "up")
+            ip("-n", ns, "link", "set", "vpeer", "up")
+        res = self.run_job(decorate=ib)
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-interface-link-local"])
+        f = res[0][1]["findings"][0]
+        self.assertEqual((f["hosts"], f["ranks"]), (["h1"], [2, 3]))
+        self.assertRegex(f["message"], r"^NCCL would bootstrap from the link-local address "
+                                       r"ib0 fe80::[0-9a-f:]+ on h1 \(ranks 2-3, by default "
+                                       r"order: ib\)")
+
+    def test_an_ifname_that_matches_nothing_on_one_host(self):
+        def rename(ns, i):
+            if i == 2:  # h2's NIC has another name
+                ip("-n", ns, "link", "set", "eth0", "down")
+                ip("-n", ns, "link", "set", "eth0", "name", "ens5")
+                ip("-n", ns, "link", "set", "ens5", "up")
+        res = self.run_job(host_env={h: {"NCCL_SOCKET_IFNAME": "eth"} for h in range(HOSTS)},
+                           decorate=rename)
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-ifname-missing"])  # not nccl-no-interface too
+        self.assertEqual(res[0][1]["findings"][0]["hosts"], ["h2"])
+        nif = {m["rank"]: m["nccl_if"] for m in res[0][1]["members"]}
+        self.assertEqual((nif[4]["state"], nif[4]["error"]),
+                         ("none", "Bootstrap : no socket interface found"))
+
+    def test_nccl_conf_on_one_host_only(self):
+        # h1's ~/.nccl.conf (NCCL reads it under the environment) pins NCCL to lo.
+        home = os.path.join(self.tmp.name, "home-h1")
+        os.makedirs(home)
+        with open(os.path.join(home, ".nccl.conf"), "w") as f:
+            f.write("# set by an old image\nNCCL_SOCKET_IFNAME=lo\n")
+        res = self.run_job(host_env={1: {"HOME": home}})
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-interface-loopback", "env-mismatch"])
+        lo, env = res[0][1]["findings"]
+        self.assertEqual(lo["hosts"], ["h1"])
+        self.assertIn(f"by NCCL_SOCKET_IFNAME=lo (from {home}/.nccl.conf)", lo["message"])
+        self.assertEqual(env["message"],
+                         f"NCCL_SOCKET_IFNAME differs: unset for ranks 0-1,4-5 on h0 and h2; "
+                         f"lo (from {home}/.nccl.conf) for ranks 2-3 on h1")
+        m2 = next(m for m in res[0][1]["members"] if m["rank"] == 2)
+        self.assertEqual(m2["env"]["NCCL_SOCKET_IFNAME"], "lo")
+        self.assertEqual(m2["env_sources"], {"NCCL_SOCKET_IFNAME": f"{home}/.nccl.conf"})
+
+    def test_nccl_comm_id_not_on_rank_0s_host(self):
+        res = self.run_job(host_env={h: {"NCCL_COMM_ID": "198.18.0.2:29600"}
+                                     for h in range(HOSTS)})
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 3, f"rank {r}: {out}")
+        self.assertEqual(self.ids(res), ["nccl-comm-id-mismatch"])
+        self.assertEqual(
+            res[0][1]["findings"][0]["message"],
+            "NCCL_COMM_ID=198.18.0.2:29600 is not an address of rank 0's host h0 (which would use "
+            "eth0 198.18.0.1): rank 0 creates NCCL's bootstrap root there, and no rank can reach "
+            "it")
+
+    def test_nccl_comm_id_on_rank_0s_host_passes(self):
+        res = self.run_job(host_env={h: {"NCCL_COMM_ID": "198.18.0.1:29600"}
+                                     for h in range(HOSTS)})
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}")
+        nif = res[0][1]["members"][0]["nccl_if"]
+        self.assertEqual(nif["rule"], "NCCL_COMM_ID=198.18.0.1:29600: the interface in "
+                                      "198.18.0.1's subnet")
+
+
+if __name__ == "__main__":
+    unittest.main()
