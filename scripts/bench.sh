@@ -19,3 +19,47 @@ printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "wall: min %
 echo
 echo "== rendezvous with many members (one master process, members simulated by one loadgen process)"
 /usr/bin/python3 scripts/bench_rendezvous.py "${@:-1000 4000 16000}"
+
+echo
+echo "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
+logdir=$(mktemp -d)
+trap 'rm -rf "$logdir"' EXIT
+/usr/bin/python3 - "$logdir/seed.log" <<'PY'
+import random, sys
+random.seed(7)
+lines = []
+for i in range(40000):
+    r = random.randrange(64)
+    host = f"gpu-{r // 8:02d}"
+    kind = i % 4
+    if kind == 0:
+        lines.append(f"[rank{r}]:{host}:{4000 + r}:{4100 + r} [{r % 8}] NCCL INFO Channel {i % 32:02d}/0 : {r}[{r % 8}] -> {(r + 1) % 64}[{(r + 1) % 8}] via P2P/IPC/read")
+    elif kind == 1:
+        lines.append(f"[rank{r}]:[I1130 11:02:{i % 60:02d}.123456 {4000 + r} train.py:88] step {i} loss {random.random():.4f} lr 3.0e-4 tokens/s 181234")
+    elif kind == 2:
+        lines.append(f"{r}: epoch 3 step {i} grad_norm {random.random():.3f} throughput 412.5 samples/s")
+    else:
+        lines.append(f"[default{r % 8}]:{host}:{4000 + r}:{4100 + r} [{r % 8}] NCCL INFO comm 0x55f0 rank {r} nRanks 64 nNodes 8 localRanks 8 localRank {r % 8} MNNVL 0")
+with open(sys.argv[1], "w") as f:
+    f.write("\n".join(lines) + "\n")
+PY
+seed_bytes=$(stat -c %s "$logdir/seed.log")
+copies=$(( (1 << 30) / seed_bytes ))
+{
+  for _ in $(seq $((copies / 2))); do cat "$logdir/seed.log"; done
+  echo "[rank13]:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+  echo "[rank2]:[E1130 11:20:01.1 ProcessGroupNCCL.cpp:607] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600026 milliseconds before timing out."
+  for _ in $(seq $((copies - copies / 2))); do cat "$logdir/seed.log"; done
+} >"$logdir/job.log"
+size=$(stat -c %s "$logdir/job.log")
+t0=$(date +%s%N)
+if [[ -x /usr/bin/time ]]; then
+  /usr/bin/time -f '%M' -o "$logdir/rss" build/rankcheck diagnose --json "$logdir/job.log" >"$logdir/out.json" || true
+else
+  build/rankcheck diagnose --json "$logdir/job.log" >"$logdir/out.json" || true
+fi
+t1=$(date +%s%N)
+ms=$(( (t1 - t0) / 1000000 ))
+first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json")
+awk -v b="$size" -v ms="$ms" -v rss="$(cat "$logdir/rss" 2>/dev/null || echo 0)" -v first="$first" \
+  'BEGIN {printf "%.2f GiB in %.2f s (%.0f MiB/s), peak memory %.1f MiB; first finding: %s\n", b/2^30, ms/1000, b/2^20/(ms/1000), rss/1024, first}'

@@ -7,7 +7,7 @@ set -euo pipefail
 
 profile=${1:-build}
 build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
-            nlohmann-json3-dev libssl-dev)
+            nlohmann-json3-dev libssl-dev zlib1g-dev)
 # The release build: clang and lld against a Debian 11 root that debootstrap makes;
 # objcopy and objdump (binutils) split the debug info and read the glibc versions;
 # ccache keeps its objects across clean clones.

@@ -21,6 +21,8 @@ struct Command {
 Command add_run(CLI::App& root, const EnvMap& env);
 Command add_env(CLI::App& root, const EnvMap& env);
 Command add_local(CLI::App& root, const EnvMap& env);
+/// `rankcheck diagnose LOGS...`: the initiating failure in a failed job's logs.
+Command add_diagnose(CLI::App& root, const EnvMap& env);
 
 /// --rank, --world-size, ... : strings, so that the identity parser names a bad value.
 void add_identity_flags(CLI::App& app, Flags& flags);

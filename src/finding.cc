@@ -56,6 +56,10 @@ constexpr FindingKind kCatalog[] = {
     {kNcclCommIdMismatch, "nccl-comm-id-mismatch", kE, ec::kMismatch,
      "give every rank the same NCCL_COMM_ID, an address:port of rank 0's host, or unset it "
      "(PyTorch and most launchers do not need it)"},
+    {kNcclPathBlocked, "nccl-path-blocked", kE, ec::kMismatch,
+     "open the ephemeral port range between the hosts (or narrow it with "
+     "net.ipv4.ip_local_port_range and open that), or set NCCL_SOCKET_IFNAME to the interface "
+     "that routes between the hosts"},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "
@@ -142,6 +146,22 @@ constexpr FindingKind kCatalog[] = {
      "each process's --timeout counts from its own start: find why those processes started "
      "late (a slow node, a container image pull), or give every process the job's start in "
      "RANKCHECK_START_TIME so that they share one deadline"},
+    {kProcessDied, "process-died", kE, ec::kIncomplete,
+     "read the error the process died of (shown as evidence); a process killed without one "
+     "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "
+     "and the job's memory limit on that host"},
+    {kPeerFailed, "peer-failed", kE, ec::kIncomplete,
+     "no peer shows an error of its own: look for a process that died silently (dmesg, the "
+     "scheduler's log) and check the network between the hosts named"},
+    {kCollectiveDesync, "collective-desync", kE, ec::kGpu,
+     "the ranks named did not issue the same collective as the others: look for a branch that "
+     "only some ranks take (a condition on the rank, uneven data, an early exit)"},
+    {kCollectiveTimeout, "collective-timeout", kE, ec::kGpu,
+     "every rank entered the collective and none finished: check the network between the hosts "
+     "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the GPUs (dmesg for Xid errors)"},
+    {kJobCancelled, "job-cancelled", kE, ec::kIncomplete,
+     "the scheduler ended the job (time limit, pre-emption, node failure, scancel): what the "
+     "ranks printed afterwards is a consequence; raise the time limit or find what hung before it"},
 };
 
 // FindingId indexes the table: a row out of place is a build error.
@@ -152,7 +172,7 @@ constexpr bool in_order() {
   return true;
 }
 static_assert(in_order(), "kCatalog rows must follow FindingId's order");
-static_assert(std::size(kCatalog) == static_cast<size_t>(kLateStart) + 1,
+static_assert(std::size(kCatalog) == static_cast<size_t>(kJobCancelled) + 1,
               "every FindingId has a row");
 
 }  // namespace

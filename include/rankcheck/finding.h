@@ -55,6 +55,7 @@ enum class FindingId {
   kNcclInterfaceLinkLocal,
   kNcclInterfaceSharedAddress,
   kNcclCommIdMismatch,
+  kNcclPathBlocked,
   kDuplicateGpu,
   kNcclVersionMismatch,
   kCudaDriverMissing,
@@ -84,6 +85,12 @@ enum class FindingId {
   kMasterListenFailed,
   kConnectionFlood,
   kLateStart,
+  // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
+  kProcessDied,
+  kPeerFailed,
+  kCollectiveDesync,
+  kCollectiveTimeout,
+  kJobCancelled,
 };
 
 /// One row of the catalogue.

@@ -1,0 +1,114 @@
+#pragma once
+// What the parts of `rankcheck diagnose` share: the literal prefilter, one matched
+// message, and what is known once the lines are read. Private to src/diagnose/.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <rankcheck/diagnose.h>
+
+namespace rankcheck::diagnose {
+
+/// Which catalogue rows' literals occur in a text: one pass of an Aho-Corasick
+/// automaton over all literals, before any regex runs.
+class Prefilter {
+ public:
+  using Mask = std::array<uint64_t, 2>;  ///< one bit per catalogue row (at most 128)
+  explicit Prefilter(std::span<const Pattern> rows);
+  /// Sets the bits of the rows whose literal occurs in `text`; true when any does.
+  bool scan(std::string_view text, Mask& hits) const;
+
+ private:
+  std::vector<uint16_t> delta_;     ///< state * 256 + byte -> state
+  std::vector<Mask> out_;           ///< rows whose literal ends in each state
+  std::vector<uint8_t> terminal_;   ///< out_ is not empty
+};
+
+/// A line shown as evidence is cut to this many bytes.
+inline constexpr size_t kEvidenceBytes = 300;
+
+/// One matched message: its row, what it pulled out, who printed it, where.
+struct Match {
+  size_t row = 0;
+  std::array<std::string, kFieldCount> field;
+  Origin origin;
+  uint32_t source = 0;  ///< index into the sources' names
+  uint64_t line = 0;
+  uint64_t seq = 0;     ///< position in the whole input
+  std::string text;     ///< the line, printable, cut
+
+  const std::string& get(Field f) const { return field[static_cast<size_t>(f)]; }
+};
+
+/// A number from a field, or -1.
+long number(const std::string& s);
+
+/// A message remembered for the report: where it was and what it said.
+struct Note {
+  size_t row = 0;
+  std::string detail;
+  Evidence evidence;
+  uint64_t seq = 0;
+  std::string time;
+};
+
+/// What one process did, as far as the logs say.
+struct Proc {
+  long rank = -1, local_rank = -1, pid = -1;
+  std::string host;
+  std::optional<Note> own;         ///< the first error of its own
+  std::optional<Note> downstream;  ///< the first error that points elsewhere
+  std::optional<Note> waiting;     ///< it waited for peers
+  std::optional<Note> died;        ///< a launcher's record of its end
+  std::optional<Note> timeout;     ///< a collective timed out on it
+  long exit = 0, signal = 0;
+  long seq_no = -1, enqueued = -1;
+  std::string op;
+  bool killed_by_launcher = false;
+  bool unattributed = false;       ///< a file's lines that no prefix attributes
+};
+
+/// Errors of one finding id, grouped over the ranks and hosts that printed them.
+struct Group {
+  FindingId id{};
+  std::set<long> ranks;
+  std::set<std::string> hosts;
+  std::vector<Evidence> evidence;
+  Note first;
+  std::string detail;  ///< what the first one said
+  uint64_t count = 0;
+};
+
+/// Everything the lines said, bounded by the ranks, hosts and findings seen.
+struct Knowledge {
+  std::vector<std::string> sources;
+  std::map<std::string, Proc> procs;
+  std::map<FindingId, Group> setup;
+  std::map<FindingId, Group> pointers;
+  std::vector<Note> external;
+  std::optional<std::pair<std::string, Note>> rankcheck;  ///< its first verdict's id
+  std::map<long, long> world_by_rank;  ///< the world size each rank waited for
+  long world = -1, joined = -1;
+  std::optional<Note> absent_first;    ///< the first "waited for peers" message
+  std::set<long> killed_pids;
+  std::map<long, long> rank_of_pid;
+  std::map<std::string, long> rank_of_local;  ///< "host|local" and "|local"
+  std::set<long> ranks_seen;
+  std::set<std::string> hosts_seen;
+  uint8_t launchers = 0;
+  bool rankcheck_seen = false;
+  uint64_t dropped = 0;  ///< messages not kept once the bounds were reached
+
+  /// A line attributed to a process: it was there.
+  void seen(const Origin& o);
+  void add(const Match& m);
+  Diagnosis conclude();
+};
+
+}  // namespace rankcheck::diagnose

@@ -1,0 +1,277 @@
+// Line prefixes: who printed a line, peeled off its front by hand (every line of
+// the input passes here, so no regex), and the literal prefilter.
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <stdexcept>
+
+#include "internal.h"
+
+namespace rankcheck::diagnose {
+namespace {
+
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// Digits at `p`, at most `max`; their count (0: none). `value` gets the number.
+size_t digits(std::string_view s, size_t p, size_t max, long& value) {
+  size_t n = 0;
+  long v = 0;
+  while (p + n < s.size() && n < max && digit(s[p + n])) {
+    v = v * 10 + (s[p + n] - '0');
+    ++n;
+  }
+  if (n > 0) value = v;
+  return n;
+}
+
+bool starts(std::string_view s, size_t p, std::string_view what) {
+  return s.size() >= p + what.size() && s.compare(p, what.size(), what) == 0;
+}
+
+bool host_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+}
+
+// "[default3]:" / "[trainer12]:" (a local rank) or "[rank3]:" (a global rank).
+size_t torchrun_prefix(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[")) return 0;
+  size_t q = p + 1;
+  while (q < s.size() && q - p < 40 && (std::isalpha(static_cast<unsigned char>(s[q])) || s[q] == '_'))
+    ++q;
+  if (q == p + 1) return 0;
+  long v = -1;
+  size_t n = digits(s, q, 7, v);
+  if (n == 0 || !starts(s, q + n, "]:")) return 0;
+  if (s.substr(p + 1, q - p - 1) == "rank") {
+    out.rank = v;
+  } else {
+    out.local_rank = v;
+  }
+  out.launchers |= Prefix::kTorchrun;
+  return q + n + 2 - p;
+}
+
+// Open MPI --tag-output: "[1,3]<stdout>:".
+size_t mpirun_prefix(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[")) return 0;
+  long job = -1, rank = -1;
+  size_t n = digits(s, p + 1, 10, job);
+  if (n == 0 || !starts(s, p + 1 + n, ",")) return 0;
+  size_t m = digits(s, p + 2 + n, 8, rank);
+  size_t q = p + 2 + n + m;
+  if (m == 0 || !starts(s, q, "]<")) return 0;
+  size_t close = s.find(">:", q);
+  if (close == std::string_view::npos || close - q > 10) return 0;
+  out.rank = rank;
+  out.launchers |= Prefix::kMpirun;
+  return close + 2 - p;
+}
+
+// "[2025-03-01 12:00:00] " (NCCL 2.26+), "[2024-07-25 06:36:18,293] " (torchrun's
+// agent, 2.1-2.3), "[E1130 11:02:10.123456 123 file.cpp:42] " (glog, bracketed),
+// "[E ProcessGroupNCCL.cpp:737] " (old glog).
+size_t bracket_stamp(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[") || p + 3 >= s.size()) return 0;
+  size_t close = s.find(']', p);
+  if (close == std::string_view::npos || close - p > 120) return 0;
+  long v = 0;
+  bool dated = digits(s, p + 1, 4, v) == 4 && starts(s, p + 5, "-");
+  char sev = s[p + 1];
+  bool glog = (sev == 'I' || sev == 'W' || sev == 'E' || sev == 'F') &&
+              ((digits(s, p + 2, 4, v) == 4 && starts(s, p + 6, " ")) || starts(s, p + 2, " "));
+  if (!dated && !glog) return 0;
+  std::string_view inner = s.substr(p + 1, close - p - 1);
+  if (dated) {
+    out.time = inner;
+  } else if (inner.size() > 6 && digit(inner[1])) {
+    size_t sp = inner.find(' ', 6);
+    out.time = inner.substr(0, sp);
+  }
+  size_t end = close + 1;
+  if (starts(s, end, " ")) ++end;
+  return end - p;
+}
+
+// The Python logger of torch 2.4+ and glog without brackets:
+// "W1010 11:39:41.458000 140602427192448 torch/distributed/run.py:757] ".
+size_t bare_glog(std::string_view s, size_t p, Prefix& out) {
+  if (p + 6 >= s.size()) return 0;
+  char sev = s[p];
+  long v = 0;
+  if ((sev != 'I' && sev != 'W' && sev != 'E' && sev != 'F') || digits(s, p + 1, 4, v) != 4 ||
+      !starts(s, p + 5, " ") || !digit(s[p + 6]))
+    return 0;
+  size_t close = s.find("] ", p);
+  if (close == std::string_view::npos || close - p > 160) return 0;
+  size_t sp = s.find(' ', p + 6);
+  out.time = s.substr(p, sp - p);
+  return close + 2 - p;
+}
+
+// NCCL: "host:pid:tid [dev] ".
+size_t nccl_prefix(std::string_view s, size_t p, Prefix& out) {
+  size_t q = p;
+  while (q < s.size() && q - p < 128 && host_char(s[q]))
+    ++q;
+  if (q == p || !starts(s, q, ":")) return 0;
+  long pid = -1, tid = -1, dev = -1;
+  size_t n = digits(s, q + 1, 10, pid);
+  if (n == 0 || !starts(s, q + 1 + n, ":")) return 0;
+  size_t m = digits(s, q + 2 + n, 12, tid);
+  size_t r = q + 2 + n + m;
+  if (m == 0 || !starts(s, r, " [")) return 0;
+  size_t k = digits(s, r + 2, 4, dev);
+  if (k == 0 || !starts(s, r + 2 + k, "] ")) return 0;
+  out.host = s.substr(p, q - p);
+  out.pid = pid;
+  return r + 4 + k - p;
+}
+
+// srun --label: "12: " (right-aligned with spaces to the widest task id).
+size_t srun_label(std::string_view s, size_t p, Prefix& out) {
+  size_t q = p;
+  while (q < s.size() && q - p < 8 && s[q] == ' ')
+    ++q;
+  long v = -1;
+  size_t n = digits(s, q, 7, v);
+  if (n == 0 || !starts(s, q + n, ": ")) return 0;
+  out.rank = v;
+  out.launchers |= Prefix::kSrun;
+  return q + n + 2 - p;
+}
+
+// pdsh / DeepSpeed: "host: " where host is a lower-case name or an address with a
+// digit in it ("gpu-07: ", "10.0.0.3: "), so that "srun: " or "ValueError: " is not one.
+size_t pdsh_prefix(std::string_view s, size_t p, Prefix& out) {
+  size_t q = p;
+  bool has_digit = false;
+  while (q < s.size() && q - p < 64) {
+    char c = s[q];
+    if (digit(c)) {
+      has_digit = true;
+    } else if (!((c >= 'a' && c <= 'z') || c == '.' || c == '-' || c == '_')) {
+      break;
+    }
+    ++q;
+  }
+  if (q == p || !has_digit || !starts(s, q, ": ")) return 0;
+  out.host = s.substr(p, q - p);
+  out.launchers |= Prefix::kPdsh;
+  return q + 2 - p;
+}
+
+}  // namespace
+
+Prefix parse_prefix(std::string_view line) {
+  Prefix out;
+  size_t p = 0;
+  // Prefixes nest in any order (srun's label outside torchrun's, a stamp inside);
+  // a few rounds take them all.
+  for (int round = 0; round < 8 && p < line.size(); ++round) {
+    size_t n = 0;
+    char c = line[p];
+    if (c == '[') {
+      if ((n = torchrun_prefix(line, p, out)) == 0 && (n = mpirun_prefix(line, p, out)) == 0)
+        n = bracket_stamp(line, p, out);
+    } else if (c == ' ' || c == '\t' || digit(c)) {
+      n = srun_label(line, p, out);
+      if (n == 0 && !digit(c)) {  // an indented line: its prefixes follow the blanks
+        while (p + n < line.size() && (line[p + n] == ' ' || line[p + n] == '\t'))
+          ++n;
+        if (round > 0 || p + n == line.size()) n = 0;
+      }
+      if (n == 0 && digit(c)) {
+        if ((n = nccl_prefix(line, p, out)) == 0) n = pdsh_prefix(line, p, out);
+      }
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      if ((n = bare_glog(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
+        n = pdsh_prefix(line, p, out);
+    }
+    if (n == 0) break;
+    p += n;
+  }
+  out.body = p;
+  return out;
+}
+
+size_t next_process_prefix(std::string_view line, size_t from) {
+  for (size_t p = line.find('[', from); p != std::string_view::npos; p = line.find('[', p + 1)) {
+    Prefix scratch;
+    if (torchrun_prefix(line, p, scratch) > 0 || mpirun_prefix(line, p, scratch) > 0) return p;
+  }
+  return std::string_view::npos;
+}
+
+// -- the prefilter ------------------------------------------------------------
+
+Prefilter::Prefilter(std::span<const Pattern> rows) {
+  if (rows.size() > 128) throw std::length_error("prefilter: more than 128 catalogue rows");
+  // The trie, then failure links breadth first, then the full transition table.
+  std::vector<std::array<int32_t, 256>> go(1);
+  go[0].fill(-1);
+  out_.assign(1, Mask{});
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string_view lit = rows[r].literal;
+    if (lit.empty()) continue;
+    size_t s = 0;
+    for (char ch : lit) {
+      auto c = static_cast<unsigned char>(ch);
+      if (go[s][c] < 0) {
+        go[s][c] = static_cast<int32_t>(go.size());
+        go.emplace_back().fill(-1);
+        out_.emplace_back();
+      }
+      s = static_cast<size_t>(go[s][c]);
+    }
+    out_[s][r / 64] |= uint64_t{1} << (r % 64);
+  }
+  if (go.size() > 65535) throw std::length_error("prefilter: too many states");
+  std::vector<size_t> fail(go.size(), 0);
+  delta_.assign(go.size() * 256, 0);
+  std::deque<size_t> queue;
+  for (size_t c = 0; c < 256; ++c) {
+    if (go[0][c] > 0) {
+      queue.push_back(static_cast<size_t>(go[0][c]));
+      delta_[c] = static_cast<uint16_t>(go[0][c]);
+    }
+  }
+  while (!queue.empty()) {
+    size_t s = queue.front();
+    queue.pop_front();
+    out_[s][0] |= out_[fail[s]][0];
+    out_[s][1] |= out_[fail[s]][1];
+    for (size_t c = 0; c < 256; ++c) {
+      if (go[s][c] > 0) {
+        size_t t = static_cast<size_t>(go[s][c]);
+        fail[t] = delta_[fail[s] * 256 + c];
+        delta_[s * 256 + c] = static_cast<uint16_t>(t);
+        queue.push_back(t);
+      } else {
+        delta_[s * 256 + c] = delta_[fail[s] * 256 + c];
+      }
+    }
+  }
+  terminal_.resize(go.size());
+  for (size_t s = 0; s < go.size(); ++s)
+    terminal_[s] = (out_[s][0] | out_[s][1]) != 0;
+}
+
+bool Prefilter::scan(std::string_view text, Mask& hits) const {
+  size_t s = 0;
+  bool any = false;
+  const uint16_t* delta = delta_.data();
+  for (char ch : text) {
+    s = delta[s * 256 + static_cast<unsigned char>(ch)];
+    if (terminal_[s]) {
+      hits[0] |= out_[s][0];
+      hits[1] |= out_[s][1];
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace rankcheck::diagnose

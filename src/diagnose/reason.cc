@@ -1,0 +1,258 @@
+// From what the lines said to findings, once the input has ended.
+//
+// The rules, in the order they decide:
+// 1. An error about a rank's own setup (a shared GPU, no socket interface, a port
+//    in use) is initiating wherever and whenever it appears: no peer can cause it.
+// 2. A process that died of an error of its own is initiating; one that died after
+//    an error pointing elsewhere (a peer gone, a wait for peers) or that its
+//    launcher stopped (torchrun's SIGTERM list) is downstream.
+// 3. Ranks waited for peers that never came: the peers are the ranks that show no
+//    error of their own and no wait, or that never printed at all.
+// 4. Collective timeouts whose SeqNum or OpType differ between ranks, or one rank
+//    alone timing out, are a desync; all alike, with nothing else, a hang.
+// 5. A message pointing at a peer is downstream of any initiating finding; alone,
+//    it is a peer that failed without a trace (or the network).
+// 6. The scheduler ending the job is initiating; what follows it is downstream.
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include <rankcheck/text.h>
+
+#include "internal.h"
+
+namespace rankcheck::diagnose {
+namespace {
+
+constexpr size_t kMaxProcs = 1 << 20;
+constexpr size_t kMaxEvidence = 3;
+constexpr size_t kMaxPids = 1 << 16;
+
+std::string key_of(const Origin& o, uint32_t source) {
+  if (o.rank >= 0) return fmt::format("r{}", o.rank);
+  if (o.local_rank >= 0) return fmt::format("l{}|{}", o.host, o.local_rank);
+  if (o.pid >= 0) return fmt::format("p{}|{}", o.host, o.pid);
+  return fmt::format("?{}", source);
+}
+
+// Ranks from Slurm's "0-3,5".
+std::vector<long> expand_tasks(const std::string& tasks) {
+  std::vector<long> out;
+  size_t p = 0;
+  while (p < tasks.size() && out.size() < 4096) {
+    size_t comma = tasks.find(',', p);
+    std::string part = tasks.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+    size_t dash = part.find('-');
+    long a = number(part.substr(0, dash));
+    long b = dash == std::string::npos ? a : number(part.substr(dash + 1));
+    for (long r = a; r >= 0 && r <= b && out.size() < 4096; ++r)
+      out.push_back(r);
+    if (comma == std::string::npos) break;
+    p = comma + 1;
+  }
+  return out;
+}
+
+void keep_first(std::optional<Note>& slot, const Note& n) {
+  if (!slot || n.seq < slot->seq) slot = n;
+}
+
+void add_evidence(Group& g, const Note& n, const std::string& detail) {
+  if (g.count++ == 0) {
+    g.first = n;
+    g.detail = detail;
+  }
+  if (g.evidence.size() < kMaxEvidence) g.evidence.push_back(n.evidence);
+}
+
+}  // namespace
+
+long number(const std::string& s) {
+  if (s.empty()) return -1;
+  size_t i = s[0] == '-' ? 1 : 0;
+  if (i == s.size() || s.size() > 18) return -1;
+  long v = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return s[0] == '-' ? -v : v;
+}
+
+void Knowledge::seen(const Origin& o) {
+  if (o.rank >= 0 && ranks_seen.size() < kMaxProcs) ranks_seen.insert(o.rank);
+  std::string key = key_of(o, 0);
+  if (procs.size() >= kMaxProcs && !procs.count(key)) return;
+  Proc& p = procs[key];
+  p.rank = o.rank;
+  p.local_rank = o.local_rank;
+  if (p.host.empty()) p.host = o.host;
+}
+
+void Knowledge::add(const Match& m) {
+  const Pattern& row = catalogue()[m.row];
+  Origin o = m.origin;
+  auto field = [&](Field f) -> const std::string& { return m.get(f); };
+  bool about_the_dead = row.cls == MessageClass::kProcessDied;
+  auto take = [&](Field f, long& slot) {
+    long v = number(field(f));
+    if (v >= 0 && (about_the_dead || slot < 0)) slot = v;
+  };
+  take(Field::kRank, o.rank);
+  take(Field::kLocalRank, o.local_rank);
+  take(Field::kPid, o.pid);
+  if (!field(Field::kHost).empty() && (about_the_dead || o.host.empty()) &&
+      row.cls != MessageClass::kPeerPointer)
+    o.host = field(Field::kHost);
+  if (about_the_dead) {  // a launcher's line is not the dead process's own
+    if (number(field(Field::kRank)) < 0 && number(field(Field::kLocalRank)) >= 0) o.rank = -1;
+  }
+
+  Note note;
+  note.row = m.row;
+  note.evidence = {sources[m.source], m.line, m.text};
+  note.seq = m.seq;
+  note.time = o.time;
+  std::string detail = field(Field::kDetail);
+  if (row.name == "python_exception") detail = field(Field::kId) + ": " + detail;
+  if (row.name == "gloo_address_size")
+    detail = fmt::format("gloo's address exchange got a peer's list of {} bytes where {} were "
+                         "expected, so the ranks count different peers",
+                         field(Field::kId), detail);
+  if (detail.empty()) detail = std::string(row.literal);
+  note.detail = printable(detail, 200);
+
+  auto proc = [&](const Origin& at) -> Proc* {
+    std::string key = key_of(at, m.source);
+    if (procs.size() >= kMaxProcs && !procs.count(key)) {
+      ++dropped;
+      return nullptr;
+    }
+    Proc& p = procs[key];
+    if (at.rank >= 0) p.rank = at.rank;
+    if (at.local_rank >= 0) p.local_rank = at.local_rank;
+    if (at.pid >= 0) p.pid = at.pid;
+    if (p.host.empty()) p.host = at.host;
+    p.unattributed = key[0] == '?';
+    if (at.rank >= 0) ranks_seen.insert(at.rank);
+    return &p;
+  };
+  if (row.component == "torchrun") launchers |= Prefix::kTorchrun;
+  if (row.component == "Slurm") launchers |= Prefix::kSrun;
+  if (row.component == "Open MPI") launchers |= Prefix::kMpirun;
+  if (!o.host.empty() && hosts_seen.size() < 4096 && row.cls != MessageClass::kPeerPointer)
+    hosts_seen.insert(o.host);
+
+  using enum MessageClass;
+  switch (row.cls) {
+    case kRankcheck: {
+      rankcheck_seen = true;
+      std::string id = field(Field::kId);
+      if (id.empty()) id = "missing-rank";
+      if (!find_finding_kind(id) || rankcheck) break;
+      note.detail = printable(field(Field::kDetail), 400);
+      rankcheck = std::make_pair(id, note);
+      break;
+    }
+    case kSetup: {
+      Group& g = setup[row.finding];
+      g.id = row.finding;
+      if (o.rank >= 0) g.ranks.insert(o.rank);
+      for (Field f : {Field::kRank, Field::kRank2}) {
+        if (row.finding == FindingId::kDuplicateGpu && number(field(f)) >= 0)
+          g.ranks.insert(number(field(f)));
+      }
+      if (!o.host.empty()) g.hosts.insert(o.host);
+      add_evidence(g, note, note.detail);
+      if (row.name == "torch_address_in_use" && !field(Field::kPort).empty() && g.count == 1)
+        g.detail = field(Field::kPort);
+      if (Proc* p = proc(o)) keep_first(p->own, note);
+      break;
+    }
+    case kExternalEnd: {
+      if (row.name == "slurm_cancelled") {
+        note.detail = fmt::format("the scheduler cancelled {} on {} at {}{}", field(Field::kId),
+                                  field(Field::kHost), field(Field::kDetail),
+                                  field(Field::kOp).empty() ? "" : " " + field(Field::kOp));
+        note.detail = printable(note.detail, 200);
+        if (field(Field::kOp).find("TASK FAILURE") != std::string::npos) note.row = SIZE_MAX;
+      } else {
+        note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
+                                  field(Field::kSignal));
+      }
+      if (external.size() < 16) external.push_back(note);
+      break;
+    }
+    case kProcessDied: {
+      std::vector<long> ranks = expand_tasks(field(Field::kTasks));
+      if (ranks.empty()) ranks.push_back(o.rank);
+      long exit = number(field(Field::kExit));
+      long sig = number(field(Field::kSignal));
+      if (exit < -1) {  // torchrun: -N is signal N
+        sig = -exit;
+        exit = -1;
+      }
+      std::string what = field(Field::kDetail);
+      if (row.name == "srun_task_exit" && what.rfind("Exited", 0) != 0) {
+        if (what.find("Killed") != std::string::npos) sig = 9;
+        if (what.find("Segmentation") != std::string::npos) sig = 11;
+        if (what.find("Aborted") != std::string::npos) sig = 6;
+      }
+      if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
+        if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;
+        if (o.local_rank >= 0 && rank_of_local.size() < kMaxPids) {
+          rank_of_local[fmt::format("{}|{}", o.host, o.local_rank)] = o.rank;
+          rank_of_local[fmt::format("|{}", o.local_rank)] = o.rank;
+        }
+      }
+      for (long r : ranks) {
+        Origin at = o;
+        at.rank = r;
+        Proc* p = proc(at);
+        if (!p) continue;
+        keep_first(p->died, note);
+        if (exit > 0 && p->exit <= 0) p->exit = exit;
+        if (sig > 0 && p->signal <= 0) p->signal = sig;
+      }
+      break;
+    }
+    case kOwnError:
+      if (Proc* p = proc(o)) keep_first(p->own, note);
+      break;
+    case kPeersAbsent: {
+      long world_n = number(field(Field::kWorld));
+      long joined_n = number(field(Field::kJoined));
+      if (world_n > 0) world = std::max(world, world_n);
+      if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
+      if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids) world_by_rank[o.rank] = world_n;
+      keep_first(absent_first, note);
+      if (Proc* p = proc(o)) keep_first(p->waiting, note);
+      break;
+    }
+    case kPeerPointer: {
+      Group& g = pointers[row.finding];
+      g.id = row.finding;
+      if (o.rank >= 0) g.ranks.insert(o.rank);
+      if (!field(Field::kHost).empty()) g.hosts.insert(field(Field::kHost));
+      add_evidence(g, note, note.detail);
+      if (Proc* p = proc(o)) keep_first(p->downstream, note);
+      break;
+    }
+    case kCollectiveTimeout:
+      if (Proc* p = proc(o)) {
+        keep_first(p->timeout, note);
+        if (number(field(Field::kSeq)) >= 0) p->seq_no = number(field(Field::kSeq));
+        if (!field(Field::kOp).empty()) p->op = field(Field::kOp);
+        if (number(field(Field::kEnqueued)) >= 0) p->enqueued = number(field(Field::kEnqueued));
+      }
+      break;
+    case kKilledByLauncher:
+      if (o.pid >= 0 && killed_pids.size() < kMaxPids) killed_pids.insert(o.pid);
+      break;
+    case kContext:
+      break;
+  }
+}
+
+}  // namespace rankcheck::diagnose

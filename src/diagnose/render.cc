@@ -1,0 +1,120 @@
+// The diagnosis as text and JSON, with run's finding layout (report.h's
+// render_finding) and its JSON of a finding; role, first seen and evidence added.
+
+#include <fmt/format.h>
+
+#include <rankcheck/report.h>
+#include <rankcheck/text.h>
+#include <rankcheck/version.h>
+
+#include "../report_common.h"
+#include "internal.h"
+
+namespace rankcheck::diagnose {
+namespace {
+
+std::string size_text(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+  if (bytes >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
+}
+
+std::string evidence_line(const Evidence& e) {
+  return fmt::format("{}:{}  {}", printable(e.file, 120), e.line, printable(e.text, kEvidenceBytes));
+}
+
+}  // namespace
+
+int Diagnosis::exit_code() const {
+  for (const DiagFinding& f : findings) {
+    if (f.initiating && f.finding.is_error()) return f.finding.exit_code;
+  }
+  return findings.empty() ? exit_code::kPass : findings.front().finding.exit_code;
+}
+
+std::string render_text(const Diagnosis& d, bool color) {
+  Paint paint{color};
+  size_t initiating = 0;
+  for (const DiagFinding& f : d.findings)
+    initiating += f.initiating ? 1 : 0;
+  std::string out = fmt::format(
+      "rankcheck {} diagnose · {} · {}{}{}\n", kVersion, plural(d.files, "file", "files"),
+      plural(d.lines, "line", "lines"), d.launcher.empty() ? "" : " · launcher " + d.launcher,
+      d.ranks_seen.empty()
+          ? ""
+          : fmt::format(" · {} {} on {}", d.ranks_seen.size() == 1 ? "rank" : "ranks",
+                        format_ranks(d.ranks_seen, 6),
+                        d.hosts_seen.empty() ? std::string("unnamed hosts")
+                                             : plural(d.hosts_seen.size(), "host", "hosts")));
+  if (d.findings.empty()) {
+    out += paint("1;32", "NOTHING FOUND");
+    out += " — no message of the catalogue in these logs (exit 0)\n";
+    return out;
+  }
+  std::vector<Finding> plain;
+  for (const DiagFinding& f : d.findings)
+    plain.push_back(f.finding);
+  out += paint("1;31", "FAIL");
+  out += fmt::format(" — {} initiating, {} downstream. First: {}\n", initiating,
+                     d.findings.size() - initiating, brief_headline(plain));
+  out += "\n";
+  size_t id_width = 0;
+  for (const DiagFinding& f : d.findings)
+    id_width = std::max(id_width, f.finding.id.size());
+  size_t indent = 4 + id_width + 3;
+  FindingLayout layout{.margin = 2, .id_width = id_width, .wrap_indent = indent, .fix_at = indent,
+                       .fix = false};
+  std::string pad(indent, ' ');
+  for (const DiagFinding& f : d.findings) {
+    out += render_finding(f.finding, layout, {color}) + "\n";
+    std::string facts = f.initiating ? paint("1", "initiating") : std::string("downstream");
+    if (!f.finding.ranks.empty())
+      facts += fmt::format(" · {} {}", f.finding.ranks.size() == 1 ? "rank" : "ranks",
+                           format_ranks(f.finding.ranks, 8));
+    if (!f.finding.hosts.empty()) facts += " · " + printable(format_list(f.finding.hosts, 4), 120);
+    facts += " · first seen " + printable(f.first_seen, 160);
+    out += pad + facts + "\n";
+    for (const Evidence& e : f.evidence)
+      out += pad + "  " + evidence_line(e) + "\n";
+    if (f.initiating && !f.finding.hint.empty())
+      out += pad + wrap("fix: " + printable(f.finding.hint, 4096), indent, indent) + "\n";
+  }
+  out += fmt::format("\n  verify with: {}\n", d.verify_with);
+  out += fmt::format("  read {} ({}{}), {} matched a message of the catalogue\n",
+                     plural(d.files, "file", "files"), size_text(d.bytes),
+                     d.skipped_files ? fmt::format(", {} binary left out", d.skipped_files) : "",
+                     plural(d.matched, "line", "lines"));
+  return out;
+}
+
+std::string render_json(const Diagnosis& d) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "diagnose";
+  j["verdict"] = d.findings.empty() ? "nothing found" : "fail";
+  j["exit_code"] = d.exit_code();
+  j["launcher"] = d.launcher;
+  j["verify_with"] = d.verify_with;
+  j["inputs"] = {{"files", d.files},
+                 {"lines", d.lines},
+                 {"bytes", d.bytes},
+                 {"matched_lines", d.matched},
+                 {"binary_files_skipped", d.skipped_files}};
+  j["ranks_seen"] = d.ranks_seen;
+  j["hosts_seen"] = d.hosts_seen;
+  j["findings"] = nlohmann::json::array();
+  for (const DiagFinding& f : d.findings) {
+    nlohmann::json fj = finding_json(f.finding);
+    fj["role"] = f.initiating ? "initiating" : "downstream";
+    fj["first_seen"] = f.first_seen;
+    fj["evidence"] = nlohmann::json::array();
+    for (const Evidence& e : f.evidence)
+      fj["evidence"].push_back({{"file", e.file}, {"line", e.line}, {"text", e.text}});
+    j["findings"].push_back(std::move(fj));
+  }
+  return dump(j);
+}
+
+}  // namespace rankcheck::diagnose

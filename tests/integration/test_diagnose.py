@@ -1,0 +1,175 @@
+"""rankcheck diagnose over real failures' logs (tests/fixtures/logs).
+
+Each fixture (a .log file or a log directory) has a .expected beside it naming
+its source, the cause it shows, and what diagnose must lead with: the first
+finding's id, its role, its ranks and the exit code. The logs were made on this
+machine by real failures (torchrun with gloo, Open MPI, rankcheck itself) or are
+excerpts of public reports.
+"""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from harness import BIN, clean_env
+
+LOGS = os.path.normpath(os.path.join(os.path.dirname(__file__), "../fixtures/logs"))
+
+
+def run(args, stdin=None, timeout=60):
+    return subprocess.run([BIN, "diagnose", *args], env=clean_env(), input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def cases():
+    out = []
+    for name in sorted(os.listdir(LOGS)):
+        if not name.endswith(".expected"):
+            continue
+        case = name[:-len(".expected")]
+        expected = {}
+        with open(os.path.join(LOGS, name)) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                expected[key.strip()] = value.strip()
+        path = os.path.join(LOGS, case)
+        if not os.path.isdir(path):
+            path += ".log"
+        out.append((case, path, expected))
+    return out
+
+
+class Fixtures(unittest.TestCase):
+
+    def test_there_are_fixtures_of_each_kind(self):
+        names = [c for c, _, _ in cases()]
+        self.assertGreaterEqual(len(names), 8)
+        for kind in ("torchrun-", "mpirun-", "rankcheck-", "public-"):
+            self.assertTrue(any(n.startswith(kind) for n in names), kind)
+        for _, path, expected in cases():
+            self.assertTrue(os.path.exists(path), path)
+            for key in ("source", "cause", "first", "role", "exit"):
+                self.assertTrue(expected.get(key), f"{path}: .expected has no {key}")
+
+    def test_each_fixture_leads_with_its_expected_finding(self):
+        for case, path, expected in cases():
+            with self.subTest(case):
+                r = run(["--json", path])
+                self.assertEqual(r.returncode, int(expected["exit"]), r.stderr + r.stdout)
+                report = json.loads(r.stdout)
+                first = report["findings"][0]
+                self.assertEqual(first["id"], expected["first"], json.dumps(report, indent=1))
+                self.assertEqual(first["role"], expected["role"])
+                if expected.get("ranks"):
+                    want = [int(x) for x in expected["ranks"].split(",")]
+                    self.assertEqual(first["ranks"], want, first["message"])
+                self.assertEqual(report["exit_code"], r.returncode)
+
+    def test_json_shape(self):
+        _, path, _ = cases()[0]
+        report = json.loads(run(["--json", path]).stdout)
+        self.assertEqual(report["schema_version"], 1)
+        self.assertEqual(report["role"], "diagnose")
+        self.assertEqual(report["verdict"], "fail")
+        for key in ("launcher", "verify_with", "inputs", "ranks_seen", "hosts_seen"):
+            self.assertIn(key, report)
+        self.assertEqual(set(report["inputs"]), {"files", "lines", "bytes", "matched_lines",
+                                                 "binary_files_skipped"})
+        roles = [f["role"] for f in report["findings"]]
+        self.assertEqual(roles, sorted(roles, key=lambda x: x != "initiating"),
+                         "initiating findings come first")
+        for f in report["findings"]:
+            for key in ("id", "severity", "exit_code", "message", "hint", "ranks", "hosts",
+                        "role", "first_seen", "evidence"):
+                self.assertIn(key, f)
+            self.assertTrue(f["evidence"])
+            for e in f["evidence"]:
+                self.assertEqual(set(e), {"file", "line", "text"})
+                self.assertGreater(e["line"], 0)
+
+
+class Reasoning(unittest.TestCase):
+
+    def test_torchrun_root_cause_is_not_taken_at_its_word(self):
+        # torchrun's table names rank 0 (it noticed both failures in one second);
+        # rank 0's own error points at its peer, rank 1 raised of its own.
+        report = json.loads(run(["--json", os.path.join(LOGS, "torchrun-rank-raises.log")]).stdout)
+        first = report["findings"][0]
+        self.assertIn("ValueError: bad shard index 7", first["message"])
+        downstream = [f for f in report["findings"] if f["role"] == "downstream"]
+        self.assertTrue(any(f["id"] == "peer-failed" and f["ranks"] == [0] for f in downstream))
+        self.assertEqual(report["launcher"], "torchrun")
+        self.assertIn("--no_python rankcheck run", report["verify_with"])
+
+    def test_text_report(self):
+        r = run(["--color", "never", os.path.join(LOGS, "mpirun-sigkill.log")])
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("FAIL — 1 initiating, 0 downstream. First: rank 1 on vm was killed by signal 9",
+                      r.stdout)
+        self.assertIn("initiating · rank 1 · vm · first seen", r.stdout)
+        self.assertIn("mpirun-sigkill.log:9  mpirun noticed that process rank 1", r.stdout)
+        self.assertIn("verify with: mpirun -np 3 rankcheck run --timeout 120", r.stdout)
+
+    def test_two_processes_in_one_line(self):
+        text = ("[default0]:step 3 [default1]:torch.cuda.OutOfMemoryError: CUDA out of memory. "
+                "Tried to allocate 2.00 GiB\n")
+        report = json.loads(run(["--json", "-"], stdin=text).stdout)
+        first = report["findings"][0]
+        self.assertEqual(first["id"], "process-died")
+        self.assertIn("local rank 1", first["message"])
+
+
+class Inputs(unittest.TestCase):
+
+    def test_stdin(self):
+        with open(os.path.join(LOGS, "mpirun-sigkill.log")) as f:
+            r = run(["--json", "-"], stdin=f.read())
+        self.assertEqual(r.returncode, 4)
+        self.assertEqual(json.loads(r.stdout)["findings"][0]["evidence"][0]["file"], "-")
+
+    def test_gzip(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(LOGS, "torchrun-rank-missing.log")
+            gz = os.path.join(tmp, "console.log.gz")
+            with open(src, "rb") as f, gzip.open(gz, "wb") as out:
+                shutil.copyfileobj(f, out)
+            r = run(["--json", gz])
+            if "built without zlib" in r.stderr:
+                self.assertEqual(r.returncode, 2)
+                self.assertIn("zcat", r.stderr)
+                return
+            self.assertEqual(r.returncode, 4, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["findings"][0]["id"], "missing-rank")
+
+    def test_unreadable_input_is_exit_2_with_the_path(self):
+        r = run(["/nonexistent/job.log"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/job.log: No such file or directory", r.stderr)
+        self.assertEqual(r.stdout, "")
+
+    def test_no_path_is_a_usage_error(self):
+        self.assertEqual(run([]).returncode, 2)
+
+    def test_nothing_recognised_is_exit_0(self):
+        r = run(["--color", "never", "-"], stdin="epoch 1 loss 2.31\nepoch 2 loss 1.97\n")
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("NOTHING FOUND", r.stdout)
+        self.assertEqual(json.loads(run(["--json", "-"], stdin="ok\n").stdout)["findings"], [])
+
+    def test_binary_files_in_a_directory_are_left_out(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(os.path.join(LOGS, "mpirun-sigkill.log"), tmp)
+            with open(os.path.join(tmp, "core"), "wb") as f:
+                f.write(b"\x7fELF\x00\x00" + b"Duplicate GPU detected : rank 0 and rank 1" * 10)
+            r = run(["--json", tmp])
+            report = json.loads(r.stdout)
+            self.assertEqual(report["inputs"]["binary_files_skipped"], 1)
+            self.assertEqual(report["findings"][0]["id"], "process-died")
+
+
+if __name__ == "__main__":
+    unittest.main()
