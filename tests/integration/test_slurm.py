@@ -682,6 +682,92 @@ class Slurm(unittest.TestCase):
         self.assertEqual(os.listdir(tmpdir), [])
 
 
+    # -- (e) after a failed check: submit again without the suspect hosts; drain them ----
+
+    def bad_node_shim(self, bad):
+        """RANKCHECK for the script: on node `bad` (or every node, "*"), task 3 claims
+        rank 2 (--rank beats SLURM_PROCID), so that launcher-env-conflict there leads and
+        names that node alone."""
+        shim = os.path.join(self.dir, "rankcheck-bad.sh")
+        with open(shim, "w") as f:
+            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad})\n'
+                    f'  [ "$SLURM_PROCID" = 3 ] && set -- "$@" --rank 2 ;;\nesac\n'
+                    f'exec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME"\n')
+        os.chmod(shim, 0o755)
+        return shim
+
+    def wait_job(self, job, limit):
+        """The job's fields and output once it ended (deadline: `limit` seconds)."""
+        end = time.monotonic() + limit
+        while True:
+            show = self.cluster.cmd("scontrol", "show", "job", "-o", str(job), check=False).stdout
+            fields = dict(re.findall(r"(\w+)=(\S*)", show))
+            if fields.get("JobState") in TERMINAL_STATES:
+                break
+            if time.monotonic() > end:
+                self.cluster.cmd("scancel", str(job), check=False)
+                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s")
+            time.sleep(0.1)
+        with open(os.path.join(self.dir, f"job-{job}.out")) as f:
+            return fields, f.read()
+
+    def one_node_job(self, bad, nodelist, **env):
+        return self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                           sbatch_args=["--nodes=1", "--ntasks-per-node=4",
+                                        f"--nodelist={nodelist}"],
+                           RANKCHECK=self.bad_node_shim(bad), RANKCHECK_TIMEOUT=4,
+                           RANKCHECK_ARGS="--no-gpu -q", **env)
+
+    def test_sbatch_script_submits_again_without_the_suspect_host(self):
+        bad, good = self.cluster.nodes
+        job = self.one_node_job(bad, bad, RANKCHECK_RETRIES=2)
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertIn(f"  suspect hosts: {bad}\n", job.out)  # the end of rank 0's report
+        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (launcher-env-conflict, exit 3)", job.out)
+        m = re.search(r"rankcheck.sbatch: submitted again as job (\d+) \(try 1 of 2\), "
+                      rf"excluding {re.escape(bad)}\n", job.out)
+        self.assertIsNotNone(m, job.out)
+        fields, out = self.wait_job(int(m.group(1)), 4 + LAUNCH_SLACK + 10)
+        # The same shape, elsewhere: it passed on the other node and trained.
+        self.assertEqual((fields["JobState"], fields["ExitCode"]), ("COMPLETED", "0:0"), out)
+        self.assertEqual((fields["NodeList"], fields["ExcNodeList"]), (good, bad))
+        self.assertEqual((fields["NumNodes"], fields["NumTasks"]), ("1", "4"))
+        self.assertIn("PASS — 4 ranks of 4 joined", out)
+        self.assertIn(f"master {'127.0.0.1' if self.master_env else good}:", out)
+        self.assertEqual(len([ln for ln in out.splitlines() if ln.startswith("train: ")]), 4, out)
+
+    def test_sbatch_script_submits_again_a_bounded_number_of_times(self):
+        first = self.cluster.nodes[0]
+        job = self.one_node_job("*", first, RANKCHECK_RETRIES=1)
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        m = re.search(r"submitted again as job (\d+) \(try 1 of 1\)", job.out)
+        self.assertIsNotNone(m, job.out)
+        fields, out = self.wait_job(int(m.group(1)), 4 + LAUNCH_SLACK + 10)
+        self.assertEqual((fields["JobState"], fields["ExitCode"]), ("FAILED", "3:0"), out)
+        self.assertIn("rankcheck.sbatch: not submitting again: 1 of RANKCHECK_RETRIES=1 tries "
+                      "used", out)
+        self.assertEqual(self.cluster.cmd("squeue", "-h", "-o", "%i").stdout.strip(), "")
+
+    def test_sbatch_script_drains_the_suspect_host_when_asked(self):
+        bad = self.cluster.nodes[0]
+        self.addCleanup(self.resume, bad)
+        job = self.one_node_job(bad, bad, RANKCHECK_DRAIN=1)
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertIn(f"rankcheck.sbatch: drained {bad}", job.out)
+        self.assertNotIn("submitted again", job.out)
+        node = dict(re.findall(r"(\w+)=(\S*)", self.cluster.cmd(
+            "scontrol", "show", "node", "-o", bad).stdout))
+        self.assertIn("DRAIN", node["State"])
+        reason = self.cluster.cmd("sinfo", "-h", "-n", bad, "-o", "%E").stdout.strip()
+        self.assertEqual(reason, f"rankcheck launcher-env-conflict (exit 3) in job {job.job}")
+
+    def resume(self, node):
+        self.cluster.cmd("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not self.cluster._nodes_idle():
+            time.sleep(0.2)
+
+
 class PrologCluster(Cluster):
     """A cluster whose slurmd run the README's prolog sketch (PrologFlags=Alloc), and a
     second prolog that fails for jobs that ask for it, and a TaskProlog that does."""
