@@ -224,6 +224,38 @@ def jobset_pods(jobset):
     return pods
 
 
+def job_pods(job, uid="6d1f0a3c-2b9e-4c41-9b6a-0f3e5c7d8a21"):
+    """A plain Indexed Job: pods <job>-<index>-<suffix> with hostname <job>-<index>, the
+    template's subdomain, the labels and annotation the Job controller sets (job name,
+    controller uid, completion index) and JOB_COMPLETION_INDEX in every container."""
+    name = job["metadata"]["name"]
+    spec = job["spec"]
+    pods = []
+    for index in range(int(spec["completions"])):
+        pod = copy.deepcopy(spec["template"])
+        meta = pod.setdefault("metadata", {})
+        meta["name"] = f"{name}-{index}-q{len(pods)}x7z"
+        meta["namespace"] = NAMESPACE
+        meta.setdefault("labels", {}).update({
+            "batch.kubernetes.io/job-name": name,
+            "job-name": name,
+            "batch.kubernetes.io/controller-uid": uid,
+            "controller-uid": uid,
+            "batch.kubernetes.io/job-completion-index": str(index),
+        })
+        meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod["spec"]["hostname"] = f"{name}-{index}"
+        pod["spec"]["nodeName"] = f"gpu-node-{len(pods)}"
+        pod["status"] = {"podIP": POD_IPS[len(pods)]}
+        index_ref = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        injected = [{"name": "JOB_COMPLETION_INDEX",
+                     "valueFrom": {"fieldRef": {"fieldPath": index_ref}}}]
+        for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+            c["_injected"] = injected
+        pods.append(pod)
+    return pods
+
+
 def fqdn(pod, cluster_domain):
     s = pod["spec"]
     return f"{s['hostname']}.{s['subdomain']}.{pod['metadata']['namespace']}.svc.{cluster_domain}"
@@ -434,6 +466,9 @@ class KubernetesTest(unittest.TestCase):
             docs = load("pytorchjob.yaml")
             job = next(d for d in docs if d["kind"] == "PyTorchJob")
             return Recipe(pytorchjob_pods(job), self.binary_path(job_templates(job)))
+        if name == "job":
+            job = next(d for d in load("job.yaml") if d["kind"] == "Job")
+            return Recipe(job_pods(job), self.binary_path(job_templates(job)))
         jobset = load("jobset.yaml")[0]
         return Recipe(jobset_pods(jobset), self.binary_path(job_templates(jobset)))
 
@@ -459,6 +494,8 @@ class KubernetesTest(unittest.TestCase):
 def job_templates(doc):
     if doc["kind"] == "PyTorchJob":
         return [s["template"] for s in doc["spec"]["pytorchReplicaSpecs"].values()]
+    if doc["kind"] == "Job":
+        return [doc["spec"]["template"]]
     return [r["template"]["spec"]["template"] for r in doc["spec"]["replicatedJobs"]]
 
 
@@ -470,13 +507,14 @@ class Manifests(KubernetesTest):
 
     def test_documents_parse_with_the_expected_kinds(self):
         kinds = {name: [(d["apiVersion"], d["kind"]) for d in load(name)]
-                 for name in ("pytorchjob.yaml", "jobset.yaml")}
+                 for name in ("pytorchjob.yaml", "jobset.yaml", "job.yaml")}
         self.assertEqual(kinds["pytorchjob.yaml"],
                          [("v1", "Service"), ("kubeflow.org/v1", "PyTorchJob")])
         self.assertEqual(kinds["jobset.yaml"], [("jobset.x-k8s.io/v1alpha2", "JobSet")])
+        self.assertEqual(kinds["job.yaml"], [("v1", "Service"), ("batch/v1", "Job")])
 
     def test_every_pod_checks_in_node_mode_with_its_gpus_before_training(self):
-        for name in ("pytorchjob.yaml", "jobset.yaml"):
+        for name in ("pytorchjob.yaml", "jobset.yaml", "job.yaml"):
             doc = next(d for d in load(name) if d["kind"] != "Service")
             for t in job_templates(doc):
                 with self.subTest(recipe=name):
@@ -532,6 +570,21 @@ class Manifests(KubernetesTest):
         self.assertEqual((job["parallelism"], job["completions"]), (2, 2))
         self.assertEqual(job["backoffLimit"], 0)
 
+    def test_job_meets_through_a_service_that_publishes_the_initialising_index0_pod(self):
+        docs = load("job.yaml")
+        svc = next(d for d in docs if d["kind"] == "Service")
+        job = next(d for d in docs if d["kind"] == "Job")
+        self.assertEqual(svc["spec"]["clusterIP"], "None")
+        self.assertIs(svc["spec"]["publishNotReadyAddresses"], True)
+        self.assertEqual(job["spec"]["completionMode"], "Indexed")
+        self.assertEqual((job["spec"]["parallelism"], job["spec"]["completions"]), (2, 2))
+        self.assertEqual(job["spec"]["backoffLimit"], 0)
+        pods = job_pods(job)
+        selected = [p["metadata"]["name"] for p in pods
+                    if svc["spec"]["selector"].items() <= p["metadata"]["labels"].items()]
+        self.assertEqual(len(selected), 2)
+        self.assertEqual(pods[0]["spec"]["subdomain"], svc["metadata"]["name"])
+
     def test_dockerfile_holds_only_the_binary(self):
         with open(os.path.join(RECIPES, "Dockerfile")) as f:
             lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
@@ -573,7 +626,7 @@ class Identity(KubernetesTest):
             out.append((pod, env, self.env_json(pod, cmd, env)))
         return out
 
-    def assertIdentity(self, pod, report, node, master_addr, master_port):
+    def assertIdentity(self, pod, report, node, master_addr, master_port, host=None):
         name = pod["metadata"]["name"]
         me = report["self"]
         self.assertTrue(report["usable"], report["problems"])
@@ -585,7 +638,7 @@ class Identity(KubernetesTest):
         self.assertEqual(got, {"node_rank": node, "rank": 4 * node, "nranks": 4, "world_size": 8,
                                "nnodes": 2, "local_rank": 0, "local_world_size": 4,
                                "master_addr": master_addr, "master_port": master_port}, name)
-        self.assertEqual(me["host"], f"{name}@{pod['spec']['nodeName']}")
+        self.assertEqual(me["host"], host or f"{name}@{pod['spec']['nodeName']}")
         if self.sandbox.why is None:
             # Rank 0 finds its own name in the hosts file the kubelet wrote; the others wait
             # for the cluster DNS (none here).
@@ -617,6 +670,25 @@ class Identity(KubernetesTest):
             self.assertEqual(report["self"]["launcher"], "jobset")
             self.assertEqual(addr, fqdn(recipe.pods[0], env["CLUSTER_DOMAIN"]))
             # torchrun in the trainer container gets the same numbers.
+            main = by_name(pod["spec"]["containers"], "trainer")
+            args = argv(main, container_env(pod, main))
+            for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "4"),
+                                ("--node-rank", str(node)), ("--master-addr", addr),
+                                ("--master-port", "29500")):
+                self.assertIn(f"{flag}={value}", args)
+
+
+    def test_job_pods(self):
+        recipe = self.recipe("job")
+        self.assertEqual([p["spec"]["hostname"] for p in recipe.pods], ["train-0", "train-1"])
+        addr = f"train-0.train.{NAMESPACE}.svc.cluster.local"
+        for node, (pod, env, report) in enumerate(self.identities(recipe)):
+            # --host-name is the node: what a report and its suspect hosts name.
+            self.assertIdentity(pod, report, node, addr, 29500, host=pod["spec"]["nodeName"])
+            self.assertEqual(addr, fqdn(recipe.pods[0], env["CLUSTER_DOMAIN"]))
+            # Every pod of the Job carries its uid as the job id; torchrun gets the same ranks.
+            self.assertEqual(report["self"]["job_id"], pod["metadata"]["labels"][
+                "batch.kubernetes.io/controller-uid"])
             main = by_name(pod["spec"]["containers"], "trainer")
             args = argv(main, container_env(pod, main))
             for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "4"),
@@ -685,7 +757,7 @@ class LateName(KubernetesTest):
             p.kill()
         p.communicate()
 
-    def check(self, recipe_name, member_label):
+    def check(self, recipe_name, member_label, host_is_node=False):
         recipe, addr, results = self.meet(recipe_name)
         for pod, rc, out, err in results:
             self.assertEqual(rc, 0, f"{pod['metadata']['name']}: exit {rc}\n{out}\n{err}")
@@ -693,7 +765,8 @@ class LateName(KubernetesTest):
             # Progress on stderr while the name does not resolve, e.g.
             #   ranks 4-7 (train-worker-0@gpu-node-1) -> master NAME:23456: resolve NAME:
             #   Name or service not known (not resolvable yet?) (attempt 1, 7 s left)
-            who = re.escape(f"{member_label} ({pod['metadata']['name']}@")
+            who = re.escape(f"{member_label} ({pod['spec']['nodeName']}" if host_is_node
+                            else f"{member_label} ({pod['metadata']['name']}@")
             name = re.escape(addr)
             self.assertRegex(err, rf"{who}[^)]*\) -> master {name}:\d+: resolve {name}: "
                                   rf".*\(not resolvable yet\?\)")
@@ -715,6 +788,9 @@ class LateName(KubernetesTest):
 
     def test_jobset_pod_waits_for_the_index0_name(self):
         self.check("jobset", "ranks 4-7")
+
+    def test_job_pod_waits_for_the_index0_name(self):
+        self.check("job", "ranks 4-7", host_is_node=True)
 
 
 if __name__ == "__main__":
