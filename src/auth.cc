@@ -15,6 +15,36 @@
 #include <rankcheck/auth.h>
 
 namespace rankcheck {
+namespace {
+
+// Reads and closes `fd`: at most kMaxTokenFileSize bytes (one more is an
+// error), trailing newlines dropped. A descriptor with nothing more to read now
+// (EAGAIN) has ended.
+Result<std::string> read_secret(int fd, const std::string& what) {
+  constexpr auto kMax = static_cast<size_t>(JobToken::kMaxTokenFileSize);
+  std::string secret(kMax + 1, '\0');
+  size_t got = 0;
+  while (got < secret.size()) {
+    ssize_t n = ::read(fd, secret.data() + got, secret.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Error{fmt::format("{}: {}", what, std::strerror(err))};
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got > kMax) return Error{fmt::format("{}: more than a token ({} bytes at most)", what, kMax)};
+  secret.resize(got);
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
+    secret.pop_back();
+  return secret;
+}
+
+}  // namespace
 
 Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
   // Read through one descriptor, checked with fstat: what is checked is what is
@@ -47,32 +77,13 @@ Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
     return Error{fmt::format("job token file {}: {} bytes, more than a token ({} at most)", path,
                              st.st_size, kMaxTokenFileSize)};
   }
-  std::string secret(static_cast<size_t>(kMaxTokenFileSize) + 1, '\0');
-  size_t got = 0;
-  while (got < secret.size()) {
-    ssize_t n = ::read(fd, secret.data() + got, secret.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Error{fmt::format("job token file {}: {}", path, std::strerror(err))};
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (got > static_cast<size_t>(kMaxTokenFileSize)) {
-    return Error{fmt::format("job token file {}: more than a token ({} bytes at most)", path,
-                             kMaxTokenFileSize)};
-  }
-  secret.resize(got);
-  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
-    secret.pop_back();
-  if (secret.size() < 16) {
+  auto secret = read_secret(fd, fmt::format("job token file {}", path));
+  if (!secret) return secret.error();
+  if (secret->size() < 16) {
     return Error{
         fmt::format("job token file {}: {} bytes; a token needs at least 16 (e.g. "
                     "`openssl rand -hex 32 > {}`)",
-                    path, secret.size(), path)};
+                    path, secret->size(), path)};
   }
   if (warning != nullptr && (st.st_mode & 0077) != 0) {
     *warning = fmt::format(
@@ -84,7 +95,29 @@ Result<JobToken> JobToken::load(const std::string& path, std::string* warning) {
         "job token file {} belongs to another user (uid {}): whoever owns it can change it", path,
         st.st_uid);
   }
-  return JobToken(std::move(secret));
+  return JobToken(std::move(*secret));
+}
+
+Result<JobToken> JobToken::load_fd(int fd) {
+  std::string what = fmt::format("job token descriptor {}", fd);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    return Error{fmt::format("{}: {}", what, std::strerror(fd < 0 ? EBADF : errno))};
+  }
+  if (!S_ISFIFO(st.st_mode) && !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Error{what + " is neither a pipe nor a file (a terminal, a device?)"};
+  }
+  // Never wait on it: what the parent wrote is there, and the rest is its end.
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  auto secret = read_secret(fd, what);
+  if (!secret) return secret.error();
+  if (secret->size() < 16) {
+    return Error{fmt::format("{}: {} bytes; a token needs at least 16", what, secret->size())};
+  }
+  return JobToken(std::move(*secret));
 }
 
 std::optional<Mac> JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,

@@ -98,6 +98,11 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   app.add_option("--token-file", o.token_file,
                  "The job token: hellos and verdicts are authenticated with it (else "
                  "RANKCHECK_TOKEN_FILE; rankcheck local makes one)");
+  app.add_option("--token-fd", o.token_fd,
+                 "The job token from descriptor N, a pipe this process inherited (how "
+                 "rankcheck local hands it to its members: no file is left behind)")
+      ->check(whole_number_in(3, 1 << 20))
+      ->excludes("--token-file");
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
   app.add_option("--nccl-lib", o.nccl_lib,
                  "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");

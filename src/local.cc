@@ -26,38 +26,10 @@
 namespace rankcheck {
 namespace {
 
-// A job token made for `rankcheck local`, removed with it.
-class TempToken {
- public:
-  TempToken() = default;
-  TempToken(const TempToken&) = delete;
-  TempToken& operator=(const TempToken&) = delete;
-  ~TempToken();
-  /// Makes the token in a directory of its own under TMPDIR (else /tmp); its path.
-  Result<std::string> make(const EnvMap& env);
-
- private:
-  std::string dir_;
-  std::string path_;
-};
-
-TempToken::~TempToken() {
-  if (!path_.empty()) {
-    std::remove(path_.c_str());
-    ::rmdir(dir_.c_str());
-  }
-}
-
-Result<std::string> TempToken::make(const EnvMap& env) {
-  const std::string* tmp = env_get(env, "TMPDIR");
-  std::string pattern = (tmp != nullptr && !tmp->empty() ? *tmp : "/tmp") + "/rankcheck-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) {
-    return Error{fmt::format("cannot make a directory for the job token in {}: {}", pattern,
-                             std::strerror(errno))};
-  }
-  dir_ = buf.data();
+// A job token made for `rankcheck local`: it lives in this process and in a pipe
+// per member, never in a file, so that nothing is left behind however the run
+// ends (the watchdog's _exit, a SIGKILL).
+Result<std::string> make_secret() {
   std::array<uint8_t, 32> secret{};
   if (auto ok = fill_random(secret); !ok) {
     return Error{fmt::format("cannot make a job token: {}", ok.error().message)};
@@ -65,15 +37,29 @@ Result<std::string> TempToken::make(const EnvMap& env) {
   std::string hex;
   for (uint8_t b : secret)
     hex += fmt::format("{:02x}", b);
-  path_ = dir_ + "/token";
-  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size())) {
-    if (fd >= 0) ::close(fd);
-    return Error{fmt::format("cannot write the job token {}: {}", path_, std::strerror(errno))};
-  }
-  ::close(fd);
-  return path_;
+  return hex;
 }
+
+// A pipe holding the token, its write end closed: the read end, for one member.
+Result<int> token_pipe(const std::string& secret) {
+  std::array<int, 2> fds{};
+  if (::pipe2(fds.data(), O_CLOEXEC) != 0) {
+    return Error{fmt::format("cannot make a pipe for the job token: {}", std::strerror(errno))};
+  }
+  // 64 bytes: far below the pipe's buffer, so the write never waits.
+  bool written = ::write(fds[1], secret.data(), secret.size()) ==
+                 static_cast<ssize_t>(secret.size());
+  int err = errno;
+  ::close(fds[1]);
+  if (!written) {
+    ::close(fds[0]);
+    return Error{fmt::format("cannot write the job token into a pipe: {}", std::strerror(err))};
+  }
+  return fds[0];
+}
+
+// The descriptor a member reads its token from.
+constexpr int kTokenFd = 3;
 
 }  // namespace
 
@@ -116,6 +102,13 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     return exit_code::kUsage;
   }
 
+  if (o.token_fd) {
+    Log::error(
+        "--token-fd: rankcheck local hands its members a token itself; give it one with "
+        "--token-file");
+    return exit_code::kUsage;
+  }
+
   // Rank 0 is this process, with the environment its members get (rank 0's).
   std::string job_id = o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid());
   EnvMap child_env = without_launcher_env(env);
@@ -132,23 +125,26 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   Identity id = detect_identity(member_env(0, o.flags.master_port.value_or("")), flags);
   id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
   if (!id.usable()) return usage_problems(id);
-  // A job on one machine still authenticates: a token of its own unless one is given,
-  // in a file only this user can read, removed at the end.
-  TempToken temp;
-  RunOptions with_token = o;
-  if (!with_token.token_file && !env_get(env, "RANKCHECK_TOKEN_FILE")) {
-    auto made = temp.make(env);
-    if (!made) {
-      Log::error(made.error().message);
-      return exit_code::kInternal;
-    }
-    with_token.token_file = *made;
-  }
-  auto token = load_token(with_token, env, log);
+  // A job on one machine still authenticates: a token of its own unless one is
+  // given, handed to each member through a pipe.
+  auto token = load_token(o, env, log);
   if (!token) {
     Log::error(token.error().message);
     return exit_code::kUsage;
   }
+  std::string secret;  // the token made here; "" when one was given
+  if (!*token) {
+    auto made = make_secret();
+    if (!made) {
+      Log::error(made.error().message);
+      return exit_code::kInternal;
+    }
+    secret = std::move(*made);
+    *token = JobToken::from_secret(secret);
+  }
+  std::optional<std::string> token_file = o.token_file;
+  const std::string* env_file = env_get(env, "RANKCHECK_TOKEN_FILE");
+  if (!token_file && secret.empty() && env_file != nullptr) token_file = *env_file;
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, child_env);
   s.token = std::move(*token);
@@ -190,8 +186,17 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        "--handshake-timeout",
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
-      if (with_token.token_file) {
-        args.insert(args.end(), {"--token-file", *with_token.token_file});
+      int pipe_fd = -1;
+      if (!secret.empty()) {
+        auto fd = token_pipe(secret);
+        if (!fd) {
+          Log::error(fmt::format("cannot start member {}: {}", k, fd.error().message));
+          continue;
+        }
+        pipe_fd = *fd;
+        args.insert(args.end(), {"--token-fd", std::to_string(kTokenFd)});
+      } else if (token_file) {
+        args.insert(args.end(), {"--token-file", *token_file});
       }
       if (!o.nccl_lib.empty()) args.insert(args.end(), {"--nccl-lib", o.nccl_lib});
       if (o.bandwidth_bytes > 0) {
@@ -208,9 +213,12 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       posix_spawn_file_actions_t fa;
       posix_spawn_file_actions_init(&fa);
       posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+      // dup2 clears close-on-exec on the copy: the member alone inherits it.
+      if (pipe_fd >= 0) posix_spawn_file_actions_adddup2(&fa, pipe_fd, kTokenFd);
       pid_t pid = 0;
       int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
       posix_spawn_file_actions_destroy(&fa);
+      if (pipe_fd >= 0) ::close(pipe_fd);
       if (rc != 0) {
         Log::error(fmt::format("cannot start member {}: {}", k, std::strerror(rc)));
         continue;

@@ -232,6 +232,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.master_port = master_port;
   view.master_host = cfg_.master_host;
   view.master_resolved = cfg_.master_resolved;
+  view.master_bound = bound;
   view.timed_out = timed_out;
   view.gpu_stage = cfg_.gpu_stage;
   if (departed_total_ > departed_.size()) {

@@ -262,6 +262,32 @@ std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, cons
   return frame;
 }
 
+std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token,
+                                   const Nonce& server, const Nonce& client) {
+  std::vector<uint8_t> frame = encode(m);
+  auto p = payload_of(frame);
+  // Without a MAC (the HMAC failed) the zeros stay: the master refuses them.
+  if (auto mac = token.mac(kStageLabel, server, client, signed_part(p))) {
+    std::copy(mac->begin(), mac->end(), p.end() - kMacSize);
+  }
+  return frame;
+}
+
+bool verify_stage_report(std::span<const uint8_t> payload, const JobToken& token,
+                         const Nonce& server, const Nonce& client) {
+  return token.verify(trailing_mac(payload), kStageLabel, server, client, signed_part(payload));
+}
+
+std::string job_tag(const JobToken& token, const Nonce& nonce, std::string_view job_id) {
+  auto id = std::span(reinterpret_cast<const uint8_t*>(job_id.data()), job_id.size());
+  auto mac = token.mac(kJobTagLabel, nonce, {}, id);
+  if (!mac) return {};
+  std::string out = "tag:";
+  for (uint8_t b : *mac)
+    out += fmt::format("{:02x}", b);
+  return out;
+}
+
 bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server) {
   if (payload.size() < kMacSize + kNonceSize) return false;
   auto body = signed_part(payload);
@@ -432,11 +458,13 @@ std::vector<uint8_t> encode(const StageReport& m) {
     lens.push_back(std::min(m.ranks[i].allreduce_error.size(), kStageErrorMax));
   }
   size_t cap = payload_cap(uint16_t(MsgType::kStageResult));
-  size_t level = std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size()));
+  size_t level =
+      std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size() - kMacSize));
   Writer w;
   w.u32(static_cast<uint32_t>(n));
   for (size_t i = 0; i < n; ++i)
     put_result(w, m.ranks[i], level);
+  w.bytes(m.mac);
   assert(w.data().size() <= cap);
   return encode_frame(MsgType::kStageResult, w.data());
 }
@@ -463,6 +491,7 @@ Result<StageReport> decode_stage_report(std::span<const uint8_t> payload) {
     x.algbw_gbps = r.f64();
     x.busbw_gbps = r.f64();
   }
+  r.bytes(m.mac);
   return finish(r, std::move(m), "stage result");
 }
 

@@ -83,7 +83,10 @@ int member_path(Record& self, const Identity& id, Session& s) {
   auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token);
   if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
     StageReport results = run_gpu_stage(s, *verdict, id.world_size);
-    auto sent = joined.socket.write_all(encode(results), Deadline::after(Millis(1000)));
+    auto frame = jo.token ? encode_signed(results, *jo.token, joined.server_nonce,
+                                          joined.client_nonce)
+                          : encode(results);
+    auto sent = joined.socket.write_all(frame, Deadline::after(Millis(1000)));
     if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
     verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
                            VerdictWait::kFinal);
@@ -191,8 +194,11 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
     // Only a master that shows this job's id, and the job token when there is
     // one (the join checks it), is joined: whatever else answers on the port
     // could hand rank 0 a verdict of its own making.
-    bool same_job = other && !self.job_id.empty() && other->job_id == self.job_id &&
-                    other->auth == s.token.has_value();
+    // With a token, that master shows a tag of its job id that only a holder
+    // of the same token computes.
+    bool same_job = other && !self.job_id.empty() && other->auth == s.token.has_value() &&
+                    other->job_id == (s.token ? job_tag(*s.token, other->nonce, self.job_id)
+                                              : self.job_id.str());
     if (join_other && same_job) {
       log.error(fmt::format(
           "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
@@ -218,6 +224,9 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
           "MASTER_PORT {} is taken on {}: {}{}", setup.port, printable(self.host),
           port.error().message,
           !other ? std::string()
+          : other->auth
+              ? std::string(" (by a rankcheck master that wants a job token: another job's, or "
+                            "this job's with another token or job id)")
           : self.job_id.empty()
               ? fmt::format(" (by a rankcheck master of job '{}'; this process has no job id to "
                             "tell whether it is this job's: give every process the same --job-id)",

@@ -165,6 +165,11 @@ Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& en
   // Given but empty is a mistake, never "no token": `export RANKCHECK_TOKEN_FILE=$TOK`
   // with TOK unset must not turn authentication off.
   std::string path;
+  if (o.token_fd) {
+    auto token = JobToken::load_fd(*o.token_fd);
+    if (!token) return token.error();
+    return std::optional<JobToken>(std::move(*token));
+  }
   if (o.token_file) {
     if (o.token_file->empty()) {
       return Error{"--token-file is empty: give the path of the job token file"};

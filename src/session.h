@@ -107,7 +107,7 @@ struct Session {
   std::optional<JobToken> token;
 };
 
-/// The job token from --token-file or RANKCHECK_TOKEN_FILE, if one is given.
+/// The job token from --token-fd, --token-file or RANKCHECK_TOKEN_FILE, if one is given.
 Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log);
 
 /// This member's record: its identity, host facts, MASTER_ADDR resolved, its GPUs.

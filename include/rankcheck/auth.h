@@ -28,6 +28,10 @@ class JobToken {
   /// A token file larger than this is refused: a token is a line of hex, and a
   /// path naming /dev/zero or a log file must not be read forever.
   static constexpr long kMaxTokenFileSize = 4096;
+  /// Reads the token from an inherited descriptor (a pipe its parent filled and
+  /// closed: `rankcheck local` hands its members the token so, leaving no file
+  /// behind), at most kMaxTokenFileSize bytes, without waiting; closes it.
+  static Result<JobToken> load_fd(int fd);
   static JobToken from_secret(std::string secret) { return JobToken(std::move(secret)); }
 
   /// HMAC-SHA256(token, label | server nonce | client nonce | body); nullopt when
@@ -55,5 +59,10 @@ inline constexpr std::string_view kVerdictLabel = "rankcheck verdict 1";
 /// A go verdict (the GPU stage follows): replayed where the final verdict
 /// belongs, its MAC does not verify.
 inline constexpr std::string_view kGoVerdictLabel = "rankcheck go verdict 1";
+/// A member's GPU stage results, on the connection its hello authenticated.
+inline constexpr std::string_view kStageLabel = "rankcheck stage result 1";
+/// The job id as a challenge shows it with a job token: a tag only token
+/// holders can compute, so that the challenge names no job to a stranger.
+inline constexpr std::string_view kJobTagLabel = "rankcheck job tag 1";
 
 }  // namespace rankcheck

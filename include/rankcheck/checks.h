@@ -65,6 +65,7 @@ struct JobView {
   uint16_t master_port = 0;
   std::string master_host;                   ///< host name of the master
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
+  std::vector<std::string> master_bound;     ///< what the master listened on
   bool gpu_stage = false;  ///< the master will run the GPU stage: check the GPUs too
 };
 

@@ -2,7 +2,8 @@
 // The messages of the rendezvous, each encoded field by field into a frame.
 //
 //   member                          master
-//     |  <------ challenge ---------  |   on accept: nonce, version, job id
+//     |  <------ challenge ---------  |   on accept: nonce, version, job id (with a
+//     |                                |   job token: no version, the job's tag)
 //     |  -------- hello ----------->  |   the member's record
 //     |  <------ admit / reject ----  |
 //     |  <------ verdict -----------  |   once, when the master decides
@@ -35,10 +36,16 @@ using Nonce = std::array<uint8_t, kNonceSize>;
 
 struct Challenge {
   Nonce nonce{};               ///< fresh per connection: what a hello's MAC covers
-  std::string master_version;  ///< rankcheck version of the master
-  std::string job_id;
-  bool auth = false;  ///< the master has a job token: hellos must carry a MAC
+  std::string master_version;  ///< rankcheck version of the master; "" with a job token
+  std::string job_id;          ///< with a job token, job_tag() of it instead
+  bool auth = false;           ///< the master has a job token: hellos must carry a MAC
 };
+
+/// What a master with a job token shows for its job id: "tag:" and the hex of a
+/// MAC over the id and the challenge's nonce. A stranger learns nothing of the
+/// job; a rank 0 holding the token tells its own job's master from another.
+/// "" when the HMAC fails.
+std::string job_tag(const JobToken& token, const Nonce& nonce, std::string_view job_id);
 
 /// The record, the member's nonce (which the verdict's MAC covers), and a MAC
 /// over both and the master's nonce (zeros without a job token).
@@ -86,6 +93,7 @@ struct Verdict {
 /// A member's GPU stage results, one per rank it stands for.
 struct StageReport {
   std::vector<RankResult> ranks;
+  Mac mac{};  ///< over both nonces and the results (zeros without a job token)
 };
 
 // Every encoder makes a frame its decoder accepts: a field longer than its cap
@@ -104,12 +112,16 @@ std::vector<uint8_t> encode(const StageReport& m);
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server);
 std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
                                    const Nonce& client);
+std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token,
+                                   const Nonce& server, const Nonce& client);
 /// Whether a decoded payload's trailing MAC is right. A verdict's MAC is over
 /// another label for a go verdict than for a final one (`final`): one cannot
 /// stand in for the other.
 bool verify_hello(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server);
 bool verify_verdict(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
                     const Nonce& client, bool final);
+bool verify_stage_report(std::span<const uint8_t> payload, const JobToken& token,
+                         const Nonce& server, const Nonce& client);
 
 /// Trims a record to what a hello carries: each field to its decoder's cap and,
 /// where the whole would pass the hello's cap, the tracked environment and the

@@ -30,6 +30,10 @@ struct EnvVar {
   std::string value;
   auto operator<=>(const EnvVar&) const = default;
 };
+inline size_t hash_item(const EnvVar& v) {
+  return std::hash<std::string>{}(v.name) * 31 + std::hash<std::string>{}(v.value);
+}
+
 /// The interface NCCL's rules pick on a member's host (see nccl_if.h), as sent.
 struct NcclIfFacts {
   enum State : uint8_t { kUnknown = 0, kFound = 1, kNone = 2 };

@@ -28,6 +28,7 @@ struct RunOptions {
   std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
   std::optional<std::string>
       token_file;      ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
+  std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
   bool quiet = false;  ///< no progress lines on stderr
   bool color = false;
 };

@@ -17,7 +17,7 @@ import time
 import unittest
 
 import wire
-from harness import GRACE, Proc, RankcheckTest, clean_env, free_port
+from harness import BIN, GRACE, Proc, RankcheckTest, clean_env, free_port
 from test_gpu import FAKE, gpus
 
 
@@ -332,6 +332,23 @@ class Adversarial(RankcheckTest):
         self.assertEqual(p.rc, 7)
         self.finding(p.report, "master-port-in-use")
 
+    def test_a_master_with_a_token_names_no_job_and_no_version_to_a_stranger(self):
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0006")
+        m = self.master(2, "--token-file", token, "--job-id", "job-secret-77")
+        with wire.connect(self.port) as s:
+            version, msg_type, payload = wire.read_frame(s)
+            self.assertEqual(msg_type, wire.CHALLENGE)
+            self.assertNotIn(b"job-secret-77", payload)
+            self.assertNotIn(b"0.1.0", payload)
+            self.assertIn(b"tag:", payload)  # what a holder of the token can check
+            self.assertEqual(payload[-1:], b"\1")  # it does say a token is wanted
+        # A second rank 0 with the same token and job id still tells it is this
+        # job's master, and joins it to report the duplicate.
+        again = self.rank(0, 2, extra=("--token-file", token, "--job-id", "job-secret-77"))
+        self.finish()
+        self.assertIn("already listens", again.err)
+        self.assertEqual(self.finding(m.report, "duplicate-rank")["ranks"], [0])
+
     def test_wrong_token_replayed_hello_and_another_job(self):
         secret = "a-job-token-that-nobody-else-has-0001"
         good = self.token_file("good", secret)
@@ -419,6 +436,33 @@ class Adversarial(RankcheckTest):
         self.assertEqual([f["id"] for f in m.report["findings"]],
                          ["member-disconnected", "missing-rank"])
         self.assertEqual(self.finding(m.report, "member-disconnected")["ranks"], [1])
+
+    def test_kill_9_of_local_leaves_no_job_token_behind(self):
+        # `rankcheck local` makes a token of its own: a SIGKILL to the whole job
+        # (a scheduler's end) must not leave it on disk. The members hang in a
+        # fake NCCL init, so that the kill lands mid-run.
+        tmpdir = tempfile.mkdtemp(prefix="rankcheck-test-tmp-")
+        self.addCleanup(shutil.rmtree, tmpdir, True)
+        env = clean_env(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(0, 3),
+                        FAKE_NCCL_INIT="hang", TMPDIR=tmpdir)
+        p = subprocess.Popen([BIN, "local", "-n", "3", "--timeout", "8"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            deadline = time.monotonic() + 5
+            line = ""
+            while "go: NCCL init" not in line:
+                self.assertLess(time.monotonic(), deadline, "local never reached the GPU stage")
+                line = p.stderr.readline()
+                self.assertTrue(line or p.poll() is None, "local ended early")
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+            p.stderr.close()
+        left = [os.path.join(d, f) for d, _, files in os.walk(tmpdir) for f in files]
+        left += [d for d, _, _ in os.walk(tmpdir) if d != tmpdir and
+                 not os.path.basename(d).startswith("rankcheck-fake-nccl-")]
+        self.assertFalse([x for x in left if "fake-nccl" not in x], left)
 
     def test_kill_9_of_the_master_mid_run(self):
         m = self.rank(0, 4)

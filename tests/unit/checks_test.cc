@@ -223,6 +223,14 @@ TEST_CASE("master-addr-loopback: a multi-host job whose master resolves to 127.0
         "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on the master's host gpu-01, but the "
         "job spans more than one host: ranks on other hosts cannot reach a master there");
   CHECK(fs[0].ranks == Ranks{0});
+  // When rankcheck listened on every interface instead, the report says so: the
+  // port was open to more than the training job's would be.
+  v.master_bound = {"0.0.0.0"};
+  fs = run_checks(v);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].message.find("rankcheck's master listened on all interfaces, 0.0.0.0, so that this "
+                           "report hears from them; the training job's would not") !=
+        std::string::npos);
   // Members that came in over loopback share the master's machine: loopback works
   // for them, whatever host names they report.
   JobView single = healthy_job(16, 8);

@@ -194,6 +194,58 @@ TEST_CASE("protocol: a go verdict's MAC does not pass for a final verdict's") {
   CHECK(!verify_verdict(lp, token, server, client, false));
 }
 
+TEST_CASE("protocol: a stage report verifies only with the token and its connection's nonces") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  JobToken other = JobToken::from_secret("0123456789abcdef-other-one");
+  Nonce server{};
+  server[0] = 1;
+  Nonce client{};
+  client[0] = 2;
+  RankResult r;
+  r.rank = 3;
+  r.init_ok = r.allreduce_ok = r.allreduce_done = true;
+  StageReport m{{r}, {}};
+  auto frame = encode_signed(m, token, server, client);
+  auto p = payload_of(frame);
+  CHECK(verify_stage_report(p, token, server, client));
+  CHECK(!verify_stage_report(p, other, server, client));
+  Nonce fresh = client;
+  fresh[15] = 9;
+  CHECK(!verify_stage_report(p, token, server, fresh));  // another member's connection
+  std::vector<uint8_t> forged(p.begin(), p.end());
+  forged[4] ^= 1;  // the rank
+  CHECK(!verify_stage_report(forged, token, server, client));
+  auto unsigned_frame = encode(m);
+  CHECK(!verify_stage_report(payload_of(unsigned_frame), token, server, client));
+  // A verdict's MAC over the same bytes is not a stage report's.
+  CHECK(!verify_verdict(p, token, server, client, true));
+  auto back = decode_stage_report(p);
+  REQUIRE(back.ok());
+  CHECK(back->ranks.at(0).rank == 3);
+}
+
+TEST_CASE("protocol: a job tag tells the same job and token apart and names neither") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  JobToken other = JobToken::from_secret("0123456789abcdef-other-one");
+  Nonce n{};
+  n[3] = 7;
+  std::string tag = job_tag(token, n, "job-48213");
+  CHECK(tag.rfind("tag:", 0) == 0);
+  CHECK(tag.size() == 4 + 2 * kMacSize);
+  CHECK(tag.find("48213") == std::string::npos);
+  CHECK(tag == job_tag(token, n, "job-48213"));
+  CHECK(tag != job_tag(token, n, "job-48214"));
+  CHECK(tag != job_tag(other, n, "job-48213"));
+  Nonce m = n;
+  m[0] = 1;
+  CHECK(tag != job_tag(token, m, "job-48213"));  // fresh per connection
+  // It fits where the challenge carries the job id.
+  Challenge c{n, "", tag, true};
+  auto back = decode_challenge(payload_of(encode(c)));
+  REQUIRE(back.ok());
+  CHECK(back->job_id == tag);
+}
+
 TEST_CASE("job token: a MAC of zeros never verifies") {
   JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
   Nonce n{};

@@ -4,10 +4,15 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <rankcheck/auth.h>
 #include <rankcheck/checks.h>
+#include <rankcheck/protocol.h>
 #include <rankcheck/report.h>
 #include <rankcheck/text.h>
 
@@ -55,4 +60,35 @@ TEST_CASE("security: members with many odd variables give a bounded report") {
   CHECK(fs.back().message ==
         fmt::format("and {} more variables differ between the members (not itemised)",
                     199 * 128 - 16));
+}
+
+TEST_CASE("security: a job token from a pipe is read once, without waiting, and bounded") {
+  // What `rankcheck local` hands each member instead of a file left behind.
+  auto pipe_with = [](const std::string& text, bool close_writer) {
+    int fds[2];
+    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    if (!text.empty()) REQUIRE(::write(fds[1], text.data(), text.size()) == ssize_t(text.size()));
+    if (close_writer) ::close(fds[1]);
+    return std::pair<int, int>{fds[0], close_writer ? -1 : fds[1]};
+  };
+  auto [good, none] = pipe_with("0123456789abcdef0123456789abcdef\n", true);
+  auto token = JobToken::load_fd(good);
+  REQUIRE(token.ok());
+  Nonce n{};
+  CHECK(token->mac(kHelloLabel, n, n, {}) ==
+        JobToken::from_secret("0123456789abcdef0123456789abcdef").mac(kHelloLabel, n, n, {}));
+  CHECK(::fcntl(good, F_GETFD) == -1);  // closed once read
+
+  // A writer that never writes, nor closes: refused at once, not waited on.
+  auto [idle, writer] = pipe_with("", false);
+  auto none_yet = JobToken::load_fd(idle);
+  REQUIRE(!none_yet.ok());
+  CHECK(none_yet.error().message.find("0 bytes; a token needs at least 16") != std::string::npos);
+  ::close(writer);
+
+  auto [shorter, w2] = pipe_with("short", true);
+  CHECK(!JobToken::load_fd(shorter).ok());
+  (void)none;
+  (void)w2;
+  CHECK(!JobToken::load_fd(-1).ok());
 }

@@ -1,3 +1,4 @@
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <rankcheck/member.h>
 #include <rankcheck/server.h>
 
 using namespace rankcheck;
@@ -124,4 +126,103 @@ TEST_CASE("server: listening sockets are not inherited by the programs it starts
     CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
   }
   CHECK(fresh >= 1);
+}
+
+namespace {
+
+Record gpu_member(int rank) {
+  Record r;
+  r.version = "0.1.0";
+  r.rank = rank;
+  r.world_size = 2;
+  r.local_rank = rank;
+  r.local_world_size = 2;
+  r.host = "gpu-01";
+  r.pid = static_cast<uint32_t>(1000 + rank);
+  r.launcher = "torch";
+  r.master_addr = "127.0.0.1";
+  r.master_port = 29500;
+  r.master_resolved = {"127.0.0.1"};
+  r.env_digest = env_digest(r.env.get());
+  r.gpu.state = GpuState::kUsable;
+  r.gpu.cuda_version = 13000;
+  r.gpu.device_count = 2;
+  r.gpu.nccl_version = 22809;
+  r.gpu.devices = {GpuDevice{rank, rank, fmt::format("GPU-0{}00-0000-0000-0000-000000000000", rank),
+                             fmt::format("00000000:1{}:00.0", rank), "NVIDIA H200", 141ull << 30}};
+  return r;
+}
+
+RankResult good(int rank) {
+  RankResult r;
+  r.rank = rank;
+  r.init_ok = r.allreduce_ok = r.allreduce_done = true;
+  r.expected = r.got = 3;
+  return r;
+}
+
+// A job of two with a job token: rank 0 in process, rank 1 over loopback. Rank 1
+// hands in its stage results as `frame` makes them; the final report.
+Report stage_with(const std::function<std::vector<uint8_t>(const StageReport&, const JoinResult&)>&
+                      frame,
+                  std::vector<std::string>& lines) {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  ServerConfig cfg = config(&lines);
+  cfg.token = token;
+  cfg.master.gpu_stage = true;
+  cfg.master.job_id = "job-a";
+  cfg.master.make_nccl_id = [] { return Result<NcclId>(NcclId{}); };
+  cfg.master.stage_by = Deadline::after(Millis(10000));
+  cfg.decide_by = Deadline::after(Millis(5000));
+  Server server(cfg);
+  auto port = server.listen({"127.0.0.1"}, 0);
+  REQUIRE(port.ok());
+  server.start();
+  auto own = server.join_local(gpu_member(0));
+
+  Record self = gpu_member(1);
+  JoinOptions jo;
+  jo.master_addr = "127.0.0.1";
+  jo.master_port = *port;
+  jo.give_up = Deadline::after(Millis(5000));
+  jo.token = &token;
+  JoinResult joined = join_master(self, jo);
+  REQUIRE(!joined.failure);
+  auto go = wait_verdict(joined.socket, Deadline::after(Millis(5000)), joined, &token);
+  REQUIRE(go.ok());
+  REQUIRE(go->run_gpu);
+  REQUIRE(own.get().run_gpu);
+  REQUIRE(joined.socket.write_all(frame(StageReport{{good(1)}, {}}, joined), Deadline::after(Millis(1000))).ok());
+  auto own_final = server.submit_local(StageReport{{good(0)}, {}});
+  (void)wait_verdict(joined.socket, Deadline::after(Millis(5000)), joined, &token,
+                     VerdictWait::kFinal);
+  (void)own_final.get();
+  return server.finish(Deadline::after(Millis(2000)));
+}
+
+}  // namespace
+
+TEST_CASE("server: with a job token, a stage result counts only with its MAC") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  std::vector<std::string> lines;
+  Report signed_one = stage_with(
+      [&token](const StageReport& m, const JoinResult& j) {
+        return encode_signed(m, token, j.server_nonce, j.client_nonce);
+      },
+      lines);
+  CHECK(signed_one.exit_code() == 0);
+  CHECK(signed_one.stage_results.size() == 2);
+
+  // Results anyone on the path could have written: rank 1 counts as silent.
+  lines.clear();
+  Report unsigned_one =
+      stage_with([](const StageReport& m, const JoinResult&) { return encode(m); }, lines);
+  CHECK(unsigned_one.exit_code() == exit_code::kGpu);
+  REQUIRE(unsigned_one.stage_results.size() == 1);
+  CHECK(unsigned_one.stage_results[0].rank == 0);
+  bool logged = false;
+  for (const std::string& l : lines)
+    logged = logged || l.find("its GPU stage result is unreadable: its MAC does not verify with "
+                              "the job token") != std::string::npos;
+  CHECK(logged);
 }

@@ -1,0 +1,185 @@
+#pragma once
+// The master's server, inside: its state, its connections and the steps that
+// move them. Private to server.cc (deciding, sending, the GPU stage) and
+// server_accept.cc (accepting, the handshake, fairness between sources).
+
+#include <algorithm>
+#include <deque>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <fcntl.h>
+
+#include <rankcheck/server.h>
+
+namespace rankcheck {
+
+using asio::awaitable;
+using asio::ip::tcp;
+inline constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
+// Refusals logged to stderr one by one before they are only counted.
+inline constexpr size_t kMaxRefusalsLogged = 8;
+// How long past the stage deadline the master waits for results before its final
+// verdict: the members' results are on their way (each ends its stage sooner).
+inline constexpr Millis kStageGrace{300};
+// How long the master waits for a member whose connection closed to come back
+// when every other rank is in, before it decides without it.
+inline constexpr Millis kRejoinGrace{1000};
+
+// Sockets of the master are not inherited by the processes `rankcheck local`
+// starts: a child holding MASTER_PORT's listener would keep the port taken after
+// this process exits. (Asio opens and accepts without SOCK_CLOEXEC.)
+inline void set_cloexec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
+struct Server::Impl {
+  // One verdict frame is shared by every member it is the same for.
+  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+
+  // Bound to the io_context's own executor rather than the type-erased default:
+  // 40 bytes instead of 88 per member, and as much again in its pending wait.
+  using Socket = tcp::socket::rebind_executor<asio::io_context::executor_type>::other;
+
+  struct Conn {
+    // Kept small: one lives as long as its member. The handshake timer and the
+    // peer's address live in the handshake coroutine, which ends at admission.
+    explicit Conn(Socket s) : sock(std::move(s)) {}
+    Socket sock;
+    int slot = -1;        // the member's index in the master state
+    uint32_t source = 0;  // index into sources: the address it came from
+    bool admitted = false;
+    bool handshake_expired = false;
+    std::vector<Bytes> outbox;  // frames not yet written, oldest first
+    bool writing = false;
+    bool close_after_write = false;
+    bool pending = false;   // counted among connections not yet admitted
+    bool reported = false;  // its GPU stage result is in (or will never be)
+    bool closed = false;
+    bool released = false;  // finished with, but kept open (see release)
+    bool evicted = false;   // dropped to make room for other sources (see make_room)
+    Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
+    Nonce client_nonce{};
+  };
+  using ConnPtr = std::shared_ptr<Conn>;
+
+  explicit Impl(ServerConfig c)
+      : cfg(std::move(c)),
+        state(cfg.master),
+        decide_timer(io),
+        progress_timer(io),
+        stage_timer(io) {
+    conns.reserve(static_cast<size_t>(std::clamp(cfg.master.world_size, 1L, 1L << 16)));
+  }
+
+  ServerConfig cfg;
+  MasterState state;
+  asio::io_context io{1};
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::vector<std::string> bound;
+  asio::steady_timer decide_timer;
+  asio::steady_timer progress_timer;
+  asio::steady_timer stage_timer;
+  std::thread thread;
+
+  // Everything below is touched only on the server thread (or after it stopped).
+  std::vector<ConnPtr> conns;  // conns[i] carries member i; nullptr for the master's own
+  size_t pending = 0;
+  size_t writes_in_flight = 0;
+  size_t open_members = 0;  // admitted connections the member has not closed yet
+  size_t refusals = 0;
+  size_t accept_errors = 0;
+  // Connections in their handshake, by the address they came from: one address
+  // holding most of the slots (a flood of silent connections) gives up its
+  // oldest to newcomers. Bounded: past kMaxSources addresses, the rest share one.
+  struct Source {
+    std::string addr;
+    size_t pending = 0;
+    size_t evicted = 0;
+    std::deque<std::weak_ptr<Conn>> queue;  // oldest first; some no longer pending
+  };
+  static constexpr size_t kMaxSources = 4096;
+  std::vector<Source> sources{Source{"other addresses", 0, 0, {}}};
+  std::unordered_map<std::string, uint32_t> source_ids;
+  std::optional<std::promise<Verdict>> local_verdict;
+  std::optional<std::promise<Verdict>> local_final;
+  std::promise<void> done;
+  bool done_set = false;
+  bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
+
+  void log(const std::string& line) const { cfg.master.log(line); }
+
+  // ----- sending -------------------------------------------------------------
+
+  void send(const ConnPtr& c, std::vector<uint8_t> frame);
+  void send(const ConnPtr& c, Bytes frame);
+
+  void pump(const ConnPtr& c);
+
+  void close(const ConnPtr& c);
+
+  // A member that is finished with: counted as closed, its socket left open.
+  void release(const ConnPtr& c);
+
+  // Done once every verdict is written and every member has closed its end: the
+  // member closes first, so that the TIME_WAIT lands on its ephemeral port and not
+  // on MASTER_PORT, which the training job binds next.
+  void check_done();
+
+  // ----- refusing ------------------------------------------------------------
+
+  void unpend(const ConnPtr& c);
+
+  uint32_t source_of(const std::string& addr);
+
+  // At the cap on handshakes: the address holding the most, if it holds more than
+  // a quarter of them, loses its oldest one. A flood from one address then cannot
+  // keep the job's members waiting in the kernel's backlog until the deadline.
+  bool make_room();
+
+  void refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
+              std::optional<Record> record = std::nullopt,
+              std::optional<RejectCode> reply = std::nullopt);
+
+  // ----- serving -------------------------------------------------------------
+
+  awaitable<void> accept_loop(tcp::acceptor& acceptor);
+
+  awaitable<void> serve(ConnPtr c, std::string peer);
+
+  // An admitted member sends nothing more until the verdict: a read that ends
+  // means it is gone. A plain handler, not a coroutine frame, per member.
+  void watch(const ConnPtr& c);
+
+  // A member's GPU stage results; anything else (or nothing) counts as none.
+  awaitable<void> read_stage_result(ConnPtr c);
+
+  void deliver(size_t i, std::vector<RankResult> results);
+
+  void depart(const ConnPtr& c);
+
+  // ----- deciding ------------------------------------------------------------
+
+  void maybe_decide();
+
+  void decide(bool timed_out);
+
+  // The GPU stage is over (every result in, or its deadline): the final verdict.
+  void finalize();
+
+  // Sends `base` to every member, each with the findings that name its ranks;
+  // the master's own member gets it through `local`.
+  void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local);
+
+  void schedule_progress();
+};
+
+}  // namespace rankcheck
