@@ -198,6 +198,15 @@ class Ecosystem(RankcheckTest):
         with open(self.path("exclude")) as f:
             self.assertEqual(f.read(), "gpu-09\n")
 
+    @unittest.skipIf(PROMTOOL is None, "promtool is not installed (Debian: prometheus)")
+    def test_the_documented_alert_rules_load(self):
+        rules = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                             "../../docs/rankcheck.rules.yml")
+        r = subprocess.run([PROMTOOL, "check", "rules", rules], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("SUCCESS: 2 rules found", r.stdout)
+
     def test_an_unwritable_metrics_file_fails_a_passing_run(self):
         extra = ("--metrics", self.path("no/such/dir/m.prom"))
         master = self.rank(0, 1, host="gpu-01", extra=extra)
