@@ -11,6 +11,7 @@
 #   dist/*.debug            their debug info, found by gdb through the build id or
 #                           the debuglink
 #   dist/rankcheck_<version>_amd64.deb   rankcheck, its docs and the launcher recipes
+#                           (CPack, from CMake's install() rules)
 #
 # Debian 12's clang compiles against a Debian 11 sysroot (glibc 2.31, GCC 10's
 # libstdc++, OpenSSL 1.1.1) made with debootstrap on the first run and cached in
@@ -113,6 +114,8 @@ configure() {
     -DCMAKE_PROJECT_INCLUDE="$root_dir/cmake/release-project.cmake" \
     -DRANKCHECK_SYSROOT:PATH="$sysroot" -DRANKCHECK_STAGE:PATH="$root_dir/$stage" \
     -DRANKCHECK_GLIBC_FLOOR="$(cat "$floor_file" 2>/dev/null || true)" \
+    -DRANKCHECK_PACKAGE_BINARY:FILEPATH="$root_dir/$dist/rankcheck" \
+    -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON \
     -DRANKCHECK_TESTS=OFF -DRANKCHECK_WERROR=ON >"$build/configure.log" 2>&1 ||
     { cat "$build/configure.log" >&2; die "cmake configure failed"; }
 }
@@ -185,33 +188,20 @@ version_line=$("$dist/rankcheck" --version)
   die "dist/rankcheck --version says '$version_line', not its floor $floor"
 
 # -- the .deb: the binary, its docs and the launcher recipes ------------------
+# CPack, from CMake's install() rules, with dist/rankcheck itself as the binary
+# (RANKCHECK_PACKAGE_BINARY, set at configure) and libc6 from the floor on.
 version=$(sed -nE 's/^rankcheck ([^ ]+) .*/\1/p' <<<"$version_line")
-pkg=$build/deb
-rm -rf "$pkg"
-install -D -m 0755 "$dist/rankcheck" "$pkg/usr/bin/rankcheck"
-# The layout of CMake's install(): docs beside the README, the recipes under share.
-install -D -m 0644 README.md "$pkg/usr/share/doc/rankcheck/README.md"
-cp -r docs/. "$pkg/usr/share/doc/rankcheck/"
-mkdir -p "$pkg/usr/share/rankcheck"
-cp -r launchers "$pkg/usr/share/rankcheck/"
-chmod -R u+rwX,go+rX,go-w "$pkg"
-mkdir -p "$pkg/DEBIAN"
-cat >"$pkg/DEBIAN/control" <<EOF
-Package: rankcheck
-Version: $version
-Architecture: amd64
-Maintainer: rankcheck developers <rankcheck@localhost>
-Depends: libc6 (>= $floor)
-Section: admin
-Priority: optional
-Installed-Size: $(du -sk "$pkg/usr" | cut -f1)
-Description: pre-launch rendezvous validator for multi-node GPU training
- Run before a distributed training job: checks every rank's launcher identity,
- meets all ranks in a TCP rendezvous with a deadline, runs NCCL init and an
- all-reduce on the GPUs, and names missing, duplicate and misconfigured ranks
- with their hosts, the cause and the fix. Needs glibc $floor or newer.
-EOF
-dpkg-deb --root-owner-group -Zxz --build "$pkg" "$dist/rankcheck_${version}_amd64.deb" >/dev/null
+rm -rf "$build/cpack"
+(cd "$build" && cpack -G DEB -B "$root_dir/$build/cpack") >"$build/cpack.log" 2>&1 ||
+  { cat "$build/cpack.log" >&2; die "cpack failed"; }
+deb=$build/cpack/rankcheck_${version}_amd64.deb
+[[ -f $deb ]] || { cat "$build/cpack.log" >&2; die "cpack made no $deb"; }
+# What CPack packed is what was checked above, and needs glibc from its floor on.
+dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/bin/rankcheck | cmp -s - "$dist/rankcheck" ||
+  die "$deb carries another usr/bin/rankcheck than $dist/rankcheck"
+[[ $(dpkg-deb -f "$deb" Depends) == "libc6 (>= $floor)" ]] ||
+  die "$deb depends on '$(dpkg-deb -f "$deb" Depends)', not libc6 (>= $floor)"
+mv "$deb" "$dist/"
 (cd "$dist" && sha256sum -- * >SHA256SUMS)
 
 echo "release: $version_line"
