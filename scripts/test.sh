@@ -2,8 +2,9 @@
 # Installs what is missing, builds, and runs every test: unit tests, the fuzz
 # corpus, the integration tests with real processes and real launchers; then the
 # release binaries (scripts/release.sh) inside a Debian 11 root and through the
-# integration tests again; then the unit and loopback tests again in an
-# ASan+UBSan build (build-asan/).
+# integration tests again, and the container image built from them and run
+# (scripts/image.sh); then the unit and loopback tests again in an ASan+UBSan
+# build (build-asan/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
@@ -17,6 +18,9 @@ scripts/release-check.sh
 release_bins=(RANKCHECK_BIN=dist/rankcheck)
 [[ -x dist/rankcheck-mpi ]] && release_bins+=(RANKCHECK_MPI_BIN=dist/rankcheck-mpi)
 python3 tests/release/run_integration.py build "${release_bins[@]}" -j "$jobs"
+
+echo "== the container image (launchers/kubernetes/Dockerfile), built with podman and run"
+scripts/image.sh
 
 echo "== the same under AddressSanitizer and UndefinedBehaviorSanitizer"
 # A debug build of just what these tests run; its warnings were judged above
