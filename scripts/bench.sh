@@ -53,13 +53,13 @@ copies=$(( (1 << 30) / seed_bytes ))
 } >"$logdir/job.log"
 size=$(stat -c %s "$logdir/job.log")
 t0=$(date +%s%N)
-if [[ -x /usr/bin/time ]]; then
-  /usr/bin/time -f '%M' -o "$logdir/rss" build/rankcheck diagnose --json "$logdir/job.log" >"$logdir/out.json" || true
-else
-  build/rankcheck diagnose --json "$logdir/job.log" >"$logdir/out.json" || true
-fi
+# Peak memory from the kernel's account of the child (ru_maxrss, KiB).
+rss=$(/usr/bin/python3 -c 'import resource, subprocess, sys
+with open(sys.argv[2], "w") as out:
+    subprocess.run([sys.argv[1], "diagnose", "--json", sys.argv[3]], stdout=out)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' build/rankcheck "$logdir/out.json" "$logdir/job.log")
 t1=$(date +%s%N)
 ms=$(( (t1 - t0) / 1000000 ))
 first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json")
-awk -v b="$size" -v ms="$ms" -v rss="$(cat "$logdir/rss" 2>/dev/null || echo 0)" -v first="$first" \
+awk -v b="$size" -v ms="$ms" -v rss="$rss" -v first="$first" \
   'BEGIN {printf "%.2f GiB in %.2f s (%.0f MiB/s), peak memory %.1f MiB; first finding: %s\n", b/2^30, ms/1000, b/2^20/(ms/1000), rss/1024, first}'

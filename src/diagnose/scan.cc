@@ -14,6 +14,7 @@ namespace {
 
 constexpr size_t kWindowBefore = 256;  // regexes see the literal with this much before it
 constexpr size_t kWindow = 2048;       // and this much in all
+constexpr size_t kMaxSeen = 1 << 20;   // ranks tracked one byte each
 
 bool digit(char c) {
   return c >= '0' && c <= '9';
@@ -91,6 +92,7 @@ struct Scanner::State {
   TableEntry entry;
   size_t entry_row = 0;
   long last_rank = -2, last_local = -2;
+  std::vector<uint8_t> seen_ranks, seen_locals;  // per source
 
   State() {
     for (const Pattern& p : rows) {
@@ -247,9 +249,18 @@ struct Scanner::State {
     if (prefix.rank != last_rank || prefix.local_rank != last_local) {
       last_rank = prefix.rank;
       last_local = prefix.local_rank;
-      if (prefix.rank >= 0 || prefix.local_rank >= 0) {
+      // Each process once: the map is not touched again for every line it prints.
+      auto first_time = [](std::vector<uint8_t>& bits, long v) {
+        if (v < 0) return false;
+        if (static_cast<size_t>(v) >= kMaxSeen) return true;
+        if (bits.size() <= static_cast<size_t>(v)) bits.resize(static_cast<size_t>(v) + 1);
+        bool first = bits[static_cast<size_t>(v)] == 0;
+        bits[static_cast<size_t>(v)] = 1;
+        return first;
+      };
+      if (prefix.rank >= 0 ? first_time(seen_ranks, prefix.rank)
+                           : first_time(seen_locals, prefix.local_rank))
         k.seen(origin_of(prefix));
-      }
     }
     if (!prefix.host.empty() && k.hosts_seen.size() < 4096) k.hosts_seen.emplace(prefix.host);
     std::string_view body = text.substr(prefix.body);
@@ -282,6 +293,8 @@ void Scanner::begin_source(std::string name) {
   s_->source = static_cast<uint32_t>(s_->k.sources.size() - 1);
   s_->line_no = 0;
   s_->last_rank = s_->last_local = -2;
+  s_->seen_ranks.clear();
+  s_->seen_locals.clear();
   s_->have_source = true;
   if (s_->from_path.rank >= 0 || s_->from_path.local_rank >= 0) s_->k.seen(s_->from_path);
 }
