@@ -146,6 +146,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# Interrupted (Ctrl-C, a CI timeout): the containers and the network go too.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 fail() {
   local c
