@@ -218,6 +218,23 @@ class GpuStage(RankcheckTest):
         self.assertAlmostEqual(results[0]["bandwidth"]["busbw_gbps"],
                                results[0]["bandwidth"]["algbw_gbps"])
 
+    def test_metrics_carry_nccl_init_and_bus_bandwidth(self):
+        from test_ecosystem import parse_prometheus_text
+        prom = os.path.join(self.tmp.name, "rankcheck.prom")
+        procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K", "--metrics", prom)
+                              if r == 0 else ("--bandwidth", "64K"), **self.fake(ngpus=2))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        with open(prom) as f:
+            families = parse_prometheus_text(f.read())
+        results = procs[0].report["stage_results"]
+        [[_, init_s]] = families["rankcheck_nccl_init_seconds"]["samples"]
+        self.assertAlmostEqual(init_s, max(r["init_ms"] for r in results) / 1000, places=6)
+        [[_, busbw]] = families["rankcheck_allreduce_bus_bandwidth_bytes_per_second"]["samples"]
+        self.assertAlmostEqual(busbw, min(r["bandwidth"]["busbw_gbps"] for r in results) * 1e9,
+                               delta=busbw * 1e-9)
+
     def test_min_busbw_floor(self):
         procs = {r: self.rank(r, 2, local=(r, 2),
                               extra=("--bandwidth", "64K", "--min-busbw", "100000"),
