@@ -3,7 +3,8 @@
 #   scripts/bench.sh [member counts...]     default: 1000 4000 16000
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ -x build/rankcheck && -x build/tests/rankcheck_loadgen ]] || scripts/build.sh
+[[ -x build/rankcheck && -x build/tests/rankcheck_loadgen && -x build/tests/rankcheck_bench_rehearsal ]] ||
+  scripts/build.sh
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 echo "== rankcheck local -n 8 (whole pipeline, 8 processes), 20 runs"
@@ -19,6 +20,10 @@ printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "wall: min %
 echo
 echo "== rendezvous with many members (one master process, members simulated by one loadgen process)"
 /usr/bin/python3 scripts/bench_rendezvous.py "${@:-1000 4000 16000}"
+
+echo
+echo "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
+for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts"; done
 
 echo
 echo "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"

@@ -218,6 +218,40 @@ Verdict MasterState::verdict_base() const {
   return v;
 }
 
+bool MasterState::would_pass() const {
+  if (tracker_.clean()) return true;
+  JobView view;
+  view.world_size = cfg_.world_size;
+  view.job_id = cfg_.job_id;
+  view.master_addr = cfg_.master_addr;
+  view.master_host = cfg_.master_host;
+  view.master_resolved = cfg_.master_resolved;
+  view.gpu_stage = cfg_.gpu_stage;
+  view.departed = departed_;
+  view.refused = refused_;
+  view.refused_total = refused_total_;
+  view.members = members_;
+  return exit_code_for(run_checks(view)) == exit_code::kPass;
+}
+
+void MasterState::set_paths(std::vector<Finding> findings, std::vector<PathTried> paths,
+                            double ms) {
+  // Name the ranks on the hosts each finding names.
+  for (Finding& f : findings) {
+    for (const Member& m : members_) {
+      if (std::binary_search(f.hosts.begin(), f.hosts.end(), m.record.host.str())) {
+        for (long k = m.record.rank; k <= m.record.last_rank(); ++k)
+          f.ranks.push_back(k);
+      }
+    }
+    std::sort(f.ranks.begin(), f.ranks.end());
+    f.ranks.erase(std::unique(f.ranks.begin(), f.ranks.end()), f.ranks.end());
+  }
+  path_findings_ = std::move(findings);
+  report_.paths = std::move(paths);
+  report_.rehearsal_ms = ms;
+}
+
 const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                                    std::vector<std::string> bound) {
   if (decided_) return verdict_;
@@ -244,6 +278,8 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.refused_total = refused_total_;
   view.members = std::move(members_);
   if (!tracker_.clean()) report_.findings = run_checks(view);
+  // A blocked path is the initiating failure: NCCL would hang on it.
+  report_.findings.insert(report_.findings.begin(), path_findings_.begin(), path_findings_.end());
   report_signal();
   report_.job_id = cfg_.job_id;
   report_.world_size = cfg_.world_size;

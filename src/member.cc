@@ -274,7 +274,7 @@ bool await_master_close(Socket& socket, Deadline deadline) {
 }
 
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
-                             const JobToken* token, VerdictWait which) {
+                             const JobToken* token, VerdictWait which, const PathPlanFn& on_plan) {
   while (true) {
     auto frame = socket.read_frame(deadline);
     if (!frame) {
@@ -311,7 +311,16 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       }
       return v;
     }
-    // Anything else before the verdict is ignored: the master sends nothing else now.
+    if (frame->header.type == uint16_t(MsgType::kPathPlan) && on_plan &&
+        which == VerdictWait::kFirst) {
+      // The rehearsal of NCCL's connections: run it, report, wait on for the verdict.
+      auto plan = decode_path_plan(frame->payload);
+      if (!plan) return plan.error();
+      PathReport report = on_plan(*plan);
+      if (auto sent = socket.write_all(encode(report), deadline); !sent) return sent.error();
+      continue;
+    }
+    // Anything else before the verdict is ignored.
   }
 }
 

@@ -168,6 +168,9 @@ void encode_nccl_if(Writer& w, const NcclIfFacts& f) {
     w.str(f.socket.get()[i].substr(0, 128));
   w.i32(f.rules_version);
   w.str(f.netns.str().substr(0, 128));
+  w.u16(f.listen_port);
+  w.u16(f.port_lo);
+  w.u16(f.port_hi);
 }
 
 NcclIfFacts decode_nccl_if(Reader& r) {
@@ -182,6 +185,9 @@ NcclIfFacts decode_nccl_if(Reader& r) {
   f.socket = get_strings(r, kMaxNcclSocketIfs, 128, "NCCL socket interface");
   f.rules_version = r.i32();
   f.netns = r.str(128, "network namespace");
+  f.listen_port = r.u16();
+  f.port_lo = r.u16();
+  f.port_hi = r.u16();
   return f;
 }
 

@@ -461,12 +461,19 @@ std::string render_json(const Report& r) {
   j["findings"] = nlohmann::json::array();
   for (const Finding& f : r.findings)
     j["findings"].push_back(finding_json(f));
+  // The rehearsal of NCCL's connections: each host pair tried, with its connect time.
+  j["paths"] = nlohmann::json::array();
+  for (const PathTried& p : r.paths) {
+    j["paths"].push_back(
+        {{"from", p.from}, {"to", p.to}, {"outcome", p.outcome}, {"connect_ms", p.connect_ms}});
+  }
   // The members are written one at a time (below): as one tree, 16k of them take
   // a hundred megabytes.
   j["members"] = kMembersPlaceholder;
   j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
                   {"decision_ms", r.decision_ms},
                   {"broadcast_ms", r.broadcast_ms},
+                  {"rehearsal_ms", r.rehearsal_ms},
                   {"total_ms", r.total_ms}};
   j["master_memory_kib"] = {{"resident_at_decision", r.rss_kib},
                             {"peak_at_decision", r.peak_rss_kib}};

@@ -16,6 +16,7 @@
 #include <rankcheck/interrupt.h>
 #include <rankcheck/member.h>
 #include <rankcheck/net.h>
+#include <rankcheck/netpath_io.h>
 #include <rankcheck/procfs.h>
 #include <rankcheck/report.h>
 #include <rankcheck/run.h>
@@ -80,7 +81,10 @@ int member_path(Record& self, const Identity& id, Session& s) {
   if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
   log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                            joined.admit.joined_ranks, joined.admit.world_size));
-  auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token);
+  auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
+                              VerdictWait::kFirst, [&s, &log](const PathPlan& plan) {
+                                return rehearse(plan, s, log);
+                              });
   if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
     StageReport results = run_gpu_stage(s, *verdict, id.world_size);
     auto frame = jo.token ? encode_signed(results, *jo.token, joined.server_nonce,
@@ -389,6 +393,9 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
     say(render_finding_line(f), true);
 
   if (over_mpi) return failed(run_over_mpi(id, self, s));
+  // The rehearsal of NCCL's connections listens where NCCL would; it answers until
+  // this process ends.
+  std::unique_ptr<PathListener> path_listener = open_path_listener(self, s);
   if (id.rank == 0) {
     if (!s.token && spans_hosts(self)) {
       // Said once, by the process whose report an impostor could decide.

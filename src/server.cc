@@ -76,6 +76,10 @@ void Server::Impl::watch(const ConnPtr& c) {
       asio::co_spawn(io, read_stage_result(c), asio::detached);
       return;
     }
+    if (rehearsal.running && c->path_host >= 0) {
+      asio::co_spawn(io, read_path_report(c), asio::detached);
+      return;
+    }
     if (state.decided() && !state.stage_running()) {
       // The member has its final verdict and closed its end. Ours stays open
       // until the report is printed (the Server's end): a member whose job
@@ -172,6 +176,10 @@ void Server::Impl::maybe_decide() {
 
 void Server::Impl::decide(bool timed_out) {
   if (state.decided()) return;
+  // NCCL's connections are rehearsed before the verdict; the deadline (or a
+  // signal) ends a rehearsal still running, with what came in.
+  if (rehearsal.running) return end_rehearsal();
+  if (!rehearsal.done && start_rehearsal(timed_out)) return;
   decide_timer.cancel();
   progress_timer.cancel();
   uint16_t port = acceptors.empty() ? 0 : acceptors.front()->local_endpoint().port();
@@ -360,6 +368,7 @@ Report Server::finish(Deadline deadline) {
   done.wait_until(deadline.when());
   s.io.stop();
   if (s.thread.joinable()) s.thread.join();
+  if (s.local_probe.joinable()) s.local_probe.join();  // bounded by the rehearsal's deadline
   // The server thread has stopped: its state is this thread's now.
   if (!s.state.decided()) s.decide(true);
   if (s.state.stage_running()) s.finalize();

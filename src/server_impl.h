@@ -17,6 +17,8 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <fcntl.h>
 
+#include <rankcheck/netpath.h>
+#include <rankcheck/netpath_io.h>
 #include <rankcheck/server.h>
 
 namespace rankcheck {
@@ -66,6 +68,7 @@ struct Server::Impl {
     bool closed = false;
     bool released = false;  // finished with, but kept open (see release)
     bool evicted = false;   // dropped to make room for other sources (see make_room)
+    int path_host = -1;     // the host it rehearses NCCL's connections for, until it reports
     Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
   };
@@ -76,7 +79,8 @@ struct Server::Impl {
         state(cfg.master),
         decide_timer(io),
         progress_timer(io),
-        stage_timer(io) {
+        stage_timer(io),
+        rehearsal_timer(io) {
     conns.reserve(static_cast<size_t>(std::clamp(cfg.master.world_size, 1L, 1L << 16)));
   }
 
@@ -114,6 +118,22 @@ struct Server::Impl {
   std::promise<void> done;
   bool done_set = false;
   bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
+
+  // The rehearsal of NCCL's connections (netpath.h), between the identity checks
+  // and the verdict: one member per host probes, the master collects.
+  struct Rehearsal {
+    bool running = false;
+    bool done = false;         // ran, or was not wanted: the decision goes on
+    bool timed_out = false;    // what decide() was called with
+    std::vector<PathHost> hosts;
+    std::vector<std::vector<PathTarget>> plans;  // per host
+    std::vector<PathResult> results;             // every connection, filled as reports come
+    size_t waiting = 0;                          // hosts that have not reported
+    std::vector<bool> reported;
+    Clock::time_point started;
+  } rehearsal;
+  asio::steady_timer rehearsal_timer;
+  std::thread local_probe;  // the master's own host's probes; joined in finish()
 
   void log(const std::string& line) const { cfg.master.log(line); }
 
@@ -180,6 +200,16 @@ struct Server::Impl {
   void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local);
 
   void schedule_progress();
+
+  // ----- rehearsing NCCL's connections (server_paths.cc) -----------------------
+
+  // Starts the rehearsal when it is wanted (every rank in, no error so far, hosts
+  // to connect); false when the decision goes on without one.
+  bool start_rehearsal(bool timed_out);
+  awaitable<void> read_path_report(ConnPtr c);
+  void path_report(size_t host, std::vector<PathResult> results);
+  // All reports in, or out of time: the findings, then the decision.
+  void end_rehearsal();
 };
 
 }  // namespace rankcheck

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -192,11 +193,6 @@ Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& en
   return std::optional<JobToken>(std::move(*token));
 }
 
-Record build_self(const Identity& id, const std::optional<std::string>& host_name,
-                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu) {
-  HostFacts facts;
-  facts.host = host_name ? *host_name : local_host_name();
-  facts.pid = static_cast<uint32_t>(::getpid());
 namespace {
 
 // A configuration file NCCL would read; nullopt when there is none to read.
@@ -230,6 +226,11 @@ NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env,
 
 }  // namespace
 
+Record build_self(const Identity& id, const std::optional<std::string>& host_name,
+                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu) {
+  HostFacts facts;
+  facts.host = host_name ? *host_name : local_host_name();
+  facts.pid = static_cast<uint32_t>(::getpid());
   facts.interfaces = interfaces_with_address();
   if (!id.master_addr.empty()) {
     auto resolved = resolve_host(id.master_addr, resolve_by);
@@ -345,6 +346,34 @@ int usage_problems(const Identity& id) {
     Log::error("cannot run: " + p);
   Log::error("`rankcheck env` shows every source rankcheck looked at");
   return exit_code::kUsage;
+}
+
+std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {
+  NcclIfFacts& f = self.nccl_if;
+  if (f.state != NcclIfFacts::kFound || self.local_rank > 0) return nullptr;
+  auto l = PathListener::open(f.address, f.name, path_identity(self.host, f.netns),
+                              s.token ? &*s.token : nullptr);
+  if (!l) {
+    s.log.error("warning: " + l.error().message + ": this host's paths are not rehearsed");
+    return nullptr;
+  }
+  f.listen_port = (*l)->port();
+  std::tie(f.port_lo, f.port_hi) = local_port_range();
+  return std::move(*l);
+}
+
+PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log) {
+  auto t0 = Clock::now();
+  Deadline by = Deadline::after(Millis(plan.total_ms)).sooner(s.end);
+  PathReport r{probe_paths(plan.self_host, plan.self_identity, plan.targets,
+                           Millis(plan.per_conn_ms), plan.in_flight, by,
+                           s.token ? &*s.token : nullptr)};
+  size_t ok = 0;
+  for (const PathResult& x : r.results)
+    ok += x.outcome == PathOutcome::kOk;
+  log.progress(fmt::format("rehearsed NCCL's connections from this host: {} of {} in {}", ok,
+                           r.results.size(), format_seconds(ms_between(t0, Clock::now()))));
+  return r;
 }
 
 }  // namespace rankcheck

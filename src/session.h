@@ -18,6 +18,8 @@
 #include <rankcheck/env.h>
 #include <rankcheck/gpu.h>
 #include <rankcheck/identity.h>
+#include <rankcheck/netpath_io.h>
+#include <rankcheck/protocol.h>
 #include <rankcheck/record.h>
 #include <rankcheck/report.h>
 #include <rankcheck/result.h>
@@ -125,6 +127,13 @@ int print_member(const MemberReport& m, const Output& out);
 int print_report(const Report& r, const Session& s);
 /// Prints why the identity is unusable; exit 2.
 int usage_problems(const Identity& id);
+
+/// The listener of the rehearsal of NCCL's connections on the address NCCL would
+/// use here (one member per host: local rank 0, or a node's member); sets the
+/// record's listen port and port range. Null where there is none.
+std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s);
+/// Runs the master's plan of connections from this host.
+PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log);
 
 /// Where rank 0's master listens.
 struct MasterSetup {

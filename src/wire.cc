@@ -24,6 +24,10 @@ uint32_t payload_cap(uint16_t type) {
       return 16 * 1024;
     case MsgType::kProbe:
       return 64;
+    case MsgType::kPathPlan:
+      return 256 * 1024;
+    case MsgType::kPathReport:
+      return 128 * 1024;
   }
   return 0;
 }
@@ -44,6 +48,10 @@ std::string_view type_name(uint16_t type) {
       return "stage result";
     case MsgType::kProbe:
       return "probe";
+    case MsgType::kPathPlan:
+      return "path plan";
+    case MsgType::kPathReport:
+      return "path report";
   }
   return "unknown";
 }

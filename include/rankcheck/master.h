@@ -59,6 +59,12 @@ class MasterState {
   /// decides after a short grace for a restarted process to rejoin.
   bool only_departed_missing() const;
 
+  /// Whether the rules, run now, would find no error: the rehearsal of NCCL's
+  /// connections runs only then (the decision that follows runs them again).
+  bool would_pass() const;
+  /// The rehearsal's findings and connections, for the decision to lead with.
+  void set_paths(std::vector<Finding> findings, std::vector<PathTried> paths, double ms);
+
   /// Decides, once: the findings, and go or not for the GPU stage. Returns the
   /// verdict every member gets (with notes_for(i) added for member i).
   const Verdict& decide(bool timed_out, uint16_t master_port, std::vector<std::string> bound);
@@ -118,6 +124,7 @@ class MasterState {
   double stage_ms_ = 0;
   int signal_ = 0;
   bool signal_reported_ = false;
+  std::vector<Finding> path_findings_;
   void report_signal();
 };
 

@@ -43,8 +43,12 @@ enum class VerdictWait {
 
 /// Waits for the master's verdict on a joined connection; with a job token, checks
 /// that the verdict is the master's (Error::fault kAuthFailed when it is not).
+/// A plan to rehearse NCCL's connections (sent to one member per host before the
+/// first verdict) is run with `on_plan` and its report sent back.
+using PathPlanFn = std::function<PathReport(const PathPlan&)>;
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
-                             const JobToken* token, VerdictWait which = VerdictWait::kFirst);
+                             const JobToken* token, VerdictWait which = VerdictWait::kFirst,
+                             const PathPlanFn& on_plan = {});
 
 /// Closes this member's end and waits, until `deadline` at most, for the master
 /// to close its own: it does so once its report is printed. A member whose job

@@ -16,6 +16,7 @@
 #include <rankcheck/auth.h>
 #include <rankcheck/finding.h>
 #include <rankcheck/gpu.h>
+#include <rankcheck/netpath_io.h>
 #include <rankcheck/record.h>
 #include <rankcheck/wire.h>
 
@@ -130,6 +131,26 @@ bool verify_stage_report(std::span<const uint8_t> payload, const JobToken& token
 /// anything was cut. The master's own record goes through it too, so that its
 /// environment digest compares with its members'.
 bool fit_hello(Record& record);
+
+/// The rehearsal of NCCL's connections (netpath.h): what one member per host is to
+/// try, after the identity checks pass and before any verdict.
+struct PathPlan {
+  uint32_t self_host = 0;  ///< the receiver's index in the master's host list
+  std::string self_identity;
+  uint32_t per_conn_ms = 2000;
+  uint32_t total_ms = 0;  ///< everything by then
+  uint32_t in_flight = 32;
+  std::vector<PathTarget> targets;
+};
+/// What each connection of a plan found, in the plan's order.
+struct PathReport {
+  std::vector<PathResult> results;
+};
+inline constexpr uint32_t kMaxPathTargets = 8192;
+std::vector<uint8_t> encode(const PathPlan& m);
+std::vector<uint8_t> encode(const PathReport& m);
+Result<PathPlan> decode_path_plan(std::span<const uint8_t> payload);
+Result<PathReport> decode_path_report(std::span<const uint8_t> payload);
 
 /// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload);

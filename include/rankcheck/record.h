@@ -49,6 +49,10 @@ struct NcclIfFacts {
   /// The network stack the member runs in (boot id and network namespace): two
   /// "hosts" in one stack reach each other even over loopback or one address.
   SharedString netns;
+  /// The rehearsal's listener on `address` (netpath_io.h), 0: none on this member;
+  /// and the host's ephemeral port range, which the listener's port came from.
+  uint16_t listen_port = 0;
+  uint16_t port_lo = 0, port_hi = 0;
 
   bool known() const { return state != kUnknown; }
   /// "eth1 198.18.1.2", "none" or "-".

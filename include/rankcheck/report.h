@@ -17,6 +17,13 @@ struct RenderStyle {
 };
 
 /// What the master knows at the end of a run.
+/// One connection of the rehearsal of NCCL's connections, as the report shows it.
+struct PathTried {
+  std::string from, to;  ///< host names
+  std::string outcome;   ///< "connected", "timed out", "refused", ...
+  double connect_ms = 0;
+};
+
 struct Report {
   std::string job_id;
   long world_size = 0;
@@ -38,6 +45,9 @@ struct Report {
   long peak_rss_kib = 0;                  ///< the master process's peak memory at the decision
   long rss_kib = 0;                       ///< its resident memory at the decision
   double total_ms = 0;
+  /// The rehearsal of NCCL's connections: one per host pair tried (JSON `paths`).
+  std::vector<PathTried> paths;
+  double rehearsal_ms = 0;  ///< from the plan to the last report
 
   int exit_code() const { return exit_code_for(findings); }
 };

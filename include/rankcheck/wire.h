@@ -26,6 +26,8 @@ enum class MsgType : uint16_t {
   kVerdict = 5,      ///< master -> member: the job-wide verdict (and the NCCL id on go)
   kStageResult = 6,  ///< member -> master: GPU stage results
   kProbe = 7,        ///< rank 0 that cannot listen -> master: "only looking", then it closes
+  kPathPlan = 8,     ///< master -> one member per host: the connections to rehearse
+  kPathReport = 9,   ///< that member -> master: what each connection found
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

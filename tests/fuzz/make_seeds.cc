@@ -53,6 +53,9 @@ Record sample(int rank, bool gpu, bool conflicts) {
   r.nccl_if.socket = {rank < 4 ? "eth0 10.0.0.11" : "eth0 10.0.0.12"};
   r.nccl_if.rules_version = gpu ? 22809 : 0;
   r.nccl_if.netns = "3f0c2e8a-3a9b-4f0e-9d47-2f7a4f6c1b7e/4026531840";
+  r.nccl_if.listen_port = 41234;
+  r.nccl_if.port_lo = 32768;
+  r.nccl_if.port_hi = 60999;
   r.env_sources = {{"NCCL_IB_HCA", "/etc/nccl.conf"}};
   if (conflicts) {
     r.conflicts.push_back(Conflict{

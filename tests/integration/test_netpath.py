@@ -37,10 +37,11 @@ class NcclInterfaces(unittest.TestCase):
 
     def slurm_env(self, rank, extra):
         node, local = divmod(rank, PER_HOST)
-        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=WORLD,
-                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=HOSTS,
-                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{HOSTS})",
-                        SLURM_STEP_NODELIST=f"h[0-{HOSTS - 1}]", MASTER_PORT=self.port)
+        hosts = self.cluster.n
+        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=hosts * PER_HOST,
+                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=hosts,
+                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{hosts})",
+                        SLURM_STEP_NODELIST=f"h[0-{hosts - 1}]", MASTER_PORT=self.port)
         env.update({k: str(v) for k, v in extra.items()})
         return env
 
@@ -53,7 +54,7 @@ class NcclInterfaces(unittest.TestCase):
             if decorate:
                 decorate(ns, i)
         procs = {}
-        for r in range(WORLD):
+        for r in range(self.cluster.n * PER_HOST):
             host = r // PER_HOST
             argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{host}",
                     "--json", os.path.join(self.tmp.name, f"r{r}.json")]
@@ -193,6 +194,121 @@ class NcclInterfaces(unittest.TestCase):
         nif = res[0][1]["members"][0]["nccl_if"]
         self.assertEqual(nif["rule"], "NCCL_COMM_ID=198.18.0.1:29600: the interface in "
                                       "198.18.0.1's subnet")
+
+
+def firewall(ns, *rules, tool="nft"):
+    """Rules inside host `ns`'s namespace: nft commands, or iptables argument lists."""
+    for rule in rules:
+        argv = ["nft", *rule.split()] if tool == "nft" else ["iptables", *rule]
+        subprocess.run(["ip", "netns", "exec", ns, *argv], check=True, capture_output=True,
+                       text=True, timeout=10)
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class Rehearsal(NcclInterfaces):
+    """The rehearsal of NCCL's connections: firewalls and routes inside the hosts."""
+
+    # The interface tests run once, in the class above.
+    test_healthy_each_host_on_its_own_address = None
+    test_a_bridge_with_one_address_on_every_host = None
+    test_nccl_socket_ifname_lo_on_three_hosts = None
+    test_a_link_local_only_interface_chosen = None
+    test_an_ifname_that_matches_nothing_on_one_host = None
+    test_nccl_conf_on_one_host_only = None
+    test_nccl_comm_id_not_on_rank_0s_host = None
+    test_nccl_comm_id_on_rank_0s_host_passes = None
+
+    def blocked(self, res, code=3):
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, code, f"rank {r}: {out}")
+        return [f for f in res[0][1]["findings"] if f["id"] == "nccl-path-blocked"]
+
+    def test_healthy_three_hosts_every_pair(self):
+        t0 = time.monotonic()
+        res = self.run_job()
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}")
+        paths = res[0][1]["paths"]
+        self.assertEqual(len(paths), 6)  # every ordered pair of 3 hosts
+        self.assertEqual({p["outcome"] for p in paths}, {"connected"})
+        self.assertEqual({(p["from"], p["to"]) for p in paths},
+                         {(a, b) for a in ("h0", "h1", "h2") for b in ("h0", "h1", "h2") if a != b})
+        self.assertLess(res[0][1]["timings"]["rehearsal_ms"], 50)
+        self.assertLess(time.monotonic() - t0, TIMEOUT)
+
+    def test_inbound_firewall_on_h2_passes_only_master_port(self):
+        def wall(ns, i):
+            if i == 2:
+                firewall(ns, "add table inet rc",
+                         "add chain inet rc in { type filter hook input priority 0 ; policy drop ; }",
+                         "add rule inet rc in ct state established,related accept",
+                         "add rule inet rc in iif lo accept",
+                         f"add rule inet rc in tcp dport {self.port} accept")
+        res = self.run_job(decorate=wall)
+        found = self.blocked(res)
+        self.assertEqual(res[0][1]["findings"][0]["id"], "nccl-path-blocked")
+        self.assertEqual(len(found), 1)
+        f = found[0]
+        self.assertEqual((f["hosts"], f["ranks"]), (["h2"], [4, 5]))
+        self.assertRegex(f["message"], r"^inbound connections to h2 on ephemeral ports \d+-\d+ of "
+                                       r"eth0 \(198\.18\.0\.3\) are blocked: timed out from h0 and h1$")
+        self.assertIn("net.ipv4.ip_local_port_range", f["hint"])
+        self.assertIn("not run", res[0][2])  # the GPU stage never starts
+
+    def test_outbound_firewall_on_h1_reject_and_drop(self):
+        for target, word in (("REJECT", "refused"), ("DROP", "timed out")):
+            with self.subTest(target=target):
+                if target == "DROP":
+                    self.cluster.down()
+                    self.cluster = Cluster(HOSTS)
+                    self.port = free_port()
+
+                def wall(ns, i):
+                    if i == 1:
+                        firewall(ns, ["-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"],
+                                 ["-A", "OUTPUT", "-m", "state", "--state", "ESTABLISHED,RELATED",
+                                  "-j", "ACCEPT"],
+                                 ["-A", "OUTPUT", "-p", "tcp", "--dport", str(self.port), "-j",
+                                  "ACCEPT"],
+                                 ["-A", "OUTPUT", "-p", "tcp", "-j", target], tool="iptables")
+                res = self.run_job(decorate=wall)
+                found = self.blocked(res)
+                self.assertEqual(len(found), 1, found)
+                self.assertEqual(found[0]["hosts"], ["h1"])
+                self.assertEqual(found[0]["message"],
+                                 f"outbound connections from h1 over eth0 (198.18.0.2) are "
+                                 f"blocked: {word} to h0 and h2")
+
+    def test_ifname_eth1_on_two_unrouted_subnets_is_a_split(self):
+        # eth1 on two bridges: h0 and h1 on 198.19.1.0/24, h2 and h3 on 198.19.2.0/24.
+        self.cluster.down()
+        self.cluster = Cluster(4)
+        made = []
+
+        def eth1(ns, i):
+            br = f"{self.cluster.tag}s{i // 2}"
+            if i % 2 == 0:
+                ip("link", "add", br, "type", "bridge")
+                self.cluster.made.append(("link", br))
+                ip("link", "set", br, "up")
+            outer = f"{self.cluster.tag}e{i}"
+            ip("link", "add", outer, "type", "veth", "peer", "name", f"{self.cluster.tag}f{i}")
+            self.cluster.made.append(("link", outer))
+            ip("link", "set", f"{self.cluster.tag}f{i}", "netns", ns)
+            ip("link", "set", outer, "master", br)
+            ip("link", "set", outer, "up")
+            ip("-n", ns, "link", "set", f"{self.cluster.tag}f{i}", "name", "eth1")
+            ip("-n", ns, "addr", "add", f"198.19.{i // 2 + 1}.{i + 1}/24", "dev", "eth1")
+            ip("-n", ns, "link", "set", "eth1", "up")
+            made.append(ns)
+        res = self.run_job(host_env={h: {"NCCL_SOCKET_IFNAME": "eth1"} for h in range(4)},
+                           decorate=eth1)
+        found = self.blocked(res)
+        self.assertEqual(len(found), 1, found)
+        self.assertEqual(found[0]["hosts"], ["h0", "h1", "h2", "h3"])
+        self.assertRegex(found[0]["message"],
+                         r"^h0, h1, h2 and h3 cannot reach h0, h1, h2 and h3 over eth1: "
+                         r"no route to host .*\(8 of the connections tried\)$")
 
 
 if __name__ == "__main__":

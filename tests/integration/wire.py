@@ -59,9 +59,10 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += s(b"") + struct.pack("<i", 0) + s(b"")
     out += struct.pack("<Q", 0)  # started_unix_ms: unknown
     # NCCL's interface: unknown (state, flags, name, address, rule, error, socket list,
-    # rules version, network namespace), then no variable from NCCL's files
+    # rules version, network namespace, rehearsal port and port range), then no
+    # variable from NCCL's files
     out += struct.pack("<BB", 0, 0) + s(b"") + s(b"") + s(b"") + s(b"") + strings([])
-    out += struct.pack("<i", 0) + s(b"")
+    out += struct.pack("<i", 0) + s(b"") + struct.pack("<HHH", 0, 0, 0)
     out += struct.pack("<I", 0)
     return out
 
