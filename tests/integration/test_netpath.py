@@ -236,6 +236,17 @@ class Rehearsal(NcclInterfaces):
         self.assertLess(res[0][1]["timings"]["rehearsal_ms"], 50)
         self.assertLess(time.monotonic() - t0, TIMEOUT)
 
+    def test_with_a_job_token_every_answer_is_proven(self):
+        token = os.path.join(self.tmp.name, "token")
+        with open(token, "w") as f:
+            f.write("s3cret-of-this-job-0123456789abcdef\n")
+        os.chmod(token, 0o600)
+        res = self.run_job(host_env={h: {"RANKCHECK_TOKEN_FILE": token} for h in range(HOSTS)})
+        for r, (rc, rep, out) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}")
+        self.assertTrue(res[0][1]["authenticated"])
+        self.assertEqual({p["outcome"] for p in res[0][1]["paths"]}, {"connected"})
+
     def test_inbound_firewall_on_h2_passes_only_master_port(self):
         def wall(ns, i):
             if i == 2:
