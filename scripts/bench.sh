@@ -1,32 +1,32 @@
 #!/usr/bin/env bash
 # Benchmarks: prints figures, asserts nothing (the machines are shared and noisy).
-#   scripts/bench.sh [member counts...]     default: 1000 4000 16000
+#   scripts/bench.sh [--json] [member counts...]     default: 1000 4000 16000
+# --json: one JSON object per scenario per line, nothing else on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+json=()
+counts=()
+for a in "$@"; do
+  if [[ $a == --json ]]; then json=(--json); else counts+=("$a"); fi
+done
+say() { ((${#json[@]})) || echo "$@"; }
 [[ -x build/rankcheck && -x build/tests/rankcheck_loadgen && -x build/tests/rankcheck_bench_rehearsal ]] ||
-  scripts/build.sh
+  scripts/build.sh >&2
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-echo "== rankcheck local -n 8 (whole pipeline, 8 processes), 20 runs"
-times=()
-for _ in $(seq 20); do
-  t0=$(date +%s%N)
-  build/rankcheck local -n 8 --quiet --no-gpu >/dev/null
-  t1=$(date +%s%N)
-  times+=($(( (t1 - t0) / 1000 )))
-done
-printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {printf "wall: min %.1f ms, median %.1f ms, max %.1f ms\n", a[1]/1000, a[int((NR+1)/2)]/1000, a[NR]/1000}'
+say "== rankcheck local -n 8 --no-gpu (whole pipeline, 8 processes), 20 runs"
+/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
 
-echo
-echo "== rendezvous with many members (one master process, members simulated by one loadgen process)"
-/usr/bin/python3 scripts/bench_rendezvous.py "${@:-1000 4000 16000}"
+say
+say "== rendezvous with many members (one master process, members simulated by one loadgen process)"
+/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" ${counts[@]:-1000 4000 16000}
 
-echo
-echo "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
-for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts"; done
+say
+say "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
+for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}"; done
 
-echo
-echo "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
+say
+say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 /usr/bin/python3 - "$logdir/seed.log" <<'PY'
@@ -66,5 +66,10 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' build/rankcheck "
 t1=$(date +%s%N)
 ms=$(( (t1 - t0) / 1000000 ))
 first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json")
-awk -v b="$size" -v ms="$ms" -v rss="$rss" -v first="$first" \
-  'BEGIN {printf "%.2f GiB in %.2f s (%.0f MiB/s), peak memory %.1f MiB; first finding: %s\n", b/2^30, ms/1000, b/2^20/(ms/1000), rss/1024, first}'
+if ((${#json[@]})); then
+  printf '{"scenario": "diagnose-1gib", "bytes": %d, "seconds": %.3f, "peak_kib": %d, "first_finding": "%s"}\n' \
+    "$size" "$(awk -v ms="$ms" 'BEGIN {print ms/1000}')" "$rss" "$first"
+else
+  awk -v b="$size" -v ms="$ms" -v rss="$rss" -v first="$first" \
+    'BEGIN {printf "%.2f GiB in %.2f s (%.0f MiB/s), peak memory %.1f MiB; first finding: %s\n", b/2^30, ms/1000, b/2^20/(ms/1000), rss/1024, first}'
+fi

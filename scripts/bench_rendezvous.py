@@ -1,4 +1,11 @@
-"""Master under load: N simulated members join one `rankcheck run` master.
+"""Master under load: N simulated members join one `rankcheck run` master; and
+`rankcheck local -n 8`, the whole pipeline with real processes.
+
+    bench_rendezvous.py [--json] [--local RUNS] [MEMBER COUNTS...]
+
+With --json, one JSON object per scenario per line (scenario, ranks, hosts,
+verdict, rendezvous_ms, verdict_at_all_ms, master_peak_kib, master_connections,
+and what else the scenario measures) instead of the text.
 
 Prints the master's own timings (from its JSON report: rendezvous, and decision =
 last join to every verdict queued), its peak memory, and memory per member over a
@@ -12,10 +19,14 @@ its own peak.
 
 import json
 import os
+import re
+import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 BIN = os.path.join(ROOT, "build/rankcheck")
@@ -56,23 +67,92 @@ def master_run(members, gpu=False):
 
 
 def summary(path):
-    """The report's verdict, timings and memory, read in a child process."""
-    keep = "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps({k: r[k] for k in " \
-           "('verdict', 'timings', 'master_memory_kib')}))"
+    """The report's verdict, timings, memory and host count, read in a child process."""
+    keep = "import json,sys; r=json.load(open(sys.argv[1])); s={k: r[k] for k in " \
+           "('verdict', 'timings', 'master_memory_kib')}; " \
+           "s['hosts']=len({m['host'] for m in r['members']}); print(json.dumps(s))"
     out = subprocess.run([sys.executable, "-c", keep, path], capture_output=True, text=True,
                          check=True, timeout=120)
     return json.loads(out.stdout)
 
 
-def main(counts):
+def local_runs(runs, nprocs=8):
+    """`rankcheck local -n 8 --no-gpu`, `runs` times: wall time to its exit (every
+    member has its verdict by then), the master's own timings from its report, and
+    the CPU each process used (the kernel's account of all children, per process)."""
+    walls, rendezvous, peaks = [], [], []
+    verdict = None
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "report.json")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([BIN, "local", "-n", str(nprocs), "--quiet", "--no-gpu", "--json", path],
+                           stdout=subprocess.DEVNULL, check=False, timeout=60)
+            walls.append((time.perf_counter() - t0) * 1000)
+            with open(path) as f:
+                r = json.load(f)
+            verdict = r["verdict"]
+            rendezvous.append(r["timings"]["rendezvous_ms"])
+            peaks.append(r["master_memory_kib"]["peak_at_decision"])
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return {"scenario": f"local-{nprocs}", "ranks": nprocs, "hosts": 1, "verdict": verdict,
+            "rendezvous_ms": round(statistics.median(rendezvous), 2),
+            "verdict_at_all_ms": round(statistics.median(walls), 2),
+            "wall_min_ms": round(min(walls), 2), "wall_max_ms": round(max(walls), 2),
+            "cpu_per_process_ms": round(cpu / runs / nprocs, 2),
+            "master_peak_kib": max(peaks), "master_connections": nprocs - 1, "runs": runs}
+
+
+def main(argv):
+    as_json = "--json" in argv
+    argv = [a for a in argv if a != "--json"]
+    runs = 0
+    if "--local" in argv:
+        i = argv.index("--local")
+        runs = int(argv[i + 1])
+        del argv[i:i + 2]
+    counts = [int(a) for arg in argv for a in arg.split()]
+    if runs:
+        r = local_runs(runs)
+        if as_json:
+            print(json.dumps(r), flush=True)
+        else:
+            print(f"wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
+                  f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
+                  f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; verdict "
+                  f"{r['verdict']}", flush=True)
+    if not counts:
+        return
     base_report, base_rss, _, _ = master_run(0)
-    series(counts, base_report, gpu=False)
-    print("with each member's GPU inventory in its hello (UUID, bus id, name, driver, NCCL path):")
-    series(counts, base_report, gpu=True)
+    series(counts, base_report, gpu=False, as_json=as_json)
+    if not as_json:
+        print("with each member's GPU inventory in its hello (UUID, bus id, name, driver, NCCL path):")
+    series(counts, base_report, gpu=True, as_json=as_json)
 
 
-def series(counts, base_report, gpu):
+def series(counts, base_report, gpu, as_json=False):
     base_mem = base_report["master_memory_kib"]
+    if as_json:
+        for n in counts:
+            report, rss, line, code = master_run(n, gpu)
+            # loadgen: "... N verdicts by T ms ...": the last member had its verdict T ms
+            # after the first connected.
+            m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
+            print(json.dumps({
+                "scenario": "rendezvous-gpu-inventory" if gpu else "rendezvous-direct",
+                "ranks": n + 1, "hosts": report["hosts"], "verdict": report["verdict"],
+                "exit_code": code,
+                "rendezvous_ms": report["timings"]["rendezvous_ms"],
+                "verdict_at_all_ms": float(m.group(2)) if m else None,
+                "verdicts": int(m.group(1)) if m else 0,
+                "master_peak_kib": rss,
+                "master_resident_at_decision_kib":
+                    report["master_memory_kib"]["resident_at_decision"],
+                # One connection per simulated member, as each real member opens.
+                "master_connections": n}), flush=True)
+        return
     if not gpu:
         print(f"master alone: {base_mem['resident_at_decision']} KiB resident at the decision, "
               f"verdict {base_report['verdict']}")
@@ -98,4 +178,4 @@ def series(counts, base_report, gpu):
 
 
 if __name__ == "__main__":
-    main([int(a) for arg in sys.argv[1:] for a in arg.split()])
+    main(sys.argv[1:])
