@@ -430,6 +430,12 @@ std::string render_text(const Report& r, RenderStyle style) {
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  if (!r.paths.empty()) {
+    size_t ok = static_cast<size_t>(std::count_if(
+        r.paths.begin(), r.paths.end(), [](const PathTried& p) { return p.outcome == "connected"; }));
+    out += fmt::format("  NCCL's connections rehearsed in {}: {} of {} connected\n",
+                       format_seconds(r.rehearsal_ms), ok, r.paths.size());
+  }
   // Last, where a script's `tail -1` finds it: the hosts to leave out of the next try.
   if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
     out += fmt::format("  suspect hosts: {}\n", suspects);
@@ -475,8 +481,10 @@ std::string render_json(const Report& r) {
                   {"broadcast_ms", r.broadcast_ms},
                   {"rehearsal_ms", r.rehearsal_ms},
                   {"total_ms", r.total_ms}};
-  j["master_memory_kib"] = {{"resident_at_decision", r.rss_kib},
-                            {"peak_at_decision", r.peak_rss_kib}};
+  // null where the master could not read its own /proc (out of file descriptors).
+  auto kib = [](long v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
+  j["master_memory_kib"] = {{"resident_at_decision", kib(r.rss_kib)},
+                            {"peak_at_decision", kib(r.peak_rss_kib)}};
   j["gpu_stage"] = r.gpu_stage;
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)
