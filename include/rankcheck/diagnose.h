@@ -92,6 +92,12 @@ struct Prefix {
 /// NCCL 2.26's "[2025-03-01 12:00:00] " and the Python logger's stamps.
 Prefix parse_prefix(std::string_view line);
 
+/// A time stamp as printed (glog's "E1130 11:02:10.123456", "2025-03-01 12:00:00",
+/// the Python logger's "2024-07-25 06:36:18,293", ISO "2026-11-30T16:43:52.5Z",
+/// torchrun's "2026-11-30_15:36:14") as microseconds into its year, or -1. The year
+/// and the zone are left out: glog prints neither, and one job's logs share both.
+int64_t time_key(std::string_view stamp);
+
 /// Where in `line` another process's text starts after `from` (a torchrun or Open
 /// MPI prefix in mid-line: two processes' output in one line), or npos.
 size_t next_process_prefix(std::string_view line, size_t from);
@@ -110,6 +116,7 @@ struct DiagFinding {
   std::string first_seen;  ///< "file:line", with the time printed on that line if any
   std::vector<Evidence> evidence;
   uint64_t order = 0;      ///< the first line's position in the input, for sorting
+  int64_t stamp = -1;      ///< its time (time_key), or the last one before it in its file
 };
 
 /// The whole diagnosis, in report order (initiating first).

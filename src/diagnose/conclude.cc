@@ -53,6 +53,7 @@ struct Builder {
     f.initiating = initiating;
     f.first_seen = where(first);
     f.order = first.seq;
+    f.stamp = first.stamp;
     f.evidence.push_back(first.evidence);
     out.push_back(std::move(f));
     return out.back();
@@ -228,12 +229,27 @@ Diagnosis Knowledge::conclude() {
     attach(f, g.ranks, g.hosts, g.evidence);
   }
 
-  // 6. The scheduler's end of the job.
+  // 6. The scheduler's end of the job. One with Slurm's reason (time limit,
+  // pre-emption, node failure) initiates. "DUE TO TASK FAILURE" is a consequence, and
+  // so is a cancel without a reason after a task had ended: srun --kill-on-bad-exit
+  // stopping the others (it prints that cancel right after the task's exit), or a
+  // user's scancel when the job had already failed.
+  std::optional<Note> first_end;
+  for (const auto& [key, p] : procs) {
+    if (p.died && !p.killed_by_launcher && (!first_end || earlier(*p.died, *first_end)))
+      first_end = p.died;
+  }
   bool ended_outside = false;
-  for (const Note& n : external) {
-    bool task_failure = n.row == SIZE_MAX;
-    ended_outside |= !task_failure;
-    b.add(FindingId::kJobCancelled, n.detail, !task_failure, n);
+  for (const External& e : external) {
+    bool after_task = e.reason.empty() && first_end && earlier(*first_end, e.note);
+    bool consequence = e.reason == "TASK FAILURE" || after_task;
+    ended_outside |= !consequence;
+    b.add(FindingId::kJobCancelled,
+          after_task ? e.note.detail +
+                           ", after a task had ended (srun --kill-on-bad-exit stops "
+                           "the others when one fails)"
+                     : e.note.detail,
+          !consequence, e.note);
   }
 
   // 2. Deaths. One that left no message of its own initiates only when nothing
@@ -244,10 +260,10 @@ Diagnosis Knowledge::conclude() {
     bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
     if (p.own && !setup_error && !p.killed_by_launcher) explained_elsewhere = true;
   }
-  std::optional<uint64_t> first_silent;
+  std::optional<Note> first_silent;
   for (const auto& [key, p] : procs) {
     bool silent = p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
-    if (silent && (!first_silent || p.died->seq < *first_silent)) first_silent = p.died->seq;
+    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = p.died;
   }
   std::set<long> down_ranks;
   std::set<std::string> down_hosts;
@@ -273,7 +289,7 @@ Diagnosis Knowledge::conclude() {
     if (!p.died) continue;
     const std::optional<Note>& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
     bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere &&
-                      first_silent && p.died->seq == *first_silent;
+                      first_silent && p.died->seq == first_silent->seq;
     if (initiating) {
       silent_deaths[p.died->seq].push_back(&p);
       continue;
@@ -281,7 +297,7 @@ Diagnosis Knowledge::conclude() {
     if (p.rank >= 0) down_ranks.insert(p.rank);
     if (!p.host.empty()) down_hosts.insert(p.host);
     const Note& n = cause ? *cause : *p.died;
-    if (!down_first || n.seq < down_first->seq) down_first = n;
+    if (!down_first || earlier(n, *down_first)) down_first = n;
     if (down_evidence.size() < 3) down_evidence.push_back(n.evidence);
     std::string why = p.killed_by_launcher ? "stopped by its launcher after another failure"
                       : cause             ? cause->detail
@@ -372,7 +388,7 @@ Diagnosis Knowledge::conclude() {
     if (!p.timeout) continue;
     std::string op = p.op.empty() && op_of_seq.count(p.seq_no) ? op_of_seq[p.seq_no] : p.op;
     by_op[{p.seq_no, op}].insert(p.rank);
-    if (!timeout_first || p.timeout->seq < timeout_first->seq) timeout_first = p.timeout;
+    if (!timeout_first || earlier(*p.timeout, *timeout_first)) timeout_first = p.timeout;
     if (timeout_evidence.size() < 3) timeout_evidence.push_back(p.timeout->evidence);
   }
   if (timeout_first) {
@@ -445,8 +461,8 @@ Diagnosis Knowledge::conclude() {
     attach(f, g.ranks, {}, g.evidence);
   }
 
-  // Initiating first, each part in the order it was first seen; the setup errors
-  // and rankcheck's verdict lead their part.
+  // Initiating first, each part in the order it was first seen (by time across
+  // files: earlier()); the setup errors and rankcheck's verdict lead their part.
   auto rank_of = [](const DiagFinding& f) {
     return f.initiating ? (f.order == 0 ? 0 : 1) : 2;
   };
@@ -455,7 +471,7 @@ Diagnosis Knowledge::conclude() {
     bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);
     if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
     if (sx != sy) return sx;
-    return x.order < y.order;
+    return x.stamp != y.stamp ? x.stamp < y.stamp : x.order < y.order;
   });
 
   Diagnosis d;
@@ -477,8 +493,9 @@ Diagnosis Knowledge::conclude() {
                                                   "--node_rank, --master_addr, --master_port>"),
                                 run);
   } else if (d.launcher == "slurm") {
+    std::string nodes = hosts_seen.empty() ? "" : fmt::format("--nodes {} ", hosts_seen.size());
     d.verify_with = fmt::format("srun {} {}",
-                                n > 0 ? fmt::format("--ntasks {}", n)
+                                n > 0 ? fmt::format("{}--ntasks {}", nodes, n)
                                       : std::string("<the training step's options>"),
                                 run);
   } else if (d.launcher == "mpirun") {

@@ -30,8 +30,11 @@ class Prefilter {
   std::vector<uint8_t> terminal_;   ///< out_ is not empty
 };
 
-/// A line shown as evidence is cut to this many bytes.
-inline constexpr size_t kEvidenceBytes = 300;
+/// A line kept as evidence is cut to this many bytes (the JSON report shows all of
+/// it; the text report cuts it to its width).
+inline constexpr size_t kEvidenceBytes = 2048;
+/// A field pulled out of a line (a host, a message) is cut to this many bytes.
+inline constexpr size_t kFieldBytes = 400;
 
 /// One matched message: its row, what it pulled out, who printed it, where.
 struct Match {
@@ -41,6 +44,7 @@ struct Match {
   uint32_t source = 0;  ///< index into the sources' names
   uint64_t line = 0;
   uint64_t seq = 0;     ///< position in the whole input
+  int64_t stamp = -1;   ///< time_key of the line's stamp, or of the last one before it in its file
   std::string text;     ///< the line, printable, cut
 
   const std::string& get(Field f) const { return field[static_cast<size_t>(f)]; }
@@ -55,8 +59,17 @@ struct Note {
   std::string detail;
   Evidence evidence;
   uint64_t seq = 0;
+  int64_t stamp = -1;
   std::string time;
 };
+
+/// Whether `a` was printed before `b`. In one file, the order of its lines; across
+/// files, their time stamps (a line without one takes the last one before it in
+/// its file), then the order the files were read in. Lines with no stamp before
+/// them count as earliest. A strict weak order: (stamp, seq) compared whole.
+inline bool earlier(const Note& a, const Note& b) {
+  return a.stamp != b.stamp ? a.stamp < b.stamp : a.seq < b.seq;
+}
 
 /// What one process did, as far as the logs say.
 struct Proc {
@@ -91,7 +104,13 @@ struct Knowledge {
   std::map<std::string, Proc> procs;
   std::map<FindingId, Group> setup;
   std::map<FindingId, Group> pointers;
-  std::vector<Note> external;
+  /// The scheduler's ends of the job; `reason` is what Slurm gave ("DUE TO TIME
+  /// LIMIT"), "" for a bare cancel, "TASK FAILURE" for srun's own.
+  struct External {
+    Note note;
+    std::string reason;
+  };
+  std::vector<External> external;
   std::optional<std::pair<std::string, Note>> rankcheck;  ///< its first verdict's id
   std::map<long, long> world_by_rank;  ///< the world size each rank waited for
   long world = -1, joined = -1;

@@ -63,8 +63,9 @@ size_t mpirun_prefix(std::string_view s, size_t p, Prefix& out) {
   size_t m = digits(s, p + 2 + n, 8, rank);
   size_t q = p + 2 + n + m;
   if (m == 0 || !starts(s, q, "]<")) return 0;
-  size_t close = s.find(">:", q);
-  if (close == std::string_view::npos || close - q > 10) return 0;
+  // Bounded: on a line of many "[1,2]<" the search must not rescan the rest each time.
+  size_t close = s.substr(0, std::min(s.size(), q + 12)).find(">:", q);
+  if (close == std::string_view::npos) return 0;
   out.rank = rank;
   out.launchers |= Prefix::kMpirun;
   return close + 2 - p;
@@ -75,8 +76,8 @@ size_t mpirun_prefix(std::string_view s, size_t p, Prefix& out) {
 // "[E ProcessGroupNCCL.cpp:737] " (old glog).
 size_t bracket_stamp(std::string_view s, size_t p, Prefix& out) {
   if (!starts(s, p, "[") || p + 3 >= s.size()) return 0;
-  size_t close = s.find(']', p);
-  if (close == std::string_view::npos || close - p > 120) return 0;
+  size_t close = s.substr(0, std::min(s.size(), p + 121)).find(']', p);
+  if (close == std::string_view::npos) return 0;
   long v = 0;
   bool dated = digits(s, p + 1, 4, v) == 4 && starts(s, p + 5, "-");
   char sev = s[p + 1];
@@ -104,11 +105,51 @@ size_t bare_glog(std::string_view s, size_t p, Prefix& out) {
   if ((sev != 'I' && sev != 'W' && sev != 'E' && sev != 'F') || digits(s, p + 1, 4, v) != 4 ||
       !starts(s, p + 5, " ") || !digit(s[p + 6]))
     return 0;
-  size_t close = s.find("] ", p);
-  if (close == std::string_view::npos || close - p > 160) return 0;
+  size_t close = s.substr(0, std::min(s.size(), p + 162)).find("] ", p);
+  if (close == std::string_view::npos) return 0;
   size_t sp = s.find(' ', p + 6);
   out.time = s.substr(p, sp - p);
   return close + 2 - p;
+}
+
+// "YYYY-MM-DD?HH:MM:SS" at p (the separator any of "T", " ", "_"): its length, or 0.
+size_t date_time(std::string_view s, size_t p) {
+  long v = 0;
+  if (digits(s, p, 4, v) != 4 || !starts(s, p + 4, "-") || digits(s, p + 5, 2, v) != 2 ||
+      !starts(s, p + 7, "-") || digits(s, p + 8, 2, v) != 2 || p + 10 >= s.size())
+    return 0;
+  char sep = s[p + 10];
+  if (sep != 'T' && sep != ' ' && sep != '_') return 0;
+  if (digits(s, p + 11, 2, v) != 2 || !starts(s, p + 13, ":") || digits(s, p + 14, 2, v) != 2 ||
+      !starts(s, p + 16, ":") || digits(s, p + 17, 2, v) != 2)
+    return 0;
+  return 19;
+}
+
+// An ISO 8601 stamp (kubectl logs --timestamps, journalctl -o short-iso, syslog's
+// RFC 5424) or the Python logger's default "2024-07-25 06:36:18,293" before the text:
+// "2024-07-25T06:36:18.123456789Z ", "2024-07-25 06:36:18,293 - ".
+size_t bare_date(std::string_view s, size_t p, Prefix& out) {
+  size_t n = date_time(s, p);
+  if (n == 0) return 0;
+  size_t q = p + n;
+  if (q < s.size() && (s[q] == '.' || s[q] == ',')) {
+    long v = 0;
+    q += 1 + digits(s, q + 1, 9, v);
+  }
+  if (starts(s, q, "Z")) {
+    ++q;
+  } else if (q < s.size() && (s[q] == '+' || s[q] == '-')) {
+    long v = 0;
+    size_t h = digits(s, q + 1, 2, v);
+    if (h == 2 && starts(s, q + 3, ":")) h += 1 + digits(s, q + 4, 2, v);
+    if (h >= 2) q += 1 + h;
+  }
+  if (q < s.size() && s[q] != ' ' && s[q] != '\t') return 0;
+  out.time = s.substr(p, q - p);
+  while (q < s.size() && (s[q] == ' ' || s[q] == '\t'))
+    ++q;
+  return q - p;
 }
 
 // NCCL: "host:pid:tid [dev] ".
@@ -184,7 +225,8 @@ Prefix parse_prefix(std::string_view line) {
         if (round > 0 || p + n == line.size()) n = 0;
       }
       if (n == 0 && digit(c)) {
-        if ((n = nccl_prefix(line, p, out)) == 0) n = pdsh_prefix(line, p, out);
+        if ((n = bare_date(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
+          n = pdsh_prefix(line, p, out);
       }
     } else if (std::isalpha(static_cast<unsigned char>(c))) {
       if ((n = bare_glog(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
@@ -195,6 +237,36 @@ Prefix parse_prefix(std::string_view line) {
   }
   out.body = p;
   return out;
+}
+
+int64_t time_key(std::string_view t) {
+  long mon = 0, day = 0, h = 0, m = 0, sec = 0;
+  size_t at = 0;
+  if (date_time(t, 0) == 19) {  // 2025-03-01 12:00:00, 2026-11-30T16:43:52, 2026-11-30_15:36:14
+    digits(t, 5, 2, mon);
+    digits(t, 8, 2, day);
+    at = 11;
+  } else if (t.size() >= 14 && (t[0] == 'I' || t[0] == 'W' || t[0] == 'E' || t[0] == 'F') &&
+             digits(t, 1, 2, mon) == 2 && digits(t, 3, 2, day) == 2 && t[5] == ' ') {
+    at = 6;  // glog: E1130 11:02:10.123456
+  } else {
+    return -1;
+  }
+  if (digits(t, at, 2, h) != 2 || !starts(t, at + 2, ":") || digits(t, at + 3, 2, m) != 2 ||
+      !starts(t, at + 5, ":") || digits(t, at + 6, 2, sec) != 2)
+    return -1;
+  if (mon < 1 || mon > 12 || day < 1 || day > 31 || h > 23 || m > 59 || sec > 60) return -1;
+  long micros = 0;
+  size_t f = at + 8;
+  if (f < t.size() && (t[f] == '.' || t[f] == ',')) {
+    size_t n = 0;
+    for (; n < 6 && f + 1 + n < t.size() && digit(t[f + 1 + n]); ++n)
+      micros = micros * 10 + (t[f + 1 + n] - '0');
+    for (; n < 6; ++n)
+      micros *= 10;
+  }
+  int64_t days = (mon - 1) * 31 + (day - 1);
+  return ((days * 24 + h) * 60 + m) * 60 * int64_t{1000000} + sec * int64_t{1000000} + micros;
 }
 
 size_t next_process_prefix(std::string_view line, size_t from) {

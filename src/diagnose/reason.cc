@@ -55,13 +55,21 @@ std::vector<long> expand_tasks(const std::string& tasks) {
 }
 
 void keep_first(std::optional<Note>& slot, const Note& n) {
-  if (!slot || n.seq < slot->seq) slot = n;
+  if (!slot || earlier(n, *slot)) slot = n;
 }
 
+// The first (by time across files) names the group; the evidence is the first
+// few lines read, and the first one always among them.
 void add_evidence(Group& g, const Note& n, const std::string& detail) {
-  if (g.count++ == 0) {
+  if (g.count++ == 0 || earlier(n, g.first)) {
     g.first = n;
     g.detail = detail;
+    bool shown = false;
+    for (const Evidence& e : g.evidence)
+      shown |= e.file == n.evidence.file && e.line == n.evidence.line;
+    if (!shown && g.evidence.size() >= kMaxEvidence) g.evidence.pop_back();
+    if (!shown) g.evidence.insert(g.evidence.begin(), n.evidence);
+    return;
   }
   if (g.evidence.size() < kMaxEvidence) g.evidence.push_back(n.evidence);
 }
@@ -113,6 +121,7 @@ void Knowledge::add(const Match& m) {
   note.row = m.row;
   note.evidence = {sources[m.source], m.line, m.text};
   note.seq = m.seq;
+  note.stamp = m.stamp;
   note.time = o.time;
   std::string detail = field(Field::kDetail);
   if (row.name == "python_exception") detail = field(Field::kId) + ": " + detail;
@@ -172,16 +181,23 @@ void Knowledge::add(const Match& m) {
     }
     case kExternalEnd: {
       if (row.name == "slurm_cancelled") {
-        note.detail = fmt::format("the scheduler cancelled {} on {} at {}{}", field(Field::kId),
-                                  field(Field::kHost), field(Field::kDetail),
-                                  field(Field::kOp).empty() ? "" : " " + field(Field::kOp));
+        // Without a reason, srun may have cancelled it (conclude decides): no "scheduler".
+        note.detail =
+            fmt::format("{} {} on {} at {}{}",
+                        field(Field::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
+                        field(Field::kId), field(Field::kHost), field(Field::kDetail),
+                        field(Field::kOp).empty() ? "" : " " + field(Field::kOp));
         note.detail = printable(note.detail, 200);
-        if (field(Field::kOp).find("TASK FAILURE") != std::string::npos) note.row = SIZE_MAX;
+        if (note.time.empty()) note.time = field(Field::kDetail);
+        std::string reason = field(Field::kOp);
+        if (reason.rfind("DUE ", 0) == 0)
+          reason = reason.substr(std::min(reason.size(), size_t{7}));
+        if (external.size() < 16) external.push_back({note, reason});
       } else {
         note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
                                   field(Field::kSignal));
+        if (external.size() < 16) external.push_back({note, "signal"});
       }
-      if (external.size() < 16) external.push_back(note);
       break;
     }
     case kProcessDied: {
@@ -198,6 +214,7 @@ void Knowledge::add(const Match& m) {
         if (what.find("Killed") != std::string::npos) sig = 9;
         if (what.find("Segmentation") != std::string::npos) sig = 11;
         if (what.find("Aborted") != std::string::npos) sig = 6;
+        if (what.find("Terminated") != std::string::npos) sig = 15;  // srun stopping the rest
       }
       if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
         if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;

@@ -20,8 +20,32 @@ std::string size_text(uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-std::string evidence_line(const Evidence& e) {
-  return fmt::format("{}:{}  {}", printable(e.file, 120), e.line, printable(e.text, kEvidenceBytes));
+// A text report's evidence line ends by this column, like the rest of its lines end
+// near report.cc's wrap width: a log line can be kilobytes (torchrun's error.json is
+// one line), and the JSON report carries all of it.
+constexpr size_t kEvidenceColumns = 160;
+constexpr size_t kEvidenceMinText = 40;
+
+// `s` (printable already) cut to `columns` display columns, "…" marking a cut.
+std::string fit(const std::string& s, size_t columns) {
+  if (display_width(s) <= columns) return s;
+  size_t width = 0, i = 0;
+  while (i < s.size() && width + 1 < columns) {
+    size_t len = 1;
+    while (i + len < s.size() && (static_cast<unsigned char>(s[i + len]) & 0xc0) == 0x80)
+      ++len;
+    i += len;
+    ++width;
+  }
+  return s.substr(0, i) + "…";
+}
+
+std::string evidence_line(const Evidence& e, size_t indent) {
+  std::string head = fmt::format("{}:{}  ", printable(e.file, 120), e.line);
+  size_t used = indent + display_width(head);
+  size_t room =
+      used + kEvidenceMinText < kEvidenceColumns ? kEvidenceColumns - used : kEvidenceMinText;
+  return head + fit(printable(e.text, kEvidenceBytes), room);
 }
 
 }  // namespace
@@ -57,7 +81,7 @@ std::string render_text(const Diagnosis& d, bool color) {
     plain.push_back(f.finding);
   out += paint("1;31", "FAIL");
   out += fmt::format(" — {} initiating, {} downstream. First: {}\n", initiating,
-                     d.findings.size() - initiating, brief_headline(plain));
+                     d.findings.size() - initiating, printable(brief_headline(plain), 160));
   out += "\n";
   size_t id_width = 0;
   for (const DiagFinding& f : d.findings)
@@ -76,11 +100,11 @@ std::string render_text(const Diagnosis& d, bool color) {
     facts += " · first seen " + printable(f.first_seen, 160);
     out += pad + facts + "\n";
     for (const Evidence& e : f.evidence)
-      out += pad + "  " + evidence_line(e) + "\n";
+      out += pad + "  " + evidence_line(e, indent + 2) + "\n";
     if (f.initiating && !f.finding.hint.empty())
       out += pad + wrap("fix: " + printable(f.finding.hint, 4096), indent, indent) + "\n";
   }
-  out += fmt::format("\n  verify with: {}\n", d.verify_with);
+  out += fmt::format("\n  verify with: {}\n", printable(d.verify_with, 400));
   out += fmt::format("  read {} ({}{}), {} matched a message of the catalogue\n",
                      plural(d.files, "file", "files"), size_text(d.bytes),
                      d.skipped_files ? fmt::format(", {} binary left out", d.skipped_files) : "",

@@ -3,6 +3,7 @@
 // hold a catalogue row's literal meet a regex. What a match says goes straight
 // into the bounded Knowledge; no line is kept but as evidence.
 
+#include <algorithm>
 #include <regex>
 
 #include <rankcheck/text.h>
@@ -87,6 +88,8 @@ struct Scanner::State {
   Origin from_path;
   uint64_t line_no = 0;
   uint64_t seq = 0;
+  int64_t last_stamp = -1;  // the latest time stamp of this source so far
+  std::string line_text;    // the current line as evidence, made on its first match
   uint64_t bytes = 0, matched = 0, skipped = 0;
   bool in_table = false;
   TableEntry entry;
@@ -113,7 +116,7 @@ struct Scanner::State {
     if (p.local_rank >= 0) o.local_rank = p.local_rank;
     if (p.pid >= 0) o.pid = p.pid;
     if (!p.host.empty()) o.host = std::string(p.host);
-    if (!p.time.empty()) o.time = std::string(p.time);
+    if (!p.time.empty()) o.time = printable(p.time, 64);
     if (entry.open && entry.rank >= 0 && o.rank < 0 && o.local_rank < 0) {
       o.rank = entry.rank;
       o.local_rank = entry.local_rank;
@@ -142,6 +145,7 @@ struct Scanner::State {
       m.source = source;
       m.line = entry.line;
       m.seq = seq;
+      m.stamp = last_stamp;
       m.text = entry.text;
       k.add(m);
       ++matched;
@@ -200,8 +204,11 @@ struct Scanner::State {
       entry.exit = num(value, 0);
       size_t pid = value.find("pid: ");
       if (pid != std::string_view::npos) entry.pid = num(value, pid + 5);
-      if (!entry.text.empty()) entry.text += "; ";
-      entry.text += printable(t, kEvidenceBytes);
+      // Bounded: a table of one entry with a million "exitcode" lines must not grow it.
+      if (entry.text.size() < kEvidenceBytes) {
+        if (!entry.text.empty()) entry.text += "; ";
+        entry.text += printable(t, kEvidenceBytes);
+      }
     } else if (key != "traceback" && key != "error_file") {
       return false;
     }
@@ -226,13 +233,18 @@ struct Scanner::State {
       m.row = row;
       const auto& names = extracts[row];
       for (size_t g = 0; g < names.size() && g + 1 < sm.size(); ++g) {
-        if (sm[g + 1].matched) m.field[static_cast<size_t>(names[g])] = sm[g + 1].str();
+        // Log text is hostile: what a field holds is escaped once, here.
+        if (sm[g + 1].matched)
+          m.field[static_cast<size_t>(names[g])] = printable(sm[g + 1].str(), kFieldBytes);
       }
       m.origin = origin_of(prefix);
       m.source = source;
       m.line = line_no;
       m.seq = seq;
-      m.text = printable(trim(line), kEvidenceBytes);
+      m.stamp = last_stamp;
+      // Once per line, however many processes' segments in it match.
+      if (line_text.empty()) line_text = printable(trim(line), kEvidenceBytes);
+      m.text = line_text;
       k.add(m);
       ++matched;
       return;  // the first row that matches a segment is its meaning
@@ -246,6 +258,7 @@ struct Scanner::State {
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     Prefix prefix = parse_prefix(text);
     k.launchers |= prefix.launchers;
+    if (!prefix.time.empty()) last_stamp = std::max(last_stamp, time_key(prefix.time));
     if (prefix.rank != last_rank || prefix.local_rank != last_local) {
       last_rank = prefix.rank;
       last_local = prefix.local_rank;
@@ -267,6 +280,7 @@ struct Scanner::State {
     if (table_line(body)) return;
     Prefilter::Mask hits{};
     if (!prefilter.scan(body, hits)) return;
+    line_text.clear();
     // Several processes' text in one line: each part with its own prefix.
     size_t start = prefix.body;
     Prefix p = prefix;
@@ -292,6 +306,7 @@ void Scanner::begin_source(std::string name) {
   s_->k.sources.push_back(std::move(name));
   s_->source = static_cast<uint32_t>(s_->k.sources.size() - 1);
   s_->line_no = 0;
+  s_->last_stamp = -1;
   s_->last_rank = s_->last_local = -2;
   s_->seen_ranks.clear();
   s_->seen_locals.clear();

@@ -48,7 +48,7 @@ class Fixtures(unittest.TestCase):
     def test_there_are_fixtures_of_each_kind(self):
         names = [c for c, _, _ in cases()]
         self.assertGreaterEqual(len(names), 8)
-        for kind in ("torchrun-", "mpirun-", "rankcheck-", "public-"):
+        for kind in ("torchrun-", "mpirun-", "slurm-", "rankcheck-", "public-"):
             self.assertTrue(any(n.startswith(kind) for n in names), kind)
         for _, path, expected in cases():
             self.assertTrue(os.path.exists(path), path)
@@ -67,6 +67,10 @@ class Fixtures(unittest.TestCase):
                 if expected.get("ranks"):
                     want = [int(x) for x in expected["ranks"].split(",")]
                     self.assertEqual(first["ranks"], want, first["message"])
+                if expected.get("hosts"):
+                    self.assertEqual(first["hosts"], expected["hosts"].split(","), first["message"])
+                if expected.get("verify"):
+                    self.assertEqual(report["verify_with"], expected["verify"])
                 self.assertEqual(report["exit_code"], r.returncode)
 
     def test_json_shape(self):

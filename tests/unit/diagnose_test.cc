@@ -1,3 +1,9 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -5,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <rankcheck/diagnose.h>
+#include <rankcheck/text.h>
 
 using namespace rankcheck;
 using namespace rankcheck::diagnose;
@@ -59,6 +66,12 @@ TEST_CASE("diagnose: prefixes name the process") {
        "srun: error: node017: task 3: Exited with exit code 1"},
       {"ValueError: bad", -1, -1, -1, "", "", "ValueError: bad"},
       {"    [rank7]:text", 7, -1, -1, "", "", "text"},
+      {"2024-07-25T06:36:18.123456789Z [default1]:x", -1, 1, -1, "",
+       "2024-07-25T06:36:18.123456789Z", "x"},
+      {"2024-07-25 06:36:18,293 - torch - ERROR - y", -1, -1, -1, "", "2024-07-25 06:36:18,293",
+       "- torch - ERROR - y"},
+      {"2024-07-25T06:36:18+02:00 z", -1, -1, -1, "", "2024-07-25T06:36:18+02:00", "z"},
+      {"2024-07-25 is a date", -1, -1, -1, "", "", "2024-07-25 is a date"},
   };
   for (const Row& r : rows) {
     INFO(r.line);
@@ -104,7 +117,7 @@ TEST_CASE("diagnose: the first srun task to fail initiates; the ones it took dow
   CHECK(d.findings[0].finding.message ==
         "rank 3 on node02 failed: CUDA out of memory. Tried to allocate 2.00 GiB and exited with code 1");
   CHECK(d.launcher == "slurm");
-  CHECK(d.verify_with == "srun --ntasks 4 rankcheck run --timeout 120");
+  CHECK(d.verify_with == "srun --nodes 2 --ntasks 4 rankcheck run --timeout 120");
   for (size_t i = 1; i < d.findings.size(); ++i)
     CHECK_FALSE(d.findings[i].initiating);
 }
@@ -206,4 +219,185 @@ TEST_CASE("diagnose: nothing recognised is exit 0") {
   Diagnosis d = diagnose_lines({"epoch 1 loss 2.3", "[default0]:step 4"});
   CHECK(d.findings.empty());
   CHECK(d.exit_code() == exit_code::kPass);
+}
+
+TEST_CASE("diagnose: time stamps as microseconds into their year") {
+  constexpr int64_t kSecond = 1000000;
+  CHECK(time_key("E1130 11:02:10.123456") ==
+        ((((10 * 31 + 29) * 24 + 11) * 60 + 2) * 60 + 10) * kSecond + 123456);
+  CHECK(time_key("2024-11-30 11:02:10") == time_key("I1130 11:02:10"));
+  CHECK(time_key("2024-11-30T11:02:10.5Z") == time_key("W1130 11:02:10.500000"));
+  CHECK(time_key("2024-11-30 11:02:10,293") == time_key("2024-11-30_11:02:10") + 293000);
+  CHECK(time_key("2024-12-01 00:00:00") > time_key("2024-11-30 23:59:59.999999"));
+  for (const char* bad : {"", "E ProcessGroupNCCL.cpp:737", "2024-13-01 00:00:00", "E1130 25:00:00",
+                          "11:02:10", "2024-11-30"}) {
+    INFO(bad);
+    CHECK(time_key(bad) == -1);
+  }
+}
+
+TEST_CASE("diagnose: across files, time stamps decide which failure came first") {
+  // rank0.log is read first, but rank 1 failed five seconds earlier. The exceptions
+  // have no stamp of their own: they take the last one before them in their file.
+  auto run = [](bool stamped) {
+    Scanner s;
+    s.begin_source("logs/rank0.log");
+    s.line(stamped ? "[E1130 11:02:15.000000 77 train.py:3] step 12 failed" : "step 12 failed");
+    s.line("RuntimeError: rank 0 ran out of shards");
+    s.begin_source("logs/rank1.log");
+    s.line(stamped ? "[2024-11-30 11:02:10] rank 1 loading" : "rank 1 loading");
+    s.line("ValueError: rank 1 read a corrupt shard");
+    return s.finish();
+  };
+  Diagnosis by_time = run(true);
+  REQUIRE(by_time.findings.size() == 2);
+  CHECK(by_time.findings[0].finding.ranks == std::vector<long>{1});
+  CHECK(by_time.findings[0].first_seen == "logs/rank1.log:2");
+  CHECK(by_time.findings[1].finding.ranks == std::vector<long>{0});
+  Diagnosis by_name = run(false);  // no stamps: the order they were read in
+  REQUIRE(by_name.findings.size() == 2);
+  CHECK(by_name.findings[0].finding.ranks == std::vector<long>{0});
+}
+
+TEST_CASE("diagnose: a setup error's first sighting is the earliest across files") {
+  Scanner s;
+  s.begin_source("a/gpu-02.log");
+  s.line(
+      "[2025-03-01 12:00:09] gpu-02:12:13 [0] init.cc:1 NCCL WARN Bootstrap : no socket interface "
+      "found");
+  s.begin_source("b/gpu-01.log");
+  s.line(
+      "[2025-03-01 12:00:02] gpu-01:12:13 [0] init.cc:1 NCCL WARN Bootstrap : no socket interface "
+      "found");
+  Diagnosis d = s.finish();
+  REQUIRE(d.findings.size() == 1);
+  CHECK(d.findings[0].first_seen == "b/gpu-01.log:1 (2025-03-01 12:00:02)");
+  CHECK(d.findings[0].evidence.front().file == "b/gpu-01.log");
+}
+
+TEST_CASE("diagnose: srun cancelling the step after a task failed is downstream of it") {
+  Diagnosis d = diagnose_lines({
+      "srun: error: node02: task 2: Exited with exit code 3",
+      "srun: launch/slurm: _step_signal: Terminating StepId=7.0",
+      "slurmstepd-node02: error: *** STEP 7.0 ON node02 CANCELLED AT 2026-11-30T16:43:52 ***",
+      "srun: error: node01: tasks 0-1: Terminated",
+  });
+  REQUIRE(d.findings.size() == 3);
+  CHECK(d.findings[0].finding.id == "process-died");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"node02"});
+  CHECK(d.findings[1].finding.id == "job-cancelled");
+  CHECK_FALSE(d.findings[1].initiating);
+  CHECK(d.findings[2].finding.ranks == std::vector<long>{0, 1});
+  CHECK_FALSE(d.findings[2].initiating);
+  // A cancel with nothing before it is someone's scancel: it initiates.
+  Diagnosis alone =
+      diagnose_lines({"slurmstepd: error: *** JOB 7 ON node02 CANCELLED AT 2026-11-30T16:43:52 ***",
+                      "srun: error: node01: tasks 0-1: Terminated"});
+  REQUIRE(!alone.findings.empty());
+  CHECK(alone.findings[0].finding.id == "job-cancelled");
+  CHECK(alone.findings[0].initiating);
+}
+
+TEST_CASE("diagnose: long evidence lines are cut in the text, whole in the JSON") {
+  std::string json =
+      "{\"message\": {\"message\": \"ValueError: bad shard index 7\", \"extraInfo\": "
+      "{\"py_callstack\": \"Traceback (most recent call last):" +
+      std::string(400, 'x') + "\"}}}";
+  Diagnosis d = diagnose_lines({json}, "run/attempt_0/1/error.json");
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].evidence.front().text == json);
+  std::string text = render_text(d, false);
+  std::string line = text.substr(text.find("error.json:1  "));
+  line = line.substr(0, line.find('\n'));
+  CHECK(line.find("…") != std::string::npos);
+  size_t row = text.rfind('\n', text.find("error.json:1  ")) + 1;
+  CHECK(display_width(text.substr(row, text.find('\n', row) - row)) <= 160);
+  CHECK(render_json(d).find(std::string(400, 'x')) != std::string::npos);
+}
+
+TEST_CASE("diagnose: escape sequences in the logs never reach the terminal") {
+  Diagnosis d = diagnose_lines({
+      "srun: error: node\x1b]0;x\x07: task 1: Exited with exit code 1",
+      "1: ValueError: \x1b[2Jcleared \x1b]0;owned\x07",
+      "[2025-03-01\x1b[2J 12:00:00] gpu-01:1:2 [0] init.cc:1 NCCL WARN Bootstrap : no socket "
+      "interface found",
+  });
+  REQUIRE(!d.findings.empty());
+  std::string text = render_text(d, false) + render_json(d);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\x07') == std::string::npos);
+  CHECK(text.find("\\x1b[2J") != std::string::npos);  // shown, escaped
+  // In colour, the only escapes are the renderer's own SGR codes ("\x1b[1;31m").
+  std::string color = render_text(d, true);
+  for (size_t e = color.find('\x1b'); e != std::string::npos; e = color.find('\x1b', e + 1)) {
+    size_t m = color.find_first_not_of("0123456789;", e + 2);
+    CHECK(color.compare(e, 2, "\x1b[") == 0);
+    CHECK((m != std::string::npos && color[m] == 'm'));
+  }
+  CHECK(color.find('\x07') == std::string::npos);
+  for (const DiagFinding& f : d.findings) {
+    for (const std::string& h : f.finding.hosts)
+      CHECK(h.find('\x1b') == std::string::npos);
+    CHECK(f.finding.message.find('\x1b') == std::string::npos);
+  }
+}
+
+TEST_CASE("diagnose: hostile lines cost time in proportion to their length, and no memory") {
+  using Clock = std::chrono::steady_clock;
+  const std::vector<std::string> lines = {
+      std::string(100000, '['),
+      "[default0]:" + std::string(100000, '['),
+      [] {
+        std::string l;
+        while (l.size() < 64 * 1024)
+          l += "[1,2]<";
+        return l + " Duplicate GPU detected";
+      }(),
+      [] {
+        std::string l;
+        while (l.size() < 64 * 1024)
+          l += "[default1]:Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a ";
+        return l;
+      }(),
+      "rankcheck: FAIL: " + std::string(64 * 1024, 'a'),
+      "[E1130 11:02:10" + std::string(64 * 1024, '0'),
+  };
+  for (const std::string& line : lines) {
+    INFO(line.substr(0, 40));
+    auto start = Clock::now();
+    Scanner s;
+    s.begin_source("hostile.log");
+    for (int i = 0; i < 16; ++i)
+      s.line(line);
+    Diagnosis d = s.finish();
+    CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 2.0);
+    for (const DiagFinding& f : d.findings) {
+      CHECK(f.evidence.size() <= 3);
+      for (const Evidence& e : f.evidence)
+        CHECK(e.text.size() <= 2048 + 3);
+    }
+  }
+}
+
+TEST_CASE("diagnose: a file of one 4 MiB line without a line break is read in bounded pieces") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("rankcheck-diag-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "attempt_0" / "1");
+  {
+    std::ofstream f(dir / "attempt_0" / "1" / "stderr.log", std::ios::binary);
+    f << "ValueError: first " << std::string(4 << 20, 'y');
+  }
+  Scanner s;
+  CHECK(read_inputs({{dir.string()}}, s) == "");
+  Diagnosis d = s.finish();
+  REQUIRE(d.findings.size() == 1);
+  CHECK(d.findings[0].finding.message.rfind("local rank 1 failed: ValueError: first yyy", 0) == 0);
+  CHECK(d.findings[0].evidence.front().text.size() <= 2048 + 3);
+  CHECK(d.lines == 1);
+  // Input that cannot be read names its path.
+  Scanner t;
+  std::string missing = (dir / "no-such.log").string();
+  CHECK(read_inputs({{dir.string(), missing}}, t) == missing + ": No such file or directory");
+  fs::remove_all(dir);
 }
