@@ -150,7 +150,7 @@ void place_unattributed(std::map<std::string, Proc>& procs) {
 void merge_into(Proc& to, const Proc& from) {
   for (auto [a, b] : {std::pair{&to.own, &from.own}, {&to.downstream, &from.downstream},
                       {&to.waiting, &from.waiting}, {&to.died, &from.died}, {&to.timeout, &from.timeout}}) {
-    if (*b && (!*a || (*b)->seq < (*a)->seq)) *a = *b;
+    if (*b && (!*a || earlier(**b, **a))) *a = *b;
   }
   if (to.exit <= 0) to.exit = from.exit;
   if (to.signal <= 0) to.signal = from.signal;
@@ -237,7 +237,7 @@ Diagnosis Knowledge::conclude() {
   std::optional<Note> first_end;
   for (const auto& [key, p] : procs) {
     if (p.died && !p.killed_by_launcher && (!first_end || earlier(*p.died, *first_end)))
-      first_end = p.died;
+      first_end = *p.died;
   }
   bool ended_outside = false;
   for (const External& e : external) {
@@ -263,7 +263,7 @@ Diagnosis Knowledge::conclude() {
   std::optional<Note> first_silent;
   for (const auto& [key, p] : procs) {
     bool silent = p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
-    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = p.died;
+    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = *p.died;
   }
   std::set<long> down_ranks;
   std::set<std::string> down_hosts;
@@ -287,7 +287,7 @@ Diagnosis Knowledge::conclude() {
       continue;
     }
     if (!p.died) continue;
-    const std::optional<Note>& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
+    const Slot& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
     bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere &&
                       first_silent && p.died->seq == first_silent->seq;
     if (initiating) {
@@ -388,7 +388,7 @@ Diagnosis Knowledge::conclude() {
     if (!p.timeout) continue;
     std::string op = p.op.empty() && op_of_seq.count(p.seq_no) ? op_of_seq[p.seq_no] : p.op;
     by_op[{p.seq_no, op}].insert(p.rank);
-    if (!timeout_first || earlier(*p.timeout, *timeout_first)) timeout_first = p.timeout;
+    if (!timeout_first || earlier(*p.timeout, *timeout_first)) timeout_first = *p.timeout;
     if (timeout_evidence.size() < 3) timeout_evidence.push_back(p.timeout->evidence);
   }
   if (timeout_first) {

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -33,6 +34,11 @@ class Prefilter {
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of
 /// it; the text report cuts it to its width).
 inline constexpr size_t kEvidenceBytes = 2048;
+/// Lines longer than kEvidenceShort are kept whole only until this many bytes of
+/// them have been noted; later ones are cut to kEvidenceShort. A log of a million
+/// long error lines then holds at most this much text, plus the short cuts.
+inline constexpr size_t kEvidenceShort = 300;
+inline constexpr uint64_t kLongTextBudget = uint64_t{32} << 20;
 /// A field pulled out of a line (a host, a message) is cut to this many bytes.
 inline constexpr size_t kFieldBytes = 400;
 
@@ -71,15 +77,45 @@ inline bool earlier(const Note& a, const Note& b) {
   return a.stamp != b.stamp ? a.stamp < b.stamp : a.seq < b.seq;
 }
 
+/// A note that may be absent, on the heap when present. A process holds five and
+/// most print none of them: inline (std::optional) they made every process ~1 KiB,
+/// boxed ~170 bytes, which is what 100k ranks (or a log of a million labels) cost.
+class Slot {
+ public:
+  Slot() = default;
+  Slot(const Slot& o) : p_(o.p_ ? std::make_unique<Note>(*o.p_) : nullptr) {}
+  Slot(Slot&&) noexcept = default;
+  Slot& operator=(const Slot& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<Note>(*o.p_) : nullptr;
+    return *this;
+  }
+  Slot& operator=(Slot&&) noexcept = default;
+  Slot& operator=(const Note& n) {
+    if (p_) {
+      *p_ = n;
+    } else {
+      p_ = std::make_unique<Note>(n);
+    }
+    return *this;
+  }
+  explicit operator bool() const { return p_ != nullptr; }
+  const Note& operator*() const { return *p_; }
+  const Note* operator->() const { return p_.get(); }
+  void reset() { p_.reset(); }
+
+ private:
+  std::unique_ptr<Note> p_;
+};
+
 /// What one process did, as far as the logs say.
 struct Proc {
   long rank = -1, local_rank = -1, pid = -1;
   std::string host;
-  std::optional<Note> own;         ///< the first error of its own
-  std::optional<Note> downstream;  ///< the first error that points elsewhere
-  std::optional<Note> waiting;     ///< it waited for peers
-  std::optional<Note> died;        ///< a launcher's record of its end
-  std::optional<Note> timeout;     ///< a collective timed out on it
+  Slot own;         ///< the first error of its own
+  Slot downstream;  ///< the first error that points elsewhere
+  Slot waiting;     ///< it waited for peers
+  Slot died;        ///< a launcher's record of its end
+  Slot timeout;     ///< a collective timed out on it
   long exit = 0, signal = 0;
   long seq_no = -1, enqueued = -1;
   std::string op;
@@ -123,6 +159,7 @@ struct Knowledge {
   uint8_t launchers = 0;
   bool rankcheck_seen = false;
   uint64_t dropped = 0;  ///< messages not kept once the bounds were reached
+  uint64_t long_text = 0;  ///< bytes of long lines noted whole (kLongTextBudget)
 
   /// A line attributed to a process: it was there.
   void seen(const Origin& o);

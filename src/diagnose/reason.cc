@@ -54,7 +54,8 @@ std::vector<long> expand_tasks(const std::string& tasks) {
   return out;
 }
 
-void keep_first(std::optional<Note>& slot, const Note& n) {
+template <typename S>  // std::optional<Note> or Slot
+void keep_first(S& slot, const Note& n) {
   if (!slot || earlier(n, *slot)) slot = n;
 }
 
@@ -120,6 +121,13 @@ void Knowledge::add(const Match& m) {
   Note note;
   note.row = m.row;
   note.evidence = {sources[m.source], m.line, m.text};
+  if (m.text.size() > kEvidenceShort) {
+    if (long_text >= kLongTextBudget) {
+      note.evidence.text = printable(m.text, kEvidenceShort);  // printable already: a cut only
+    } else {
+      long_text += m.text.size();
+    }
+  }
   note.seq = m.seq;
   note.stamp = m.stamp;
   note.time = o.time;

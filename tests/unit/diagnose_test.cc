@@ -401,3 +401,22 @@ TEST_CASE("diagnose: a file of one 4 MiB line without a line break is read in bo
   CHECK(read_inputs({{dir.string(), missing}}, t) == missing + ": No such file or directory");
   fs::remove_all(dir);
 }
+
+TEST_CASE("diagnose: long lines are kept whole only up to a budget") {
+  // 20000 ranks each print a 2 KiB error: 40 MiB of text. The first 32 MiB of
+  // long lines are kept whole; what comes after is cut to 300 bytes.
+  Scanner s;
+  s.begin_source("wide.log");
+  std::string tail(2000, 'x');
+  s.line("[rank0]: " + std::string("[E1130 11:02:10.0 1 a.cpp:1] ") +
+         "NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1a " + tail);
+  for (int r = 2; r < 20000; ++r)
+    s.line("[rank" + std::to_string(r) + "]: RuntimeError: Connection reset by peer " + tail);
+  s.line("[rank1]: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a " + tail);
+  Diagnosis d = s.finish();
+  REQUIRE(!d.findings.empty());
+  REQUIRE(d.findings[0].finding.id == "duplicate-gpu");
+  REQUIRE(d.findings[0].evidence.size() == 2);
+  CHECK(d.findings[0].evidence[0].text.size() > 2000);  // whole, before the budget ran out
+  CHECK(d.findings[0].evidence[1].text.size() <= 303);  // cut, after
+}
