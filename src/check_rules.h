@@ -70,6 +70,7 @@ void check_departed(const CheckContext& ctx, std::vector<Finding>& out);
 void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
+void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
 /// The loopback warning of a member away from the master's node.
 void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
 

@@ -11,7 +11,8 @@ namespace rankcheck {
 namespace {
 
 constexpr Rule kRules[] = {
-    {"connection-flood", check_connection_flood},  // what kept the missing ranks out
+    {"master-out-of-fds", check_master_out_of_fds},  // what kept the missing ranks out
+    {"connection-flood", check_connection_flood},
     {"foreign-job", check_foreign_job},
     {"auth-failed", check_auth_failed},
     {"launcher-env-conflict", check_launcher_conflicts},  // a stale RANK causes duplicates

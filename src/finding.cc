@@ -142,6 +142,10 @@ constexpr FindingKind kCatalog[] = {
      "find what opens connections to MASTER_PORT from that address (ss -tnp on it) and stop or "
      "firewall it; a job token keeps strangers from joining, a port only the job knows keeps "
      "them from finding it"},
+    {kMasterOutOfFds, "master-out-of-fds", kE, ec::kIncomplete,
+     "raise rank 0's open-files limit to the world size and more (ulimit -n in the job script "
+     "where the hard limit allows; LimitNOFILE= for a systemd service, the container's "
+     "--ulimit nofile=, or the limits Slurm propagates with PropagateResourceLimits)"},
     {kLateStart, "late-start", kW, ec::kIncomplete,
      "each process's --timeout counts from its own start: find why those processes started "
      "late (a slow node, a container image pull), or give every process the job's start in "

@@ -4,6 +4,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <rankcheck/interrupt.h>
 #include <rankcheck/master.h>
@@ -115,6 +116,15 @@ void MasterState::depart(size_t i) {
     *same = std::move(d);
   } else if (departed_.size() < kMaxDeparturesKept) {
     departed_.push_back(std::move(d));
+  }
+}
+
+void MasterState::accept_failed(const std::string& why, size_t open) {
+  tracker_.taint();
+  if (accept_failures_.count++ == 0) {
+    accept_failures_.error = why;
+    accept_failures_.first_ms = now_ms();
+    accept_failures_.open = open;
   }
 }
 
@@ -267,6 +277,11 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.master_host = cfg_.master_host;
   view.master_resolved = cfg_.master_resolved;
   view.master_bound = bound;
+  view.accept_failures = accept_failures_;
+  if (rlimit lim{}; accept_failures_.count > 0 && ::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    view.accept_failures.files_soft = lim.rlim_cur == RLIM_INFINITY ? -1 : long(lim.rlim_cur);
+    view.accept_failures.files_hard = lim.rlim_max == RLIM_INFINITY ? -1 : long(lim.rlim_max);
+  }
   view.timed_out = timed_out;
   view.gpu_stage = cfg_.gpu_stage;
   if (departed_total_ > departed_.size()) {

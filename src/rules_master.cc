@@ -142,4 +142,31 @@ void check_self_master_loopback(const Record& self, std::vector<Finding>& out) {
            {&self}, Severity::kWarning));
 }
 
+// Connections rank 0 could not accept (out of file descriptors or memory): the
+// members left in the kernel's backlog are missing for that reason.
+// An error when ranks are still missing; a warning when every rank got in after all.
+void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out) {
+  const AcceptFailures& a = ctx.view.accept_failures;
+  if (a.count == 0) return;
+  bool missing = false;
+  for (long k = 0; k < ctx.expected_world && !missing; ++k)
+    missing = !ctx.present(k);
+  auto limit = [](long v) { return v < 0 ? std::string("unlimited or unknown") : std::to_string(v); };
+  Finding f = make_finding(
+      FindingId::kMasterOutOfFds,
+      fmt::format("the master on {} could not accept connections from +{}: {} ({} {}); it held "
+                  "{} then, and its open-files limit is {} (hard limit {}){}",
+                  printable(ctx.view.master_host), format_seconds(a.first_ms),
+                  printable(a.error, 120), a.count, a.count == 1 ? "failed accept" : "failed accepts",
+                  a.open == 1 ? std::string("1 connection") : fmt::format("{} connections", a.open),
+                  limit(a.files_soft), limit(a.files_hard),
+                  missing ? ": the members it could not take waited in the kernel's backlog, and "
+                            "ranks are still missing"
+                          : "; every rank got in after all, but a larger job would not"),
+      {}, missing ? Severity::kError : Severity::kWarning);
+  f.ranks = {0};
+  f.hosts = {ctx.view.master_host};
+  out.push_back(std::move(f));
+}
+
 }  // namespace rankcheck

@@ -1,6 +1,8 @@
 // The master's door: accepting connections, each one's handshake (challenge,
 // hello, admit or refuse), and fairness between the addresses they come from.
 
+#include <cerrno>
+
 #include <fmt/format.h>
 
 #include "server_impl.h"
@@ -78,7 +80,13 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
     auto [ec, sock] = co_await acceptor.async_accept(io, kAwait);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
-      // Out of file descriptors (or buffers): keep serving those already here.
+      // Out of file descriptors (or buffers): keep serving those already here,
+      // and say so at the decision: the members left in the backlog are missing
+      // for that reason, not for their own.
+      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+          ec == asio::error::no_memory || ec.value() == ENFILE) {
+        state.accept_failed(ec.message(), open_members + pending);
+      }
       if (++accept_errors <= 3) {
         log(fmt::format("accept on {}: {}; still serving, retrying in 100 ms",
                         acceptor.local_endpoint().port(), ec.message()));

@@ -89,6 +89,31 @@ void Output::set_self(long rank, const std::string& host) {
   exclude_path = fill(exclude_path);
 }
 
+namespace {
+
+// One descriptor held back from the start: a master out of file descriptors (its
+// members hold them all) still writes its report.
+int spare_fd = -1;
+
+void reserve_spare_fd() {
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+// Retries `open_it` once with the spare descriptor given back, when the process
+// is out of them.
+template <class F>
+int open_with_spare(F&& open_it) {
+  int fd = open_it();
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+    ::close(spare_fd);
+    spare_fd = -1;
+    fd = open_it();
+  }
+  return fd;
+}
+
+}  // namespace
+
 Status write_report_file(const std::string& path, std::string_view data, std::string_view what) {
   auto fail = [&path, what](std::string_view step, int err) {
     return Error{
@@ -99,7 +124,8 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
   if (exists && S_ISDIR(st.st_mode)) return fail("it is a directory", EISDIR);
   if (exists && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
     // A device or a pipe (/dev/stdout, a FIFO a collector reads): written in place.
-    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    int fd = open_with_spare(
+        [&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
     if (fd < 0) return fail("open", errno);
     bool ok = write_all_fd(fd, data);
     int err = errno;
@@ -111,7 +137,11 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
   // each leave a whole report, the later one; a reader never sees half of one.
   // A symbolic link at PATH is replaced, never followed.
   std::string tmp = path + ".XXXXXX";
-  int fd = ::mkstemp(tmp.data());
+  std::string pattern = tmp;
+  int fd = open_with_spare([&tmp, &pattern] {
+    tmp = pattern;  // mkstemp fills in the X's, failed or not
+    return ::mkstemp(tmp.data());
+  });
   if (fd < 0) return fail("create a file beside it", errno);
   ::fchmod(fd, 0644);
   bool ok = write_all_fd(fd, data) && ::fsync(fd) == 0;
@@ -160,6 +190,7 @@ Session::Session(const RunOptions& options)
       log(options.quiet),
       out{options.json_path, options.color, options.metrics_path, options.exclude_path} {
   install_interrupt_handlers();
+  reserve_spare_fd();
 }
 
 Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log) {

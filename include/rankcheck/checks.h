@@ -53,6 +53,16 @@ inline constexpr uint64_t kLateStartMs = 2000;
 inline constexpr std::string_view kMpiMasterAddr = "MPI_COMM_WORLD";
 
 /// Everything the rules look at.
+/// Connections the master could not accept (out of file descriptors or memory).
+struct AcceptFailures {
+  size_t count = 0;       ///< failed accepts (each retried 100 ms later)
+  std::string error;      ///< the first one's error
+  double first_ms = 0;    ///< when, from the master's start
+  size_t open = 0;        ///< connections the master held then
+  long files_soft = -1;   ///< RLIMIT_NOFILE at the decision, -1 when unknown
+  long files_hard = -1;
+};
+
 struct JobView {
   long world_size = 0;  ///< the master's
   std::string job_id;
@@ -66,6 +76,7 @@ struct JobView {
   std::string master_host;                   ///< host name of the master
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
   std::vector<std::string> master_bound;     ///< what the master listened on
+  AcceptFailures accept_failures;            ///< connections it could not accept
   bool gpu_stage = false;  ///< the master will run the GPU stage: check the GPUs too
 };
 

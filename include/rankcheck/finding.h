@@ -84,6 +84,7 @@ enum class FindingId {
   kMasterAddrNotLocal,
   kMasterListenFailed,
   kConnectionFlood,
+  kMasterOutOfFds,
   kLateStart,
   // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
   kProcessDied,

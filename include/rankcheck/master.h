@@ -48,6 +48,9 @@ class MasterState {
   /// A connection turned away (kept for the report, up to a cap; always counted).
   void refuse(RefusalKind kind, std::string peer, std::string reason,
               std::optional<Record> record = std::nullopt);
+  /// The server could not accept a connection for want of file descriptors or
+  /// memory (`why`), with `open` connections open at the time.
+  void accept_failed(const std::string& why, size_t open);
 
   /// As many ranks as the world size have joined (whatever they claim), or every
   /// member but the master agrees on a smaller world that is all here. When the
@@ -110,6 +113,7 @@ class MasterState {
   size_t departed_total_ = 0;        // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
+  AcceptFailures accept_failures_;
   double last_join_ms_ = 0;
   uint64_t first_start_ = 0;  // members' wall-clock starts, earliest and latest (late-start)
   uint64_t last_start_ = 0;

@@ -16,10 +16,11 @@ struct ProcFs {
   std::optional<long> somaxconn() const;
 
   struct Memory {
-    long rss_kib = 0;   ///< VmRSS
-    long peak_kib = 0;  ///< VmHWM: unlike getrusage's ru_maxrss, this process's own peak
+    long rss_kib = -1;   ///< VmRSS
+    long peak_kib = -1;  ///< VmHWM: unlike getrusage's ru_maxrss, this process's own peak
   };
-  /// This process's memory; zeros when /proc does not say.
+  /// This process's memory; -1 where /proc does not say (a process out of file
+  /// descriptors cannot open it): unknown, never 0 KiB.
   Memory self_memory() const;
 
   /// This program's path (self/exe), to start more of itself.

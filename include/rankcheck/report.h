@@ -42,8 +42,8 @@ struct Report {
   double rendezvous_ms = 0;               ///< master start to decision
   double decision_ms = 0;                 ///< last join (or deadline) to verdict computed
   double broadcast_ms = 0;                ///< verdict computed to a frame queued for every member
-  long peak_rss_kib = 0;                  ///< the master process's peak memory at the decision
-  long rss_kib = 0;                       ///< its resident memory at the decision
+  long peak_rss_kib = -1;                 ///< the master process's peak memory at the decision
+  long rss_kib = -1;                      ///< its resident memory at the decision (-1: unknown)
   double total_ms = 0;
   /// The rehearsal of NCCL's connections: one per host pair tried (JSON `paths`).
   std::vector<PathTried> paths;

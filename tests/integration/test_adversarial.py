@@ -131,6 +131,42 @@ class Adversarial(RankcheckTest):
         self.assertIn("the open-file limit (40 soft, 40 hard) is below the 68 this master needs",
                       m.err)
         self.assertIn("Too many open files; still serving, retrying in 100 ms", m.err)
+        # Every rank got in after all: said, as a warning.
+        f = self.finding(m.report, "master-out-of-fds")
+        self.assertEqual(f["severity"], "warning")
+        self.assertIn("every rank got in after all", f["message"])
+
+    def test_out_of_file_descriptors_with_ranks_left_out_is_named(self):
+        # 30 open files in all for a master of 40 ranks: the members it cannot
+        # accept wait in the backlog, and the report says why they are missing.
+        world = 40
+        m = self.rank(0, world, nofile=30)
+        deadline = time.monotonic() + 3
+        while not listening(self.port):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        socks = []
+        try:
+            for r in range(1, world):
+                s = wire.connect(self.port, timeout=2)
+                s.sendall(wire.hello(wire.record(r, world, host=b"h1")))
+                socks.append(s)
+            self.finish([m])
+        finally:
+            for s in socks:
+                s.close()
+        self.assertEqual(m.rc, 4)
+        rep = m.report
+        self.assertEqual(rep["findings"][0]["id"], "master-out-of-fds", rep["findings"])
+        f = rep["findings"][0]
+        self.assertEqual(f["severity"], "error")
+        self.assertIn("Too many open files", f["message"])
+        self.assertIn("its open-files limit is 30 (hard limit 30)", f["message"])
+        self.assertIn("missing-rank", [x["id"] for x in rep["findings"]])
+        self.assertIn("master-out-of-fds", m.out)
+        # Memory it could not read is unknown, never 0 KiB.
+        for v in rep["master_memory_kib"].values():
+            self.assertTrue(v is None or v > 0, rep["master_memory_kib"])
 
     def test_silent_and_trickling_clients_are_dropped(self):
         m = self.master(4, "--handshake-timeout", "1")

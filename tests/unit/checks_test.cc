@@ -760,3 +760,29 @@ TEST_CASE("late-start: a process that started well after the first is named") {
   v.members[0].record.started_unix_ms = 0;
   CHECK(run_checks(v).empty());
 }
+
+TEST_CASE("master-out-of-fds: leads the ranks it left out; a warning when all got in") {
+  JobView v = healthy_job(16, 8);
+  v.members.resize(10);
+  v.accept_failures = AcceptFailures{42, "Too many open files", 120.0, 25, 30, 30};
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() >= 2);
+  CHECK(fs[0].id == "master-out-of-fds");
+  CHECK(fs[0].message ==
+        "the master on gpu-01 could not accept connections from +0.12 s: Too many open files "
+        "(42 failed accepts); it held 25 connections then, and its open-files limit is 30 (hard "
+        "limit 30): the members it could not take waited in the kernel's backlog, and ranks are "
+        "still missing");
+  CHECK(fs[0].hosts == std::vector<std::string>{"gpu-01"});
+  CHECK(fs[1].id == "missing-rank");
+  CHECK(exit_code_for(fs) == exit_code::kIncomplete);
+
+  JobView all = healthy_job(16, 8);
+  all.accept_failures = AcceptFailures{3, "Too many open files", 80.0, 14, 30, -1};
+  fs = run_checks(all);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(fs[0].message.find("hard limit unlimited or unknown); every rank got in after all") !=
+        std::string::npos);
+  CHECK(exit_code_for(fs) == exit_code::kPass);
+}

@@ -32,7 +32,7 @@ TEST_CASE("procfs: reads somaxconn, this process's memory and the NVIDIA banner"
   FakeProc proc;
   ProcFs p{proc.root};
   CHECK(!p.somaxconn());
-  CHECK(p.self_memory().peak_kib == 0);
+  CHECK(p.self_memory().peak_kib == -1);  // unknown: never 0 KiB
   CHECK(p.nvidia_version_banner().empty());
   proc.put("sys/net/core/somaxconn", "4096\n");
   proc.put("self/status", "Name:\trankcheck\nVmHWM:\t   2048 kB\nVmRSS:\t   1536 kB\n");
