@@ -2,6 +2,7 @@
 
 #include <rankcheck/diagnose.h>
 #include <rankcheck/finding.h>
+#include <rankcheck/text.h>
 
 #include "cli.h"
 
@@ -27,7 +28,9 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
             diagnose::Scanner scanner;
             std::string error = diagnose::read_inputs(o->input, scanner);
             if (!error.empty()) {
-              std::fprintf(stderr, "rankcheck diagnose: cannot read %s\n", error.c_str());
+              // The path may be a hostile file name found in a log directory.
+              std::fprintf(stderr, "rankcheck diagnose: cannot read %s\n",
+                           printable(error, 4096).c_str());
               return exit_code::kUsage;
             }
             diagnose::Diagnosis d = scanner.finish();

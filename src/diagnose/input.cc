@@ -110,8 +110,16 @@ std::string read_gzip(const std::string& path, Scanner& scanner, std::string& bu
     if (n == 0) break;
     lines.feed(std::string_view(buf.data(), static_cast<size_t>(n)));
   }
-  lines.end();
+  // A stream that ends early reads as a clean end, with Z_BUF_ERROR left behind: the
+  // job's last lines, the ones that matter, would be missing without a word.
+  int code = 0;
+  std::string why = gzerror(gz, &code);
   gzclose(gz);
+  if (code == Z_BUF_ERROR)
+    return fmt::format("{}: a truncated gzip file ({}); to read what it holds: zcat {} | "
+                       "rankcheck diagnose -",
+                       path, why, path);
+  lines.end();
   return "";
 #else
   (void)scanner;

@@ -11,6 +11,7 @@ import gzip
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import unittest
@@ -154,6 +155,32 @@ class Inputs(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("/nonexistent/job.log: No such file or directory", r.stderr)
         self.assertEqual(r.stdout, "")
+
+    def test_a_socket_is_exit_2_with_the_path(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "s.sock")
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(path)
+                r = run([path])
+            self.assertEqual(r.returncode, 2)
+            self.assertIn(f"{path}: not a file or a directory", r.stderr)
+
+    def test_a_broken_gzip_file_is_exit_2_with_the_path(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "job.log.gz")
+            with open(path, "wb") as f:
+                f.write(gzip.compress(b"srun: error: n1: task 1: Exited with exit code 1\n" * 50)[:40])
+            r = run([path])
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn(path + ": ", r.stderr)
+
+    def test_a_hostile_file_name_is_escaped_in_the_error(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            name = os.path.join(tmp, "\x1b]0;owned\x07.log")
+            r = run([name])
+            self.assertEqual(r.returncode, 2)
+            self.assertNotIn("\x1b", r.stderr)
+            self.assertIn("\\x1b]0;owned\\x07.log: No such file or directory", r.stderr)
 
     def test_no_path_is_a_usage_error(self):
         self.assertEqual(run([]).returncode, 2)
