@@ -25,7 +25,7 @@ uint32_t Server::Impl::source_of(const std::string& addr) {
   if (it != source_ids.end()) return it->second;
   if (sources.size() >= kMaxSources) return 0;
   auto id = static_cast<uint32_t>(sources.size());
-  sources.push_back(Source{addr, 0, 0, {}});
+  sources.push_back(Source{addr, 0, 0, {}, {}});
   source_ids.emplace(addr, id);
   return id;
 }
@@ -35,10 +35,24 @@ bool Server::Impl::make_room() {
       std::max_element(sources.begin(), sources.end(),
                        [](const auto& a, const auto& b) { return a.pending < b.pending; });
   if (largest == sources.end() || largest->pending <= cfg.max_pending / 4) return false;
-  while (!largest->queue.empty()) {
+  // Members keep getting in from it: a host of many ranks, a NAT, not a flood.
+  // (With a job token, only holders of the token are admitted.)
+  if (Clock::now() - largest->last_admit < kEvictAfter) return false;
+  // Each entry is looked at once at most: those kept go to the back.
+  for (size_t n = largest->queue.size(); n > 0 && !largest->queue.empty(); --n) {
     ConnPtr c = largest->queue.front().lock();
+    if (c != nullptr && c->pending && !c->evicted && Clock::now() - c->accepted < kEvictAfter) {
+      return false;  // its oldest is still young: wait for the handshakes to finish
+    }
     largest->queue.pop_front();
     if (c == nullptr || !c->pending || c->evicted) continue;
+    // Its hello is waiting to be read: a member the master is slow to serve,
+    // not a silent connection. It keeps its slot (at the back of the queue).
+    std::error_code aec;
+    if (c->sock.available(aec) > 0 && !aec) {
+      largest->queue.push_back(c);
+      continue;
+    }
     c->evicted = true;
     ++largest->evicted;
     unpend(c);
@@ -115,6 +129,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   c->pending = true;
   Source& from = sources[c->source];
   ++from.pending;
+  c->accepted = Clock::now();
   from.queue.push_back(c);
   // Entries of connections long gone are dropped as the queue grows.
   while (from.queue.size() > 2 * from.pending + 16 && from.queue.front().expired()) {
@@ -227,6 +242,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   // Nothing above waited since the last read: the handshake is still in time.
   assert(!c->handshake_expired);
   c->admitted = true;
+  sources[c->source].last_admit = Clock::now();
   ++open_members;
   timer.cancel();
   c->slot = static_cast<int>(state.admit(std::move(rec), std::move(peer)));

@@ -34,6 +34,11 @@ inline constexpr Millis kStageGrace{300};
 // How long the master waits for a member whose connection closed to come back
 // when every other rank is in, before it decides without it.
 inline constexpr Millis kRejoinGrace{1000};
+// A handshake younger than this is never dropped to make room: an honest member
+// completes its own in milliseconds, even among thousands from one address
+// (a host's ranks behind one NAT address, a load generator), while a silent one
+// is still dropped long before the handshake deadline.
+inline constexpr Millis kEvictAfter{1000};
 
 // Sockets of the master are not inherited by the processes `rankcheck local`
 // starts: a child holding MASTER_PORT's listener would keep the port taken after
@@ -71,6 +76,7 @@ struct Server::Impl {
     int path_host = -1;     // the host it rehearses NCCL's connections for, until it reports
     Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
+    Clock::time_point accepted{};  // when its handshake began (see make_room)
   };
   using ConnPtr = std::shared_ptr<Conn>;
 
@@ -109,9 +115,10 @@ struct Server::Impl {
     size_t pending = 0;
     size_t evicted = 0;
     std::deque<std::weak_ptr<Conn>> queue;  // oldest first; some no longer pending
+    Clock::time_point last_admit{};         // members keep arriving from it (see make_room)
   };
   static constexpr size_t kMaxSources = 4096;
-  std::vector<Source> sources{Source{"other addresses", 0, 0, {}}};
+  std::vector<Source> sources{Source{"other addresses", 0, 0, {}, {}}};
   std::unordered_map<std::string, uint32_t> source_ids;
   std::optional<std::promise<Verdict>> local_verdict;
   std::optional<std::promise<Verdict>> local_final;

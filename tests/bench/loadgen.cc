@@ -153,9 +153,20 @@ int main(int argc, char** argv) {
   asio::io_context io(1);
   Stats st;
   auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (int i = 0; i < count; ++i) {
-    asio::co_spawn(io, member(port, first + i, world, per_host, gpu, st, deadline), asio::detached);
-  }
+  // Members start in batches, the event loop serving those already connected in
+  // between: real members are processes of their own, and none waits for the
+  // others to have called connect() before it reads its challenge.
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto ex = co_await asio::this_coro::executor;
+        for (int i = 0; i < count; ++i) {
+          asio::co_spawn(ex, member(port, first + i, world, per_host, gpu, st, deadline),
+                         asio::detached);
+          if (i % 256 == 255) co_await asio::post(ex, asio::use_awaitable);
+        }
+      },
+      asio::detached);
   io.run_for(std::chrono::seconds(90));
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   std::string codes;

@@ -109,6 +109,33 @@ class Adversarial(RankcheckTest):
         self.assertEqual(f["severity"], "warning")
         self.assertIn("127.0.0.2 held handshakes open without a hello", f["message"])
 
+    def test_many_members_behind_one_address_are_not_a_flood(self):
+        # 1,100 members from one address (a NAT, a host of many ranks), each a
+        # little slow with its hello: more handshakes than the master has slots
+        # for, yet none is dropped as a flood.
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+        self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        world = 1101
+        self.timeout = 10.0
+        m = self.master(world)
+        socks = []
+        self.addCleanup(lambda: [s.close() for s in socks])
+        for _ in range(1, world):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", self.port))
+            socks.append(s)
+        time.sleep(0.5)
+        for r, s in enumerate(socks, start=1):
+            s.setblocking(True)
+            s.settimeout(10)
+            s.sendall(wire.hello(wire.record(r, world, host=f"h{r // 8}".encode())))
+        self.finish([m])
+        self.assertEqual(m.rc, 0, [f["id"] for f in m.report["findings"]])
+        self.assertNotIn("connection-flood", [f["id"] for f in m.report["findings"]])
+
     def test_out_of_file_descriptors_is_survived(self):
         # 40 open files in all, a hard limit it cannot raise: 60 idle clients exhaust it.
         m = self.rank(0, 4, extra=("--handshake-timeout", "1"), nofile=40)
