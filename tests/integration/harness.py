@@ -46,6 +46,21 @@ def save_reports(test, directory):
 
 
 def free_port():
+    """A port free on every address, with the next one free too, picked below the
+    kernel's ephemeral range (32768 and up): a port the kernel handed out would
+    be handed out again, as the source port of another test's connection, before
+    the process meant to listen on it does (torchrun's store binds [::] and
+    0.0.0.0; rankcheck may meet one port up)."""
+    import random
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            for p in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("0.0.0.0", p))
+            return port
+        except OSError:
+            continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
