@@ -139,8 +139,7 @@ std::optional<Mac> JobToken::mac(std::string_view label, std::span<const uint8_t
   // the error strings: loading them was a tenth of a member's CPU time.
   static const bool initialised =
       OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
-                              OPENSSL_INIT_NO_ADD_ALL_DIGESTS |
-                              OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS,
+                              OPENSSL_INIT_NO_ADD_ALL_DIGESTS | OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS,
                           nullptr) == 1;
   (void)initialised;  // a failure shows as a failed HMAC below
   Mac out{};

@@ -40,8 +40,8 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
     auto [it, fresh] = nccl_addrs_.try_emplace(f.address.str(), stack);
     ok = ok && (fresh || it->second == stack);
     for (const EnvVar& e : r.env) {
-      ok = ok && !(r.rank == 0 && e.name == "NCCL_COMM_ID" &&
-                   (f.flags & NcclIfFacts::kCommIdLocal) == 0);
+      ok = ok &&
+           !(r.rank == 0 && e.name == "NCCL_COMM_ID" && (f.flags & NcclIfFacts::kCommIdLocal) == 0);
     }
   }
   if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master

@@ -47,8 +47,8 @@ Result<int> token_pipe(const std::string& secret) {
     return Error{fmt::format("cannot make a pipe for the job token: {}", std::strerror(errno))};
   }
   // 64 bytes: far below the pipe's buffer, so the write never waits.
-  bool written = ::write(fds[1], secret.data(), secret.size()) ==
-                 static_cast<ssize_t>(secret.size());
+  bool written =
+      ::write(fds[1], secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
   int err = errno;
   ::close(fds[1]);
   if (!written) {

@@ -82,8 +82,8 @@ bool is_ipv6_loopback(const IfAddr& a) {
 }
 
 NcclIf to_nccl_if(const IfAddr& a) {
-  return NcclIf{a.name, a.address, a.family, a.loopback || is_ipv6_loopback(a) ||
-                                                  a.address.rfind("127.", 0) == 0};
+  return NcclIf{a.name, a.address, a.family,
+                a.loopback || is_ipv6_loopback(a) || a.address.rfind("127.", 0) == 0};
 }
 
 // ncclOsFindInterfaces: the matches of `spec`, first address per name, up to `max`.
@@ -97,8 +97,8 @@ std::vector<NcclIf> find_interfaces(const std::vector<IfAddr>& ifs, const IfSpec
     if (family != 0 && a.family != family) continue;
     if (is_ipv6_loopback(a)) continue;
     if (!if_spec_matches(spec, a.name)) continue;
-    bool seen = std::any_of(found.begin(), found.end(),
-                            [&a](const NcclIf& f) { return f.name == a.name; });
+    bool seen =
+        std::any_of(found.begin(), found.end(), [&a](const NcclIf& f) { return f.name == a.name; });
     if (!seen) found.push_back(to_nccl_if(a));
   }
   return found;
@@ -201,7 +201,8 @@ NcclIfChoice choose_nccl_interfaces(const std::vector<IfAddr>& ifs, const NcclIf
   NcclIfChoice c;
   c.rules_version = v;
   std::string family_note =
-      family == 0 ? "" : fmt::format(", NCCL_SOCKET_FAMILY={}", *env_get(env, "NCCL_SOCKET_FAMILY"));
+      family == 0 ? ""
+                  : fmt::format(", NCCL_SOCKET_FAMILY={}", *env_get(env, "NCCL_SOCKET_FAMILY"));
 
   const std::string* comm_id = env_get(env, "NCCL_COMM_ID");
   std::optional<CommId> parsed_id = comm_id ? parse_comm_id(*comm_id) : std::nullopt;
@@ -245,9 +246,9 @@ NcclIfChoice choose_nccl_interfaces(const std::vector<IfAddr>& ifs, const NcclIf
     } else {
       c.error = std::string(kNoSubnetInterface);
     }
-    c.rule = fmt::format("NCCL_COMM_ID={}: the interface in {}'s subnet", *comm_id,
-                         in.comm_id_address.empty() ? std::string("its address")
-                                                    : in.comm_id_address);
+    c.rule =
+        fmt::format("NCCL_COMM_ID={}: the interface in {}'s subnet", *comm_id,
+                    in.comm_id_address.empty() ? std::string("its address") : in.comm_id_address);
     if (inverted_ipv4_subnet(v)) c.rule += " (2.29's inverted subnet test: outside it)";
   } else {
     if (!c.socket.empty()) c.bootstrap = c.socket.front();

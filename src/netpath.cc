@@ -47,7 +47,8 @@ std::string classes(const std::vector<const PathResult*>& rs) {
   for (const PathResult* r : rs)
     ++n[r->outcome];
   std::vector<std::pair<PathOutcome, size_t>> v(n.begin(), n.end());
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(v.begin(), v.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::string> words;
   for (const auto& [o, k] : v)
     words.emplace_back(outcome_text(o));
@@ -169,12 +170,13 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
       peers.insert(r->edge.to), explained.insert(r);
     std::vector<const PathResult*> all = in[h];
     all.insert(all.end(), out[h].begin(), out[h].end());
-    finding(fmt::format("{} is cut off over {}: no host reaches it and it reaches no host ({}; "
-                        "tried with {})",
-                        printable(hosts[h].name, 40), over(hosts[h]), classes(all),
-                        names(hosts, peers)),
-            fmt::format("check {}'s link and firewall, {}", printable(hosts[h].name, 40), ifname_fix),
-            {uint32_t(h)});
+    finding(
+        fmt::format("{} is cut off over {}: no host reaches it and it reaches no host ({}; "
+                    "tried with {})",
+                    printable(hosts[h].name, 40), over(hosts[h]), classes(all),
+                    names(hosts, peers)),
+        fmt::format("check {}'s link and firewall, {}", printable(hosts[h].name, 40), ifname_fix),
+        {uint32_t(h)});
   }
   for (size_t h = 0; h < n; ++h) {
     if (!all_failed(in[h]) || all_failed(out[h])) continue;
@@ -187,9 +189,9 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
             fmt::format("open {}'s ephemeral port range ({}) to the other hosts, or narrow it "
                         "with net.ipv4.ip_local_port_range and open that; {}",
                         printable(hosts[h].name, 40),
-                        hosts[h].port_lo == 0 ? std::string("net.ipv4.ip_local_port_range")
-                                              : fmt::format("{}-{}", hosts[h].port_lo,
-                                                            hosts[h].port_hi),
+                        hosts[h].port_lo == 0
+                            ? std::string("net.ipv4.ip_local_port_range")
+                            : fmt::format("{}-{}", hosts[h].port_lo, hosts[h].port_hi),
                         ifname_fix),
             {uint32_t(h)});
   }
@@ -229,8 +231,8 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
       why += " (" + printable(rs.front()->detail, 80) + ")";
     }
     finding(fmt::format("{} cannot reach {} over {}: {} ({} of the connections tried)",
-                        names(hosts, from), names(hosts, to),
-                        printable(target.ifname, 20), why, rs.size()),
+                        names(hosts, from), names(hosts, to), printable(target.ifname, 20), why,
+                        rs.size()),
             fmt::format("route or open the path between these hosts on {}, {}",
                         printable(target.ifname, 20), ifname_fix),
             all);

@@ -112,9 +112,9 @@ Result<std::unique_ptr<PathListener>> PathListener::open(const std::string& addr
   Addr bound;
   bound.len = sizeof bound.ss;
   ::getsockname(l->fd_, reinterpret_cast<sockaddr*>(&bound.ss), &bound.len);
-  l->port_ = ntohs(bound.ss.ss_family == AF_INET
-                       ? reinterpret_cast<sockaddr_in*>(&bound.ss)->sin_port
-                       : reinterpret_cast<sockaddr_in6*>(&bound.ss)->sin6_port);
+  l->port_ =
+      ntohs(bound.ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound.ss)->sin_port
+                                          : reinterpret_cast<sockaddr_in6*>(&bound.ss)->sin6_port);
   if (::pipe2(l->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return Error{fmt::format("rehearsal listener: pipe: {}", std::strerror(errno))};
   }
@@ -300,11 +300,11 @@ std::vector<PathResult> probe_paths(uint32_t self_host, const std::string& self_
             std::copy(a.rx.begin() + 5 + static_cast<long>(id_len),
                       a.rx.begin() + 5 + static_cast<long>(id_len + kMacSize), mac.begin());
             bool magic = std::equal(kMagic, kMagic + 4, a.rx.begin());
-            bool proven = magic && (token == nullptr ||
-                                    token->verify(mac, kPathLabel, a.nonce, {},
-                                                  std::span(reinterpret_cast<const uint8_t*>(
-                                                                id.data()),
-                                                            id.size())));
+            bool proven =
+                magic &&
+                (token == nullptr ||
+                 token->verify(mac, kPathLabel, a.nonce, {},
+                               std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
             const PathTarget& t = targets[a.target];
             if (!proven) {
               finish(a, PathOutcome::kWrongHost, "an answer without this job's token");
@@ -322,9 +322,9 @@ std::vector<PathResult> probe_paths(uint32_t self_host, const std::string& self_
       }
       if (a.fd >= 0 && now >= a.until) finish(a, PathOutcome::kTimeout, "");
     }
-    active.erase(std::remove_if(active.begin(), active.end(),
-                                [](const Active& a) { return a.fd < 0; }),
-                 active.end());
+    active.erase(
+        std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.fd < 0; }),
+        active.end());
   }
   for (Active& a : active) {
     if (a.fd >= 0) finish(a, PathOutcome::kTimeout, "");

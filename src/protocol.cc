@@ -247,8 +247,8 @@ std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, cons
   return frame;
 }
 
-std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token,
-                                   const Nonce& server, const Nonce& client) {
+std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client) {
   std::vector<uint8_t> frame = encode(m);
   auto p = payload_of(frame);
   // Without a MAC (the HMAC failed) the zeros stay: the master refuses them.
@@ -443,8 +443,7 @@ std::vector<uint8_t> encode(const StageReport& m) {
     lens.push_back(std::min(m.ranks[i].allreduce_error.size(), kStageErrorMax));
   }
   size_t cap = payload_cap(uint16_t(MsgType::kStageResult));
-  size_t level =
-      std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size() - kMacSize));
+  size_t level = std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size() - kMacSize));
   Writer w;
   w.u32(static_cast<uint32_t>(n));
   for (size_t i = 0; i < n; ++i)

@@ -147,7 +147,8 @@ void encode_record(Writer& w, const Record& r) {
   encode_gpu(w, r.gpu);
   w.u64(r.started_unix_ms);
   encode_nccl_if(w, r.nccl_if);
-  uint32_t sources = std::min<uint32_t>(static_cast<uint32_t>(r.env_sources.size()), kMaxEnvSources);
+  uint32_t sources =
+      std::min<uint32_t>(static_cast<uint32_t>(r.env_sources.size()), kMaxEnvSources);
   w.u32(sources);
   for (uint32_t i = 0; i < sources; ++i) {
     w.str(r.env_sources.get()[i].name.substr(0, 64));

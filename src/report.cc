@@ -431,8 +431,10 @@ std::string render_text(const Report& r, RenderStyle style) {
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
   if (!r.paths.empty()) {
-    size_t ok = static_cast<size_t>(std::count_if(
-        r.paths.begin(), r.paths.end(), [](const PathTried& p) { return p.outcome == "connected"; }));
+    size_t ok =
+        static_cast<size_t>(std::count_if(r.paths.begin(), r.paths.end(), [](const PathTried& p) {
+          return p.outcome == "connected";
+        }));
     out += fmt::format("  NCCL's connections rehearsed in {}: {} of {} connected\n",
                        format_seconds(r.rehearsal_ms), ok, r.paths.size());
   }

@@ -85,9 +85,11 @@ std::string render_env_text(const Identity& id, const Record& self,
     how += f.rules_version == 0
                ? " · the newest NCCL's rules"
                : fmt::format(" · NCCL {}'s rules", nccl_version_text(f.rules_version));
-    if (f.state == NcclIfFacts::kNone) how += fmt::format(" · NCCL: \"{}\"", printable(f.error, 80));
+    if (f.state == NcclIfFacts::kNone)
+      how += fmt::format(" · NCCL: \"{}\"", printable(f.error, 80));
     row("nccl if", printable(f.text(), 40), how);
-    if (f.socket.size() > 1) row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
+    if (f.socket.size() > 1)
+      row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
   }
 
   out += "\n  sources, highest precedence first\n";

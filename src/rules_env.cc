@@ -89,10 +89,10 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
     for (size_t i = 0; i < vals.size(); ++i) {
       const auto& [value, rs] = vals[i];
       if (!parts.empty()) parts += "; ";
-      parts += fmt::format("{} for {}",
-                           value ? printable(*value, 48) + from_file(*rs.front(), name)
-                                 : std::string("unset"),
-                           where(rs));
+      parts += fmt::format(
+          "{} for {}",
+          value ? printable(*value, 48) + from_file(*rs.front(), name) : std::string("unset"),
+          where(rs));
       if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
     }
     out.push_back(make(FindingId::kEnvMismatch,

@@ -46,16 +46,15 @@ void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& o
   }
   Finding f = make(
       FindingId::kMasterAddrLoopback,
-      fmt::format("MASTER_ADDR {} resolves to {} (loopback) on the master's host {}, but the job "
-                  "spans more than one host: ranks on other hosts cannot reach a master there{}",
-                  printable(v.master_addr), format_list(v.master_resolved),
-                  printable(v.master_host),
-                  wildcard.empty()
-                      ? std::string()
-                      : fmt::format(" (rankcheck's master listened on all interfaces, {}, so "
-                                    "that this report hears from them; the training job's "
-                                    "would not, and whoever reaches {} reached this one)",
-                                    wildcard, printable(v.master_host))),
+      fmt::format(
+          "MASTER_ADDR {} resolves to {} (loopback) on the master's host {}, but the job "
+          "spans more than one host: ranks on other hosts cannot reach a master there{}",
+          printable(v.master_addr), format_list(v.master_resolved), printable(v.master_host),
+          wildcard.empty() ? std::string()
+                           : fmt::format(" (rankcheck's master listened on all interfaces, {}, so "
+                                         "that this report hears from them; the training job's "
+                                         "would not, and whoever reaches {} reached this one)",
+                                         wildcard, printable(v.master_host))),
       fmt::format("set MASTER_ADDR to an address of {} that the other hosts reach (its cluster "
                   "network IP), or fix /etc/hosts on {}, which maps the name to loopback",
                   printable(v.master_host), printable(v.master_host)),
@@ -151,13 +150,16 @@ void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out)
   bool missing = false;
   for (long k = 0; k < ctx.expected_world && !missing; ++k)
     missing = !ctx.present(k);
-  auto limit = [](long v) { return v < 0 ? std::string("unlimited or unknown") : std::to_string(v); };
+  auto limit = [](long v) {
+    return v < 0 ? std::string("unlimited or unknown") : std::to_string(v);
+  };
   Finding f = make_finding(
       FindingId::kMasterOutOfFds,
       fmt::format("the master on {} could not accept connections from +{}: {} ({} {}); it held "
                   "{} then, and its open-files limit is {} (hard limit {}){}",
                   printable(ctx.view.master_host), format_seconds(a.first_ms),
-                  printable(a.error, 120), a.count, a.count == 1 ? "failed accept" : "failed accepts",
+                  printable(a.error, 120), a.count,
+                  a.count == 1 ? "failed accept" : "failed accepts",
                   a.open == 1 ? std::string("1 connection") : fmt::format("{} connections", a.open),
                   limit(a.files_soft), limit(a.files_hard),
                   missing ? ": the members it could not take waited in the kernel's backlog, and "

@@ -80,15 +80,15 @@ void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out)
   });
   for (const auto& [key, rs] : by) {
     const Record& r = *rs.front();
-    out.push_back(make(
-        FindingId::kNcclNoInterface,
-        fmt::format("NCCL would find no interface on {} ({}): {} with {}{} leave none; NCCL's "
-                    "init fails there with \"{}\"",
-                    printable(r.host), ranks_word(ranks_of(rs)), rules_text(r.nccl_if.rules_version),
-                    printable(r.nccl_if.rule, 120),
-                    source_note(r, "NCCL_SOCKET_IFNAME") + source_note(r, "NCCL_COMM_ID"),
-                    printable(r.nccl_if.error, 160)),
-        {}, rs));
+    out.push_back(
+        make(FindingId::kNcclNoInterface,
+             fmt::format("NCCL would find no interface on {} ({}): {} with {}{} leave none; NCCL's "
+                         "init fails there with \"{}\"",
+                         printable(r.host), ranks_word(ranks_of(rs)),
+                         rules_text(r.nccl_if.rules_version), printable(r.nccl_if.rule, 120),
+                         source_note(r, "NCCL_SOCKET_IFNAME") + source_note(r, "NCCL_COMM_ID"),
+                         printable(r.nccl_if.error, 160)),
+             {}, rs));
   }
 }
 
@@ -149,7 +149,8 @@ void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>
     }
   }
   if (lo.empty()) return;
-  auto by = group(lo, [](const Record& r) { return r.nccl_if.text() + "\n" + r.nccl_if.rule.str(); });
+  auto by =
+      group(lo, [](const Record& r) { return r.nccl_if.text() + "\n" + r.nccl_if.rule.str(); });
   for (const auto& [key, rs] : by) {
     const Record& r = *rs.front();
     auto hosts = hosts_of(rs);
@@ -208,13 +209,13 @@ void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Findin
   auto by = group(ll, [](const Record& r) { return r.host.str(); });
   for (const auto& [host, rs] : by) {
     const Record& r = *rs.front();
-    out.push_back(make(
-        FindingId::kNcclInterfaceLinkLocal,
-        fmt::format("NCCL would bootstrap from the link-local address {} on {} ({}, by {}{}): "
-                    "other hosts reach it only on that link, if at all",
-                    printable(r.nccl_if.text(), 80), printable(host), ranks_word(ranks_of(rs)),
-                    printable(r.nccl_if.rule, 80), source_note(r, "NCCL_SOCKET_IFNAME")),
-        {}, rs));
+    out.push_back(
+        make(FindingId::kNcclInterfaceLinkLocal,
+             fmt::format("NCCL would bootstrap from the link-local address {} on {} ({}, by {}{}): "
+                         "other hosts reach it only on that link, if at all",
+                         printable(r.nccl_if.text(), 80), printable(host), ranks_word(ranks_of(rs)),
+                         printable(r.nccl_if.rule, 80), source_note(r, "NCCL_SOCKET_IFNAME")),
+             {}, rs));
   }
 }
 

@@ -82,14 +82,13 @@ int member_path(Record& self, const Identity& id, Session& s) {
   log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                            joined.admit.joined_ranks, joined.admit.world_size));
   auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
-                              VerdictWait::kFirst, [&s, &log](const PathPlan& plan) {
-                                return rehearse(plan, s, log);
-                              });
+                              VerdictWait::kFirst,
+                              [&s, &log](const PathPlan& plan) { return rehearse(plan, s, log); });
   if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
     StageReport results = run_gpu_stage(s, *verdict, id.world_size);
-    auto frame = jo.token ? encode_signed(results, *jo.token, joined.server_nonce,
-                                          joined.client_nonce)
-                          : encode(results);
+    auto frame = jo.token
+                     ? encode_signed(results, *jo.token, joined.server_nonce, joined.client_nonce)
+                     : encode(results);
     auto sent = joined.socket.write_all(frame, Deadline::after(Millis(1000)));
     if (!sent) log.error("sending the GPU stage results: " + sent.error().message);
     verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,

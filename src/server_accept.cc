@@ -5,10 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "server_impl.h"
-
 #include <rankcheck/text.h>
-#include <rankcheck/version.h>  // after the enums whose kVersion it would shadow
+
+#include "server_impl.h"
 
 namespace rankcheck {
 
@@ -31,9 +30,9 @@ uint32_t Server::Impl::source_of(const std::string& addr) {
 }
 
 bool Server::Impl::make_room() {
-  auto largest =
-      std::max_element(sources.begin(), sources.end(),
-                       [](const auto& a, const auto& b) { return a.pending < b.pending; });
+  auto largest = std::max_element(sources.begin(), sources.end(), [](const auto& a, const auto& b) {
+    return a.pending < b.pending;
+  });
   if (largest == sources.end() || largest->pending <= cfg.max_pending / 4) return false;
   // Members keep getting in from it: a host of many ranks, a NAT, not a flood.
   // (With a job token, only holders of the token are admitted.)
@@ -62,9 +61,9 @@ bool Server::Impl::make_room() {
   return false;
 }
 
-void Server::Impl::refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
-            std::optional<Record> record,
-            std::optional<RejectCode> reply) {
+void Server::Impl::refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind,
+                          std::string reason, std::optional<Record> record,
+                          std::optional<RejectCode> reply) {
   unpend(c);
   if (c->evicted) return;  // counted with its address, reported once at the decision
   if (++refusals <= kMaxRefusalsLogged) {
@@ -153,21 +152,20 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   }
   // With a job token the challenge names neither the job nor the version:
   // whoever connects learns only that a master wants a token.
-  send(c, encode(cfg.token ? Challenge{c->server_nonce, std::string(),
-                                       job_tag(*cfg.token, c->server_nonce, cfg.master.job_id),
-                                       true}
-                           : Challenge{c->server_nonce, std::string(kVersion),
-                                       cfg.master.job_id, false}));
+  send(c,
+       encode(cfg.token
+                  ? Challenge{c->server_nonce, std::string(),
+                              job_tag(*cfg.token, c->server_nonce, cfg.master.job_id), true}
+                  : Challenge{c->server_nonce, std::string(kVersion), cfg.master.job_id, false}));
 
   std::array<uint8_t, kHeaderSize> hdr{};
   auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
   if (ec || c->handshake_expired) {
     refuse(c, peer, RefusalKind::kMalformed,
-           c->handshake_expired
-               ? fmt::format("no hello within the handshake deadline of {}",
-                             format_seconds(double(cfg.handshake_timeout.count())))
-           : n == 0 ? std::string("closed without a hello")
-                    : fmt::format("closed after {} bytes, mid-header", n));
+           c->handshake_expired ? fmt::format("no hello within the handshake deadline of {}",
+                                              format_seconds(double(cfg.handshake_timeout.count())))
+           : n == 0             ? std::string("closed without a hello")
+                                : fmt::format("closed after {} bytes, mid-header", n));
     co_return;
   }
   uint16_t peer_version = 0;

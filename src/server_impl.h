@@ -20,6 +20,7 @@
 #include <rankcheck/netpath.h>
 #include <rankcheck/netpath_io.h>
 #include <rankcheck/server.h>
+#include <rankcheck/version.h>  // after server.h: its enums have a kVersion of their own
 
 namespace rankcheck {
 
@@ -130,8 +131,8 @@ struct Server::Impl {
   // and the verdict: one member per host probes, the master collects.
   struct Rehearsal {
     bool running = false;
-    bool done = false;         // ran, or was not wanted: the decision goes on
-    bool timed_out = false;    // what decide() was called with
+    bool done = false;       // ran, or was not wanted: the decision goes on
+    bool timed_out = false;  // what decide() was called with
     std::vector<PathHost> hosts;
     std::vector<std::vector<PathTarget>> plans;  // per host
     std::vector<PathResult> results;             // every connection, filled as reports come

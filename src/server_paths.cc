@@ -94,9 +94,9 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
       // The master's own host: probed here, on a thread, reported through the io.
       const JobToken* token = cfg.token ? &*cfg.token : nullptr;
       local_probe = std::thread([this, h, plan = std::move(plan), token, total] {
-        auto results = probe_paths(plan.self_host, plan.self_identity, plan.targets,
-                                   Millis(plan.per_conn_ms), plan.in_flight,
-                                   Deadline::after(total), token);
+        auto results =
+            probe_paths(plan.self_host, plan.self_identity, plan.targets, Millis(plan.per_conn_ms),
+                        plan.in_flight, Deadline::after(total), token);
         asio::post(io, [this, h, results = std::move(results)]() mutable {
           path_report(h, std::move(results));
         });
@@ -182,8 +182,9 @@ void Server::Impl::end_rehearsal() {
   double ms = ms_between(R.started, Clock::now());
   log(fmt::format("rehearsed NCCL's connections in {}: {} of {} connected{}", format_seconds(ms),
                   ok, R.results.size(),
-                  findings.empty() ? std::string()
-                                   : fmt::format("; {}", printable(findings.front().message, 200))));
+                  findings.empty()
+                      ? std::string()
+                      : fmt::format("; {}", printable(findings.front().message, 200))));
   state.set_paths(std::move(findings), std::move(paths), ms);
   decide(R.timed_out);
 }

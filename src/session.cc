@@ -124,8 +124,8 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
   if (exists && S_ISDIR(st.st_mode)) return fail("it is a directory", EISDIR);
   if (exists && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
     // A device or a pipe (/dev/stdout, a FIFO a collector reads): written in place.
-    int fd = open_with_spare(
-        [&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
+    int fd =
+        open_with_spare([&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
     if (fd < 0) return fail("open", errno);
     bool ok = write_all_fd(fd, data);
     int err = errno;
@@ -241,8 +241,8 @@ std::optional<std::string> read_small_file(const std::string& path) {
 }
 
 // What NCCL's rules pick here, with NCCL_COMM_ID's host resolved as NCCL would.
-NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env,
-                            int32_t nccl_version, Deadline resolve_by) {
+NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env, int32_t nccl_version,
+                            Deadline resolve_by) {
   NcclIfInput in;
   in.env = &env;
   in.nccl_version = nccl_version;

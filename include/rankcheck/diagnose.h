@@ -25,16 +25,16 @@ namespace rankcheck::diagnose {
 
 /// What a message says about the job.
 enum class MessageClass {
-  kSetup,           ///< a rank's own setup is wrong: initiating wherever it appears
-  kPeersAbsent,     ///< a rank waited for peers that never came
-  kProcessDied,     ///< a process ended: a launcher's record, or the error it died of
-  kOwnError,        ///< an error a process raised of its own (an exception, CUDA OOM)
-  kPeerPointer,     ///< a rank reports a peer gone: look at the peer
+  kSetup,              ///< a rank's own setup is wrong: initiating wherever it appears
+  kPeersAbsent,        ///< a rank waited for peers that never came
+  kProcessDied,        ///< a process ended: a launcher's record, or the error it died of
+  kOwnError,           ///< an error a process raised of its own (an exception, CUDA OOM)
+  kPeerPointer,        ///< a rank reports a peer gone: look at the peer
   kCollectiveTimeout,  ///< a watchdog's timeout of one collective
   kKilledByLauncher,   ///< a launcher stopping the survivors of a failure
-  kExternalEnd,     ///< the scheduler ended the job (time limit, pre-emption, scancel)
-  kRankcheck,       ///< rankcheck's own verdict, already decided
-  kContext,         ///< recognised, says nothing on its own
+  kExternalEnd,        ///< the scheduler ended the job (time limit, pre-emption, scancel)
+  kRankcheck,          ///< rankcheck's own verdict, already decided
+  kContext,            ///< recognised, says nothing on its own
 };
 
 /// Whether a message is usually the cause, or a consequence seen elsewhere.
@@ -42,8 +42,23 @@ enum class Role { kInitiating, kDownstream, kEither };
 
 /// What a row pulls out of its line, by capture group.
 enum class Field : uint8_t {
-  kRank, kRank2, kWorld, kJoined, kHost, kPid, kExit, kSignal, kSeq, kOp, kPort,
-  kTasks, kLocalRank, kEnqueued, kDetail, kId, kCount,
+  kRank,
+  kRank2,
+  kWorld,
+  kJoined,
+  kHost,
+  kPid,
+  kExit,
+  kSignal,
+  kSeq,
+  kOp,
+  kPort,
+  kTasks,
+  kLocalRank,
+  kEnqueued,
+  kDetail,
+  kId,
+  kCount,
 };
 inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kCount);
 
@@ -53,11 +68,11 @@ struct Pattern {
   std::string_view component;  ///< "NCCL", "PyTorch", "torchrun", "Slurm", ...
   MessageClass cls;
   Role role;
-  FindingId finding;           ///< the finding it leads to when it is the cause
-  std::string_view literal;    ///< must occur in the line (the prefilter); "" = never scanned for
-  std::string_view regex;      ///< ECMAScript, searched around the literal; "" = the literal is all
-  std::string_view extracts;   ///< the fields of the capture groups, in order: "rank,rank2,detail"
-  std::string_view source;     ///< where the text comes from (file, function), for people
+  FindingId finding;          ///< the finding it leads to when it is the cause
+  std::string_view literal;   ///< must occur in the line (the prefilter); "" = never scanned for
+  std::string_view regex;     ///< ECMAScript, searched around the literal; "" = the literal is all
+  std::string_view extracts;  ///< the fields of the capture groups, in order: "rank,rank2,detail"
+  std::string_view source;    ///< where the text comes from (file, function), for people
 };
 
 /// The catalogue, most specific rows first: a line takes the first row that matches.
@@ -71,7 +86,7 @@ struct Origin {
   long local_rank = -1;  ///< torchrun's [defaultN], a log dir's <local_rank>/
   long pid = -1;
   std::string host;
-  std::string time;      ///< as printed
+  std::string time;  ///< as printed
 };
 
 /// A line's prefixes peeled off: what they said, and where the text itself starts.
@@ -81,7 +96,7 @@ struct Prefix {
   long pid = -1;
   std::string_view host;
   std::string_view time;
-  size_t body = 0;       ///< offset of the text after the prefixes
+  size_t body = 0;  ///< offset of the text after the prefixes
   enum Launcher : uint8_t { kNone = 0, kSrun = 1, kTorchrun = 2, kMpirun = 4, kPdsh = 8 };
   uint8_t launchers = 0;  ///< the launchers whose prefixes were seen
 };
@@ -115,8 +130,8 @@ struct DiagFinding {
   bool initiating = false;
   std::string first_seen;  ///< "file:line", with the time printed on that line if any
   std::vector<Evidence> evidence;
-  uint64_t order = 0;      ///< the first line's position in the input, for sorting
-  int64_t stamp = -1;      ///< its time (time_key), or the last one before it in its file
+  uint64_t order = 0;  ///< the first line's position in the input, for sorting
+  int64_t stamp = -1;  ///< its time (time_key), or the last one before it in its file
 };
 
 /// The whole diagnosis, in report order (initiating first).

@@ -108,9 +108,9 @@ using ReadFileFn = std::function<std::optional<std::string>(const std::string& p
 /// a line is a comment; a variable already set (in the environment or an earlier
 /// file) is never replaced.
 struct NcclConf {
-  EnvMap env;                                           ///< effective: environment + files
+  EnvMap env;                                            ///< effective: environment + files
   std::map<std::string, std::string, std::less<>> from;  ///< name -> file, for values from a file
-  std::vector<std::string> files_read;                  ///< the files that exist, in order
+  std::vector<std::string> files_read;                   ///< the files that exist, in order
 };
 NcclConf apply_nccl_conf(const EnvMap& env, const ReadFileFn& read);
 

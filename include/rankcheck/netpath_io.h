@@ -35,8 +35,7 @@ std::string path_identity(std::string_view host, std::string_view netns);
 class PathListener {
  public:
   static Result<std::unique_ptr<PathListener>> open(const std::string& address,
-                                                    const std::string& ifname,
-                                                    std::string identity,
+                                                    const std::string& ifname, std::string identity,
                                                     const JobToken* token);
   ~PathListener();
   PathListener(const PathListener&) = delete;
@@ -56,9 +55,9 @@ class PathListener {
 
 /// One connection the prober makes.
 struct PathTarget {
-  uint32_t host = 0;     ///< index in the master's host list
-  std::string address;   ///< numeric, as the listener bound it
-  std::string ifname;    ///< for an IPv6 link-local address
+  uint32_t host = 0;    ///< index in the master's host list
+  std::string address;  ///< numeric, as the listener bound it
+  std::string ifname;   ///< for an IPv6 link-local address
   uint16_t port = 0;
   std::string identity;  ///< what the right host answers
 };

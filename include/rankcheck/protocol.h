@@ -113,8 +113,8 @@ std::vector<uint8_t> encode(const StageReport& m);
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server);
 std::vector<uint8_t> encode_signed(const Verdict& m, const JobToken& token, const Nonce& server,
                                    const Nonce& client);
-std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token,
-                                   const Nonce& server, const Nonce& client);
+std::vector<uint8_t> encode_signed(const StageReport& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client);
 /// Whether a decoded payload's trailing MAC is right. A verdict's MAC is over
 /// another label for a go verdict than for a final one (`final`): one cannot
 /// stand in for the other.

@@ -40,10 +40,10 @@ struct NcclIfFacts {
   enum Flags : uint8_t { kLoopback = 1, kCommIdLocal = 2, kLinkScope = 4 };
   uint8_t state = kUnknown;  ///< kUnknown: not collected (a record made by hand, an old probe)
   uint8_t flags = 0;
-  SharedString name;     ///< the bootstrap interface
-  SharedString address;  ///< its address, numeric
-  SharedString rule;     ///< how NCCL's rules came to it
-  SharedString error;    ///< NCCL's own words when it finds none
+  SharedString name;               ///< the bootstrap interface
+  SharedString address;            ///< its address, numeric
+  SharedString rule;               ///< how NCCL's rules came to it
+  SharedString error;              ///< NCCL's own words when it finds none
   SharedList<std::string> socket;  ///< the socket transport's, "eth1 198.18.1.2", up to 16
   int32_t rules_version = 0;       ///< the NCCL version whose rules applied; 0: the newest
   /// The network stack the member runs in (boot id and network namespace): two

@@ -17,7 +17,7 @@ struct RunOptions {
   double timeout_s = 300;                ///< bounds the whole run
   double handshake_timeout_s = 5;
   double progress_interval_s = 5;
-  std::string json_path;  ///< "" none, "-" stdout instead of text
+  std::string json_path;     ///< "" none, "-" stdout instead of text
   std::string metrics_path;  ///< --metrics: node_exporter textfile, "" none
   std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
   bool no_gpu = false;
@@ -27,9 +27,9 @@ struct RunOptions {
   double min_busbw_gbps = 0;      ///< --min-busbw: a lower bus bandwidth is a finding
   std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
   std::optional<std::string>
-      token_file;      ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
+      token_file;               ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
   std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
-  bool quiet = false;  ///< no progress lines on stderr
+  bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
 };
 

@@ -40,7 +40,9 @@ class SharedList {
 
 /// The hash of a list item, found by argument-dependent lookup for other types
 /// (see EnvVar in record.h).
-inline size_t hash_item(const std::string& s) { return std::hash<std::string>{}(s); }
+inline size_t hash_item(const std::string& s) {
+  return std::hash<std::string>{}(s);
+}
 
 /// Hands out one shared copy per distinct list. It holds no list itself, only
 /// each list's hash and a weak pointer to the copy records share: a list that no

@@ -27,8 +27,9 @@ constexpr Pattern kCatalogue[] = {
      "rankcheck: FAIL",
      R"(rankcheck: FAIL(?: \(job [^)]*\))?: (.*); this is ranks? ([0-9]+)(?:-[0-9]+)? on (\S+)(?: \[([a-z0-9-]+)\])?)",
      "detail,rank,host,id", "src/report.cc render_member_text"},
-    {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank, "\xE2\x9C\x97 ",
-     R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail", "src/report.cc render_finding"},
+    {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
+     "\xE2\x9C\x97 ", R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail",
+     "src/report.cc render_finding"},
 
     // -- a rank's own setup: initiating wherever it appears ---------------------
     {"nccl_duplicate_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu, "Duplicate GPU detected",
@@ -40,8 +41,9 @@ constexpr Pattern kCatalogue[] = {
     {"nccl_version_mismatch", "NCCL", kSetup, kInitiating, F::kNcclVersionMismatch,
      "Mismatched NCCL version detected", R"(rank (\d+) version (\d+) rank (\d+) version (\d+))",
      "rank,detail,rank2,id", "nccl src/init.cc initTransportsRank"},
-    {"nccl_rank_checked_in", "NCCL", kSetup, kInitiating, F::kDuplicateRank, "has already checked in",
-     R"(rank (\d+) of (\d+) has already checked in)", "rank,world", "nccl src/bootstrap.cc bootstrapRoot"},
+    {"nccl_rank_checked_in", "NCCL", kSetup, kInitiating, F::kDuplicateRank,
+     "has already checked in", R"(rank (\d+) of (\d+) has already checked in)", "rank,world",
+     "nccl src/bootstrap.cc bootstrapRoot"},
     {"nccl_no_socket_interface", "NCCL", kSetup, kInitiating, F::kNcclIfnameMissing,
      "Bootstrap : no socket interface found", "", "", "nccl src/bootstrap.cc bootstrapNetInit"},
     {"nccl_no_listening_interface", "NCCL", kSetup, kInitiating, F::kNcclIfnameMissing,
@@ -60,8 +62,8 @@ constexpr Pattern kCatalogue[] = {
      "invalid device ordinal", "", "", "cudaErrorInvalidDevice, through PyTorch"},
     {"cuda_no_device", "CUDA", kSetup, kInitiating, F::kGpuMissing,
      "no CUDA-capable device is detected", "", "", "cudaErrorNoDevice, through PyTorch"},
-    {"cuda_device_busy", "CUDA", kSetup, kInitiating, F::kDuplicateGpu,
-     "busy or unavailable", R"(CUDA-capable device\(s\) is/are busy or unavailable)", "",
+    {"cuda_device_busy", "CUDA", kSetup, kInitiating, F::kDuplicateGpu, "busy or unavailable",
+     R"(CUDA-capable device\(s\) is/are busy or unavailable)", "",
      "cudaErrorDevicesUnavailable, through PyTorch"},
 
     // -- the scheduler ended the job --------------------------------------------
@@ -94,8 +96,8 @@ constexpr Pattern kCatalogue[] = {
     {"torchrun_closing_signal", "torchrun", kKilledByLauncher, kDownstream, F::kProcessDied,
      "Sending process ", R"(Sending process (\d+) closing signal (\w+))", "pid,detail",
      "torch/distributed/elastic/multiprocessing/api.py _close"},
-    {"torch_signal_received", "torchrun", kProcessDied, kEither, F::kProcessDied, ") received by PID ",
-     R"(Signal (\d+) \((\w+)\) received by PID (\d+))", "signal,detail,pid",
+    {"torch_signal_received", "torchrun", kProcessDied, kEither, F::kProcessDied,
+     ") received by PID ", R"(Signal (\d+) \((\w+)\) received by PID (\d+))", "signal,detail,pid",
      "torch/distributed/elastic/multiprocessing/api.py"},
 
     // -- errors a process raised of its own ---------------------------------------
@@ -129,9 +131,10 @@ constexpr Pattern kCatalogue[] = {
      R"(for rank:? ?(\d+), key: (\S+) \(world_size=(\d+), (?:num_workers_joined|worker_count)=(\d+))",
      "rank,detail,world,joined", "torch/distributed/distributed_c10d.py _store_based_barrier"},
     {"rendezvous_timeout", "torchrun", kPeersAbsent, kEither, F::kMissingRank,
-     "RendezvousTimeoutError", "", "", "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py"},
-    {"store_socket_timeout", "PyTorch", kPeersAbsent, kEither, F::kMissingRank, "Socket Timeout", "",
-     "", "torch/csrc/distributed/c10d TCPStore client: a key no peer set"},
+     "RendezvousTimeoutError", "", "",
+     "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py"},
+    {"store_socket_timeout", "PyTorch", kPeersAbsent, kEither, F::kMissingRank, "Socket Timeout",
+     "", "", "torch/csrc/distributed/c10d TCPStore client: a key no peer set"},
     {"nccl_unique_id_wait", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed,
      "ncclUniqueId from [0]", "", "",
      "ProcessGroupNCCL::broadcastUniqueNCCLID: rank 0 never published the NCCL id"},
@@ -148,16 +151,17 @@ constexpr Pattern kCatalogue[] = {
     {"nccl_remote_exited", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed,
      "remote process exited or there was a network error", "", "",
      "nccl transport (ncclRemoteError)"},
-    {"nccl_remote_error", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed, "ncclRemoteError", "",
-     "", "torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr"},
+    {"nccl_remote_error", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed, "ncclRemoteError",
+     "", "", "torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr"},
     {"nccl_connection_closed", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed,
-     "Connection closed by remote peer", R"(Connection closed by remote peer (\S+?)(?:<(\d+)>)?\s*$)",
-     "host,port", "nccl src/misc/socket.cc socketProgressOpt"},
+     "Connection closed by remote peer",
+     R"(Connection closed by remote peer (\S+?)(?:<(\d+)>)?\s*$)", "host,port",
+     "nccl src/misc/socket.cc socketProgressOpt"},
     {"gloo_connection_closed", "gloo", kPeerPointer, kDownstream, F::kPeerFailed,
-     "Connection closed by peer", R"(Connection closed by peer \[?([^\]\s]+?)\]?:(\d+))", "host,port",
-     "gloo/transport/tcp/pair.cc"},
-    {"connection_reset", "gloo", kPeerPointer, kDownstream, F::kPeerFailed, "Connection reset by peer",
-     "", "", "ECONNRESET"},
+     "Connection closed by peer", R"(Connection closed by peer \[?([^\]\s]+?)\]?:(\d+))",
+     "host,port", "gloo/transport/tcp/pair.cc"},
+    {"connection_reset", "gloo", kPeerPointer, kDownstream, F::kPeerFailed,
+     "Connection reset by peer", "", "", "ECONNRESET"},
     {"store_server_gone", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed,
      "Did the remote server shutdown or crash?", R"(remote=\[?([^\],\s)]+)\]?:(\d+))", "host,port",
      "torch/csrc/distributed/c10d/Utils.hpp recvBytes"},
@@ -176,20 +180,22 @@ constexpr Pattern kCatalogue[] = {
      "rank,seq,enqueued", "ProcessGroupNCCL.cpp watchdog (2.3 and later)"},
 
     // -- recognised, and nothing on their own ----------------------------------------
-    {"torchrun_child_failed", "torchrun", kContext, kDownstream, F::kProcessDied, "ChildFailedError",
-     "", "", "torch/distributed/elastic/multiprocessing/errors/__init__.py"},
+    {"torchrun_child_failed", "torchrun", kContext, kDownstream, F::kProcessDied,
+     "ChildFailedError", "", "", "torch/distributed/elastic/multiprocessing/errors/__init__.py"},
     {"torchrun_failure_entry", "torchrun", kProcessDied, kEither, F::kProcessDied, "", "",
      "rank,local_rank,host,exit,pid",
      "ChildFailedError.format_msg: one entry of the Failures / Root Cause table"},
 
     // -- torchrun's error.json (@record): the worker's exception, one JSON line ----
     {"torchrun_error_json", "torchrun", kOwnError, kInitiating, F::kProcessDied,
-     "{\"message\": {\"message\": \"", R"(\{"message": \{"message": "((?:[^"\\]|\\.){1,400}))", "detail",
+     "{\"message\": {\"message\": \"", R"(\{"message": \{"message": "((?:[^"\\]|\\.){1,400}))",
+     "detail",
      "torch/distributed/elastic/multiprocessing/errors/error_handler.py record_exception"},
 
     // -- the last resort: a Python exception with its message --------------------
-    {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied, "Error: ",
-     R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail", "a Python traceback's last line"},
+    {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
+     "Error: ", R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail",
+     "a Python traceback's last line"},
 };
 
 }  // namespace
@@ -200,12 +206,22 @@ std::span<const Pattern> catalogue() {
 
 std::vector<Field> parse_extracts(std::string_view extracts) {
   static constexpr std::pair<std::string_view, Field> kNames[] = {
-      {"rank", Field::kRank},   {"rank2", Field::kRank2},     {"world", Field::kWorld},
-      {"joined", Field::kJoined}, {"host", Field::kHost},     {"pid", Field::kPid},
-      {"exit", Field::kExit},   {"signal", Field::kSignal},   {"seq", Field::kSeq},
-      {"op", Field::kOp},       {"port", Field::kPort},       {"tasks", Field::kTasks},
-      {"local_rank", Field::kLocalRank}, {"enqueued", Field::kEnqueued},
-      {"detail", Field::kDetail}, {"id", Field::kId},
+      {"rank", Field::kRank},
+      {"rank2", Field::kRank2},
+      {"world", Field::kWorld},
+      {"joined", Field::kJoined},
+      {"host", Field::kHost},
+      {"pid", Field::kPid},
+      {"exit", Field::kExit},
+      {"signal", Field::kSignal},
+      {"seq", Field::kSeq},
+      {"op", Field::kOp},
+      {"port", Field::kPort},
+      {"tasks", Field::kTasks},
+      {"local_rank", Field::kLocalRank},
+      {"enqueued", Field::kEnqueued},
+      {"detail", Field::kDetail},
+      {"id", Field::kId},
   };
   std::vector<Field> out;
   while (!extracts.empty()) {

@@ -35,11 +35,16 @@ std::string ranks_text(const std::set<long>& ranks) {
 
 std::string signal_text(long sig) {
   switch (sig) {
-    case 6: return "signal 6 (SIGABRT)";
-    case 9: return "signal 9 (SIGKILL)";
-    case 11: return "signal 11 (SIGSEGV)";
-    case 15: return "signal 15 (SIGTERM)";
-    default: return fmt::format("signal {}", sig);
+    case 6:
+      return "signal 6 (SIGABRT)";
+    case 9:
+      return "signal 9 (SIGKILL)";
+    case 11:
+      return "signal 11 (SIGSEGV)";
+    case 15:
+      return "signal 15 (SIGTERM)";
+    default:
+      return fmt::format("signal {}", sig);
   }
 }
 
@@ -69,30 +74,35 @@ void attach(DiagFinding& f, const std::set<long>& ranks, const std::set<std::str
   f.finding.hosts.assign(hosts.begin(), hosts.end());
   for (const Evidence& e : evidence) {
     if (f.evidence.size() >= 3) break;
-    bool dup = std::any_of(f.evidence.begin(), f.evidence.end(), [&](const Evidence& x) {
-      return x.file == e.file && x.line == e.line;
-    });
+    bool dup = std::any_of(f.evidence.begin(), f.evidence.end(),
+                           [&](const Evidence& x) { return x.file == e.file && x.line == e.line; });
     if (!dup) f.evidence.push_back(e);
   }
 }
 
 std::string setup_message(const Group& g) {
-  std::string who = g.ranks.empty() ? (g.hosts.empty() ? std::string("a process")
-                                                        : format_list({g.hosts.begin(), g.hosts.end()}))
-                                    : ranks_text(g.ranks);
+  std::string who = g.ranks.empty()
+                        ? (g.hosts.empty() ? std::string("a process")
+                                           : format_list({g.hosts.begin(), g.hosts.end()}))
+                        : ranks_text(g.ranks);
   switch (g.id) {
     case FindingId::kDuplicateGpu:
       return fmt::format("{} share one GPU: {}", who, g.detail);
     case FindingId::kNcclIfnameMissing:
-      return fmt::format("NCCL found no usable socket interface for {}: NCCL_SOCKET_IFNAME "
-                         "matches nothing there ({})", who, g.detail);
+      return fmt::format(
+          "NCCL found no usable socket interface for {}: NCCL_SOCKET_IFNAME "
+          "matches nothing there ({})",
+          who, g.detail);
     case FindingId::kMasterPortInUse:
-      return fmt::format("the store's port{} was already in use for {}: another job or a stale "
-                         "process holds MASTER_PORT",
-                         number(g.detail) > 0 ? " " + g.detail : std::string(), who);
+      return fmt::format(
+          "the store's port{} was already in use for {}: another job or a stale "
+          "process holds MASTER_PORT",
+          number(g.detail) > 0 ? " " + g.detail : std::string(), who);
     case FindingId::kGpuCountMismatch:
-      return fmt::format("{} asked for a GPU the host does not have (invalid device ordinal): "
-                         "more processes than GPUs, or CUDA_VISIBLE_DEVICES narrowed", who);
+      return fmt::format(
+          "{} asked for a GPU the host does not have (invalid device ordinal): "
+          "more processes than GPUs, or CUDA_VISIBLE_DEVICES narrowed",
+          who);
     case FindingId::kGpuMissing:
       return fmt::format("{} found no CUDA-capable device", who);
     case FindingId::kNcclVersionMismatch:
@@ -118,7 +128,8 @@ void place_unattributed(std::map<std::string, Proc>& procs) {
   Proc* lone = nullptr;
   int failed = 0;
   for (auto& [key, p] : procs) {
-    if (!p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream && !p.waiting) {
+    if (!p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream &&
+        !p.waiting) {
       lone = &p;
       ++failed;
     }
@@ -148,8 +159,11 @@ void place_unattributed(std::map<std::string, Proc>& procs) {
 }
 
 void merge_into(Proc& to, const Proc& from) {
-  for (auto [a, b] : {std::pair{&to.own, &from.own}, {&to.downstream, &from.downstream},
-                      {&to.waiting, &from.waiting}, {&to.died, &from.died}, {&to.timeout, &from.timeout}}) {
+  for (auto [a, b] : {std::pair{&to.own, &from.own},
+                      {&to.downstream, &from.downstream},
+                      {&to.waiting, &from.waiting},
+                      {&to.died, &from.died},
+                      {&to.timeout, &from.timeout}}) {
     if (*b && (!*a || earlier(**b, **a))) *a = *b;
   }
   if (to.exit <= 0) to.exit = from.exit;
@@ -178,8 +192,10 @@ Diagnosis Knowledge::conclude() {
     if (rank < 0 && p.local_rank >= 0) {
       auto it = rank_of_local.find(fmt::format("{}|{}", p.host, p.local_rank));
       if (it == rank_of_local.end()) it = rank_of_local.find(fmt::format("|{}", p.local_rank));
-      if (it != rank_of_local.end()) rank = it->second;
-      else if (identity) rank = p.local_rank;
+      if (it != rank_of_local.end())
+        rank = it->second;
+      else if (identity)
+        rank = p.local_rank;
     }
     if (rank < 0 && p.pid >= 0 && rank_of_pid.count(p.pid)) rank = rank_of_pid[p.pid];
     std::string k = rank >= 0 ? fmt::format("r{}", rank) : key;
@@ -202,8 +218,8 @@ Diagnosis Knowledge::conclude() {
   // 1. rankcheck's own verdict, and the setup errors.
   if (rankcheck) {
     const FindingKind* kind = find_finding_kind(rankcheck->first);
-    DiagFinding& f = b.add(kind->id, "rankcheck reported: " + rankcheck->second.detail, true,
-                           rankcheck->second);
+    DiagFinding& f =
+        b.add(kind->id, "rankcheck reported: " + rankcheck->second.detail, true, rankcheck->second);
     f.order = 0;
   }
   if (world_by_rank.size() > 1) {
@@ -262,7 +278,8 @@ Diagnosis Knowledge::conclude() {
   }
   std::optional<Note> first_silent;
   for (const auto& [key, p] : procs) {
-    bool silent = p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
+    bool silent =
+        p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
     if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = *p.died;
   }
   std::set<long> down_ranks;
@@ -275,12 +292,12 @@ Diagnosis Knowledge::conclude() {
     bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
     if (setup_error) continue;
     if (p.own && !p.killed_by_launcher) {
-      std::string how = p.exit > 0 ? fmt::format(" and exited with code {}", p.exit)
+      std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
                         : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
                                        : std::string();
-      DiagFinding& f = b.add(FindingId::kProcessDied,
-                             fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true,
-                             *p.own);
+      DiagFinding& f =
+          b.add(FindingId::kProcessDied,
+                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
       if (p.died) attach(f, {}, {}, {p.died->evidence});
       if (p.rank >= 0) f.finding.ranks = {p.rank};
       if (!p.host.empty()) f.finding.hosts = {p.host};
@@ -288,8 +305,8 @@ Diagnosis Knowledge::conclude() {
     }
     if (!p.died) continue;
     const Slot& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
-    bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere &&
-                      first_silent && p.died->seq == first_silent->seq;
+    bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere && first_silent &&
+                      p.died->seq == first_silent->seq;
     if (initiating) {
       silent_deaths[p.died->seq].push_back(&p);
       continue;
@@ -300,10 +317,10 @@ Diagnosis Knowledge::conclude() {
     if (!down_first || earlier(n, *down_first)) down_first = n;
     if (down_evidence.size() < 3) down_evidence.push_back(n.evidence);
     std::string why = p.killed_by_launcher ? "stopped by its launcher after another failure"
-                      : cause             ? cause->detail
-                      : ended_outside     ? "ended with the job"
-                      : !setup.empty()    ? "exited after the setup error above"
-                                          : "exited after the failure above";
+                      : cause              ? cause->detail
+                      : ended_outside      ? "ended with the job"
+                      : !setup.empty()     ? "exited after the setup error above"
+                                           : "exited after the failure above";
     if (down_why.size() < 3 && std::find(down_why.begin(), down_why.end(), why) == down_why.end())
       down_why.push_back(why);
   }
@@ -315,16 +332,18 @@ Diagnosis Knowledge::conclude() {
       if (q->rank >= 0) ranks.insert(q->rank);
       if (!q->host.empty()) hosts.insert(q->host);
     }
-    std::string who = list.size() == 1 || ranks.size() != list.size() ? name_of(p) : ranks_text(ranks);
-    std::string how = p.signal > 0 ? fmt::format("{} killed by {}", list.size() == 1 ? "was" : "were",
-                                                 signal_text(p.signal))
+    std::string who =
+        list.size() == 1 || ranks.size() != list.size() ? name_of(p) : ranks_text(ranks);
+    std::string how = p.signal > 0
+                          ? fmt::format("{} killed by {}", list.size() == 1 ? "was" : "were",
+                                        signal_text(p.signal))
                       : p.exit > 0 ? fmt::format("exited with code {}", p.exit)
                                    : std::string("ended");
-    DiagFinding& f = b.add(
-        FindingId::kProcessDied,
-        fmt::format("{} {} without an error of its own in the logs{}", who, how,
-                    p.signal == 9 ? ": the kernel's OOM killer, or a kill from outside" : ""),
-        true, *p.died);
+    DiagFinding& f =
+        b.add(FindingId::kProcessDied,
+              fmt::format("{} {} without an error of its own in the logs{}", who, how,
+                          p.signal == 9 ? ": the kernel's OOM killer, or a kill from outside" : ""),
+              true, *p.died);
     attach(f, ranks, hosts, {});
   }
 
@@ -345,13 +364,14 @@ Diagnosis Knowledge::conclude() {
     for (long r : waiting)
       silent.erase(r);
     std::string waiters = waiting.empty() ? std::string("a rank") : ranks_text(waiting);
-    std::string counts = world > 0 && joined >= 0 ? fmt::format(" ({} of {} joined)", joined, world) : "";
+    std::string counts =
+        world > 0 && joined >= 0 ? fmt::format(" ({} of {} joined)", joined, world) : "";
     if (!silent.empty()) {
       DiagFinding& f = b.add(
           FindingId::kMissingRank,
           fmt::format("{} never joined: {} waited for its peers{} ({}); {} {} no error of its own",
-                      ranks_text(silent), waiters, counts, absent_first->detail,
-                      ranks_text(silent), silent.size() == 1 ? "shows" : "show"),
+                      ranks_text(silent), waiters, counts, absent_first->detail, ranks_text(silent),
+                      silent.size() == 1 ? "shows" : "show"),
           !explained, *absent_first);
       f.finding.ranks.assign(silent.begin(), silent.end());
     } else if (world > 0 && joined >= 0 && joined < world) {
@@ -360,19 +380,19 @@ Diagnosis Knowledge::conclude() {
                         waiters, absent_first->detail),
             !explained, *absent_first);
     } else {
-      DiagFinding& f = b.add(FindingId::kMissingRank,
-                             fmt::format("{} waited for peers that never came ({})", waiters,
-                                         absent_first->detail),
-                             !explained, *absent_first);
+      DiagFinding& f = b.add(
+          FindingId::kMissingRank,
+          fmt::format("{} waited for peers that never came ({})", waiters, absent_first->detail),
+          !explained, *absent_first);
       f.finding.ranks.assign(waiting.begin(), waiting.end());
     }
   }
   if (!down_ranks.empty() || down_first) {
-    DiagFinding& f = b.add(
-        FindingId::kProcessDied,
-        fmt::format("{} exited as a consequence: {}", down_ranks.empty() ? "processes" : ranks_text(down_ranks),
-                    format_list(down_why, 3)),
-        false, *down_first);
+    DiagFinding& f = b.add(FindingId::kProcessDied,
+                           fmt::format("{} exited as a consequence: {}",
+                                       down_ranks.empty() ? "processes" : ranks_text(down_ranks),
+                                       format_list(down_why, 3)),
+                           false, *down_first);
     attach(f, down_ranks, down_hosts, down_evidence);
   }
 
@@ -400,10 +420,11 @@ Diagnosis Knowledge::conclude() {
       return fmt::format("SeqNum {}{}", k.first, k.second.empty() ? "" : " (" + k.second + ")");
     };
     if (explained) {
-      DiagFinding& f = b.add(FindingId::kCollectiveTimeout,
-                             fmt::format("{} timed out in a collective, waiting for the failure above",
-                                         ranks_text(all)),
-                             false, *timeout_first);
+      DiagFinding& f =
+          b.add(FindingId::kCollectiveTimeout,
+                fmt::format("{} timed out in a collective, waiting for the failure above",
+                            ranks_text(all)),
+                false, *timeout_first);
       attach(f, all, {}, timeout_evidence);
     } else if (by_op.size() > 1) {
       auto most = std::max_element(by_op.begin(), by_op.end(), [](const auto& a, const auto& c) {
@@ -422,9 +443,11 @@ Diagnosis Knowledge::conclude() {
       }
       DiagFinding& f = b.add(
           FindingId::kCollectiveDesync,
-          tie ? fmt::format("the ranks timed out in different collectives: {}", format_list(parts, 4))
-              : fmt::format("the ranks timed out in different collectives: {}, while {} timed out in {}",
-                            format_list(parts, 4), ranks_text(most->second), op_text(most->first)),
+          tie ? fmt::format("the ranks timed out in different collectives: {}",
+                            format_list(parts, 4))
+              : fmt::format(
+                    "the ranks timed out in different collectives: {}, while {} timed out in {}",
+                    format_list(parts, 4), ranks_text(most->second), op_text(most->first)),
           true, *timeout_first);
       attach(f, odd, {}, timeout_evidence);
     } else if (all.size() == 1 && (ranks_seen.size() > 1 || world > 1)) {
@@ -450,11 +473,14 @@ Diagnosis Knowledge::conclude() {
   for (const auto& [id, g] : pointers) {
     bool explained = b.any_initiating();
     std::string who = g.ranks.empty() ? std::string("a rank") : ranks_text(g.ranks);
-    std::string peer = g.hosts.empty() ? "" : fmt::format(" ({})", format_list({g.hosts.begin(), g.hosts.end()}, 3));
+    std::string peer = g.hosts.empty()
+                           ? ""
+                           : fmt::format(" ({})", format_list({g.hosts.begin(), g.hosts.end()}, 3));
     std::string message =
         id == FindingId::kMasterUnreachable
             ? fmt::format("{} could not reach the store{}: {}", who, peer, g.detail)
-        : explained ? fmt::format("{} lost a peer{}, a consequence of the failure above: {}", who, peer, g.detail)
+        : explained ? fmt::format("{} lost a peer{}, a consequence of the failure above: {}", who,
+                                  peer, g.detail)
                     : fmt::format("{} lost a peer{} and no peer shows an error of its own: {}", who,
                                   peer, g.detail);
     DiagFinding& f = b.add(id, message, !explained, g.first);
@@ -463,9 +489,7 @@ Diagnosis Knowledge::conclude() {
 
   // Initiating first, each part in the order it was first seen (by time across
   // files: earlier()); the setup errors and rankcheck's verdict lead their part.
-  auto rank_of = [](const DiagFinding& f) {
-    return f.initiating ? (f.order == 0 ? 0 : 1) : 2;
-  };
+  auto rank_of = [](const DiagFinding& f) { return f.initiating ? (f.order == 0 ? 0 : 1) : 2; };
   std::stable_sort(b.out.begin(), b.out.end(), [&](const DiagFinding& x, const DiagFinding& y) {
     bool sx = x.initiating && setup.count(find_finding_kind(x.finding.id)->id);
     bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);

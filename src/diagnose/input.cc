@@ -3,16 +3,15 @@
 // than kMaxLine is cut there (the rest of it is skipped), so memory stays bounded
 // whatever the input holds.
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #ifdef RANKCHECK_HAVE_ZLIB
 #include <zlib.h>
@@ -116,17 +115,19 @@ std::string read_gzip(const std::string& path, Scanner& scanner, std::string& bu
   std::string why = gzerror(gz, &code);
   gzclose(gz);
   if (code == Z_BUF_ERROR)
-    return fmt::format("{}: a truncated gzip file ({}); to read what it holds: zcat {} | "
-                       "rankcheck diagnose -",
-                       path, why, path);
+    return fmt::format(
+        "{}: a truncated gzip file ({}); to read what it holds: zcat {} | "
+        "rankcheck diagnose -",
+        path, why, path);
   lines.end();
   return "";
 #else
   (void)scanner;
   (void)buf;
-  return fmt::format("{}: gzip-compressed, and this rankcheck was built without zlib: "
-                     "decompress it first, or pipe it in (zcat {} | rankcheck diagnose -)",
-                     path, path);
+  return fmt::format(
+      "{}: gzip-compressed, and this rankcheck was built without zlib: "
+      "decompress it first, or pipe it in (zcat {} | rankcheck diagnose -)",
+      path, path);
 #endif
 }
 

@@ -26,9 +26,9 @@ class Prefilter {
   bool scan(std::string_view text, Mask& hits) const;
 
  private:
-  std::vector<uint16_t> delta_;     ///< state * 256 + byte -> state
-  std::vector<Mask> out_;           ///< rows whose literal ends in each state
-  std::vector<uint8_t> terminal_;   ///< out_ is not empty
+  std::vector<uint16_t> delta_;    ///< state * 256 + byte -> state
+  std::vector<Mask> out_;          ///< rows whose literal ends in each state
+  std::vector<uint8_t> terminal_;  ///< out_ is not empty
 };
 
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of
@@ -49,9 +49,9 @@ struct Match {
   Origin origin;
   uint32_t source = 0;  ///< index into the sources' names
   uint64_t line = 0;
-  uint64_t seq = 0;     ///< position in the whole input
-  int64_t stamp = -1;   ///< time_key of the line's stamp, or of the last one before it in its file
-  std::string text;     ///< the line, printable, cut
+  uint64_t seq = 0;    ///< position in the whole input
+  int64_t stamp = -1;  ///< time_key of the line's stamp, or of the last one before it in its file
+  std::string text;    ///< the line, printable, cut
 
   const std::string& get(Field f) const { return field[static_cast<size_t>(f)]; }
 };
@@ -120,7 +120,7 @@ struct Proc {
   long seq_no = -1, enqueued = -1;
   std::string op;
   bool killed_by_launcher = false;
-  bool unattributed = false;       ///< a file's lines that no prefix attributes
+  bool unattributed = false;  ///< a file's lines that no prefix attributes
 };
 
 /// Errors of one finding id, grouped over the ranks and hosts that printed them.
@@ -148,9 +148,9 @@ struct Knowledge {
   };
   std::vector<External> external;
   std::optional<std::pair<std::string, Note>> rankcheck;  ///< its first verdict's id
-  std::map<long, long> world_by_rank;  ///< the world size each rank waited for
+  std::map<long, long> world_by_rank;                     ///< the world size each rank waited for
   long world = -1, joined = -1;
-  std::optional<Note> absent_first;    ///< the first "waited for peers" message
+  std::optional<Note> absent_first;  ///< the first "waited for peers" message
   std::set<long> killed_pids;
   std::map<long, long> rank_of_pid;
   std::map<std::string, long> rank_of_local;  ///< "host|local" and "|local"
@@ -158,7 +158,7 @@ struct Knowledge {
   std::set<std::string> hosts_seen;
   uint8_t launchers = 0;
   bool rankcheck_seen = false;
-  uint64_t dropped = 0;  ///< messages not kept once the bounds were reached
+  uint64_t dropped = 0;    ///< messages not kept once the bounds were reached
   uint64_t long_text = 0;  ///< bytes of long lines noted whole (kLongTextBudget)
 
   /// A line attributed to a process: it was there.

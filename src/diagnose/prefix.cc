@@ -39,7 +39,8 @@ bool host_char(char c) {
 size_t torchrun_prefix(std::string_view s, size_t p, Prefix& out) {
   if (!starts(s, p, "[")) return 0;
   size_t q = p + 1;
-  while (q < s.size() && q - p < 40 && (std::isalpha(static_cast<unsigned char>(s[q])) || s[q] == '_'))
+  while (q < s.size() && q - p < 40 &&
+         (std::isalpha(static_cast<unsigned char>(s[q])) || s[q] == '_'))
     ++q;
   if (q == p + 1) return 0;
   long v = -1;

@@ -134,9 +134,10 @@ void Knowledge::add(const Match& m) {
   std::string detail = field(Field::kDetail);
   if (row.name == "python_exception") detail = field(Field::kId) + ": " + detail;
   if (row.name == "gloo_address_size")
-    detail = fmt::format("gloo's address exchange got a peer's list of {} bytes where {} were "
-                         "expected, so the ranks count different peers",
-                         field(Field::kId), detail);
+    detail = fmt::format(
+        "gloo's address exchange got a peer's list of {} bytes where {} were "
+        "expected, so the ranks count different peers",
+        field(Field::kId), detail);
   if (detail.empty()) detail = std::string(row.literal);
   note.detail = printable(detail, 200);
 
@@ -250,7 +251,8 @@ void Knowledge::add(const Match& m) {
       long joined_n = number(field(Field::kJoined));
       if (world_n > 0) world = std::max(world, world_n);
       if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
-      if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids) world_by_rank[o.rank] = world_n;
+      if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
+        world_by_rank[o.rank] = world_n;
       keep_first(absent_first, note);
       if (Proc* p = proc(o)) keep_first(p->waiting, note);
       break;

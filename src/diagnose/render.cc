@@ -14,8 +14,10 @@ namespace rankcheck::diagnose {
 namespace {
 
 std::string size_text(uint64_t bytes) {
-  if (bytes >= (uint64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
-  if (bytes >= (uint64_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= (uint64_t{1} << 30))
+    return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
+  if (bytes >= (uint64_t{1} << 20))
+    return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
   if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
   return fmt::format("{} B", bytes);
 }
@@ -87,8 +89,8 @@ std::string render_text(const Diagnosis& d, bool color) {
   for (const DiagFinding& f : d.findings)
     id_width = std::max(id_width, f.finding.id.size());
   size_t indent = 4 + id_width + 3;
-  FindingLayout layout{.margin = 2, .id_width = id_width, .wrap_indent = indent, .fix_at = indent,
-                       .fix = false};
+  FindingLayout layout{
+      .margin = 2, .id_width = id_width, .wrap_indent = indent, .fix_at = indent, .fix = false};
   std::string pad(indent, ' ');
   for (const DiagFinding& f : d.findings) {
     out += render_finding(f.finding, layout, {color}) + "\n";

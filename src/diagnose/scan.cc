@@ -131,7 +131,8 @@ struct Scanner::State {
     if (entry.open && (entry.rank >= 0 || entry.pid >= 0)) {
       Match m;
       m.row = entry_row;
-      m.field[static_cast<size_t>(Field::kRank)] = entry.rank >= 0 ? std::to_string(entry.rank) : "";
+      m.field[static_cast<size_t>(Field::kRank)] =
+          entry.rank >= 0 ? std::to_string(entry.rank) : "";
       m.field[static_cast<size_t>(Field::kLocalRank)] =
           entry.local_rank >= 0 ? std::to_string(entry.local_rank) : "";
       m.field[static_cast<size_t>(Field::kHost)] = entry.host;

@@ -64,14 +64,16 @@ int main(int argc, char** argv) {
   double wall_ms = ms_between(t1, Clock::now());
   double slowest = *std::max_element(took.begin(), took.end());
   if (json) {
-    std::printf("{\"scenario\": \"rehearsal\", \"hosts\": %zu, \"connections\": %zu, "
-                "\"connected\": %zu, \"max_per_host\": %zu, \"plan_ms\": %.3f, "
-                "\"wall_ms\": %.1f, \"slowest_host_ms\": %.1f}\n",
-                hosts, plan.size(), ok.load(), most, plan_ms, wall_ms, slowest);
+    std::printf(
+        "{\"scenario\": \"rehearsal\", \"hosts\": %zu, \"connections\": %zu, "
+        "\"connected\": %zu, \"max_per_host\": %zu, \"plan_ms\": %.3f, "
+        "\"wall_ms\": %.1f, \"slowest_host_ms\": %.1f}\n",
+        hosts, plan.size(), ok.load(), most, plan_ms, wall_ms, slowest);
   } else {
-    std::printf("%zu hosts: %zu connections (at most %zu from one host), %zu connected; plan "
-                "%.2f ms, rehearsal %.1f ms (slowest host %.1f ms)\n",
-                hosts, plan.size(), most, ok.load(), plan_ms, wall_ms, slowest);
+    std::printf(
+        "%zu hosts: %zu connections (at most %zu from one host), %zu connected; plan "
+        "%.2f ms, rehearsal %.1f ms (slowest host %.1f ms)\n",
+        hosts, plan.size(), most, ok.load(), plan_ms, wall_ms, slowest);
   }
   return ok.load() == plan.size() ? 0 : 1;
 }

@@ -1,5 +1,3 @@
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +7,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <rankcheck/diagnose.h>
 #include <rankcheck/text.h>
@@ -18,7 +17,8 @@ using namespace rankcheck::diagnose;
 
 namespace {
 
-Diagnosis diagnose_lines(const std::vector<std::string>& lines, const std::string& name = "job.log") {
+Diagnosis diagnose_lines(const std::vector<std::string>& lines,
+                         const std::string& name = "job.log") {
   Scanner s;
   s.begin_source(name);
   for (const std::string& l : lines)
@@ -115,7 +115,8 @@ TEST_CASE("diagnose: the first srun task to fail initiates; the ones it took dow
   CHECK(d.findings[0].finding.id == "process-died");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{3});
   CHECK(d.findings[0].finding.message ==
-        "rank 3 on node02 failed: CUDA out of memory. Tried to allocate 2.00 GiB and exited with code 1");
+        "rank 3 on node02 failed: CUDA out of memory. Tried to allocate 2.00 GiB and exited with "
+        "code 1");
   CHECK(d.launcher == "slurm");
   CHECK(d.verify_with == "srun --nodes 2 --ntasks 4 rankcheck run --timeout 120");
   for (size_t i = 1; i < d.findings.size(); ++i)
@@ -167,8 +168,10 @@ TEST_CASE("diagnose: a lost peer with no error of its own anywhere is peer-faile
 
 TEST_CASE("diagnose: torchrun's closing signal marks the survivors, not the culprit") {
   Diagnosis d = diagnose_lines({
-      "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 101 closing signal SIGTERM",
-      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: "
+      "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 101 closing signal "
+      "SIGTERM",
+      "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 "
+      "(pid: "
       "102) of binary: /usr/bin/python3",
   });
   REQUIRE(!d.findings.empty());
@@ -179,9 +182,11 @@ TEST_CASE("diagnose: torchrun's closing signal marks the survivors, not the culp
 
 TEST_CASE("diagnose: ranks that waited name the ones that never came") {
   Diagnosis d = diagnose_lines({
-      "0: RuntimeError: Timed out initializing process group in store based barrier on rank: 0, for "
+      "0: RuntimeError: Timed out initializing process group in store based barrier on rank: 0, "
+      "for "
       "key: store_based_barrier_key:1 (world_size=4, worker_count=2, timeout=0:30:00)",
-      "1: RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for "
+      "1: RuntimeError: Timed out initializing process group in store based barrier on rank: 1, "
+      "for "
       "key: store_based_barrier_key:1 (world_size=4, worker_count=2, timeout=0:30:00)",
   });
   REQUIRE(!d.findings.empty());
@@ -412,7 +417,8 @@ TEST_CASE("diagnose: long lines are kept whole only up to a budget") {
          "NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1a " + tail);
   for (int r = 2; r < 20000; ++r)
     s.line("[rank" + std::to_string(r) + "]: RuntimeError: Connection reset by peer " + tail);
-  s.line("[rank1]: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a " + tail);
+  s.line("[rank1]: NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1a " +
+         tail);
   Diagnosis d = s.finish();
   REQUIRE(!d.findings.empty());
   REQUIRE(d.findings[0].finding.id == "duplicate-gpu");

@@ -58,7 +58,7 @@ TEST_CASE("rehearsal plan: beyond 64 hosts, root, ring, trees and a sample, O(lo
     size_t log2n = 0;
     while ((size_t(1) << log2n) < n)
       ++log2n;
-    CHECK(most <= 2 + 2 + 6 + log2n);  // root, ring, two trees (parent and children), sample
+    CHECK(most <= 2 + 2 + 6 + log2n);     // root, ring, two trees (parent and children), sample
     CHECK(plan == rehearsal_plan(n, 7));  // the same seed, the same plan
   }
 }
@@ -96,8 +96,10 @@ TEST_CASE("nccl-path-blocked: a host that reaches nobody is outbound-blocked") {
 }
 
 TEST_CASE("nccl-path-blocked: a split between groups of hosts") {
-  std::vector<PathHost> hosts = {{"h0", "eth1", "198.18.1.1"}, {"h1", "eth1", "198.18.1.2"},
-                                 {"h2", "eth1", "198.19.1.3"}, {"h3", "eth1", "198.19.1.4"}};
+  std::vector<PathHost> hosts = {{"h0", "eth1", "198.18.1.1"},
+                                 {"h1", "eth1", "198.18.1.2"},
+                                 {"h2", "eth1", "198.19.1.3"},
+                                 {"h3", "eth1", "198.19.1.4"}};
   auto rs = all_ok(4);
   for (uint32_t a : {0u, 1u}) {
     for (uint32_t b : {2u, 3u}) {

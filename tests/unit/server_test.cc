@@ -163,9 +163,9 @@ RankResult good(int rank) {
 
 // A job of two with a job token: rank 0 in process, rank 1 over loopback. Rank 1
 // hands in its stage results as `frame` makes them; the final report.
-Report stage_with(const std::function<std::vector<uint8_t>(const StageReport&, const JoinResult&)>&
-                      frame,
-                  std::vector<std::string>& lines) {
+Report stage_with(
+    const std::function<std::vector<uint8_t>(const StageReport&, const JoinResult&)>& frame,
+    std::vector<std::string>& lines) {
   JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
   ServerConfig cfg = config(&lines);
   cfg.token = token;
@@ -192,7 +192,9 @@ Report stage_with(const std::function<std::vector<uint8_t>(const StageReport&, c
   REQUIRE(go.ok());
   REQUIRE(go->run_gpu);
   REQUIRE(own.get().run_gpu);
-  REQUIRE(joined.socket.write_all(frame(StageReport{{good(1)}, {}}, joined), Deadline::after(Millis(1000))).ok());
+  REQUIRE(joined.socket
+              .write_all(frame(StageReport{{good(1)}, {}}, joined), Deadline::after(Millis(1000)))
+              .ok());
   auto own_final = server.submit_local(StageReport{{good(0)}, {}});
   (void)wait_verdict(joined.socket, Deadline::after(Millis(5000)), joined, &token,
                      VerdictWait::kFinal);
@@ -222,7 +224,8 @@ TEST_CASE("server: with a job token, a stage result counts only with its MAC") {
   CHECK(unsigned_one.stage_results[0].rank == 0);
   bool logged = false;
   for (const std::string& l : lines)
-    logged = logged || l.find("its GPU stage result is unreadable: its MAC does not verify with "
-                              "the job token") != std::string::npos;
+    logged = logged || l.find(
+                           "its GPU stage result is unreadable: its MAC does not verify with "
+                           "the job token") != std::string::npos;
   CHECK(logged);
 }
