@@ -41,8 +41,8 @@ def sanitized():
 class Adversarial(RankcheckTest):
     timeout = 5.0
 
-    def master(self, world, *extra, **env):
-        m = self.rank(0, world, extra=extra, **env)
+    def master(self, world, *extra, nofile=None, **env):
+        m = self.rank(0, world, extra=extra, nofile=nofile, **env)
         deadline = time.monotonic() + 3
         while not listening(self.port):
             self.assertLess(time.monotonic(), deadline, "the master never listened")
@@ -145,11 +145,7 @@ class Adversarial(RankcheckTest):
 
     def test_out_of_file_descriptors_is_survived(self):
         # 40 open files in all, a hard limit it cannot raise: 60 idle clients exhaust it.
-        m = self.rank(0, 4, extra=("--handshake-timeout", "1"), nofile=40)
-        deadline = time.monotonic() + 3
-        while not listening(self.port):
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.02)
+        m = self.master(4, "--handshake-timeout", "1", nofile=40)
         idle = []
         for _ in range(60):
             try:
@@ -175,11 +171,7 @@ class Adversarial(RankcheckTest):
         # 30 open files in all for a master of 40 ranks: the members it cannot
         # accept wait in the backlog, and the report says why they are missing.
         world = 40
-        m = self.rank(0, world, nofile=30)
-        deadline = time.monotonic() + 3
-        while not listening(self.port):
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.02)
+        m = self.master(world, nofile=30)
         socks = []
         try:
             for r in range(1, world):
