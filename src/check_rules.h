@@ -71,6 +71,7 @@ void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
 void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
+void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out);
 /// The loopback warning of a member away from the master's node.
 void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
 

@@ -34,6 +34,7 @@ constexpr Rule kRules[] = {
     {"nccl-missing", check_nccl_missing},
     {"master-addr-mismatch", check_master_addr_mismatch},
     {"protocol-mismatch", check_protocol_mismatch},
+    {"relay-lost", check_relay_lost},
     {"member-disconnected", check_departed},
     {"late-start", check_late_start},  // before the ranks a late rank 0 left missing
     {"missing-rank", check_missing},

@@ -104,6 +104,9 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
       ->check(whole_number_in(3, 1 << 20))
       ->excludes("--token-file");
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
+  app.add_flag("--no-relay", o.no_relay,
+               "Every process connects to rank 0 itself; by default the members of a host "
+               "meet it over one connection, through the first of them (a host relay)");
   app.add_option("--nccl-lib", o.nccl_lib,
                  "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
   app.add_option_function<std::string>(

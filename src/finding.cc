@@ -150,6 +150,10 @@ constexpr FindingKind kCatalog[] = {
      "each process's --timeout counts from its own start: find why those processes started "
      "late (a slow node, a container image pull), or give every process the job's start in "
      "RANKCHECK_START_TIME so that they share one deadline"},
+    {kRelayLost, "relay-lost", kW, ec::kIncomplete,
+     "a host's relay runs in the first rankcheck process of the host: find why that process "
+     "died (dmesg, the OOM killer, the scheduler's log); its members joined directly. "
+     "--no-relay makes every process connect to rank 0 directly"},
     {kProcessDied, "process-died", kE, ec::kIncomplete,
      "read the error the process died of (shown as evidence); a process killed without one "
      "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "

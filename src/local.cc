@@ -186,6 +186,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        "--handshake-timeout",
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
+      if (o.no_relay) args.push_back("--no-relay");
       int pipe_fd = -1;
       if (!secret.empty()) {
         auto fd = token_pipe(secret);

@@ -128,6 +128,10 @@ void MasterState::accept_failed(const std::string& why, size_t open) {
   }
 }
 
+void MasterState::relay_lost(const std::string& host, uint32_t pid, size_t members) {
+  if (lost_relays_.size() < 64) lost_relays_.push_back(LostRelay{host, pid, members, now_ms()});
+}
+
 void MasterState::refuse(RefusalKind kind, std::string peer, std::string reason,
                          std::optional<Record> record) {
   tracker_.taint();
@@ -278,6 +282,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.master_resolved = cfg_.master_resolved;
   view.master_bound = bound;
   view.accept_failures = accept_failures_;
+  view.lost_relays = lost_relays_;
   if (rlimit lim{}; accept_failures_.count > 0 && ::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
     view.accept_failures.files_soft = lim.rlim_cur == RLIM_INFINITY ? -1 : long(lim.rlim_cur);
     view.accept_failures.files_hard = lim.rlim_max == RLIM_INFINITY ? -1 : long(lim.rlim_max);

@@ -11,6 +11,7 @@
 #include <rankcheck/checks.h>
 #include <rankcheck/interrupt.h>
 #include <rankcheck/member.h>
+#include <rankcheck/relay.h>
 #include <rankcheck/text.h>
 
 namespace rankcheck {
@@ -38,7 +39,7 @@ Finding failure(FindingId id, std::string message, std::string fix, const Record
   return f;
 }
 
-enum class Step { kRetry, kJoined, kFatal };
+enum class Step { kRetry, kJoined, kFatal, kRelayGone };
 
 // MASTER_ADDR resolved to loopback on a host that is not rank 0's.
 bool loopback_master(const Record& self) {
@@ -49,7 +50,11 @@ bool loopback_master(const Record& self) {
   return spans_hosts(self);
 }
 
-// One attempt on one address: connect, challenge, hello, admit.
+// The handshake on a connection: challenge, hello, admit.
+Step handshake(Socket sock, const std::string& where, Record& self, const JoinOptions& o,
+               JoinResult& out, std::string& last_error, Result<Frame> frame);
+
+// One attempt on one address: connect, then the handshake.
 Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinResult& out,
              std::string& last_error) {
   // Name the address only when MASTER_ADDR is a name that resolved to it.
@@ -65,16 +70,56 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   Deadline hs = Deadline::after(o.handshake).sooner(o.give_up.extended(Millis(250)));
   uint16_t peer_version = 0;
   auto frame = sock->read_frame(hs, &peer_version);
+  if (!frame && frame.error().fault == Fault::kOtherVersion) {
+    out.failure = failure(FindingId::kProtocolMismatch,
+                          fmt::format("the master at {} speaks rankcheck protocol version {}, "
+                                      "this rankcheck speaks {}",
+                                      where, peer_version, kProtocolVersion),
+                          "run the same rankcheck build on every host", self);
+    return Step::kFatal;
+  }
+  return handshake(std::move(*sock), where, self, o, out, last_error, std::move(frame));
+}
+
+// One attempt through this host's relay: kRelayGone when there is none to use
+// (it died, stood down, or is another user's), and the member goes directly.
+Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::string& last_error,
+                   Clock::time_point& next_progress, const std::string& label) {
+  auto sock = Socket::connect_abstract(o.relay);
+  if (!sock) return Step::kRelayGone;
+  if (sock->peer_uid() != long(::geteuid())) return Step::kRelayGone;
+  std::string where = fmt::format("{} (through this host's relay)",
+                                  endpoint(o.master_addr, o.master_port));
+  // The relay says why it waits every second: silence means it stopped.
+  while (true) {
+    Deadline quiet = o.give_up.extended(Millis(250)).sooner(Deadline::after(Millis(3000)));
+    auto frame = sock->read_frame(quiet);
+    if (!frame) {
+      if (frame.error().fault == Fault::kInterrupted) return Step::kFatal;
+      if (frame.error().fault == Fault::kTimeout && o.give_up.expired()) return Step::kRetry;
+      return Step::kRelayGone;
+    }
+    if (frame->header.type != uint16_t(MsgType::kRelayWait)) {
+      return handshake(std::move(*sock), where, self, o, out, last_error, std::move(frame));
+    }
+    auto w = decode_relay_wait(frame->payload);
+    if (!w || w->master_closed) return Step::kRelayGone;
+    // In a member's words: what the relay's own attempts met.
+    last_error = printable(w->status, 300);
+    out.attempts = std::max(out.attempts, int(w->attempts));
+    if (Clock::now() >= next_progress) {
+      o.log(fmt::format("{} -> master {}: {}", label, endpoint(o.master_addr, o.master_port),
+                        last_error));
+      next_progress = Clock::now() + o.progress_interval;
+    }
+  }
+}
+
+Step handshake(Socket sock, const std::string& where, Record& self, const JoinOptions& o,
+               JoinResult& out, std::string& last_error, Result<Frame> frame) {
+  Deadline hs = Deadline::after(o.handshake).sooner(o.give_up.extended(Millis(250)));
   if (!frame) {
     const Error& e = frame.error();
-    if (e.fault == Fault::kOtherVersion) {
-      out.failure = failure(FindingId::kProtocolMismatch,
-                            fmt::format("the master at {} speaks rankcheck protocol version {}, "
-                                        "this rankcheck speaks {}",
-                                        where, peer_version, kProtocolVersion),
-                            "run the same rankcheck build on every host", self);
-      return Step::kFatal;
-    }
     if (e.fault == Fault::kInterrupted) return Step::kFatal;
     last_error =
         !is_io_fault(e.fault)
@@ -114,13 +159,13 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   }
   out.server_nonce = challenge->nonce;
   out.client_nonce = hello.client_nonce;
-  auto sent = sock->write_all(
+  auto sent = sock.write_all(
       o.token ? encode_signed(hello, *o.token, challenge->nonce) : encode(hello), hs);
   if (!sent) {
     last_error = fmt::format("{}: sending the hello: {}", where, sent.error().message);
     return Step::kRetry;
   }
-  auto reply = sock->read_frame(hs);
+  auto reply = sock.read_frame(hs);
   if (!reply) {
     last_error = fmt::format("{}: waiting to be admitted: {}", where, reply.error().message);
     return Step::kRetry;
@@ -132,7 +177,7 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
       return Step::kRetry;
     }
     out.admit = *admit;
-    out.socket = std::move(*sock);
+    out.socket = std::move(sock);
     return Step::kJoined;
   }
   if (reply->header.type != uint16_t(MsgType::kReject)) {
@@ -211,10 +256,15 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                   self.nranks == 1 ? std::to_string(self.rank)
                                    : fmt::format("{}-{}", self.rank, self.last_rank()),
                   printable(self.host, 64));
+  bool relay = !o.relay.empty();
+  // A world larger than the master's listen backlog comes in waves (first_attempt_delay),
+  // not all at once to wait out the kernel's SYN retry. Through a relay, the relay does.
+  if (!relay && o.first_delay > Millis(0)) nap(o.give_up.sooner(Deadline::after(o.first_delay)));
   while (true) {
     if (interrupted()) return out;
     if (out.attempts > 0 && o.give_up.expired()) break;
     ++out.attempts;
+    // Resolved first, also through a relay: the record carries what it resolved to.
     auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(5000))));
     if (!addrs) {
       last_error = addrs.error().message;
@@ -222,6 +272,21 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     } else {
       self.master_resolved = *addrs;
       self.resolve_error.clear();
+    }
+    if (relay) {
+      Step step = attempt_relay(self, o, out, last_error, next_progress, label);
+      if (step == Step::kRelayGone) {
+        // Dead, standing down, or not this user's: the master, directly, now.
+        relay = false;
+        out.direct = true;
+        if (o.give_up.expired()) break;
+        continue;
+      }
+      if (step != Step::kRetry) {
+        out.relayed = step == Step::kJoined;
+        return out;
+      }
+    } else if (addrs) {
       for (const std::string& a : *addrs) {
         if (attempt(a, self, o, out, last_error) != Step::kRetry) return out;
       }
@@ -320,8 +385,28 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       if (auto sent = socket.write_all(encode(report), deadline); !sent) return sent.error();
       continue;
     }
+    if (frame->header.type == uint16_t(MsgType::kRelayWait)) {
+      // This host's relay saw the master close its connection: the master is gone
+      // (Fault::kSystem: not the relay's own death, after which a member joins again).
+      auto w = decode_relay_wait(frame->payload);
+      if (w && w->master_closed) {
+        return Error{
+            "the master closed the connection before its verdict (it exited or was killed)",
+            Fault::kSystem};
+      }
+      continue;
+    }
     // Anything else before the verdict is ignored.
   }
+}
+
+Millis first_attempt_delay(long rank, long world_size, long backlog) {
+  if (backlog <= 0 || world_size <= backlog || rank < 0) return Millis(0);
+  // Waves of a backlog each, ranks in order: wave k starts when the master has
+  // had time to take k backlogs' worth of handshakes (about 40 us each).
+  long waves = (world_size + backlog - 1) / backlog;
+  long wave = std::min(waves - 1, rank * waves / world_size);
+  return Millis(wave * backlog * 40 / 1000);
 }
 
 Millis stage_margin(uint32_t stage_ms) {

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <rankcheck/interrupt.h>
@@ -248,6 +250,29 @@ Result<Socket> Socket::connect(const std::string& addr, uint16_t port, Deadline 
     }
   }
   return s;
+}
+
+Result<Socket> Socket::connect_abstract(const std::string& name) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof sa.sun_path) {
+    return Error{fmt::format("unix socket name too long: {}", name.size()), Fault::kSystem};
+  }
+  std::memcpy(sa.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  Socket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Error{fmt::format("socket: {}", std::strerror(errno)), Fault::kSystem};
+  if (::connect(s.fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
+    return Error{fmt::format("connect: {}", std::strerror(errno)), Fault::kSystem};
+  }
+  return s;
+}
+
+long Socket::peer_uid() const {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  return static_cast<long>(cred.uid);
 }
 
 Status Socket::write_all(std::span<const uint8_t> bytes, Deadline deadline) {

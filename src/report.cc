@@ -430,6 +430,12 @@ std::string render_text(const Report& r, RenderStyle style) {
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  if (r.relays > 0) {
+    out += fmt::format("  {} of {} joined through {}; the master held {} at most\n",
+                       r.relayed_members, plural(r.members.size(), "member", "members"),
+                       plural(r.relays, "host relay", "host relays"),
+                       plural(r.connections_peak, "connection", "connections"));
+  }
   if (!r.paths.empty()) {
     size_t ok =
         static_cast<size_t>(std::count_if(r.paths.begin(), r.paths.end(), [](const PathTried& p) {
@@ -487,6 +493,9 @@ std::string render_json(const Report& r) {
   auto kib = [](long v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
   j["master_memory_kib"] = {{"resident_at_decision", kib(r.rss_kib)},
                             {"peak_at_decision", kib(r.peak_rss_kib)}};
+  j["connections"] = {{"peak", r.connections_peak},
+                      {"relays", r.relays},
+                      {"relayed_members", r.relayed_members}};
   j["gpu_stage"] = r.gpu_stage;
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)

@@ -171,4 +171,26 @@ void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out)
   out.push_back(std::move(f));
 }
 
+// A host's relay gone before the decision: its members came directly (or are
+// missing, and named so by missing-rank); the relay's own process most likely died.
+void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const LostRelay& r : ctx.view.lost_relays) {
+    bool self_here = false;
+    for (const Member& m : ctx.view.members)
+      self_here = self_here || (m.record.host == r.host && m.record.pid == r.pid);
+    Finding f = make_finding(
+        FindingId::kRelayLost,
+        fmt::format("the relay on {} (pid {}) closed its connection to the master at +{} "
+                    "carrying {}; they were to join directly{}",
+                    printable(r.host), r.pid, format_seconds(r.at_ms),
+                    plural(r.members, "member", "members"),
+                    self_here ? std::string()
+                              : fmt::format(", and the relay's own process (pid {}) did not "
+                                            "come back: it died or was killed",
+                                            r.pid)));
+    f.hosts = {r.host};
+    out.push_back(std::move(f));
+  }
+}
+
 }  // namespace rankcheck

@@ -18,6 +18,7 @@
 #include <rankcheck/net.h>
 #include <rankcheck/netpath_io.h>
 #include <rankcheck/procfs.h>
+#include <rankcheck/relay.h>
 #include <rankcheck/report.h>
 #include <rankcheck/run.h>
 #include <rankcheck/server.h>
@@ -74,6 +75,41 @@ int member_path(Record& self, const Identity& id, Session& s) {
   jo.progress_interval = seconds(o.progress_interval_s);
   jo.log = [&log](const std::string& line) { log.progress(line); };
   jo.token = s.token ? &*s.token : nullptr;
+  // The members of a host meet the master through one of them (relay.h), unless
+  // this one is alone on its host or stands for the whole node.
+  std::unique_ptr<Relay> relay;
+  struct Finish {
+    std::unique_ptr<Relay>& relay;
+    Deadline by;
+    // The relay serves the host's other members until the master is done with them.
+    ~Finish() {
+      // Interrupted: at once; its members join the master directly.
+      if (relay) relay->finish(interrupted() ? Deadline::after(Millis(0)) : by);
+    }
+  } finish_relay{relay, end.extended(kVerdictGrace + Millis(2000))};
+  if (!o.no_relay && self.local_world_size != 1 && !id.node_mode()) {
+    RelayOptions ro;
+    ro.endpoint = relay_endpoint(jo.master_addr, jo.master_port);
+    ro.master_addr = jo.master_addr;
+    ro.master_port = jo.master_port;
+    ro.host = self.host;
+    ro.pid = self.pid;
+    ro.job_id = self.job_id;
+    ro.token = jo.token;
+    ro.give_up = end;
+    ro.stop_by = end.extended(kVerdictGrace + Millis(2000));
+    ro.handshake = jo.handshake;
+    ro.log = jo.log;
+    std::string why;
+    relay = Relay::start(ro, &why);
+    if (relay) log.progress(fmt::format("relaying this host's members to the master (@{})",
+                                        ro.endpoint));
+    if (why.empty()) jo.relay = ro.endpoint;  // ours, or another member's
+    if (!why.empty()) log.progress(why + "; joining the master directly");
+  } else {
+    auto backlog = ProcFs{}.somaxconn();
+    jo.first_delay = first_attempt_delay(self.rank, id.world_size, backlog ? long(*backlog) : 0);
+  }
   JoinResult joined = join_master(self, jo);
   if (interrupted()) return interrupted_exit(log, self, out, start);
 
@@ -81,9 +117,20 @@ int member_path(Record& self, const Identity& id, Session& s) {
   if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
   log.progress(fmt::format("joined {}:{} ({}/{} ranks so far)", id.master_addr, id.rendezvous_port,
                            joined.admit.joined_ranks, joined.admit.world_size));
+  auto on_plan = [&s, &log](const PathPlan& plan) { return rehearse(plan, s, log); };
   auto verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
-                              VerdictWait::kFirst,
-                              [&s, &log](const PathPlan& plan) { return rehearse(plan, s, log); });
+                              VerdictWait::kFirst, on_plan);
+  if (!verdict && joined.relayed && verdict.error().fault == Fault::kClosed && !interrupted()) {
+    // The relay died before the verdict: the master takes this process back directly.
+    log.progress("this host's relay closed before the verdict; joining the master directly");
+    jo.relay.clear();
+    jo.first_delay = Millis(0);
+    joined = join_master(self, jo);
+    if (interrupted()) return interrupted_exit(log, self, out, start);
+    if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
+    verdict = wait_verdict(joined.socket, end.extended(kVerdictGrace), joined, jo.token,
+                           VerdictWait::kFirst, on_plan);
+  }
   if (verdict && !verdict->final && verdict->run_gpu && verdict->nccl_id) {
     StageReport results = run_gpu_stage(s, *verdict, id.world_size);
     auto frame = jo.token

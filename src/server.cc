@@ -19,6 +19,12 @@ void Server::Impl::send(const ConnPtr& c, std::vector<uint8_t> frame) {
 }
 
 void Server::Impl::send(const ConnPtr& c, Bytes frame) {
+  if (c->relayed()) {
+    // On the relay's connection, in a channel frame of the member's.
+    ConnPtr link = c->via.lock();
+    if (link == nullptr || link->closed) return;
+    return send(link, encode_channel(c->channel, ChannelOp::kData, *frame));
+  }
   c->outbox.push_back(std::move(frame));
   pump(c);
 }
@@ -46,7 +52,15 @@ void Server::Impl::pump(const ConnPtr& c) {
 void Server::Impl::close(const ConnPtr& c) {
   if (c->closed) return;
   c->closed = true;
-  if (c->admitted && !c->released) --open_members;
+  if (c->admitted && !c->released && c->link == nullptr) --open_members;
+  if (c->relayed()) {
+    ConnPtr link = c->via.lock();
+    if (link != nullptr && !link->closed && link->link->channels.erase(c->channel) > 0) {
+      send(link, encode_channel(c->channel, ChannelOp::kClose));
+    }
+    return check_done();
+  }
+  --sockets;
   std::error_code ignored;
   c->sock.shutdown(tcp::socket::shutdown_both, ignored);
   c->sock.close(ignored);
@@ -70,6 +84,7 @@ void Server::Impl::check_done() {
 }
 
 void Server::Impl::watch(const ConnPtr& c) {
+  if (c->relayed()) return;  // its frames come on its relay's connection (on_channel_frame)
   c->sock.async_wait(tcp::socket::wait_read, [this, c](std::error_code ec) {
     if (ec == asio::error::operation_aborted) return;
     if (state.stage_running() && !c->reported) {
@@ -96,20 +111,30 @@ void Server::Impl::watch(const ConnPtr& c) {
 awaitable<void> Server::Impl::read_stage_result(ConnPtr c) {
   c->reported = true;
   std::array<uint8_t, kHeaderSize> hdr{};
-  std::optional<StageReport> got;
-  std::string why;  // why there is no result, when the member sent something
   auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
   auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
   if (!header) {
-    if (!ec) why = header.error().message;
-  } else if (header->type != uint16_t(MsgType::kStageResult)) {
-    why = fmt::format("a {} frame instead", type_name(header->type));
-  } else {
-    std::vector<uint8_t> payload(header->length);
+    co_return stage_result_in(c, 0, {}, ec ? std::string() : header.error().message);
+  }
+  std::vector<uint8_t> payload;
+  if (header->type == uint16_t(MsgType::kStageResult)) {
+    payload.resize(header->length);
     auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
     if (ec2) {
-      why = fmt::format("closed mid-frame ({} of {} bytes)", n2, payload.size());
-    } else if (auto r = decode_stage_report(payload); !r) {
+      co_return stage_result_in(
+          c, 0, {}, fmt::format("closed mid-frame ({} of {} bytes)", n2, payload.size()));
+    }
+  }
+  stage_result_in(c, header->type, payload, {});
+}
+
+void Server::Impl::stage_result_in(const ConnPtr& c, uint16_t type,
+                                   std::span<const uint8_t> payload, std::string why) {
+  std::optional<StageReport> got;
+  if (type != 0 && type != uint16_t(MsgType::kStageResult)) {
+    why = fmt::format("a {} frame instead", type_name(type));
+  } else if (type != 0) {
+    if (auto r = decode_stage_report(payload); !r) {
       why = r.error().message;
     } else if (cfg.token &&
                !verify_stage_report(payload, *cfg.token, c->server_nonce, c->client_nonce)) {
@@ -127,7 +152,7 @@ awaitable<void> Server::Impl::read_stage_result(ConnPtr c) {
   } else {
     close(c);
   }
-  deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
+  if (c->slot >= 0) deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
 }
 
 void Server::Impl::deliver(size_t i, std::vector<RankResult> results) {
@@ -191,6 +216,9 @@ void Server::Impl::decide(bool timed_out) {
                              src.addr, src.evicted));
   }
   const Verdict& v = state.decide(timed_out, port, bound);
+  state.report().connections_peak = sockets_peak;
+  state.report().relays = relays;
+  state.report().relayed_members = relayed_members;
   if (v.run_gpu) {
     stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
     stage_timer.async_wait([this](std::error_code ec) {

@@ -81,6 +81,15 @@ void Server::Impl::refuse(const ConnPtr& c, const std::string& peer, RefusalKind
   }
 }
 
+std::vector<uint8_t> Server::Impl::challenge_for(const Conn& c) const {
+  // With a job token the challenge names neither the job nor the version:
+  // whoever connects learns only that a master wants a token.
+  return encode(cfg.token ? Challenge{c.server_nonce, std::string(),
+                                      job_tag(*cfg.token, c.server_nonce, cfg.master.job_id), true}
+                          : Challenge{c.server_nonce, std::string(kVersion), cfg.master.job_id,
+                                      false});
+}
+
 awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
   asio::steady_timer backoff(io);
   for (;;) {
@@ -118,6 +127,7 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
     std::string addr = pec ? "?" : ep.address().to_string();
     std::string peer = pec ? "?" : fmt::format("{}:{}", addr, ep.port());
     auto c = std::make_shared<Conn>(std::move(sock));
+    sockets_peak = std::max(sockets_peak, ++sockets);
     c->source = source_of(addr);
     asio::co_spawn(io, serve(std::move(c), std::move(peer)), asio::detached);
   }
@@ -150,13 +160,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
            "no nonce for its challenge: " + nonce.error().message);
     co_return;
   }
-  // With a job token the challenge names neither the job nor the version:
-  // whoever connects learns only that a master wants a token.
-  send(c,
-       encode(cfg.token
-                  ? Challenge{c->server_nonce, std::string(),
-                              job_tag(*cfg.token, c->server_nonce, cfg.master.job_id), true}
-                  : Challenge{c->server_nonce, std::string(kVersion), cfg.master.job_id, false}));
+  send(c, challenge_for(*c));
 
   std::array<uint8_t, kHeaderSize> hdr{};
   auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
@@ -188,36 +192,46 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
     close(c);
     co_return;
   }
-  if (header->type != uint16_t(MsgType::kHello)) {
+  bool relay = header->type == uint16_t(MsgType::kRelayHello);
+  if (header->type != uint16_t(MsgType::kHello) && !relay) {
     refuse(c, peer, RefusalKind::kMalformed,
            fmt::format("sent a {} frame before its hello", type_name(header->type)));
     co_return;
   }
-  auto payload = std::make_unique<std::vector<uint8_t>>(header->length);  // within its cap
-  auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(*payload), kAwait);
+  std::vector<uint8_t> payload(header->length);  // within its cap
+  auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
   if (ec2 || c->handshake_expired) {
     refuse(c, peer, RefusalKind::kMalformed,
            c->handshake_expired
                ? std::string("hello not complete within the handshake deadline")
-               : fmt::format("closed mid-hello ({} of {} bytes)", n2, payload->size()));
+               : fmt::format("closed mid-hello ({} of {} bytes)", n2, payload.size()));
     co_return;
   }
-  auto hello = decode_hello(*payload);
+  if (relay) {
+    timer.cancel();  // the relay's own handshake is over; its channels have none of their own
+    co_return co_await serve_relay(std::move(c), std::move(peer), std::move(payload));
+  }
+  // Nothing from here on waits: the handshake is still in time.
+  on_hello(c, std::move(peer), payload);
+  if (c->admitted) timer.cancel();
+}
+
+void Server::Impl::on_hello(const ConnPtr& c, std::string peer, std::span<const uint8_t> payload) {
+  auto hello = decode_hello(payload);
   if (!hello) {
     refuse(c, peer, RefusalKind::kMalformed, hello.error().message, std::nullopt,
            RejectCode::kMalformed);
-    co_return;
+    return;
   }
   // With a job token the hello must prove it, over this connection's fresh nonce:
   // a process without the token, or a hello replayed from another run, is refused.
-  if (cfg.token && !verify_hello(*payload, *cfg.token, c->server_nonce)) {
+  if (cfg.token && !verify_hello(payload, *cfg.token, c->server_nonce)) {
     refuse(c, peer, RefusalKind::kAuth,
            "its hello does not carry this job's token (a wrong or missing --token-file, or "
            "a replayed hello)",
            std::move(hello->record), RejectCode::kAuth);
-    co_return;
+    return;
   }
-  payload.reset();
   c->client_nonce = hello->client_nonce;
   unpend(c);
   Record& rec = hello->record;
@@ -226,7 +240,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
     std::string why = fmt::format("this master serves job '{}', not job '{}'", printable(job),
                                   printable(rec.job_id));
     refuse(c, peer, RefusalKind::kForeignJob, why, std::move(rec), RejectCode::kForeignJob);
-    co_return;
+    return;
   }
   if (state.decided()) {
     const Report& r = state.report();
@@ -235,14 +249,19 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
                        format_seconds(r.rendezvous_ms),
                        r.exit_code() == 0 ? std::string(kJobWasComplete) : headline(r.findings)),
            std::nullopt, RejectCode::kLate);
-    co_return;
+    return;
   }
-  // Nothing above waited since the last read: the handshake is still in time.
   assert(!c->handshake_expired);
   c->admitted = true;
   sources[c->source].last_admit = Clock::now();
   ++open_members;
-  timer.cancel();
+  if (c->relayed()) {
+    ++relayed_members;
+    if (ConnPtr link = c->via.lock()) ++link->link->admitted;
+    relayed[relayed_key(rec)] = c;
+  } else if (!relayed.empty()) {
+    forget_relayed(rec);
+  }
   c->slot = static_cast<int>(state.admit(std::move(rec), std::move(peer)));
   conns.push_back(c);
   send(c, encode(Admit{static_cast<uint32_t>(state.joined_ranks()),

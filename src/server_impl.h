@@ -16,9 +16,11 @@
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <fcntl.h>
+#include <fmt/format.h>
 
 #include <rankcheck/netpath.h>
 #include <rankcheck/netpath_io.h>
+#include <rankcheck/relay.h>
 #include <rankcheck/server.h>
 #include <rankcheck/version.h>  // after server.h: its enums have a kVersion of their own
 
@@ -49,6 +51,12 @@ inline void set_cloexec(int fd) {
   if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 
+// A member as the master tells a relayed one from its direct return: the same
+// process (host and pid) standing for the same rank.
+inline uint64_t relayed_key(const Record& r) {
+  return std::hash<std::string>{}(fmt::format("{}\n{}\n{}", r.host, r.pid, r.rank));
+}
+
 struct Server::Impl {
   // One verdict frame is shared by every member it is the same for.
   using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
@@ -61,6 +69,7 @@ struct Server::Impl {
     // Kept small: one lives as long as its member. The handshake timer and the
     // peer's address live in the handshake coroutine, which ends at admission.
     explicit Conn(Socket s) : sock(std::move(s)) {}
+    explicit Conn(asio::io_context& io) : sock(io) {}  // a relayed member's: never opened
     Socket sock;
     int slot = -1;        // the member's index in the master state
     uint32_t source = 0;  // index into sources: the address it came from
@@ -78,8 +87,23 @@ struct Server::Impl {
     Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
     Clock::time_point accepted{};  // when its handshake began (see make_room)
+    // A host's relay (relay.h): its connection carries channels, one per member.
+    struct Link;
+    std::unique_ptr<Link> link;
+    // A member that came through a relay: the relay's connection and its channel.
+    // Its socket stays closed; its frames go through the relay's.
+    std::weak_ptr<Conn> via;
+    uint32_t channel = 0;
+    bool relayed() const { return channel != 0; }
   };
   using ConnPtr = std::shared_ptr<Conn>;
+  struct Conn::Link {
+    std::string host;
+    uint32_t pid = 0;
+    std::string peer;
+    std::unordered_map<uint32_t, ConnPtr> channels;  // open ones
+    size_t admitted = 0;                             // members admitted through it
+  };
 
   explicit Impl(ServerConfig c)
       : cfg(std::move(c)),
@@ -121,6 +145,13 @@ struct Server::Impl {
   static constexpr size_t kMaxSources = 4096;
   std::vector<Source> sources{Source{"other addresses", 0, 0, {}, {}}};
   std::unordered_map<std::string, uint32_t> source_ids;
+  // Members admitted through a relay, by host, pid and rank: the same process
+  // joining directly after its relay died takes its place.
+  std::unordered_map<uint64_t, std::weak_ptr<Conn>> relayed;  // see relayed_key
+  size_t relays = 0;           // relays admitted
+  size_t relayed_members = 0;  // members admitted through one
+  size_t sockets = 0;          // connections open (accepted, not yet closed)
+  size_t sockets_peak = 0;
   std::optional<std::promise<Verdict>> local_verdict;
   std::optional<std::promise<Verdict>> local_final;
   std::promise<void> done;
@@ -182,6 +213,24 @@ struct Server::Impl {
   awaitable<void> accept_loop(tcp::acceptor& acceptor);
 
   awaitable<void> serve(ConnPtr c, std::string peer);
+  // The first frame of every connection and channel, with its fresh nonce.
+  std::vector<uint8_t> challenge_for(const Conn& c) const;
+
+  // A hello read (on the member's connection, or on its relay's channel): the
+  // checks, then admission or refusal.
+  void on_hello(const ConnPtr& c, std::string peer, std::span<const uint8_t> payload);
+
+  // ----- relays (server_relay.cc) ----------------------------------------------
+
+  // A relay's hello, read in place of a member's: the checks, then its channels.
+  awaitable<void> serve_relay(ConnPtr c, std::string peer, std::vector<uint8_t> payload);
+  void on_channel(const ConnPtr& link, ChannelFrame frame);
+  void on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame);
+  // The member behind a channel closed its end (or its relay is gone).
+  void on_channel_closed(const ConnPtr& c);
+  void relay_closed(const ConnPtr& link);
+  // The relayed copy of a member now joining directly: gone, before it is counted twice.
+  void forget_relayed(const Record& rec);
 
   // An admitted member sends nothing more until the verdict: a read that ends
   // means it is gone. A plain handler, not a coroutine frame, per member.
@@ -189,6 +238,9 @@ struct Server::Impl {
 
   // A member's GPU stage results; anything else (or nothing) counts as none.
   awaitable<void> read_stage_result(ConnPtr c);
+  // The frame read in its place (or nothing: `type` 0), whichever way it came.
+  void stage_result_in(const ConnPtr& c, uint16_t type, std::span<const uint8_t> payload,
+                       std::string why);
 
   void deliver(size_t i, std::vector<RankResult> results);
 
@@ -215,6 +267,7 @@ struct Server::Impl {
   // to connect); false when the decision goes on without one.
   bool start_rehearsal(bool timed_out);
   awaitable<void> read_path_report(ConnPtr c);
+  void path_report_in(const ConnPtr& c, size_t host, std::optional<PathReport> got);
   void path_report(size_t host, std::vector<PathResult> results);
   // All reports in, or out of time: the findings, then the decision.
   void end_rehearsal();

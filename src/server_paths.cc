@@ -127,6 +127,10 @@ awaitable<void> Server::Impl::read_path_report(ConnPtr c) {
       if (auto r = decode_path_report(payload)) got = std::move(*r);
     }
   }
+  path_report_in(c, host, std::move(got));
+}
+
+void Server::Impl::path_report_in(const ConnPtr& c, size_t host, std::optional<PathReport> got) {
   if (!got && c->slot >= 0) {
     log(fmt::format("{}: no readable report of its connections",
                     member_label(state.members()[size_t(c->slot)].record)));
@@ -134,7 +138,7 @@ awaitable<void> Server::Impl::read_path_report(ConnPtr c) {
   if (got) {
     watch(c);
   } else if (!rehearsal.running || state.decided()) {
-    co_return;
+    return;
   }
   path_report(host, got ? std::move(got->results) : std::vector<PathResult>{});
   if (!got) {

@@ -28,6 +28,13 @@ uint32_t payload_cap(uint16_t type) {
       return 256 * 1024;
     case MsgType::kPathReport:
       return 128 * 1024;
+    case MsgType::kRelayHello:
+      return 4096;
+    case MsgType::kChannel:
+      // The largest frame a member sends or is sent, its hello beside it, and the fields.
+      return 2 * (kHeaderSize + 256 * 1024) + 64;
+    case MsgType::kRelayWait:
+      return 1024;
   }
   return 0;
 }
@@ -52,6 +59,12 @@ std::string_view type_name(uint16_t type) {
       return "path plan";
     case MsgType::kPathReport:
       return "path report";
+    case MsgType::kRelayHello:
+      return "relay hello";
+    case MsgType::kChannel:
+      return "channel";
+    case MsgType::kRelayWait:
+      return "relay wait";
   }
   return "unknown";
 }

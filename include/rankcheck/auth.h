@@ -64,5 +64,7 @@ inline constexpr std::string_view kStageLabel = "rankcheck stage result 1";
 /// The job id as a challenge shows it with a job token: a tag only token
 /// holders can compute, so that the challenge names no job to a stranger.
 inline constexpr std::string_view kJobTagLabel = "rankcheck job tag 1";
+/// A host's relay introducing itself to the master (relay.h).
+inline constexpr std::string_view kRelayLabel = "rankcheck relay 1";
 
 }  // namespace rankcheck

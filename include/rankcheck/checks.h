@@ -63,6 +63,14 @@ struct AcceptFailures {
   long files_hard = -1;
 };
 
+/// A host's relay whose connection to the master closed before the decision.
+struct LostRelay {
+  std::string host;
+  uint32_t pid = 0;
+  size_t members = 0;  ///< members it carried then
+  double at_ms = 0;    ///< when, from the master's start
+};
+
 struct JobView {
   long world_size = 0;  ///< the master's
   std::string job_id;
@@ -77,6 +85,7 @@ struct JobView {
   std::vector<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on the master
   std::vector<std::string> master_bound;     ///< what the master listened on
   AcceptFailures accept_failures;            ///< connections it could not accept
+  std::vector<LostRelay> lost_relays;        ///< host relays gone before the decision
   bool gpu_stage = false;  ///< the master will run the GPU stage: check the GPUs too
 };
 

@@ -86,6 +86,7 @@ enum class FindingId {
   kConnectionFlood,
   kMasterOutOfFds,
   kLateStart,
+  kRelayLost,
   // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
   kProcessDied,
   kPeerFailed,

@@ -51,6 +51,8 @@ class MasterState {
   /// The server could not accept a connection for want of file descriptors or
   /// memory (`why`), with `open` connections open at the time.
   void accept_failed(const std::string& why, size_t open);
+  /// A host's relay closed its connection before the decision, carrying `members`.
+  void relay_lost(const std::string& host, uint32_t pid, size_t members);
 
   /// As many ranks as the world size have joined (whatever they claim), or every
   /// member but the master agrees on a smaller world that is all here. When the
@@ -114,6 +116,7 @@ class MasterState {
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   AcceptFailures accept_failures_;
+  std::vector<LostRelay> lost_relays_;
   double last_join_ms_ = 0;
   uint64_t first_start_ = 0;  // members' wall-clock starts, earliest and latest (late-start)
   uint64_t last_start_ = 0;

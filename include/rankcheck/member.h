@@ -19,6 +19,10 @@ struct JoinOptions {
   Millis handshake{5000};                ///< challenge and admit must arrive this soon
   Millis progress_interval{5000};
   const JobToken* token = nullptr;  ///< prove the hello, and check the verdict, with it
+  /// This host's relay endpoint (relay.h): joined through it while it answers;
+  /// "" joins the master directly.
+  std::string relay;
+  Millis first_delay{0};  ///< wait before the first direct attempt (first_attempt_delay)
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -30,6 +34,8 @@ struct JoinResult {
   std::optional<Finding> failure;
   Nonce server_nonce{};  ///< both nonces: what the verdict's MAC covers
   Nonce client_nonce{};
+  bool relayed = false;  ///< joined through this host's relay
+  bool direct = false;   ///< there was a relay endpoint to try, and no relay answered on it
 };
 
 /// Joins the master. Updates `self.master_resolved` with the addresses used.
@@ -56,6 +62,12 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
 /// job at the first failure (mpirun) cannot cut rank 0's report off. Whether the
 /// master closed in time.
 bool await_master_close(Socket& socket, Deadline deadline);
+
+/// How long a member waits before its first connection to the master, when the
+/// world is larger than the master's listen backlog (net.core.somaxconn): the
+/// ranks come in waves of a backlog each, rather than all at once with those the
+/// backlog cannot hold waiting a second for the kernel's SYN retry.
+Millis first_attempt_delay(long rank, long world_size, long backlog);
 
 /// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
 /// its GPU stage, to abort NCCL, free and send its results before the master

@@ -46,6 +46,11 @@ class Socket {
 
   /// Connects to a numeric address; the message carries strerror.
   static Result<Socket> connect(const std::string& addr, uint16_t port, Deadline deadline);
+  /// Connects to an abstract unix socket (`name` without its leading NUL), without
+  /// waiting: a full backlog is an error like any other.
+  static Result<Socket> connect_abstract(const std::string& name);
+  /// The user id of the process at the other end of a unix socket; -1 if unknown.
+  long peer_uid() const;
 
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline);
   /// The next whole frame; Error::fault says why (a frame fault or a socket fault).

@@ -48,6 +48,11 @@ struct Report {
   /// The rehearsal of NCCL's connections: one per host pair tried (JSON `paths`).
   std::vector<PathTried> paths;
   double rehearsal_ms = 0;  ///< from the plan to the last report
+  /// The master's connections: the most open at once (members' and relays'), the
+  /// host relays admitted, and the members that came through one.
+  size_t connections_peak = 0;
+  size_t relays = 0;
+  size_t relayed_members = 0;
 
   int exit_code() const { return exit_code_for(findings); }
 };

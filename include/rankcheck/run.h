@@ -21,6 +21,7 @@ struct RunOptions {
   std::string metrics_path;  ///< --metrics: node_exporter textfile, "" none
   std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
   bool no_gpu = false;
+  bool no_relay = false;          ///< --no-relay: every member connects to the master itself
   std::string nccl_lib;           ///< --nccl-lib: the NCCL the training job loads
   std::optional<int> device;      ///< --device: the CUDA device, else LOCAL_RANK's
   uint64_t bandwidth_bytes = 0;   ///< --bandwidth: a timed all-reduce of this size

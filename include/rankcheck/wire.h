@@ -28,6 +28,9 @@ enum class MsgType : uint16_t {
   kProbe = 7,        ///< rank 0 that cannot listen -> master: "only looking", then it closes
   kPathPlan = 8,     ///< master -> one member per host: the connections to rehearse
   kPathReport = 9,   ///< that member -> master: what each connection found
+  kRelayHello = 10,  ///< a host's relay -> master, instead of a hello: it carries channels
+  kChannel = 11,     ///< relay <-> master: one member's frame, or its channel opening or closing
+  kRelayWait = 12,   ///< relay -> member, until the master answers: why it has not yet
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

@@ -2,11 +2,18 @@
 // each connects, takes the challenge, sends a hello, and waits for admit and verdict.
 //
 //   rankcheck_loadgen PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]
+//                     [--token FILE] [--relay] [--pace BACKLOG]
 //
 // With `gpu`, every hello carries the GPU inventory an 8-GPU node's member sends
 // (its GPU's UUID, bus id and name, the driver, the NCCL library), so that the
 // master's memory is measured as a real job's would be. The master runs --no-gpu
 // all the same: it keeps the inventories, and no NCCL stage follows.
+//
+// --token: hellos are signed and verdicts checked with the job token, as real
+// members do. --relay: each simulated host is one relay connection carrying its
+// RANKS_PER_HOST members on channels (relay.h), every member's frames its own.
+// --pace: members wait first_attempt_delay() before connecting, as real ones do
+// where the world is larger than the master's listen backlog BACKLOG.
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +27,9 @@
 #include <fmt/format.h>
 
 #include <rankcheck/deadline.h>
+#include <rankcheck/member.h>
 #include <rankcheck/protocol.h>
+#include <rankcheck/relay.h>
 
 using namespace rankcheck;
 using asio::ip::tcp;
@@ -73,12 +82,61 @@ GpuFacts node_gpu(int rank, int per_host) {
   return g;
 }
 
-asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, bool gpu, Stats& st,
-                             Clock::time_point deadline) {
+struct Options {
+  uint16_t port = 0;
+  int world = 0;
+  int per_host = 8;
+  bool gpu = false;
+  std::optional<JobToken> token;
+  bool relay = false;
+  long backlog = 0;  // --pace
+};
+
+Record member_record(const Options& o, int rank) {
+  Record r;
+  r.version = "0.1.0";
+  r.rank = rank;
+  r.world_size = o.world;
+  r.local_rank = rank % o.per_host;
+  r.local_world_size = o.per_host;
+  r.host = fmt::format("sim-{:05}", rank / o.per_host);
+  r.pid = static_cast<uint32_t>(100000 + rank);
+  r.launcher = "torch";
+  r.master_addr = "127.0.0.1";
+  r.master_port = o.port;
+  r.master_resolved = {"127.0.0.1"};
+  r.interfaces = {"eth0", "lo"};
+  r.env_digest = env_digest(r.env.get());  // none: the benchmark's master runs without NCCL_* too
+  if (o.gpu) r.gpu = node_gpu(rank, o.per_host);
+  return r;
+}
+
+// The hello a member sends on a challenge, and the nonces its verdict's MAC covers.
+std::vector<uint8_t> hello_for(const Options& o, int rank, const Challenge& c, Nonce& client) {
+  Hello h{member_record(o, rank), {}, {}};
+  (void)fill_random(h.client_nonce);
+  client = h.client_nonce;
+  return o.token ? encode_signed(h, *o.token, c.nonce) : encode(h);
+}
+
+void count_verdict(const Options& o, Stats& st, const Frame& f, const Nonce& server,
+                   const Nonce& client) {
+  auto v = decode_verdict(f.payload);
+  bool ok = v && (!o.token || verify_verdict(f.payload, *o.token, server, client, v->final));
+  ++st.verdicts;
+  st.last_verdict = std::max(st.last_verdict, Clock::now());
+  st.exit_codes[ok ? v->exit_code : -1]++;
+}
+
+asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_point deadline) {
   auto ex = co_await asio::this_coro::executor;
   tcp::socket s(ex);
   asio::steady_timer wait(ex);
-  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
+  if (Millis d = first_attempt_delay(rank, o.world, o.backlog); d > Millis(0)) {
+    wait.expires_after(d);
+    co_await wait.async_wait(kAwait);
+  }
   while (true) {
     st.first_connect = std::min(st.first_connect, Clock::now());
     auto [ec] = co_await s.async_connect(ep, kAwait);
@@ -92,26 +150,16 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, b
     co_await wait.async_wait(kAwait);
   }
   auto challenge = co_await read_frame(s);
-  if (!challenge) {
+  std::optional<Challenge> c;
+  if (challenge) {
+    if (auto d = decode_challenge(challenge->payload)) c = *d;
+  }
+  if (!c) {
     ++st.failed;
     co_return;
   }
-  Record r;
-  r.version = "0.1.0";
-  r.rank = rank;
-  r.world_size = world;
-  r.local_rank = rank % per_host;
-  r.local_world_size = per_host;
-  r.host = fmt::format("sim-{:05}", rank / per_host);
-  r.pid = static_cast<uint32_t>(100000 + rank);
-  r.launcher = "torch";
-  r.master_addr = "127.0.0.1";
-  r.master_port = port;
-  r.master_resolved = {"127.0.0.1"};
-  r.interfaces = {"eth0", "lo"};
-  r.env_digest = env_digest(r.env.get());  // none: the benchmark's master runs without NCCL_* too
-  if (gpu) r.gpu = node_gpu(rank, per_host);
-  auto hello = encode(Hello{r, {}, {}});
+  Nonce client{};
+  auto hello = hello_for(o, rank, *c, client);
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
   if (ec) {
     ++st.failed;
@@ -130,26 +178,133 @@ asio::awaitable<void> member(uint16_t port, int rank, int world, int per_host, b
     ++st.failed;
     co_return;
   }
-  auto v = decode_verdict(verdict->payload);
-  ++st.verdicts;
-  st.last_verdict = std::max(st.last_verdict, Clock::now());
-  st.exit_codes[v ? v->exit_code : -1]++;
+  count_verdict(o, st, *verdict, c->nonce, client);
+}
+
+// One simulated host: a relay's connection carrying its members on channels.
+asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& st,
+                            Clock::time_point deadline) {
+  auto ex = co_await asio::this_coro::executor;
+  tcp::socket s(ex);
+  asio::steady_timer wait(ex);
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
+  if (Millis d = first_attempt_delay(first_rank / o.per_host, o.world / o.per_host, o.backlog);
+      d > Millis(0)) {
+    wait.expires_after(d);
+    co_await wait.async_wait(kAwait);
+  }
+  while (true) {
+    st.first_connect = std::min(st.first_connect, Clock::now());
+    auto [ec] = co_await s.async_connect(ep, kAwait);
+    if (!ec) break;
+    s.close();
+    if (Clock::now() > deadline) {
+      st.failed += count;
+      co_return;
+    }
+    wait.expires_after(Millis(20));
+    co_await wait.async_wait(kAwait);
+  }
+  auto fail = [&st, count] { st.failed += count; };
+  auto challenge = co_await read_frame(s);
+  std::optional<Challenge> c;
+  if (challenge) {
+    if (auto d = decode_challenge(challenge->payload)) c = *d;
+  }
+  if (!c) co_return fail();
+  RelayHello rh{fmt::format("sim-{:05}", first_rank / o.per_host), uint32_t(100000 + first_rank),
+                {}, {}, {}};
+  (void)fill_random(rh.client_nonce);
+  auto hello = o.token ? encode_signed(rh, *o.token, c->nonce) : encode(rh);
+  auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
+  if (ec) co_return fail();
+  auto admit = co_await read_frame(s);
+  if (!admit || admit->header.type != uint16_t(MsgType::kAdmit)) co_return fail();
+  // Every member's channel at once, as a host's members arrive together.
+  std::vector<uint8_t> opens;
+  for (int k = 1; k <= count; ++k) {
+    auto f = encode_channel(uint32_t(k), ChannelOp::kOpen);
+    opens.insert(opens.end(), f.begin(), f.end());
+  }
+  auto [ec2, n2] = co_await asio::async_write(s, asio::buffer(opens), kAwait);
+  if (ec2) co_return fail();
+  struct Channel {
+    Nonce server{};
+    Nonce client{};
+    bool admitted = false;
+    bool done = false;
+  };
+  std::vector<Channel> ch(size_t(count) + 1);
+  int done = 0;
+  while (done < count) {
+    auto f = co_await read_frame(s);
+    if (!f || f->header.type != uint16_t(MsgType::kChannel)) break;
+    auto cf = decode_channel(f->payload);
+    if (!cf || cf->channel == 0 || cf->channel > uint32_t(count) || cf->op != ChannelOp::kData ||
+        cf->frame.size() < kHeaderSize) {
+      break;
+    }
+    Channel& m = ch[cf->channel];
+    auto h = decode_header(std::span(cf->frame).first(kHeaderSize));
+    if (!h) break;
+    auto payload = std::span(cf->frame).subspan(kHeaderSize);
+    int rank = first_rank + int(cf->channel) - 1;
+    if (h->type == uint16_t(MsgType::kChallenge)) {
+      auto cc = decode_challenge(payload);
+      if (!cc) break;
+      m.server = cc->nonce;
+      auto mine = encode_channel(cf->channel, ChannelOp::kData, hello_for(o, rank, *cc, m.client));
+      auto [wec, wn] = co_await asio::async_write(s, asio::buffer(mine), kAwait);
+      if (wec) break;
+    } else if (h->type == uint16_t(MsgType::kAdmit)) {
+      m.admitted = true;
+      ++st.admitted;
+      st.last_admit = std::max(st.last_admit, Clock::now());
+    } else if (h->type == uint16_t(MsgType::kVerdict) && !m.done) {
+      m.done = true;
+      ++done;
+      count_verdict(o, st, Frame{*h, std::vector<uint8_t>(payload.begin(), payload.end())},
+                    m.server, m.client);
+    }
+  }
+  st.failed += count - done;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    std::fprintf(stderr, "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]\n",
+  std::vector<std::string> pos;
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--relay") {
+      o.relay = true;
+    } else if (a == "--token" && i + 1 < argc) {
+      auto t = JobToken::load(argv[++i]);
+      if (!t) {
+        std::fprintf(stderr, "loadgen: %s\n", t.error().message.c_str());
+        return 2;
+      }
+      o.token = std::move(*t);
+    } else if (a == "--pace" && i + 1 < argc) {
+      o.backlog = std::atol(argv[++i]);
+    } else {
+      pos.emplace_back(a);
+    }
+  }
+  if (pos.size() < 4) {
+    std::fprintf(stderr,
+                 "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]] [--token FILE] "
+                 "[--relay] [--pace BACKLOG]\n",
                  argv[0]);
     return 2;
   }
-  auto port = static_cast<uint16_t>(std::atoi(argv[1]));
-  int first = std::atoi(argv[2]);
-  int count = std::atoi(argv[3]);
-  int world = std::atoi(argv[4]);
-  int per_host = std::max(1, argc > 5 ? std::atoi(argv[5]) : 8);
-  bool gpu = argc > 6 && std::string_view(argv[6]) == "gpu";
+  o.port = static_cast<uint16_t>(std::atoi(pos[0].c_str()));
+  int first = std::atoi(pos[1].c_str());
+  int count = std::atoi(pos[2].c_str());
+  o.world = std::atoi(pos[3].c_str());
+  o.per_host = std::max(1, pos.size() > 4 ? std::atoi(pos[4].c_str()) : 8);
+  o.gpu = pos.size() > 5 && pos[5] == "gpu";
   asio::io_context io(1);
   Stats st;
   auto deadline = Clock::now() + std::chrono::seconds(60);
@@ -160,9 +315,20 @@ int main(int argc, char** argv) {
       io,
       [&]() -> asio::awaitable<void> {
         auto ex = co_await asio::this_coro::executor;
+        if (o.relay) {
+          // Whole hosts: the first simulated host may be short (rank 0's is the master's).
+          int i = 0;
+          for (int hosts = 0; i < count; ++hosts) {
+            int rank = first + i;
+            int n = std::min(count - i, o.per_host - rank % o.per_host);
+            asio::co_spawn(ex, relay(o, rank, n, st, deadline), asio::detached);
+            i += n;
+            if (hosts % 64 == 63) co_await asio::post(ex, asio::use_awaitable);
+          }
+          co_return;
+        }
         for (int i = 0; i < count; ++i) {
-          asio::co_spawn(ex, member(port, first + i, world, per_host, gpu, st, deadline),
-                         asio::detached);
+          asio::co_spawn(ex, member(o, first + i, st, deadline), asio::detached);
           if (i % 256 == 255) co_await asio::post(ex, asio::use_awaitable);
         }
       },

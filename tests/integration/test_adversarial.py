@@ -283,11 +283,17 @@ class Adversarial(RankcheckTest):
         member = self.rank(1, 2)
 
         def serve():
-            conn, _ = srv.accept()
-            with conn:
-                conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("9.9") + wire.s("") +
-                                        b"\0", version=2))
-                time.sleep(1)
+            # Every connection, as a master would: the host relay's, which stands down,
+            # then the member's own.
+            for _ in range(2):
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("9.9") +
+                                            wire.s("") + b"\0", version=2))
+                    time.sleep(0.3)
 
         t = threading.Thread(target=serve)
         t.start()
@@ -424,8 +430,9 @@ class Adversarial(RankcheckTest):
         srv = socket.create_server(("127.0.0.1", fake_port))
         srv.settimeout(5)
         e = clean_env(RANK=3, WORLD_SIZE=4, MASTER_ADDR="127.0.0.1", MASTER_PORT=fake_port)
-        victim = Proc(["run", "--no-gpu", "--timeout", "3", "--token-file", good, "--job-id",
-                       "job-a"], e, self.tmp.name, "victim")
+        # (--no-relay: its hello, not a host relay's, is what this fake master is to catch.)
+        victim = Proc(["run", "--no-gpu", "--no-relay", "--timeout", "3", "--token-file", good,
+                       "--job-id", "job-a"], e, self.tmp.name, "victim")
         self.procs.append(victim)
         conn, _ = srv.accept()
         conn.sendall(wire.frame(wire.CHALLENGE, os.urandom(16) + wire.s("0.1.0") +

@@ -126,9 +126,10 @@ class MultiHost(unittest.TestCase):
         procs = self.start(r for r in range(WORLD) if r != 3)
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
-            if self.master_progress_joined() >= 5:  # ranks 0-2 and h2's two
+            if self.connected_from(2):  # h2's ranks are in (through its relay)
                 break
             time.sleep(0.1)
+        time.sleep(0.3)  # both of them
         self.cluster.cut(2)
         res = self.finish(procs)
         master = res[0][1]
@@ -144,13 +145,12 @@ class MultiHost(unittest.TestCase):
 
     # --- helpers -------------------------------------------------------------
 
-    def master_progress_joined(self):
-        """Ranks joined so far, as h0 sees them: its established connections on the port,
-        plus the master's own member, which needs none."""
+    def connected_from(self, host):
+        """Whether h0's master port has an established connection from host `host`."""
         out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[0], "ss", "-tnH", "state",
                               "established", f"( sport = :{self.port} )"], capture_output=True,
                              text=True, timeout=5).stdout
-        return len(out.splitlines()) + 1
+        return f"{self.cluster.addr(host)}:" in out
 
 
 if __name__ == "__main__":

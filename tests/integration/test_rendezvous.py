@@ -254,13 +254,19 @@ class WhatUsersTrippedOver(RankcheckTest):
         srv.settimeout(5)
 
         def serve():
-            conn, _ = srv.accept()
-            with conn:
-                conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") + wire.s("") +
-                                        b"\0"))
-                wire.read_frame(conn)  # the hello
-                conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
-                time.sleep(0.5)
+            # Every connection, as a master would: the host relay's (which stands down
+            # on the refusal), then the member's own.
+            for _ in range(2):
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") +
+                                            wire.s("") + b"\0"))
+                    wire.read_frame(conn)  # the hello
+                    conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
+                    time.sleep(0.3)
 
         t = threading.Thread(target=serve)
         t.start()
