@@ -267,8 +267,12 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     // Resolved first, also through a relay: the record carries what it resolved to.
     auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(5000))));
     if (!addrs) {
-      last_error = addrs.error().message;
-      if (last_error.find("resolve") == 0) last_error += " (not resolvable yet?)";
+      // Cut short by the deadline: what the earlier attempts met says more.
+      bool cut_short = addrs.error().fault == Fault::kTimeout && o.give_up.expired();
+      if (!cut_short || out.attempts == 1) {
+        last_error = addrs.error().message;
+        if (last_error.find("resolve") == 0) last_error += " (not resolvable yet?)";
+      }
     } else {
       self.master_resolved = *addrs;
       self.resolve_error.clear();

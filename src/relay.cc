@@ -263,6 +263,10 @@ struct Relay::Impl {
   awaitable<bool> connect_once(asio::steady_timer& timer) {
     auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(2000))));
     if (!addrs) {
+      // Cut short by the deadline: what the earlier attempts met says more.
+      if (addrs.error().fault == Fault::kTimeout && o.give_up.expired() && attempts > 0) {
+        co_return false;
+      }
       ++attempts;
       status = addrs.error().message;
       if (status.find("resolve") == 0) status += " (not resolvable yet?)";
