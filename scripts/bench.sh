@@ -22,6 +22,10 @@ say "== rendezvous with many members (one master process, members simulated by o
 /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" ${counts[@]:-1000 4000 16000}
 
 say
+say "== through host relays (8 ranks a host, each hello and verdict with the job token's HMAC)"
+/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --relay "15999 99999"
+
+say
 say "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
 for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}"; done
 

@@ -1,7 +1,7 @@
 """Master under load: N simulated members join one `rankcheck run` master; and
 `rankcheck local -n 8`, the whole pipeline with real processes.
 
-    bench_rendezvous.py [--json] [--local RUNS] [MEMBER COUNTS...]
+    bench_rendezvous.py [--json] [--local RUNS] [--relay "COUNTS"] [MEMBER COUNTS...]
 
 With --json, one JSON object per scenario per line (scenario, ranks, hosts,
 verdict, rendezvous_ms, verdict_at_all_ms, master_peak_kib, master_connections,
@@ -39,12 +39,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def master_run(members, gpu=False):
+def master_run(members, gpu=False, relay=False):
     """Runs a master for `members` + 1 ranks; returns (report, peak RSS KiB, loadgen line).
-    With `gpu`, each simulated member's hello carries an 8-GPU node's inventory."""
+    With `gpu`, each simulated member's hello carries an 8-GPU node's inventory. With
+    `relay`, the simulated hosts (8 ranks each) come through host relays, with a job
+    token (every hello and verdict carries its HMAC)."""
     port = free_port()
     world = members + 1
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+    token = tempfile.NamedTemporaryFile("w", suffix=".token")
+    token.write("rankcheck-bench-token-0123456789abcdef\n")
+    token.flush()
+    os.chmod(token.name, 0o600)
+    auth = ["--token-file", token.name] if relay else []
+    with token, tempfile.NamedTemporaryFile(suffix=".json") as out:
         # A healthy job: the simulated members carry no NCCL_* variables, nor does the master.
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM_", "OMPI_", "NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_",
@@ -53,12 +60,13 @@ def master_run(members, gpu=False):
             [BIN, "run", "--rank", "0", "--world-size", str(world), "--local-rank", "0",
              "--local-world-size", "8", "--master-addr", "127.0.0.1", "--master-port", str(port),
              "--host-name", "sim-00000", "--timeout", "60", "--quiet", "--no-gpu",
-             "--json", out.name],
+             "--json", out.name] + auth,
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         line = ""
         if members:
             gen = subprocess.run([LOADGEN, str(port), "1", str(members), str(world), "8"]
-                                 + (["gpu"] if gpu else []),
+                                 + (["gpu"] if gpu else [])
+                                 + (["--relay", "--token", token.name] if relay else []),
                                  capture_output=True, text=True, timeout=120)
             line = gen.stdout.strip() or gen.stderr.strip()
         _, status, usage = os.wait4(master.pid, 0)
@@ -69,7 +77,7 @@ def master_run(members, gpu=False):
 def summary(path):
     """The report's verdict, timings, memory and host count, read in a child process."""
     keep = "import json,sys; r=json.load(open(sys.argv[1])); s={k: r[k] for k in " \
-           "('verdict', 'timings', 'master_memory_kib')}; " \
+           "('verdict', 'timings', 'master_memory_kib', 'connections')}; " \
            "s['hosts']=len({m['host'] for m in r['members']}); print(json.dumps(s))"
     out = subprocess.run([sys.executable, "-c", keep, path], capture_output=True, text=True,
                          check=True, timeout=120)
@@ -113,6 +121,11 @@ def main(argv):
         i = argv.index("--local")
         runs = int(argv[i + 1])
         del argv[i:i + 2]
+    relay_counts = []
+    if "--relay" in argv:
+        i = argv.index("--relay")
+        relay_counts = [int(a) for a in argv[i + 1].split()]
+        del argv[i:i + 2]
     counts = [int(a) for arg in argv for a in arg.split()]
     if runs:
         r = local_runs(runs)
@@ -123,6 +136,8 @@ def main(argv):
                   f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
                   f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; verdict "
                   f"{r['verdict']}", flush=True)
+    if relay_counts:
+        relayed(relay_counts, as_json)
     if not counts:
         return
     base_report, base_rss, _, _ = master_run(0)
@@ -130,6 +145,33 @@ def main(argv):
     if not as_json:
         print("with each member's GPU inventory in its hello (UUID, bus id, name, driver, NCCL path):")
     series(counts, base_report, gpu=True, as_json=as_json)
+
+
+def relayed(counts, as_json):
+    """Each count through host relays of 8 ranks."""
+    for n in counts:
+        for scenario, kw in (("rendezvous-relay", {"relay": True}),):
+            report, rss, line, code = master_run(n, **kw)
+            m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
+            row = {"scenario": scenario, "ranks": n + 1, "hosts": report["hosts"],
+                   "verdict": report["verdict"], "exit_code": code,
+                   "rendezvous_ms": round(report["timings"]["rendezvous_ms"], 1),
+                   "verdict_at_all_ms": float(m.group(2)) if m else None,
+                   "verdicts": int(m.group(1)) if m else 0,
+                   "master_peak_kib": rss,
+                   "master_resident_at_decision_kib":
+                       report["master_memory_kib"]["resident_at_decision"],
+                   "master_connections": report["connections"]["peak"],
+                   "relays": report["connections"]["relays"]}
+            if as_json:
+                print(json.dumps(row), flush=True)
+            else:
+                print(f"{n + 1:>6} ranks, {scenario}: verdict {row['verdict']} (exit {code}); "
+                      f"rendezvous {row['rendezvous_ms']} ms; every member's verdict by "
+                      f"{row['verdict_at_all_ms']} ms; {row['master_connections']} connections at "
+                      f"most ({row['relays']} relays); master resident at the decision "
+                      f"{row['master_resident_at_decision_kib']} KiB, peak with the JSON report "
+                      f"{rss} KiB", flush=True)
 
 
 def series(counts, base_report, gpu, as_json=False):

@@ -257,9 +257,6 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                                    : fmt::format("{}-{}", self.rank, self.last_rank()),
                   printable(self.host, 64));
   bool relay = !o.relay.empty();
-  // A world larger than the master's listen backlog comes in waves (first_attempt_delay),
-  // not all at once to wait out the kernel's SYN retry. Through a relay, the relay does.
-  if (!relay && o.first_delay > Millis(0)) nap(o.give_up.sooner(Deadline::after(o.first_delay)));
   while (true) {
     if (interrupted()) return out;
     if (out.attempts > 0 && o.give_up.expired()) break;
@@ -402,15 +399,6 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
     }
     // Anything else before the verdict is ignored.
   }
-}
-
-Millis first_attempt_delay(long rank, long world_size, long backlog) {
-  if (backlog <= 0 || world_size <= backlog || rank < 0) return Millis(0);
-  // Waves of a backlog each, ranks in order: wave k starts when the master has
-  // had time to take k backlogs' worth of handshakes (about 40 us each).
-  long waves = (world_size + backlog - 1) / backlog;
-  long wave = std::min(waves - 1, rank * waves / world_size);
-  return Millis(wave * backlog * 40 / 1000);
 }
 
 Millis stage_margin(uint32_t stage_ms) {

@@ -106,9 +106,6 @@ int member_path(Record& self, const Identity& id, Session& s) {
                                         ro.endpoint));
     if (why.empty()) jo.relay = ro.endpoint;  // ours, or another member's
     if (!why.empty()) log.progress(why + "; joining the master directly");
-  } else {
-    auto backlog = ProcFs{}.somaxconn();
-    jo.first_delay = first_attempt_delay(self.rank, id.world_size, backlog ? long(*backlog) : 0);
   }
   JoinResult joined = join_master(self, jo);
   if (interrupted()) return interrupted_exit(log, self, out, start);
@@ -124,7 +121,6 @@ int member_path(Record& self, const Identity& id, Session& s) {
     // The relay died before the verdict: the master takes this process back directly.
     log.progress("this host's relay closed before the verdict; joining the master directly");
     jo.relay.clear();
-    jo.first_delay = Millis(0);
     joined = join_master(self, jo);
     if (interrupted()) return interrupted_exit(log, self, out, start);
     if (joined.failure) return print_member(failure_report(self, *joined.failure, took()), out);
@@ -329,7 +325,10 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
       await(final_verdict);
     }
   }
-  Report report = server.finish(verdict_by.sooner(Deadline::after(Millis(500))));
+  // Every member's verdict written, and their ends closed: at 100k members the
+  // writes alone take a second on a small machine.
+  Report report =
+      server.finish(verdict_by.sooner(Deadline::after(Millis(500) + Millis(id.world_size / 40))));
   return print_report(report, s);
 }
 

@@ -22,7 +22,6 @@ struct JoinOptions {
   /// This host's relay endpoint (relay.h): joined through it while it answers;
   /// "" joins the master directly.
   std::string relay;
-  Millis first_delay{0};  ///< wait before the first direct attempt (first_attempt_delay)
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -62,12 +61,6 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
 /// job at the first failure (mpirun) cannot cut rank 0's report off. Whether the
 /// master closed in time.
 bool await_master_close(Socket& socket, Deadline deadline);
-
-/// How long a member waits before its first connection to the master, when the
-/// world is larger than the master's listen backlog (net.core.somaxconn): the
-/// ranks come in waves of a backlog each, rather than all at once with those the
-/// backlog cannot hold waiting a second for the kernel's SYN retry.
-Millis first_attempt_delay(long rank, long world_size, long backlog);
 
 /// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
 /// its GPU stage, to abort NCCL, free and send its results before the master

@@ -2,7 +2,7 @@
 // each connects, takes the challenge, sends a hello, and waits for admit and verdict.
 //
 //   rankcheck_loadgen PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]
-//                     [--token FILE] [--relay] [--pace BACKLOG]
+//                     [--token FILE] [--relay]
 //
 // With `gpu`, every hello carries the GPU inventory an 8-GPU node's member sends
 // (its GPU's UUID, bus id and name, the driver, the NCCL library), so that the
@@ -12,8 +12,6 @@
 // --token: hellos are signed and verdicts checked with the job token, as real
 // members do. --relay: each simulated host is one relay connection carrying its
 // RANKS_PER_HOST members on channels (relay.h), every member's frames its own.
-// --pace: members wait first_attempt_delay() before connecting, as real ones do
-// where the world is larger than the master's listen backlog BACKLOG.
 
 #include <algorithm>
 #include <chrono>
@@ -27,7 +25,6 @@
 #include <fmt/format.h>
 
 #include <rankcheck/deadline.h>
-#include <rankcheck/member.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/relay.h>
 
@@ -41,6 +38,7 @@ struct Stats {
   int admitted = 0;
   int verdicts = 0;
   int failed = 0;
+  int broken = 0;  // relays whose connection ended before every verdict
   std::map<int, int> exit_codes;
   Clock::time_point first_connect = Clock::time_point::max();
   Clock::time_point last_admit{};
@@ -50,9 +48,15 @@ struct Stats {
 asio::awaitable<std::optional<Frame>> read_frame(tcp::socket& s) {
   std::array<uint8_t, kHeaderSize> hdr{};
   auto [ec, n] = co_await asio::async_read(s, asio::buffer(hdr), kAwait);
-  if (ec) co_return std::nullopt;
+  if (ec) {
+    if (std::getenv("LOADGEN_DEBUG")) std::fprintf(stderr, "read: %s\n", ec.message().c_str());
+    co_return std::nullopt;
+  }
   auto h = decode_header(hdr);
-  if (!h) co_return std::nullopt;
+  if (!h) {
+    if (std::getenv("LOADGEN_DEBUG")) std::fprintf(stderr, "header: %s\n", h.error().message.c_str());
+    co_return std::nullopt;
+  }
   Frame f{*h, std::vector<uint8_t>(h->length)};
   auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(f.payload), kAwait);
   if (ec2) co_return std::nullopt;
@@ -89,7 +93,6 @@ struct Options {
   bool gpu = false;
   std::optional<JobToken> token;
   bool relay = false;
-  long backlog = 0;  // --pace
 };
 
 Record member_record(const Options& o, int rank) {
@@ -133,10 +136,6 @@ asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_
   tcp::socket s(ex);
   asio::steady_timer wait(ex);
   tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
-  if (Millis d = first_attempt_delay(rank, o.world, o.backlog); d > Millis(0)) {
-    wait.expires_after(d);
-    co_await wait.async_wait(kAwait);
-  }
   while (true) {
     st.first_connect = std::min(st.first_connect, Clock::now());
     auto [ec] = co_await s.async_connect(ep, kAwait);
@@ -188,11 +187,6 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
   tcp::socket s(ex);
   asio::steady_timer wait(ex);
   tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
-  if (Millis d = first_attempt_delay(first_rank / o.per_host, o.world / o.per_host, o.backlog);
-      d > Millis(0)) {
-    wait.expires_after(d);
-    co_await wait.async_wait(kAwait);
-  }
   while (true) {
     st.first_connect = std::min(st.first_connect, Clock::now());
     auto [ec] = co_await s.async_connect(ep, kAwait);
@@ -238,10 +232,17 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
   int done = 0;
   while (done < count) {
     auto f = co_await read_frame(s);
-    if (!f || f->header.type != uint16_t(MsgType::kChannel)) break;
+    if (!f || f->header.type != uint16_t(MsgType::kChannel)) {
+      if (++st.broken <= 3) std::fprintf(stderr, "loadgen: a relay's connection ended early\n");
+      break;
+    }
     auto cf = decode_channel(f->payload);
     if (!cf || cf->channel == 0 || cf->channel > uint32_t(count) || cf->op != ChannelOp::kData ||
         cf->frame.size() < kHeaderSize) {
+      if (++st.broken <= 3) {
+        std::fprintf(stderr, "loadgen: an unexpected channel frame (op %d)\n",
+                     cf ? int(cf->op) : -1);
+      }
       break;
     }
     Channel& m = ch[cf->channel];
@@ -286,8 +287,6 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.token = std::move(*t);
-    } else if (a == "--pace" && i + 1 < argc) {
-      o.backlog = std::atol(argv[++i]);
     } else {
       pos.emplace_back(a);
     }
@@ -295,7 +294,7 @@ int main(int argc, char** argv) {
   if (pos.size() < 4) {
     std::fprintf(stderr,
                  "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]] [--token FILE] "
-                 "[--relay] [--pace BACKLOG]\n",
+                 "[--relay]\n",
                  argv[0]);
     return 2;
   }
