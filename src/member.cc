@@ -88,8 +88,8 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
   auto sock = Socket::connect_abstract(o.relay);
   if (!sock) return Step::kRelayGone;
   if (sock->peer_uid() != long(::geteuid())) return Step::kRelayGone;
-  std::string where = fmt::format("{} (through this host's relay)",
-                                  endpoint(o.master_addr, o.master_port));
+  std::string where =
+      fmt::format("{} (through this host's relay)", endpoint(o.master_addr, o.master_port));
   // The relay says why it waits every second: silence means it stopped.
   while (true) {
     Deadline quiet = o.give_up.extended(Millis(250)).sooner(Deadline::after(Millis(3000)));
@@ -104,8 +104,9 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
     }
     auto w = decode_relay_wait(frame->payload);
     if (!w || w->master_closed) return Step::kRelayGone;
-    // In a member's words: what the relay's own attempts met.
-    last_error = printable(w->status, 300);
+    // In a member's words: what the relay's own attempts met (before its first,
+    // what this member's own resolution met stands).
+    if (w->attempts > 0) last_error = printable(w->status, 300);
     out.attempts = std::max(out.attempts, int(w->attempts));
     if (Clock::now() >= next_progress) {
       o.log(fmt::format("{} -> master {}: {}", label, endpoint(o.master_addr, o.master_port),

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cerrno>
-#include <cstddef>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>

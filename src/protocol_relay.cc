@@ -33,7 +33,8 @@ std::vector<uint8_t> encode(const RelayHello& m) {
   return encode_frame(MsgType::kRelayHello, relay_hello_payload(m));
 }
 
-std::vector<uint8_t> encode_signed(const RelayHello& m, const JobToken& token, const Nonce& server) {
+std::vector<uint8_t> encode_signed(const RelayHello& m, const JobToken& token,
+                                   const Nonce& server) {
   std::vector<uint8_t> p = relay_hello_payload(m);
   // Without a MAC (the HMAC failed) the zeros stay: the master refuses them.
   if (auto mac = token.mac(kRelayLabel, server, m.client_nonce, signed_part(p))) {

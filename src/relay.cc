@@ -308,11 +308,11 @@ struct Relay::Impl {
           stand_down(fmt::format("the master at {} speaks another protocol version", where));
           co_return false;
         }
-        status = !is_io_fault(why.fault)
-                     ? fmt::format("{} answered, but is not a rankcheck master ({})", where,
-                                   why.message)
-                     : fmt::format("{} accepted the connection but sent no challenge ({})", where,
-                                   why.message);
+        status =
+            !is_io_fault(why.fault)
+                ? fmt::format("{} answered, but is not a rankcheck master ({})", where, why.message)
+                : fmt::format("{} accepted the connection but sent no challenge ({})", where,
+                              why.message);
         continue;
       }
       if (challenge->header.type != uint16_t(MsgType::kChallenge)) {
@@ -354,7 +354,7 @@ struct Relay::Impl {
       }
       // An older master that does not know relays closes on the relay's hello.
       stand_down(fmt::format("the master at {} did not take the relay ({})", where,
-                             wec ? wec.message()
+                             wec     ? wec.message()
                              : reply ? fmt::format("a {} frame", type_name(reply->header.type))
                                      : why.message));
       co_return false;
@@ -501,7 +501,9 @@ struct Relay::Impl {
 
 Relay::Relay(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Relay::~Relay() { finish(Deadline::after(Millis(0))); }
+Relay::~Relay() {
+  finish(Deadline::after(Millis(0)));
+}
 
 std::unique_ptr<Relay> Relay::start(RelayOptions options, std::string* why) {
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -493,9 +493,8 @@ std::string render_json(const Report& r) {
   auto kib = [](long v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
   j["master_memory_kib"] = {{"resident_at_decision", kib(r.rss_kib)},
                             {"peak_at_decision", kib(r.peak_rss_kib)}};
-  j["connections"] = {{"peak", r.connections_peak},
-                      {"relays", r.relays},
-                      {"relayed_members", r.relayed_members}};
+  j["connections"] = {
+      {"peak", r.connections_peak}, {"relays", r.relays}, {"relayed_members", r.relayed_members}};
   j["gpu_stage"] = r.gpu_stage;
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)

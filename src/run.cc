@@ -102,8 +102,8 @@ int member_path(Record& self, const Identity& id, Session& s) {
     ro.log = jo.log;
     std::string why;
     relay = Relay::start(ro, &why);
-    if (relay) log.progress(fmt::format("relaying this host's members to the master (@{})",
-                                        ro.endpoint));
+    if (relay)
+      log.progress(fmt::format("relaying this host's members to the master (@{})", ro.endpoint));
     if (why.empty()) jo.relay = ro.endpoint;  // ours, or another member's
     if (!why.empty()) log.progress(why + "; joining the master directly");
   }

@@ -152,7 +152,8 @@ void Server::Impl::stage_result_in(const ConnPtr& c, uint16_t type,
   } else {
     close(c);
   }
-  if (c->slot >= 0) deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
+  if (c->slot >= 0)
+    deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
 }
 
 void Server::Impl::deliver(size_t i, std::vector<RankResult> results) {

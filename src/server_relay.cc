@@ -152,8 +152,8 @@ void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> f
   std::string peer = link ? link->link->peer : std::string("?");
   auto header = decode_header(frame.first(std::min(frame.size(), kHeaderSize)));
   if (!header || frame.size() != kHeaderSize + header->length) {
-    std::string why = header ? std::string("a frame cut short")
-                             : fmt::format("{}", header.error().message);
+    std::string why =
+        header ? std::string("a frame cut short") : fmt::format("{}", header.error().message);
     if (!c->admitted) return refuse(c, peer, RefusalKind::kMalformed, why);
     depart(c);
     return close(c);
@@ -219,10 +219,10 @@ void Server::Impl::relay_closed(const ConnPtr& link) {
   }
   if (!state.decided() && open > 0) {
     // Its members find out as their connections to it close, and come directly.
-    log(fmt::format("the relay of {} (pid {}, {}) closed its connection with {} open: its "
-                    "members are to join directly",
-                    printable(l.host), l.pid, printable(l.peer),
-                    plural(open, "member", "members")));
+    log(fmt::format(
+        "the relay of {} (pid {}, {}) closed its connection with {} open: its "
+        "members are to join directly",
+        printable(l.host), l.pid, printable(l.peer), plural(open, "member", "members")));
     state.relay_lost(l.host, l.pid, open);
   }
   auto channels = std::move(l.channels);

@@ -54,7 +54,8 @@ asio::awaitable<std::optional<Frame>> read_frame(tcp::socket& s) {
   }
   auto h = decode_header(hdr);
   if (!h) {
-    if (std::getenv("LOADGEN_DEBUG")) std::fprintf(stderr, "header: %s\n", h.error().message.c_str());
+    if (std::getenv("LOADGEN_DEBUG"))
+      std::fprintf(stderr, "header: %s\n", h.error().message.c_str());
     co_return std::nullopt;
   }
   Frame f{*h, std::vector<uint8_t>(h->length)};
@@ -206,8 +207,8 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
     if (auto d = decode_challenge(challenge->payload)) c = *d;
   }
   if (!c) co_return fail();
-  RelayHello rh{fmt::format("sim-{:05}", first_rank / o.per_host), uint32_t(100000 + first_rank),
-                {}, {}, {}};
+  RelayHello rh{
+      fmt::format("sim-{:05}", first_rank / o.per_host), uint32_t(100000 + first_rank), {}, {}, {}};
   (void)fill_random(rh.client_nonce);
   auto hello = o.token ? encode_signed(rh, *o.token, c->nonce) : encode(rh);
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
