@@ -179,6 +179,7 @@ std::string Reader::str(size_t max_len, std::string_view what) {
 }
 
 void Reader::bytes(std::span<uint8_t> out) {
+  if (out.empty()) return;  // (an empty vector's data() may be null: no memcpy)
   if (!need(out.size())) {
     std::fill(out.begin(), out.end(), uint8_t{0});
     return;
