@@ -17,11 +17,6 @@
 namespace rankcheck {
 namespace {
 
-std::string endpoint(const std::string& addr, uint16_t port) {
-  return addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, port)
-                                             : fmt::format("{}:{}", addr, port);
-}
-
 // Sleeps until the deadline, waking early on a signal.
 void nap(Deadline until) {
   while (!until.expired() && !interrupted()) {
@@ -280,7 +275,6 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
       if (step == Step::kRelayGone) {
         // Dead, standing down, or not this user's: the master, directly, now.
         relay = false;
-        out.direct = true;
         if (o.give_up.expired()) break;
         continue;
       }

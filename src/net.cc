@@ -154,6 +154,16 @@ Status wait_fd(int fd, short events, Deadline deadline, std::string_view what) {
 
 }  // namespace
 
+std::string endpoint(const std::string& addr, uint16_t port) {
+  return addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, port)
+                                             : fmt::format("{}:{}", addr, port);
+}
+
+void set_cloexec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
 Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline) {
   auto state = std::make_shared<Lookup>();
   std::thread([state, name] {

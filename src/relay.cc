@@ -10,11 +10,11 @@
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <rankcheck/checks.h>
 #include <rankcheck/net.h>
 #include <rankcheck/relay.h>
 #include <rankcheck/text.h>
@@ -27,11 +27,6 @@ using asio::ip::tcp;
 using Local = asio::local::stream_protocol;
 constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
-
-void set_cloexec(int fd) {
-  int flags = ::fcntl(fd, F_GETFD);
-  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-}
 
 // Frames waiting for a socket, written one at a time in order.
 template <class Sock>
@@ -96,12 +91,6 @@ awaitable<std::optional<Frame>> read_frame(Sock& s, Error* why = nullptr) {
     co_return std::nullopt;
   }
   co_return f;
-}
-
-// As a member names the master's endpoint.
-std::string endpoint(const std::string& addr, uint16_t port) {
-  return addr.find(':') != std::string::npos ? fmt::format("[{}]:{}", addr, port)
-                                             : fmt::format("{}:{}", addr, port);
 }
 
 std::vector<uint8_t> whole(const Frame& f) {
@@ -438,7 +427,9 @@ struct Relay::Impl {
         m->hello_seen = true;
         if (auto reject = check_hello(*m, f->payload)) {
           if (++refused <= 4) {
-            o.log(fmt::format("host relay: refused a local process: {}",
+            auto hello = decode_hello(f->payload);
+            o.log(fmt::format("host relay: refused {}: {}",
+                              hello ? member_label(hello->record) : std::string("a local process"),
                               printable(reject->reason, 200)));
           }
           auto frame = encode(*reject);

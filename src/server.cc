@@ -306,9 +306,7 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
                     : ec.value() == EADDRNOTAVAIL                 ? Fault::kNotLocal
                     : ec.value() == EACCES || ec.value() == EPERM ? Fault::kDenied
                                                                   : Fault::kListen;
-      std::string where =
-          addr.is_v6() ? fmt::format("[{}]:{}", a, port) : fmt::format("{}:{}", a, port);
-      Error e{fmt::format("cannot listen on {}: {}", where, ec.message()), fault};
+      Error e{fmt::format("cannot listen on {}: {}", endpoint(a, port), ec.message()), fault};
       if (fault == Fault::kInUse) return e;
       failed.push_back(std::move(e));
       continue;

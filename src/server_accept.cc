@@ -257,7 +257,6 @@ void Server::Impl::on_hello(const ConnPtr& c, std::string peer, std::span<const 
   ++open_members;
   if (c->relayed()) {
     ++relayed_members;
-    if (ConnPtr link = c->via.lock()) ++link->link->admitted;
     relayed[relayed_key(rec)] = c;
   } else if (!relayed.empty()) {
     forget_relayed(rec);

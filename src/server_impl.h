@@ -15,9 +15,9 @@
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
-#include <fcntl.h>
 #include <fmt/format.h>
 
+#include <rankcheck/net.h>
 #include <rankcheck/netpath.h>
 #include <rankcheck/netpath_io.h>
 #include <rankcheck/relay.h>
@@ -42,14 +42,6 @@ inline constexpr Millis kRejoinGrace{1000};
 // (a host's ranks behind one NAT address, a load generator), while a silent one
 // is still dropped long before the handshake deadline.
 inline constexpr Millis kEvictAfter{1000};
-
-// Sockets of the master are not inherited by the processes `rankcheck local`
-// starts: a child holding MASTER_PORT's listener would keep the port taken after
-// this process exits. (Asio opens and accepts without SOCK_CLOEXEC.)
-inline void set_cloexec(int fd) {
-  int flags = ::fcntl(fd, F_GETFD);
-  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-}
 
 // A member as the master tells a relayed one from its direct return: the same
 // process (host and pid) standing for the same rank.
@@ -102,7 +94,6 @@ struct Server::Impl {
     uint32_t pid = 0;
     std::string peer;
     std::unordered_map<uint32_t, ConnPtr> channels;  // open ones
-    size_t admitted = 0;                             // members admitted through it
   };
 
   explicit Impl(ServerConfig c)

@@ -34,7 +34,6 @@ struct JoinResult {
   Nonce server_nonce{};  ///< both nonces: what the verdict's MAC covers
   Nonce client_nonce{};
   bool relayed = false;  ///< joined through this host's relay
-  bool direct = false;   ///< there was a relay endpoint to try, and no relay answered on it
 };
 
 /// Joins the master. Updates `self.master_resolved` with the addresses used.

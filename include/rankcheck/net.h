@@ -29,6 +29,14 @@ std::string network_namespace_id();
 /// lookup runs on a helper thread so that a stuck resolver cannot outlive it.
 Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline);
 
+/// "addr:port", or "[addr]:port" for an IPv6 address: how members name the master.
+std::string endpoint(const std::string& addr, uint16_t port);
+
+/// Marks a descriptor close-on-exec: sockets opened by Asio (which opens and
+/// accepts without SOCK_CLOEXEC) are not inherited by the processes
+/// `rankcheck local` starts, which would keep MASTER_PORT taken after this exits.
+void set_cloexec(int fd);
+
 /// Whether a fault is a socket call's (kClosed, kTimeout, kInterrupted, kSystem).
 inline bool is_io_fault(Fault f) {
   return f == Fault::kClosed || f == Fault::kTimeout || f == Fault::kInterrupted ||

@@ -48,16 +48,9 @@ struct Stats {
 asio::awaitable<std::optional<Frame>> read_frame(tcp::socket& s) {
   std::array<uint8_t, kHeaderSize> hdr{};
   auto [ec, n] = co_await asio::async_read(s, asio::buffer(hdr), kAwait);
-  if (ec) {
-    if (std::getenv("LOADGEN_DEBUG")) std::fprintf(stderr, "read: %s\n", ec.message().c_str());
-    co_return std::nullopt;
-  }
+  if (ec) co_return std::nullopt;
   auto h = decode_header(hdr);
-  if (!h) {
-    if (std::getenv("LOADGEN_DEBUG"))
-      std::fprintf(stderr, "header: %s\n", h.error().message.c_str());
-    co_return std::nullopt;
-  }
+  if (!h) co_return std::nullopt;
   Frame f{*h, std::vector<uint8_t>(h->length)};
   auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(f.payload), kAwait);
   if (ec2) co_return std::nullopt;
@@ -132,22 +125,27 @@ void count_verdict(const Options& o, Stats& st, const Frame& f, const Nonce& ser
   st.exit_codes[ok ? v->exit_code : -1]++;
 }
 
-asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_point deadline) {
-  auto ex = co_await asio::this_coro::executor;
-  tcp::socket s(ex);
-  asio::steady_timer wait(ex);
-  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
+// Connects to the master on loopback, retrying every 20 ms until the deadline.
+asio::awaitable<bool> connect(tcp::socket& s, uint16_t port, Stats& st,
+                              Clock::time_point deadline) {
+  asio::steady_timer wait(s.get_executor());
+  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
   while (true) {
     st.first_connect = std::min(st.first_connect, Clock::now());
     auto [ec] = co_await s.async_connect(ep, kAwait);
-    if (!ec) break;
+    if (!ec) co_return true;
     s.close();
-    if (Clock::now() > deadline) {
-      ++st.failed;
-      co_return;
-    }
+    if (Clock::now() > deadline) co_return false;
     wait.expires_after(Millis(20));
     co_await wait.async_wait(kAwait);
+  }
+}
+
+asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_point deadline) {
+  tcp::socket s(co_await asio::this_coro::executor);
+  if (!co_await connect(s, o.port, st, deadline)) {
+    ++st.failed;
+    co_return;
   }
   auto challenge = co_await read_frame(s);
   std::optional<Challenge> c;
@@ -184,23 +182,9 @@ asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_
 // One simulated host: a relay's connection carrying its members on channels.
 asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& st,
                             Clock::time_point deadline) {
-  auto ex = co_await asio::this_coro::executor;
-  tcp::socket s(ex);
-  asio::steady_timer wait(ex);
-  tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), o.port);
-  while (true) {
-    st.first_connect = std::min(st.first_connect, Clock::now());
-    auto [ec] = co_await s.async_connect(ep, kAwait);
-    if (!ec) break;
-    s.close();
-    if (Clock::now() > deadline) {
-      st.failed += count;
-      co_return;
-    }
-    wait.expires_after(Millis(20));
-    co_await wait.async_wait(kAwait);
-  }
+  tcp::socket s(co_await asio::this_coro::executor);
   auto fail = [&st, count] { st.failed += count; };
+  if (!co_await connect(s, o.port, st, deadline)) co_return fail();
   auto challenge = co_await read_frame(s);
   std::optional<Challenge> c;
   if (challenge) {
@@ -234,15 +218,22 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
   while (done < count) {
     auto f = co_await read_frame(s);
     if (!f || f->header.type != uint16_t(MsgType::kChannel)) {
-      if (++st.broken <= 3) std::fprintf(stderr, "loadgen: a relay's connection ended early\n");
+      if (++st.broken <= 3) {
+        std::fprintf(stderr,
+                     "loadgen: the relay of sim-%05d: its connection ended after %d of %d "
+                     "verdicts\n",
+                     first_rank / o.per_host, done, count);
+      }
       break;
     }
     auto cf = decode_channel(f->payload);
     if (!cf || cf->channel == 0 || cf->channel > uint32_t(count) || cf->op != ChannelOp::kData ||
         cf->frame.size() < kHeaderSize) {
       if (++st.broken <= 3) {
-        std::fprintf(stderr, "loadgen: an unexpected channel frame (op %d)\n",
-                     cf ? int(cf->op) : -1);
+        std::fprintf(stderr, "loadgen: the relay of sim-%05d: an unexpected channel frame (%s)\n",
+                     first_rank / o.per_host,
+                     cf ? fmt::format("channel {}, op {}", cf->channel, int(cf->op)).c_str()
+                        : cf.error().message.c_str());
       }
       break;
     }

@@ -12,6 +12,19 @@ import time
 SUBNET = "198.18.0"
 
 
+def slurm_step_env(rank, hosts, per_host, port, job=4242, **extra):
+    """The environment Slurm gives task `rank` of a step over h0..h{hosts-1}, `per_host`
+    tasks each, with MASTER_PORT=port; `extra` adds or overrides variables."""
+    from harness import clean_env
+    node, local = divmod(rank, per_host)
+    env = clean_env(SLURM_JOB_ID=job, SLURM_PROCID=rank, SLURM_NTASKS=hosts * per_host,
+                    SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=hosts,
+                    SLURM_STEP_NODELIST=f"h[0-{hosts - 1}]",
+                    SLURM_STEP_TASKS_PER_NODE=f"{per_host}(x{hosts})", MASTER_PORT=port)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
 def ip(*args, check=True):
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10,
                           check=check)

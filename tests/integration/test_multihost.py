@@ -9,8 +9,8 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, clean_env, free_port, save_reports
-from netns import Cluster, can_make_namespaces
+from harness import BIN, GRACE, free_port, save_reports
+from netns import Cluster, can_make_namespaces, slurm_step_env
 
 WHY_NOT = can_make_namespaces()
 TIMEOUT = 4.0
@@ -35,14 +35,7 @@ class MultiHost(unittest.TestCase):
         self.tmp.cleanup()
 
     def slurm_env(self, rank, **extra):
-        node, local = divmod(rank, PER_HOST)
-        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=WORLD,
-                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=HOSTS,
-                        SLURM_STEP_NODELIST=f"h[0-{HOSTS - 1}]",
-                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{HOSTS})",
-                        MASTER_PORT=self.port)
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
+        return slurm_step_env(rank, HOSTS, PER_HOST, self.port, **extra)
 
     def start(self, ranks, overrides=None, extra_env=None):
         """Builds the hosts, then starts `ranks` on them; extra_env={rank: {var: value}}."""

@@ -10,8 +10,8 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, clean_env, free_port, save_reports
-from netns import Cluster, can_make_namespaces, ip
+from harness import BIN, GRACE, free_port, save_reports
+from netns import Cluster, can_make_namespaces, ip, slurm_step_env
 
 WHY_NOT = can_make_namespaces()
 TIMEOUT = 4.0
@@ -36,14 +36,7 @@ class NcclInterfaces(unittest.TestCase):
         self.tmp.cleanup()
 
     def slurm_env(self, rank, extra):
-        node, local = divmod(rank, PER_HOST)
-        hosts = self.cluster.n
-        env = clean_env(SLURM_JOB_ID=4242, SLURM_PROCID=rank, SLURM_NTASKS=hosts * PER_HOST,
-                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=hosts,
-                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{hosts})",
-                        SLURM_STEP_NODELIST=f"h[0-{hosts - 1}]", MASTER_PORT=self.port)
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
+        return slurm_step_env(rank, self.cluster.n, PER_HOST, self.port, **extra)
 
     def run_job(self, host_env=None, decorate=None):
         """Builds the hosts, lets `decorate(ns_name, host)` add interfaces, runs the job;

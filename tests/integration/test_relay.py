@@ -14,7 +14,7 @@ import time
 import unittest
 
 from harness import BIN, GRACE, clean_env, free_port, save_reports
-from netns import Cluster, can_make_namespaces
+from netns import Cluster, can_make_namespaces, slurm_step_env
 
 WHY_NOT = can_make_namespaces()
 TIMEOUT = 8.0
@@ -44,15 +44,8 @@ class Relays(unittest.TestCase):
         save_reports(self, self.tmp.name)
         self.tmp.cleanup()
 
-    def env(self, rank, job=4242, **extra):
-        node, local = divmod(rank, PER_HOST)
-        env = clean_env(SLURM_JOB_ID=job, SLURM_PROCID=rank, SLURM_NTASKS=WORLD,
-                        SLURM_LOCALID=local, SLURM_NODEID=node, SLURM_STEP_NUM_NODES=HOSTS,
-                        SLURM_STEP_NODELIST=f"h[0-{HOSTS - 1}]",
-                        SLURM_STEP_TASKS_PER_NODE=f"{PER_HOST}(x{HOSTS})",
-                        MASTER_PORT=self.port)
-        env.update({k: str(v) for k, v in extra.items()})
-        return env
+    def env(self, rank, **extra):
+        return slurm_step_env(rank, HOSTS, PER_HOST, self.port, **extra)
 
     def start(self, rank, host=None, name=None, args=(), **env):
         """Starts `rank` on its host (or `host`), as `name` (default: the rank)."""
