@@ -451,7 +451,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   return out;
 }
 
-std::string render_json(const Report& r) {
+void write_json(const Report& r, const JsonSink& sink) {
   nlohmann::json j;
   j["schema_version"] = kSchemaVersion;
   j["rankcheck_version"] = kVersion;
@@ -499,31 +499,32 @@ std::string render_json(const Report& r) {
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)
     j["stage_results"].push_back(stage_json(x));
-  // The document without its members, cut where they go; they are written into
-  // the result directly, so that it is the only large string.
+  // The document without its members, cut where they go; they follow one at a
+  // time, so that no string holds them all.
   std::string frame = dump(j);
   std::string placeholder = fmt::format("\n  \"members\": \"{}\"", kMembersPlaceholder);
   size_t at = frame.find(placeholder);
   if (at == std::string::npos) throw std::logic_error("render_json: no members placeholder");
   size_t value_at = at + placeholder.size() - std::strlen(kMembersPlaceholder) - 2;  // the quote
-  std::string out = frame.substr(0, value_at);
+  sink(std::string_view(frame).substr(0, value_at));
   if (r.members.empty()) {
-    out += "[]";
+    sink("[]");
   } else {
-    out += "[\n";
+    sink("[\n");
+    std::string out;
     for (size_t k = 0; k < r.members.size(); ++k) {
       const Member& m = r.members[k];
       nlohmann::json mj = record_json(m.record);
       mj["joined_ms"] = m.joined_ms;
       mj["peer"] = m.peer;
-      out += "    ";
+      out = "    ";
       append_indented(out, dump(mj, false), "    ");
       out += k + 1 < r.members.size() ? ",\n" : "\n";
+      sink(out);
     }
-    out += "  ]";
+    sink("  ]");
   }
-  out.append(frame, at + placeholder.size());
-  return out;
+  sink(std::string_view(frame).substr(at + placeholder.size()));
 }
 
 MemberReport failure_report(const Record& self, Finding failure, double total_ms) {

@@ -35,6 +35,26 @@ bool write_all_fd(int fd, std::string_view data) {
   return true;
 }
 
+// Writes what `produce` hands its sink, through a buffer of 256 KiB; false (errno
+// set) at the first failed write, after which the rest is dropped.
+bool write_pieces(int fd, const std::function<void(const JsonSink&)>& produce) {
+  std::string buf;
+  bool ok = true;
+  int err = 0;
+  auto flush = [&] {
+    if (ok && !write_all_fd(fd, buf)) ok = false, err = errno;
+    buf.clear();
+  };
+  produce([&](std::string_view piece) {
+    if (!ok) return;
+    buf += piece;
+    if (buf.size() >= (256u << 10)) flush();
+  });
+  flush();
+  errno = err;
+  return ok;
+}
+
 }  // namespace
 
 Millis reserve_for(double timeout_s) {
@@ -115,6 +135,13 @@ int open_with_spare(F&& open_it) {
 }  // namespace
 
 Status write_report_file(const std::string& path, std::string_view data, std::string_view what) {
+  return write_report_file(
+      path, [data](const JsonSink& sink) { sink(data); }, what);
+}
+
+Status write_report_file(const std::string& path,
+                         const std::function<void(const JsonSink&)>& produce,
+                         std::string_view what) {
   auto fail = [&path, what](std::string_view step, int err) {
     return Error{
         fmt::format("cannot write {} to {}: {}: {}", what, path, step, std::strerror(err))};
@@ -127,7 +154,7 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
     int fd =
         open_with_spare([&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
     if (fd < 0) return fail("open", errno);
-    bool ok = write_all_fd(fd, data);
+    bool ok = write_pieces(fd, produce);
     int err = errno;
     ::close(fd);
     return ok ? ok_status() : fail("write", err);
@@ -144,7 +171,7 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
   });
   if (fd < 0) return fail("create a file beside it", errno);
   ::fchmod(fd, 0644);
-  bool ok = write_all_fd(fd, data) && ::fsync(fd) == 0;
+  bool ok = write_pieces(fd, produce) && ::fsync(fd) == 0;
   int err = errno;
   if (::close(fd) != 0 && ok) ok = false, err = errno;
   if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
@@ -156,15 +183,14 @@ Status write_report_file(const std::string& path, std::string_view data, std::st
 }
 
 Status Output::emit(const std::function<std::string()>& text,
-                    const std::function<std::string()>& json) const {
+                    const std::function<void(const JsonSink&)>& json) const {
   if (json_path != "-") std::fputs(text().c_str(), stdout);
   if (json_path.empty()) return ok_status();
-  std::string j = json();
   if (json_path == "-") {
-    std::fputs(j.c_str(), stdout);
+    json([](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); });
     return ok_status();
   }
-  return write_report_file(json_path, j);
+  return write_report_file(json_path, json);
 }
 
 Status check_json_path(const std::string& path) {
@@ -353,7 +379,7 @@ Status write_extras(const Output& out, const std::function<std::string()>& metri
 
 int print_member(const MemberReport& m, const Output& out) {
   Status written = out.emit([&] { return render_member_text(m, {out.color}); },
-                            [&] { return render_member_json(m); });
+                            [&](const JsonSink& sink) { sink(render_member_json(m)); });
   // Rank 0 names the job's suspects; a member writes them only when its own
   // failure leads (it never heard rank 0's verdict).
   std::optional<std::string> suspects;
@@ -364,8 +390,8 @@ int print_member(const MemberReport& m, const Output& out) {
 }
 
 int print_report(const Report& r, const Session& s) {
-  Status written =
-      s.out.emit([&] { return render_text(r, {s.out.color}); }, [&] { return render_json(r); });
+  Status written = s.out.emit([&] { return render_text(r, {s.out.color}); },
+                              [&](const JsonSink& sink) { write_json(r, sink); });
   Status extras = write_extras(
       s.out, [&] { return render_metrics(r, unix_now()); }, suspect_hosts(r.findings));
   return with_written(written ? extras : written,

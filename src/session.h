@@ -78,14 +78,19 @@ struct Output {
   /// --json PATH (and --metrics, --exclude-file) with {rank} and {host} filled in:
   /// one command line serves every process of a job (srun, torchrun, mpirun).
   void set_self(long rank, const std::string& host);
-  /// Prints the text, writes the JSON; whether the JSON could be written.
+  /// Prints the text, writes the JSON (`json` hands it to its sink in pieces);
+  /// whether the JSON could be written.
   Status emit(const std::function<std::string()>& text,
-              const std::function<std::string()>& json) const;
+              const std::function<void(const JsonSink&)>& json) const;
 };
 
 /// Writes a report file whole or not at all (see session.cc), with the OS error;
 /// `what` names it in that error ("the JSON report").
 Status write_report_file(const std::string& path, std::string_view data,
+                         std::string_view what = "the JSON report");
+/// The same, for a file written in pieces: `produce` hands them to its sink.
+Status write_report_file(const std::string& path,
+                         const std::function<void(const JsonSink&)>& produce,
                          std::string_view what = "the JSON report");
 
 /// Fails early, before any rendezvous, when --json names a directory that is not there.

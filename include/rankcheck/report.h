@@ -2,7 +2,9 @@
 // Structure first, text last: one Report, rendered as text for people and JSON
 // for machines.
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <rankcheck/checks.h>
@@ -85,7 +87,15 @@ std::string brief_headline(const std::vector<Finding>& findings);
 std::string suspect_hosts(const std::vector<Finding>& findings);
 
 std::string render_text(const Report& report, RenderStyle style);
-std::string render_json(const Report& report);
+/// The JSON report, handed to `sink` in pieces (a member at a time): a report of
+/// 100k members is 100 MB of JSON that need never be in memory at once.
+using JsonSink = std::function<void(std::string_view)>;
+void write_json(const Report& report, const JsonSink& sink);
+inline std::string render_json(const Report& report) {
+  std::string out;
+  write_json(report, [&out](std::string_view piece) { out += piece; });
+  return out;
+}
 
 /// What a member that is not the master knows: the job-wide verdict it was sent,
 /// or its own failure to get one.
