@@ -79,6 +79,22 @@ got=$(json "$work/one.json" 'j["stage_results"][0]["got"]')
 row "world size 1" "exit 0, total 1" "exit $rc, total ${got:-?}, init ${init:-?}, all-reduce ${ar:-?}" \
   "$([[ $rc == 0 && $got == 1 ]] && echo ok || echo FAILED)" "$t"
 
+echo; echo "== one rank, ncclCommInitRankScalable (--nccl-roots-every 0: one root at any size; NCCL 2.23+)"
+p=$(port)
+t=$(now)
+"$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 --master-port "$p" \
+  --timeout 120 --nccl-roots-every 0 --json "$work/scalable.json"
+rc=$?
+roots=$(json "$work/scalable.json" 'j["nccl_roots"]')
+got=$(json "$work/scalable.json" 'j["stage_results"][0]["got"]')
+if [[ ${nccl_version:-0} -ge 22300 ]]; then
+  row "scalable init, 1 root" "exit 0, 1 root, total 1" "exit $rc, ${roots:-?} root(s), total ${got:-?}" \
+    "$([[ $rc == 0 && $roots == 1 && $got == 1 ]] && echo ok || echo FAILED)" "$t"
+else
+  row "scalable init, 1 root" "one root (NCCL < 2.23)" "exit $rc, ${roots:-?} roots" \
+    "$([[ $rc == 0 && $roots == 0 ]] && echo ok || echo FAILED)" "$t"
+fi
+
 echo; echo "== one rank with --bandwidth 64M (the timed all-reduce path; busbw is 0 at world size 1)"
 p=$(port)
 t=$(now)

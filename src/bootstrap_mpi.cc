@@ -178,7 +178,7 @@ int run(const Identity& id, Record& self, Session& s) {
     Millis margin = stage_margin(verdict->stage_ms);
     Deadline by =
         Deadline::after(std::max(Millis(0), Millis(verdict->stage_ms) - margin)).sooner(s.end);
-    StageReport results{s.stage->run(*verdict->nccl_id, id.world_size, s.plan, by)};
+    StageReport results{s.stage->run({{*verdict->nccl_id}, false}, id.world_size, s.plan, by)};
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
     frames.clear();

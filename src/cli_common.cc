@@ -107,6 +107,12 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   app.add_flag("--no-relay", o.no_relay,
                "Every process connects to rank 0 itself; by default the members of a host "
                "meet it over one connection, through the first of them (a host relay)");
+  app.add_option("--nccl-roots-every", o.nccl_roots_every,
+                 "Above N ranks, initialise NCCL with ncclCommInitRankScalable, one root per N "
+                 "ranks, each made by the first rank of its block (NCCL 2.23 and newer; the "
+                 "same N on every rank; 0: at any size, with one root)")
+      ->capture_default_str()
+      ->check(whole_number_in(0, 1 << 30));
   app.add_option("--nccl-lib", o.nccl_lib,
                  "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
   app.add_option_function<std::string>(

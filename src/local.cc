@@ -187,6 +187,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
                                        fmt::format("{}", o.handshake_timeout_s)};
       if (o.no_gpu) args.push_back("--no-gpu");
       if (o.no_relay) args.push_back("--no-relay");
+      args.insert(args.end(), {"--nccl-roots-every", std::to_string(o.nccl_roots_every)});
       int pipe_fd = -1;
       if (!secret.empty()) {
         auto fd = token_pipe(secret);

@@ -128,6 +128,47 @@ void MasterState::accept_failed(const std::string& why, size_t open) {
   }
 }
 
+void MasterState::set_root(const Record& leader, const NcclIdBytes& id) {
+  if (roots_.size() < kMaxNcclRoots) roots_[leader.rank] = Root{leader.pid, id};
+}
+
+std::vector<NcclIdBytes> MasterState::scalable_roots(const NcclIdBytes& first,
+                                                     const std::vector<Member>& members) const {
+  long every = cfg_.nccl_roots_every;
+  if (every < 0 || (every > 0 && cfg_.world_size <= every)) return {};
+  for (const Member& m : members) {
+    if (m.record.gpu.nccl_version < 22300) {
+      cfg_.log(fmt::format("NCCL {} on {}: ncclCommInitRankScalable needs 2.23; one root instead",
+                           m.record.gpu.nccl_version, member_label(m.record)));
+      return {};
+    }
+  }
+  std::vector<NcclIdBytes> roots{first};
+  long blocks = every == 0 ? 1 : (cfg_.world_size + every - 1) / every;
+  if (blocks > long(kMaxNcclRoots)) {
+    cfg_.log(fmt::format("{} NCCL roots of {} ranks each are more than {}: one root instead",
+                         blocks, every, kMaxNcclRoots));
+    return {};
+  }
+  for (long k = 1; k < blocks; ++k) {
+    long leader = k * every;
+    auto it = roots_.find(leader);
+    bool here =
+        it != roots_.end() && std::any_of(members.begin(), members.end(), [&](const Member& m) {
+          return m.record.rank == leader && m.record.pid == it->second.pid;
+        });
+    if (!here) {
+      cfg_.log(
+          fmt::format("rank {}, the first of NCCL root {}'s block, sent no unique id (is "
+                      "--nccl-roots-every the same on every rank?): one root instead",
+                      leader, k));
+      return {};
+    }
+    roots.push_back(it->second.id);
+  }
+  return roots;
+}
+
 void MasterState::relay_lost(const std::string& host, uint32_t pid, size_t members) {
   if (lost_relays_.size() < 64) lost_relays_.push_back(LostRelay{host, pid, members, now_ms()});
 }
@@ -334,12 +375,20 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
     report_.findings.insert(report_.findings.begin(), std::move(f));
     report_.gpu_stage = "failed (no NCCL unique id)";
   }
+  std::vector<NcclIdBytes> roots;
+  if (nccl_id) roots = scalable_roots(*nccl_id, view.members);
   report_.members = std::move(view.members);
   verdict_ = verdict_base();
   if (nccl_id) {
     verdict_.final = false;
     verdict_.run_gpu = true;
     verdict_.nccl_id = nccl_id;
+    if (!roots.empty()) {
+      verdict_.nccl_roots = static_cast<uint32_t>(roots.size());
+      verdict_.roots_digest = roots_digest(roots);
+      verdict_.roots = std::move(roots);
+      report_.nccl_roots = verdict_.nccl_roots;
+    }
     stage_ms_ = double(cfg_.stage_by.remaining().count());
     verdict_.stage_ms = static_cast<uint32_t>(stage_ms_);
     stage_running_ = true;

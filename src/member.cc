@@ -148,7 +148,7 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
         "give every process of the job the same --token-file (or RANKCHECK_TOKEN_FILE)", self);
     return Step::kFatal;
   }
-  Hello hello{self, {}, {}};
+  Hello hello{self, {}, {}, o.nccl_root};
   if (auto nonce = fill_random(hello.client_nonce); !nonce) {
     last_error = fmt::format("{}: no nonce for the hello: {}", where, nonce.error().message);
     return Step::kRetry;
@@ -336,6 +336,7 @@ bool await_master_close(Socket& socket, Deadline deadline) {
 
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
                              const JobToken* token, VerdictWait which, const PathPlanFn& on_plan) {
+  std::optional<NcclRoots> roots;  // a scalable init's, sent ahead of the go verdict
   while (true) {
     auto frame = socket.read_frame(deadline);
     if (!frame) {
@@ -370,6 +371,17 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       if (!v->final && which == VerdictWait::kFinal) {
         return Error{"it sent another go verdict where its final verdict belonged"};
       }
+      if (v->nccl_roots > 0) {
+        // The roots came in a frame of their own: the verdict's digest vouches for them.
+        if (!roots || roots->ids.size() != v->nccl_roots ||
+            roots_digest(roots->ids) != v->roots_digest) {
+          return Error{
+              fmt::format("its go verdict names {} NCCL roots, and the roots it sent "
+                          "before it do not match them",
+                          v->nccl_roots)};
+        }
+        v->roots = std::move(roots->ids);
+      }
       return v;
     }
     if (frame->header.type == uint16_t(MsgType::kPathPlan) && on_plan &&
@@ -379,6 +391,12 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       if (!plan) return plan.error();
       PathReport report = on_plan(*plan);
       if (auto sent = socket.write_all(encode(report), deadline); !sent) return sent.error();
+      continue;
+    }
+    if (frame->header.type == uint16_t(MsgType::kNcclRoots) && which == VerdictWait::kFirst) {
+      auto r = decode_nccl_roots(frame->payload);
+      if (!r) return r.error();
+      roots = std::move(*r);
       continue;
     }
     if (frame->header.type == uint16_t(MsgType::kRelayWait)) {

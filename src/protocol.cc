@@ -2,6 +2,7 @@
 #include <cassert>
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
 #include <rankcheck/protocol.h>
 
@@ -48,9 +49,12 @@ std::vector<uint8_t> encode(const Challenge& m) {
 
 namespace {
 
-std::vector<uint8_t> hello_payload(const Record& r, const Nonce& client_nonce, const Mac& mac) {
+std::vector<uint8_t> hello_payload(const Record& r, const Nonce& client_nonce, const Mac& mac,
+                                   const std::optional<NcclIdBytes>& root = std::nullopt) {
   Writer w;
   encode_record(w, r);
+  w.u8(root.has_value());
+  if (root) w.bytes(*root);
   w.bytes(client_nonce);
   w.bytes(mac);
   return w.take();
@@ -59,7 +63,7 @@ std::vector<uint8_t> hello_payload(const Record& r, const Nonce& client_nonce, c
 // What the tracked environment and the identity conflicts may take of a hello
 // that would pass its cap. Everything else in a record is bounded field by field
 // (at most about 34 KiB): the three together stay under the hello's 64 KiB.
-constexpr size_t kEnvBudget = 24 * 1024;
+constexpr size_t kEnvBudget = 24 * 1024 - 256;  // (and a block leader's NCCL id)
 constexpr size_t kConflictBudget = 6 * 1024;
 
 size_t env_cost(const std::vector<EnvVar>& env) {
@@ -202,7 +206,7 @@ bool fit_hello(Record& r) {
 std::vector<uint8_t> encode(const Hello& m) {
   Record fitted = m.record;
   fit_hello(fitted);
-  return encode_frame(MsgType::kHello, hello_payload(fitted, m.client_nonce, m.mac));
+  return encode_frame(MsgType::kHello, hello_payload(fitted, m.client_nonce, m.mac, m.nccl_root));
 }
 
 namespace {
@@ -385,6 +389,8 @@ std::vector<uint8_t> encode(const Verdict& m) {
   tail.u32(m.stage_ms);
   tail.u8(m.nccl_id.has_value());
   if (m.nccl_id) tail.bytes(*m.nccl_id);
+  tail.u32(m.nccl_roots);
+  tail.bytes(m.roots_digest);
   tail.bytes(m.mac);
   size_t cap = payload_cap(uint16_t(MsgType::kVerdict));
   std::vector<Finding> notes =
@@ -491,7 +497,12 @@ Result<Challenge> decode_challenge(std::span<const uint8_t> payload) {
 
 Result<Hello> decode_hello(std::span<const uint8_t> payload) {
   Reader r(payload);
-  Hello m{decode_record(r), {}, {}};
+  Hello m{decode_record(r), {}, {}, {}};
+  if (r.u8() != 0) {
+    NcclIdBytes id{};
+    r.bytes(id);
+    m.nccl_root = id;
+  }
   r.bytes(m.client_nonce);
   r.bytes(m.mac);
   return finish(r, std::move(m), "hello");
@@ -543,8 +554,40 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
     r.bytes(id);
     m.nccl_id = id;
   }
+  m.nccl_roots = r.u32();
+  if (m.nccl_roots > kMaxNcclRoots) r.fail(fmt::format("{} NCCL roots", m.nccl_roots));
+  r.bytes(m.roots_digest);
   r.bytes(m.mac);
   return finish(r, std::move(m), "verdict");
+}
+
+std::vector<uint8_t> encode(const NcclRoots& m) {
+  Writer w;
+  auto n = std::min<uint32_t>(static_cast<uint32_t>(m.ids.size()), kMaxNcclRoots);
+  w.u32(n);
+  for (uint32_t i = 0; i < n; ++i)
+    w.bytes(m.ids[i]);
+  return encode_frame(MsgType::kNcclRoots, w.data());
+}
+
+Result<NcclRoots> decode_nccl_roots(std::span<const uint8_t> payload) {
+  Reader r(payload);
+  NcclRoots m;
+  m.ids.resize(r.count(kMaxNcclRoots, "NCCL root"));
+  for (NcclIdBytes& id : m.ids)
+    r.bytes(id);
+  return finish(r, std::move(m), "NCCL roots");
+}
+
+Digest roots_digest(const std::vector<NcclIdBytes>& ids) {
+  Digest d{};
+  unsigned int len = 0;
+  std::vector<uint8_t> all;
+  all.reserve(ids.size() * kNcclIdSize);
+  for (const NcclIdBytes& id : ids)
+    all.insert(all.end(), id.begin(), id.end());
+  ::EVP_Digest(all.data(), all.size(), d.data(), &len, ::EVP_sha256(), nullptr);
+  return d;
 }
 
 }  // namespace rankcheck

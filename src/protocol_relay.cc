@@ -86,7 +86,7 @@ Result<ChannelFrame> decode_channel(std::span<const uint8_t> payload) {
   ChannelFrame m;
   m.channel = r.u32();
   uint8_t op = r.u8();
-  if (op < uint8_t(ChannelOp::kOpen) || op > uint8_t(ChannelOp::kRefused)) {
+  if (op < uint8_t(ChannelOp::kOpen) || op > uint8_t(ChannelOp::kAll)) {
     r.fail(fmt::format("unknown channel operation {}", op));
   }
   m.op = static_cast<ChannelOp>(op);

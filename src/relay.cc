@@ -375,6 +375,15 @@ struct Relay::Impl {
       if (!f || f->header.type != uint16_t(MsgType::kChannel)) break;
       auto ch = decode_channel(f->payload);
       if (!ch) break;
+      if (ch->op == ChannelOp::kAll) {
+        // (The NCCL roots: one frame the master sends a relay once, for all.)
+        auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(ch->frame));
+        for (auto& [id, m] : members) {
+          m->queue.push_back(frame);
+          pump<Local::socket>(m);
+        }
+        continue;
+      }
       auto it = members.find(ch->channel);
       if (it == members.end()) continue;
       MemberPtr m = it->second;

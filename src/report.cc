@@ -430,6 +430,10 @@ std::string render_text(const Report& r, RenderStyle style) {
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  if (r.nccl_roots > 0) {
+    out += fmt::format("  NCCL initialised with ncclCommInitRankScalable over {}\n",
+                       plural(r.nccl_roots, "root", "roots"));
+  }
   if (r.relays > 0) {
     out += fmt::format("  {} of {} joined through {}; the master held {} at most\n",
                        r.relayed_members, plural(r.members.size(), "member", "members"),
@@ -496,6 +500,7 @@ void write_json(const Report& r, const JsonSink& sink) {
   j["connections"] = {
       {"peak", r.connections_peak}, {"relays", r.relays}, {"relayed_members", r.relayed_members}};
   j["gpu_stage"] = r.gpu_stage;
+  j["nccl_roots"] = r.nccl_roots;
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)
     j["stage_results"].push_back(stage_json(x));

@@ -45,7 +45,8 @@ StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
   Millis margin = stage_margin(go.stage_ms);
   Deadline by = Deadline::after(std::max(Millis(0), Millis(go.stage_ms) - margin)).sooner(s.end);
   s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
-  return StageReport{s.stage->run(*go.nccl_id, world_size, s.plan, by)};
+  NcclInit init = go.nccl_roots > 0 ? NcclInit{go.roots, true} : NcclInit{{*go.nccl_id}, false};
+  return StageReport{s.stage->run(init, world_size, s.plan, by)};
 }
 
 int interrupted_exit(const Log& log, Record& self, const Output& out, Clock::time_point start) {
@@ -58,6 +59,24 @@ int interrupted_exit(const Log& log, Record& self, const Output& out, Clock::tim
   m.total_ms = ms_between(start, Clock::now());
   print_member(m, out);
   return m.exit_code;
+}
+
+// A member that leads a block of a scalable NCCL init (the first rank of every
+// --nccl-roots-every) makes that block's root here, before its hello carries it:
+// NCCL's bootstrap is then spread over the job's hosts, not all on rank 0's.
+std::optional<NcclIdBytes> root_id(const Record& self, const Identity& id, Session& s) {
+  long every = s.o.nccl_roots_every;
+  if (s.o.no_gpu || every <= 0 || id.world_size <= every || self.rank % every != 0 ||
+      self.nranks != 1 || !self.gpu.usable() || self.gpu.nccl_version < 22300) {
+    return std::nullopt;
+  }
+  auto uid = s.stage->unique_id();
+  if (!uid) {
+    s.log.error(fmt::format("rank {} leads an NCCL root, but ncclGetUniqueId failed: {}", self.rank,
+                            uid.error().message));
+    return std::nullopt;
+  }
+  return *uid;
 }
 
 // The member side of a run: join, wait for the verdict, print the one-line summary.
@@ -107,6 +126,7 @@ int member_path(Record& self, const Identity& id, Session& s) {
     if (why.empty()) jo.relay = ro.endpoint;  // ours, or another member's
     if (!why.empty()) log.progress(why + "; joining the master directly");
   }
+  jo.nccl_root = root_id(self, id, s);
   JoinResult joined = join_master(self, jo);
   if (interrupted()) return interrupted_exit(log, self, out, start);
 
@@ -222,6 +242,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   mc.log = [&log](const std::string& line) { log.progress(line); };
   mc.gpu_stage = !o.no_gpu;
   mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
+  mc.nccl_roots_every = o.nccl_roots_every;
   mc.stage_by = Deadline(end.when() - Millis(600));
   mc.min_busbw_gbps = o.min_busbw_gbps;
   mc.authenticated = s.token.has_value();

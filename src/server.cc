@@ -227,9 +227,27 @@ void Server::Impl::decide(bool timed_out) {
     });
   }
   auto t0 = Clock::now();
+  if (v.nccl_roots > 0) send_roots(v.roots);
   broadcast(v, local_verdict);
   state.report().broadcast_ms = ms_between(t0, Clock::now());
   check_done();
+}
+
+void Server::Impl::send_roots(const std::vector<NcclIdBytes>& roots) {
+  // One frame for everyone, ahead of each go verdict: each member checks it
+  // against the digest its own verdict carries. A relay gets it once, for all.
+  const Bytes frame = std::make_shared<const std::vector<uint8_t>>(encode(NcclRoots{roots}));
+  const Bytes to_all =
+      std::make_shared<const std::vector<uint8_t>>(encode_channel(0, ChannelOp::kAll, *frame));
+  std::unordered_set<const Conn*> links;
+  for (const ConnPtr& c : conns) {
+    if (c == nullptr) continue;
+    if (!c->relayed()) {
+      send(c, frame);
+    } else if (ConnPtr link = c->via.lock(); link != nullptr && links.insert(link.get()).second) {
+      if (!link->closed) send(link, to_all);
+    }
+  }
 }
 
 void Server::Impl::finalize() {

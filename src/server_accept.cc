@@ -261,6 +261,7 @@ void Server::Impl::on_hello(const ConnPtr& c, std::string peer, std::span<const 
   } else if (!relayed.empty()) {
     forget_relayed(rec);
   }
+  if (hello->nccl_root) state.set_root(rec, *hello->nccl_root);
   c->slot = static_cast<int>(state.admit(std::move(rec), std::move(peer)));
   conns.push_back(c);
   send(c, encode(Admit{static_cast<uint32_t>(state.joined_ranks()),

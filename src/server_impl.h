@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <asio.hpp>
@@ -242,6 +243,9 @@ struct Server::Impl {
   void maybe_decide();
 
   void decide(bool timed_out);
+
+  // The roots of a scalable NCCL init, to every member before its go verdict.
+  void send_roots(const std::vector<NcclIdBytes>& roots);
 
   // The GPU stage is over (every result in, or its deadline): the final verdict.
   void finalize();

@@ -121,6 +121,8 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
         on_channel_closed(c);
       }
       return;
+    case ChannelOp::kAll:
+      return;  // the master's to send, not a relay's
     case ChannelOp::kRefused: {
       if (it == channels.end()) return;
       ConnPtr c = it->second;

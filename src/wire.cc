@@ -35,6 +35,8 @@ uint32_t payload_cap(uint16_t type) {
       return 2 * (kHeaderSize + 256 * 1024) + 64;
     case MsgType::kRelayWait:
       return 1024;
+    case MsgType::kNcclRoots:
+      return 4 + 1024 * 128;  // kMaxNcclRoots ids
   }
   return 0;
 }
@@ -65,6 +67,8 @@ std::string_view type_name(uint16_t type) {
       return "channel";
     case MsgType::kRelayWait:
       return "relay wait";
+    case MsgType::kNcclRoots:
+      return "NCCL roots";
   }
   return "unknown";
 }

@@ -117,6 +117,13 @@ struct StageOptions {
 /// this much (and the time to send the results) before the master closes the stage.
 inline constexpr Millis kStageOverrun{300};
 
+/// How NCCL is initialised: ncclCommInitRankConfig with the one id, or (a large
+/// job, NCCL 2.23 and newer) ncclCommInitRankScalable over every root's id.
+struct NcclInit {
+  std::vector<NcclId> ids;
+  bool scalable = false;
+};
+
 /// The seam where the GPU enters. Real: dlopen'd CUDA driver and NCCL.
 class GpuStage {
  public:
@@ -130,7 +137,7 @@ class GpuStage {
   /// deadline plus kStageOverrun even when a call into NCCL never returns (the
   /// communicators are then aborted from another thread, and an abort that blocks
   /// too is left behind).
-  virtual std::vector<RankResult> run(const NcclId& id, long world_size, const GpuPlan& plan,
+  virtual std::vector<RankResult> run(const NcclInit& init, long world_size, const GpuPlan& plan,
                                       Deadline deadline) = 0;
 };
 

@@ -31,6 +31,10 @@ struct MasterConfig {
   bool gpu_stage = false;                        ///< off: --no-gpu
   std::function<Result<NcclId>()> make_nccl_id;  ///< ncclGetUniqueId, on this host
   Deadline stage_by = Deadline::never();         ///< every rank's stage ends by then
+  /// Above this many ranks, NCCL is initialised with ncclCommInitRankScalable, one
+  /// root per this many ranks, each made by the first rank of its block (which
+  /// sends it in its hello); 0: scalable at any size, with one root; -1: never.
+  long nccl_roots_every = -1;
   double min_busbw_gbps = 0;
   bool authenticated = false;  ///< members proved the job token (for the report)
   std::function<void(const std::string&)> log = [](const std::string&) {};
@@ -51,6 +55,8 @@ class MasterState {
   /// The server could not accept a connection for want of file descriptors or
   /// memory (`why`), with `open` connections open at the time.
   void accept_failed(const std::string& why, size_t open);
+  /// A block leader's NCCL unique id (its hello's), for a scalable init.
+  void set_root(const Record& leader, const NcclIdBytes& id);
   /// A host's relay closed its connection before the decision, carrying `members`.
   void relay_lost(const std::string& host, uint32_t pid, size_t members);
 
@@ -117,6 +123,15 @@ class MasterState {
   size_t refused_total_ = 0;
   AcceptFailures accept_failures_;
   std::vector<LostRelay> lost_relays_;
+  struct Root {
+    uint32_t pid = 0;  // of the leader that made it: a leader that left takes it along
+    NcclIdBytes id{};
+  };
+  std::map<long, Root> roots_;  // by the leader's rank
+  // The roots of a scalable init, rank 0's (`first`) first; empty: one root, as
+  // before (not asked for, NCCL older than 2.23 somewhere, or a leader's id missing).
+  std::vector<NcclIdBytes> scalable_roots(const NcclIdBytes& first,
+                                          const std::vector<Member>& members) const;
   double last_join_ms_ = 0;
   uint64_t first_start_ = 0;  // members' wall-clock starts, earliest and latest (late-start)
   uint64_t last_start_ = 0;

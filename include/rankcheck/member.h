@@ -22,6 +22,8 @@ struct JoinOptions {
   /// This host's relay endpoint (relay.h): joined through it while it answers;
   /// "" joins the master directly.
   std::string relay;
+  /// This member leads a block of a scalable NCCL init: its own unique id, sent in the hello.
+  std::optional<NcclIdBytes> nccl_root;
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 

@@ -34,6 +34,10 @@ inline constexpr uint32_t kMaxNoteRanks = 256;  ///< ranks a note carries (the r
 inline constexpr uint32_t kMaxNoteHosts = 16;
 
 using Nonce = std::array<uint8_t, kNonceSize>;
+using NcclIdBytes = std::array<uint8_t, kNcclIdSize>;
+using Digest = std::array<uint8_t, 32>;
+/// The most roots a scalable NCCL init is given (one per 4,096 ranks by default).
+inline constexpr uint32_t kMaxNcclRoots = 1024;
 
 struct Challenge {
   Nonce nonce{};               ///< fresh per connection: what a hello's MAC covers
@@ -54,6 +58,8 @@ struct Hello {
   Record record;
   Nonce client_nonce{};
   Mac mac{};
+  /// A block leader's own ncclGetUniqueId, for a scalable NCCL init (see NcclRoots).
+  std::optional<NcclIdBytes> nccl_root;
 };
 
 struct Admit {
@@ -88,8 +94,26 @@ struct Verdict {
   std::vector<Finding> notes;  ///< findings about the receiving member (id, severity, text)
   uint32_t stage_ms = 0;       ///< time the GPU stage may take from now
   std::optional<std::array<uint8_t, kNcclIdSize>> nccl_id;
+  /// With more than one: NCCL is initialised with ncclCommInitRankScalable over
+  /// that many roots, sent before the verdict in an NcclRoots frame whose SHA-256
+  /// is `roots_digest` (the verdict's MAC covers it; the frame itself is shared).
+  uint32_t nccl_roots = 0;
+  Digest roots_digest{};
   Mac mac{};  ///< over both nonces and the rest (zeros without a job token)
+  /// Not on the wire: the roots the member was sent, checked against the digest.
+  std::vector<NcclIdBytes> roots;
 };
+
+/// The roots of a scalable NCCL init, in order: root k is the unique id the
+/// leader of block k made (rank 0's first). One frame for every member: a relay
+/// is sent it once and hands it to each of its members.
+struct NcclRoots {
+  std::vector<NcclIdBytes> ids;
+};
+std::vector<uint8_t> encode(const NcclRoots& m);
+Result<NcclRoots> decode_nccl_roots(std::span<const uint8_t> payload);
+/// SHA-256 over the ids, in order.
+Digest roots_digest(const std::vector<NcclIdBytes>& ids);
 
 /// A member's GPU stage results, one per rank it stands for.
 struct StageReport {

@@ -51,6 +51,7 @@ enum class ChannelOp : uint8_t {
   kData = 2,     ///< either way: one whole frame of the member's (header and payload)
   kClose = 3,    ///< either way: the member's connection ended, or is to be ended
   kRefused = 4,  ///< relay -> master: refused by the relay (the reject sent, the hello)
+  kAll = 5,      ///< master -> relay (channel 0): a frame for every member it carries
 };
 
 /// One member's frame on a relay's connection.

@@ -53,6 +53,8 @@ struct Report {
   /// The master's connections: the most open at once (members' and relays'), the
   /// host relays admitted, and the members that came through one.
   size_t connections_peak = 0;
+  /// NCCL was initialised with ncclCommInitRankScalable over this many roots (0: not).
+  size_t nccl_roots = 0;
   size_t relays = 0;
   size_t relayed_members = 0;
 

@@ -22,6 +22,7 @@ struct RunOptions {
   std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
   bool no_gpu = false;
   bool no_relay = false;          ///< --no-relay: every member connects to the master itself
+  long nccl_roots_every = 4096;   ///< --nccl-roots-every (MasterConfig::nccl_roots_every)
   std::string nccl_lib;           ///< --nccl-lib: the NCCL the training job loads
   std::optional<int> device;      ///< --device: the CUDA device, else LOCAL_RANK's
   uint64_t bandwidth_bytes = 0;   ///< --bandwidth: a timed all-reduce of this size

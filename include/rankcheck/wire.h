@@ -31,6 +31,7 @@ enum class MsgType : uint16_t {
   kRelayHello = 10,  ///< a host's relay -> master, instead of a hello: it carries channels
   kChannel = 11,     ///< relay <-> master: one member's frame, or its channel opening or closing
   kRelayWait = 12,   ///< relay -> member, until the master answers: why it has not yet
+  kNcclRoots = 13,   ///< master -> member, before a go verdict: the roots of a scalable NCCL init
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

@@ -80,6 +80,7 @@ std::string load_nccl(void* h, NcclApi& api) {
   load(h, api.get_version, "ncclGetVersion", missing);
   load(h, api.get_unique_id, "ncclGetUniqueId", missing);
   load(h, api.init_rank_config, "ncclCommInitRankConfig", missing);
+  load_optional(h, api.init_scalable, "ncclCommInitRankScalable");
   load(h, api.async_error, "ncclCommGetAsyncError", missing);
   load(h, api.abort, "ncclCommAbort", missing);
   load(h, api.destroy, "ncclCommDestroy", missing);

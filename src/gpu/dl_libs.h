@@ -45,6 +45,9 @@ struct NcclApi {
   decltype(&::ncclGetVersion) get_version = nullptr;
   decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&::ncclCommInitRankConfig) init_rank_config = nullptr;
+  /// NCCL 2.23 and newer; null before. Spelled out: older nccl.h do not declare it.
+  ncclResult_t (*init_scalable)(ncclComm_t*, int nranks, int rank, int n_ids, ncclUniqueId* ids,
+                                ncclConfig_t* config) = nullptr;
   decltype(&::ncclCommGetAsyncError) async_error = nullptr;
   decltype(&::ncclCommAbort) abort = nullptr;
   decltype(&::ncclCommDestroy) destroy = nullptr;

@@ -255,8 +255,11 @@ bool StageRun::prepare(std::vector<Slot>& slots) {
 
 bool StageRun::init(std::vector<Slot>& slots) {
   enter(Phase::kInit);
-  ncclUniqueId uid{};
-  std::memcpy(uid.internal, in_.id.data(), in_.id.size());
+  std::vector<ncclUniqueId> uids(in_.init.ids.size());
+  for (size_t k = 0; k < uids.size(); ++k)
+    std::memcpy(uids[k].internal, in_.init.ids[k].data(), in_.init.ids[k].size());
+  bool scalable = in_.init.scalable;
+  const char* call = scalable ? "ncclCommInitRankScalable" : "ncclCommInitRankConfig";
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   auto t0 = Clock::now();
@@ -272,9 +275,13 @@ bool StageRun::init(std::vector<Slot>& slots) {
           }
           ncclComm_t comm = nullptr;
           ncclResult_t rc = ncclSuccess;
-          bool go_on = nccl_call("ncclCommInitRankConfig", rc, [&] {
-            return in_.nccl.init_rank_config(&comm, static_cast<int>(in_.world), uid,
-                                             static_cast<int>(out_[i].rank), &config);
+          bool go_on = nccl_call(call, rc, [&] {
+            int world = static_cast<int>(in_.world);
+            int rank = static_cast<int>(out_[i].rank);
+            return scalable
+                       ? in_.nccl.init_scalable(&comm, world, rank, static_cast<int>(uids.size()),
+                                                uids.data(), &config)
+                       : in_.nccl.init_rank_config(&comm, world, uids[0], rank, &config);
           });
           if (comm != nullptr) {
             std::lock_guard lock(mu_);
@@ -284,9 +291,9 @@ bool StageRun::init(std::vector<Slot>& slots) {
           slots[i].comm = comm;
           if (rc != ncclSuccess && rc != ncclInProgress) {
             // Failed at once: nothing to wait for, and the error is the one to report.
-            out_[i].init_error = nccl_error("ncclCommInitRankConfig", rc, true);
+            out_[i].init_error = nccl_error(call, rc, true);
           } else if (comm == nullptr) {
-            out_[i].init_error = "ncclCommInitRankConfig returned no communicator";
+            out_[i].init_error = fmt::format("{} returned no communicator", call);
           } else {
             waiting[i] = true;
           }

@@ -22,7 +22,7 @@ struct RunInput {
   NcclApi nccl;
   std::vector<CUdevice> devices;  ///< one per rank of this member
   std::vector<int> ordinals;
-  NcclId id{};
+  NcclInit init;
   long world = 0;
   long first_rank = 0;
   Deadline deadline = Deadline::never();

@@ -71,7 +71,7 @@ class DlStage final : public GpuStage {
     return out;
   }
 
-  std::vector<RankResult> run(const NcclId& id, long world, const GpuPlan& plan,
+  std::vector<RankResult> run(const NcclInit& init, long world, const GpuPlan& plan,
                               Deadline deadline) override;
 
  private:
@@ -225,7 +225,7 @@ class DlStage final : public GpuStage {
   std::vector<CUdevice> devices_;
 };
 
-std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan& plan,
+std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const GpuPlan& plan,
                                      Deadline deadline) {
   std::vector<RankResult> out(static_cast<size_t>(std::max(0L, plan.nranks)));
   for (size_t i = 0; i < out.size(); ++i)
@@ -239,6 +239,12 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
     return fail_all("no usable GPU on this member");
   }
   if (nccl_.init_rank_config == nullptr) return fail_all("NCCL is not loaded");
+  if (init.ids.empty()) return fail_all("no NCCL unique id");
+  if (init.scalable && nccl_.init_scalable == nullptr) {
+    return fail_all(
+        fmt::format("{} has no ncclCommInitRankScalable (NCCL 2.23 or newer has)",
+                    facts_.nccl_path.empty() ? options_.nccl_lib : facts_.nccl_path.str()));
+  }
 
   dl::RunInput in;
   in.cuda = cuda_;
@@ -246,7 +252,7 @@ std::vector<RankResult> DlStage::run(const NcclId& id, long world, const GpuPlan
   in.devices = devices_;
   for (const GpuDevice& d : facts_.devices)
     in.ordinals.push_back(d.ordinal);
-  in.id = id;
+  in.init = init;
   in.world = world;
   in.first_rank = plan.first_rank;
   in.deadline = deadline;

@@ -19,7 +19,7 @@ class Unavailable final : public GpuStage {
     return f;
   }
   Result<NcclId> unique_id() override { return Error{kWhy}; }
-  std::vector<RankResult> run(const NcclId&, long, const GpuPlan& plan, Deadline) override {
+  std::vector<RankResult> run(const NcclInit&, long, const GpuPlan& plan, Deadline) override {
     std::vector<RankResult> out(static_cast<size_t>(plan.nranks));
     for (size_t i = 0; i < out.size(); ++i) {
       out[i].rank = static_cast<int32_t>(plan.first_rank + long(i));

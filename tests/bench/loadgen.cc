@@ -110,7 +110,7 @@ Record member_record(const Options& o, int rank) {
 
 // The hello a member sends on a challenge, and the nonces its verdict's MAC covers.
 std::vector<uint8_t> hello_for(const Options& o, int rank, const Challenge& c, Nonce& client) {
-  Hello h{member_record(o, rank), {}, {}};
+  Hello h{member_record(o, rank), {}, {}, {}};
   (void)fill_random(h.client_nonce);
   client = h.client_nonce;
   return o.token ? encode_signed(h, *o.token, c.nonce) : encode(h);

@@ -39,6 +39,11 @@
 //   FAKE_NCCL_ABORT=hang      ncclCommAbort never returns (NVIDIA/nccl#863, #1777)
 //   FAKE_NCCL_BUSBW=100       the bus bandwidth a collective's kernel runs at, in GB/s
 //
+// ncclCommInitRankScalable (NCCL 2.23 and newer; refused by a fake that is older)
+// checks that every root's id is one ncclGetUniqueId made (its directory exists),
+// says on stderr "fake NCCL: rank R: ncclCommInitRankScalable over N roots", and
+// then meets in the first root's directory as ncclCommInitRankConfig does.
+//
 // The collective itself is real across processes: ncclGetUniqueId makes a
 // directory whose path travels in the id; ranks register and exchange their
 // contributions as files there, so an int64 all-reduce sums what every process
@@ -864,6 +869,31 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   c->init_hang = mode == "hang";
   if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
   return kNcclInProgress;
+}
+ncclResult_t ncclCommInitRankScalable(ncclComm** comm, int nranks, int rank, int n_ids,
+                                      ncclUniqueId* ids, ncclConfigHead* config) {
+  if (nccl_version() < 22300) {
+    std::lock_guard lock(g_mu);
+    g_last_error = "fake: NCCL " + std::to_string(nccl_version()) +
+                   " has no ncclCommInitRankScalable (2.23 and newer have)";
+    return kNcclInvalidUsage;
+  }
+  if (n_ids < 1 || ids == nullptr) {
+    std::lock_guard lock(g_mu);
+    g_last_error = "fake ncclCommInitRankScalable: no ids";
+    return kNcclInvalidArgument;
+  }
+  for (int k = 0; k < n_ids; ++k) {
+    struct stat st {};
+    if (::stat(dir_of(ids[k]).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      std::lock_guard lock(g_mu);
+      g_last_error = "fake ncclCommInitRankScalable: root " + std::to_string(k) +
+                     "'s id is not one ncclGetUniqueId made";
+      return kNcclSystemError;
+    }
+  }
+  std::fprintf(stderr, "fake NCCL: rank %d: ncclCommInitRankScalable over %d roots\n", rank, n_ids);
+  return ncclCommInitRankConfig(comm, nranks, ids[0], rank, config);
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm* c, ncclResult_t* state) {
   std::lock_guard lock(g_mu);

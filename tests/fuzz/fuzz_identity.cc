@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   HostFacts host;
   host.host = "fuzz";
   Record r = make_record(id, host, *env);
-  auto frame = encode(Hello{r, {}, {}});
+  auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
   if (!back) std::abort();  // what we send, we must accept
   return 0;

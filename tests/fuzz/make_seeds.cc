@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
       Writer w;
       encode_record(w, r);
       write(out / "hello" / ("record-" + std::to_string(n)), w.data());
-      write(out / "frame" / ("hello-" + std::to_string(n)), prefixed(7, encode(Hello{r, {}, {}})));
+      write(out / "frame" / ("hello-" + std::to_string(n)),
+            prefixed(7, encode(Hello{r, {}, {}, {}})));
       ++n;
     }
   }

@@ -96,6 +96,49 @@ class GpuStage(RankcheckTest):
         self.assertEqual(uuids, sorted(gpus(0, 4).split(",")))
         self.assertIn("PASS", procs[2].out)
 
+    def scalable_job(self, every=("2", "2", "2", "2"), args=(), **env):
+        return {r: self.rank(r, 4, local=(r, 4), extra=("--nccl-roots-every", every[r], *args),
+                             **self.fake(**env))
+                for r in range(4)}
+
+    def test_scalable_init_over_two_roots(self):
+        # One root per 2 ranks: rank 0's (the master's) and rank 2's, which it made and
+        # sent in its hello. Through the host's relay (one frame for all), and directly.
+        for args in ((), ("--no-relay",)):
+            with self.subTest(args=args):
+                self.port = free_port()
+                procs = self.scalable_job(args=args)
+                self.finish(list(procs.values()))
+                self.assertExit(procs.values(), 0)
+                rep = procs[0].report
+                self.assertEqual(rep["nccl_roots"], 2)
+                self.assertIn("NCCL initialised with ncclCommInitRankScalable over 2 roots",
+                              procs[0].out)
+                for r, p in procs.items():
+                    self.assertIn(f"fake NCCL: rank {r}: ncclCommInitRankScalable over 2 roots",
+                                  p.err)
+                self.assertEqual([x["got"] for x in rep["stage_results"]], [10] * 4)
+                self.procs.clear()
+
+    def test_scalable_init_needs_nccl_2_23_everywhere(self):
+        procs = self.scalable_job(FAKE_NCCL_VERSION="22204")
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        self.assertEqual(procs[0].report["nccl_roots"], 0)
+        self.assertIn("ncclCommInitRankScalable needs 2.23; one root instead", procs[0].err)
+        for p in procs.values():
+            self.assertNotIn("ncclCommInitRankScalable over", p.err)
+
+    def test_a_leader_without_a_root_means_one_root(self):
+        # Rank 2 was given another --nccl-roots-every: it made no id, and the job
+        # runs on one root rather than not at all.
+        procs = self.scalable_job(every=("2", "2", "4096", "2"))
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        self.assertEqual(procs[0].report["nccl_roots"], 0)
+        self.assertIn("rank 2, the first of NCCL root 1's block, sent no unique id",
+                      procs[0].err)
+
     def test_two_ranks_on_one_gpu(self):
         # CUDA_VISIBLE_DEVICES=1 everywhere: every process sees one GPU, the same one.
         procs = self.job4({r: {"CUDA_VISIBLE_DEVICES": "1"} for r in range(4)})
@@ -503,11 +546,12 @@ class GpuCheckScript(unittest.TestCase):
             self.assertEqual(r.returncode, 0, summary + r.stderr[-2000:])
             rows = summary.splitlines()[2:]
             self.assertEqual([row.split()[0] for row in rows],
-                             ["inventory", "NCCL", "driver", "world", "bandwidth,", "two", "init",
-                              "node", "local"])
+                             ["inventory", "NCCL", "driver", "world", "scalable", "bandwidth,", "two",
+                              "init", "node", "local"])
             self.assertTrue(all(row.rstrip().endswith("ok") for row in rows), summary)
             self.assertIn("exit 5 nccl-init-timeout", summary)
             self.assertIn("total 1", summary)
+            self.assertIn("exit 0, 1 root(s), total 1", summary)  # ncclCommInitRankScalable
 
 
 class RealLibraries(unittest.TestCase):

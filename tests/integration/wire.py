@@ -68,7 +68,9 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
 
 
 def hello(record_bytes, client_nonce=bytes(16), mac=bytes(32), version=VERSION):
-    return frame(HELLO, record_bytes + client_nonce + mac, version)
+    # The record, no NCCL root id (only a scalable init's block leaders send one),
+    # the member's nonce, the MAC.
+    return frame(HELLO, record_bytes + b"\0" + client_nonce + mac, version)
 
 
 def read_exact(sock, n):

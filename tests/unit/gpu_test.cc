@@ -348,7 +348,7 @@ TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
 TEST_CASE("wire: GPU facts and stage results round-trip") {
   JobView v = gpu_job(2, 2);
   Record r = v.members[1].record;
-  auto frame = encode(Hello{r, {}, {}});
+  auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
   REQUIRE(back.ok());
   CHECK(back->record.gpu.devices == r.gpu.devices);

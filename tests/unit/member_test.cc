@@ -75,6 +75,41 @@ TEST_CASE("member: without a token, a second go verdict is not a final verdict e
   CHECK(v.error().message == "it sent another go verdict where its final verdict belonged");
 }
 
+TEST_CASE("member: a scalable init's roots count only when the signed verdict's digest matches") {
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  JoinResult joined;
+  joined.server_nonce[0] = 1;
+  joined.client_nonce[0] = 2;
+  std::vector<NcclIdBytes> roots(2);
+  roots[0][0] = 10;
+  roots[1][0] = 20;
+  Verdict go = go_verdict();
+  go.nccl_roots = 2;
+  go.roots_digest = roots_digest(roots);
+  SECTION("the roots as sent") {
+    Pair p;
+    p.send(encode(NcclRoots{roots}));
+    p.send(encode_signed(go, token, joined.server_nonce, joined.client_nonce));
+    auto v = wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token);
+    REQUIRE(v.ok());
+    CHECK(v->roots == roots);
+  }
+  SECTION("other roots, or none") {
+    std::vector<NcclIdBytes> forged = roots;
+    forged[1][0] = 21;
+    for (bool send_any : {true, false}) {
+      Pair p;
+      if (send_any) p.send(encode(NcclRoots{forged}));
+      p.send(encode_signed(go, token, joined.server_nonce, joined.client_nonce));
+      auto v = wait_verdict(p.member, Deadline::after(Millis(1000)), joined, &token);
+      REQUIRE(!v.ok());
+      CHECK(v.error().message ==
+            "its go verdict names 2 NCCL roots, and the roots it sent before it do not match "
+            "them");
+    }
+  }
+}
+
 TEST_CASE("member: the GPU stage margin grows with the stage, within bounds") {
   CHECK(stage_margin(0) == Millis(150));
   CHECK(stage_margin(3000) == Millis(150));

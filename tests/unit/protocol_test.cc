@@ -30,7 +30,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   r.tasks_per_node = "4(x2)";
   r.distribution = 1;
   r.started_unix_ms = uint64_t{1'700'000'000'123};
-  auto frame = encode(Hello{r, {}, {}});
+  auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(payload_of(frame));
   REQUIRE(back.ok());
   const Record& d = back->record;
@@ -49,11 +49,43 @@ TEST_CASE("protocol: a hello carries the whole record") {
   CHECK(d.started_unix_ms == uint64_t{1'700'000'000'123});
 }
 
+TEST_CASE("protocol: a block leader's NCCL root rides in its hello, and the roots in a frame") {
+  Record r = test::member(2, 4, "h");
+  NcclIdBytes id{};
+  id[0] = 7;
+  id[127] = 9;
+  auto back = decode_hello(payload_of(encode(Hello{r, {}, {}, id})));
+  REQUIRE(back.ok());
+  REQUIRE(back->nccl_root.has_value());
+  CHECK(*back->nccl_root == id);
+  CHECK(back->record.rank == 2);
+  auto none = decode_hello(payload_of(encode(Hello{r, {}, {}, {}})));
+  REQUIRE(none.ok());
+  CHECK(!none->nccl_root.has_value());
+
+  std::vector<NcclIdBytes> ids(3, id);
+  ids[2][5] = 1;
+  auto roots = decode_nccl_roots(payload_of(encode(NcclRoots{ids})));
+  REQUIRE(roots.ok());
+  CHECK(roots->ids == ids);
+  CHECK(roots_digest(roots->ids) == roots_digest(ids));
+  CHECK(roots_digest(ids) != roots_digest({ids[0], ids[1]}));
+
+  Verdict v;
+  v.final = false;
+  v.nccl_roots = 3;
+  v.roots_digest = roots_digest(ids);
+  auto vb = decode_verdict(payload_of(encode(v)));
+  REQUIRE(vb.ok());
+  CHECK(vb->nccl_roots == 3);
+  CHECK(vb->roots_digest == v.roots_digest);
+}
+
 TEST_CASE("protocol: a hello that lies about its environment digest is refused") {
   Record r = test::member(1, 2, "h");
   test::set_env(r, {{"NCCL_ALGO", "Ring"}});
   r.env_digest ^= 1;
-  auto back = decode_hello(payload_of(encode(Hello{r, {}, {}})));
+  auto back = decode_hello(payload_of(encode(Hello{r, {}, {}, {}})));
   REQUIRE(!back.ok());
   CHECK(back.error().message == "malformed hello: environment digest does not match");
 }
@@ -93,7 +125,7 @@ TEST_CASE("protocol: a conflict of fewer than two sources is refused") {
 }
 
 TEST_CASE("protocol: every truncation of a hello fails cleanly") {
-  auto frame = encode(Hello{test::member(3, 4, "gpu-01", 3, 4), {}, {}});
+  auto frame = encode(Hello{test::member(3, 4, "gpu-01", 3, 4), {}, {}, {}});
   std::vector<uint8_t> full(frame.begin() + kHeaderSize, frame.end());
   for (size_t n = 0; n < full.size(); ++n) {
     auto back = decode_hello(std::span(full).first(n));
@@ -150,7 +182,7 @@ TEST_CASE("protocol: a signed hello and verdict verify only with the token and t
   server[0] = 1;
   Nonce client{};
   client[0] = 2;
-  Hello h{test::member(1, 2, "gpu-01"), client, {}};
+  Hello h{test::member(1, 2, "gpu-01"), client, {}, {}};
   auto frame = encode_signed(h, token, server);
   auto payload = std::span<const uint8_t>(frame).subspan(kHeaderSize);
   CHECK(verify_hello(payload, token, server));
@@ -394,7 +426,7 @@ TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {
   for (int k = 0; k < 80; ++k)
     r.gpu.devices.push_back(
         GpuDevice{k, k, std::string(100, 'u'), std::string(100, 'p'), std::string(200, 'g'), 1});
-  auto frame = encode(Hello{r, {}, {}});
+  auto frame = encode(Hello{r, {}, {}, {}});
   REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kHello)));
   auto back = decode_hello(payload_of(frame));
   REQUIRE(back.ok());
