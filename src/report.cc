@@ -430,10 +430,9 @@ std::string render_text(const Report& r, RenderStyle style) {
                             : std::string("all joined"),
       r.decision_ms, r.gpu_stage,
       r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
-  if (r.nccl_roots > 0) {
-    out += fmt::format("  NCCL initialised with ncclCommInitRankScalable over {}\n",
-                       plural(r.nccl_roots, "root", "roots"));
-  }
+  if (r.nccl_roots > 0)
+    out += "  NCCL initialised with ncclCommInitRankScalable over " +
+           plural(r.nccl_roots, "root", "roots") + "\n";
   if (r.relays > 0) {
     out += fmt::format("  {} of {} joined through {}; the master held {} at most\n",
                        r.relayed_members, plural(r.members.size(), "member", "members"),

@@ -86,6 +86,21 @@ class Relays(unittest.TestCase):
             time.sleep(0.05)
         self.fail(f"no relay on h{host}")
 
+    def wait_relayed(self, host, count, wait=5.0):
+        """Waits until the relay on `host` holds `count` members' connections."""
+        deadline = time.monotonic() + wait
+        n = -1
+        while time.monotonic() < deadline:
+            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[host], "ss", "-xH",
+                                  "state", "established"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            n = sum(f"@rankcheck-relay/{os.geteuid()}/{self.port}/" in line
+                    for line in out.splitlines())
+            if n >= count:
+                return
+            time.sleep(0.05)
+        self.fail(f"the relay on h{host} holds {n} members' connections, not {count}")
+
     def wait_connections(self, count, wait=5.0):
         """Waits until the master's port on h0 holds `count` established connections."""
         deadline = time.monotonic() + wait
@@ -128,7 +143,8 @@ class Relays(unittest.TestCase):
                 self.start(r)
         victim = self.relay_pid(2)
         self.wait_connections(HOSTS)
-        time.sleep(0.3)  # h2's members are in through it
+        self.wait_relayed(2, PER_HOST)
+        time.sleep(0.5)  # and admitted, through it
         os.kill(victim, signal.SIGKILL)
         time.sleep(0.5)
         self.start(held)
@@ -165,15 +181,14 @@ class Relays(unittest.TestCase):
         self.assertEqual(master["connections"]["relayed_members"], WORLD - 2)
 
     def test_a_rank_twice_behind_two_relays_is_a_duplicate(self):
-        held = WORLD - 1  # until the copy is in: the master decides once every rank is
+        held = WORLD - 1  # out, so that the count is short until the copy is in
         for r in range(WORLD):
             if r != held:
                 self.start(r)
-        # Rank 9 belongs to h1; a second copy runs on h3, with h3's other members.
+        self.wait_relayed(3, PER_HOST - 1)
+        # Rank 9 belongs to h1; a second copy runs on h3, with h3's other members. With
+        # it the count of ranks is full, and the master decides.
         self.start(9, host=3, name="copy")
-        self.wait_connections(HOSTS)
-        time.sleep(1.0)
-        self.start(held)
         res = self.finish()
         master = res[0][1]
         dup = next(f for f in master["findings"] if f["id"] == "duplicate-rank")
