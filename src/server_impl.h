@@ -81,7 +81,12 @@ struct Server::Impl {
     Nonce client_nonce{};
     Clock::time_point accepted{};  // when its handshake began (see make_room)
     // A host's relay (relay.h): its connection carries channels, one per member.
-    struct Link;
+    struct Link {
+      std::string host;
+      uint32_t pid = 0;
+      std::string peer;
+      std::unordered_map<uint32_t, std::shared_ptr<Conn>> channels;  // open ones
+    };
     std::unique_ptr<Link> link;
     // A member that came through a relay: the relay's connection and its channel.
     // Its socket stays closed; its frames go through the relay's.
@@ -90,12 +95,6 @@ struct Server::Impl {
     bool relayed() const { return channel != 0; }
   };
   using ConnPtr = std::shared_ptr<Conn>;
-  struct Conn::Link {
-    std::string host;
-    uint32_t pid = 0;
-    std::string peer;
-    std::unordered_map<uint32_t, ConnPtr> channels;  // open ones
-  };
 
   explicit Impl(ServerConfig c)
       : cfg(std::move(c)),
