@@ -18,16 +18,23 @@ say "== rankcheck local -n 8 --no-gpu (whole pipeline, 8 processes), 20 runs"
 /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
 
 say
+say "== for comparison, the check users write with torch (one import, 8 forked members, gloo), 5 runs"
+/usr/bin/python3 scripts/bench_torch.py "${json[@]}" 5
+
+say
+say "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
+# Before the floods below, whose 100k connections leave loopback's ports in TIME_WAIT
+# for a minute. (It exits 1 when some connection failed: its line says how many, and
+# the rest still runs.)
+for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}" || true; done
+
+say
 say "== rendezvous with many members (one master process, members simulated by one loadgen process)"
 /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" ${counts[@]:-1000 4000 16000}
 
 say
 say "== through host relays (8 ranks a host, each hello and verdict with the job token's HMAC)"
 /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --relay "15999 99999"
-
-say
-say "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
-for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}"; done
 
 say
 say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
@@ -71,7 +78,7 @@ t1=$(date +%s%N)
 ms=$(( (t1 - t0) / 1000000 ))
 first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json")
 if ((${#json[@]})); then
-  printf '{"scenario": "diagnose-1gib", "bytes": %d, "seconds": %.3f, "peak_kib": %d, "first_finding": "%s"}\n' \
+  printf '{"scenario": "diagnose-1gib", "ranks": 64, "hosts": 8, "verdict": null, "rendezvous_ms": null, "verdict_at_all_ms": null, "master_peak_kib": null, "master_connections": null, "bytes": %d, "seconds": %.3f, "peak_kib": %d, "first_finding": "%s"}\n' \
     "$size" "$(awk -v ms="$ms" 'BEGIN {print ms/1000}')" "$rss" "$first"
 else
   awk -v b="$size" -v ms="$ms" -v rss="$rss" -v first="$first" \

@@ -29,7 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-BIN = os.path.join(ROOT, "build/rankcheck")
+# RANKCHECK_BIN: another build to time (the release's dist/rankcheck).
+BIN = os.environ.get("RANKCHECK_BIN", os.path.join(ROOT, "build/rankcheck"))
 LOADGEN = os.path.join(ROOT, "build/tests/rankcheck_loadgen")
 
 
@@ -86,9 +87,10 @@ def summary(path):
 
 def local_runs(runs, nprocs=8):
     """`rankcheck local -n 8 --no-gpu`, `runs` times: wall time to its exit (every
-    member has its verdict by then), the master's own timings from its report, and
-    the CPU each process used (the kernel's account of all children, per process)."""
-    walls, rendezvous, peaks = [], [], []
+    member has its verdict by then), the master's own timings from its report, how
+    soon each member's hello arrived, and the CPU each process used (the kernel's
+    account of all children, per process)."""
+    walls, rendezvous, peaks, hellos, conns = [], [], [], [], []
     verdict = None
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # The report (read for the master's timings) goes to memory where there is a
@@ -108,6 +110,10 @@ def local_runs(runs, nprocs=8):
                 r = json.load(f)
             verdict = r["verdict"]
             rendezvous.append(r["timings"]["rendezvous_ms"])
+            # The members are handed the port as the master starts listening: their
+            # joined_ms is how long a member took from then to its hello's arrival.
+            hellos += [m["joined_ms"] for m in r["members"] if m["rank"] != 0]
+            conns.append(r["connections"]["peak"])
             peaks.append(r["master_memory_kib"]["peak_at_decision"])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
@@ -116,7 +122,45 @@ def local_runs(runs, nprocs=8):
             "verdict_at_all_ms": round(statistics.median(walls), 2),
             "wall_min_ms": round(min(walls), 2), "wall_max_ms": round(max(walls), 2),
             "cpu_per_process_ms": round(cpu / runs / nprocs, 2),
-            "master_peak_kib": max(peaks), "master_connections": nprocs - 1, "runs": runs}
+            "member_hello_ms": round(statistics.median(hellos), 2) if hellos else None,
+            "member_hello_max_ms": round(max(hellos), 2) if hellos else None,
+            "master_peak_kib": max(peaks), "master_connections": max(conns), "runs": runs}
+
+
+def start_to_hello(runs=20):
+    """A member started the way a launcher starts one (a fresh process, exec'd): the
+    time from just before the spawn to its hello's arrival at a stand-in master in
+    this process, which sends the challenge and reads the hello (tests/integration/
+    wire.py speaks the protocol), then closes: the member's own work ends there."""
+    sys.path.insert(0, os.path.join(ROOT, "tests/integration"))
+    import wire
+    took = []
+    with socket.socket() as lst:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(16)
+        port = lst.getsockname()[1]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RANK": "1", "WORLD_SIZE": "2",
+               "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            p = subprocess.Popen([BIN, "run", "--no-gpu", "--no-relay", "--quiet", "--timeout", "5"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            conn, _ = lst.accept()
+            with conn:
+                conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") + wire.s("") +
+                                        b"\0"))
+                _, kind, _ = wire.read_frame(conn)
+                t1 = time.perf_counter()
+            p.kill()
+            p.wait()
+            if kind == wire.HELLO:
+                took.append((t1 - t0) * 1000)
+    return {"scenario": "start-to-hello", "ranks": 1, "hosts": 1,
+            "verdict": "pass" if len(took) == runs else "fail", "rendezvous_ms": None,
+            "verdict_at_all_ms": None, "hello_ms": round(statistics.median(took), 2),
+            "hello_min_ms": round(min(took), 2), "master_peak_kib": None,
+            "master_connections": 1, "runs": runs}
 
 
 def main(argv):
@@ -140,8 +184,15 @@ def main(argv):
         else:
             print(f"wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
                   f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
-                  f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; verdict "
-                  f"{r['verdict']}", flush=True)
+                  f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; a member's "
+                  f"hello {r['member_hello_ms']:.1f} ms after it had the port (median, max "
+                  f"{r['member_hello_max_ms']:.1f}); verdict {r['verdict']}", flush=True)
+        h = start_to_hello()
+        if as_json:
+            print(json.dumps(h), flush=True)
+        else:
+            print(f"a member exec'd as a launcher starts it: its hello {h['hello_ms']:.1f} ms after "
+                  f"the spawn (median, min {h['hello_min_ms']:.1f})", flush=True)
     if relay_counts:
         relayed(relay_counts, as_json)
     if not counts:
@@ -198,8 +249,7 @@ def series(counts, base_report, gpu, as_json=False):
                 "master_peak_kib": rss,
                 "master_resident_at_decision_kib":
                     report["master_memory_kib"]["resident_at_decision"],
-                # One connection per simulated member, as each real member opens.
-                "master_connections": n}), flush=True)
+                "master_connections": report["connections"]["peak"]}), flush=True)
         return
     if not gpu:
         print(f"master alone: {base_mem['resident_at_decision']} KiB resident at the decision, "

@@ -11,14 +11,14 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <rankcheck/auth.h>
 #include <rankcheck/identity.h>
-#include <rankcheck/procfs.h>
+#include <rankcheck/net.h>
 #include <rankcheck/run.h>
 
 #include "session.h"
@@ -58,9 +58,6 @@ Result<int> token_pipe(const std::string& secret) {
   return fds[0];
 }
 
-// The descriptor a member reads its token from.
-constexpr int kTokenFd = 3;
-
 }  // namespace
 
 EnvMap without_launcher_env(const EnvMap& env) {
@@ -83,11 +80,53 @@ EnvMap without_launcher_env(const EnvMap& env) {
   return out;
 }
 
+namespace {
+
+// A member of `rankcheck local`: a fork of this process, made before it starts any
+// thread (so no lock is held in the copy) and before the master's socket exists (so
+// no member ever holds it). It reads the master's port from `start_fd` once the
+// master listens (closed unwritten when it never does), then runs as `rankcheck run`
+// would: the same code on the same options, without the exec, the dynamic loader
+// and the page faults of a fresh process (most of a member's cost on a small machine).
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end) {
+  std::string msg;  // "PORT SECONDS_LEFT\n", or nothing when the master never started
+  char buf[64];
+  while (msg.find('\n') == std::string::npos) {
+    pollfd p{start_fd, POLLIN, 0};
+    int n = ::poll(&p, 1, end.poll_ms(Millis(1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && !end.expired()) continue;
+    ssize_t got = n > 0 ? ::read(start_fd, buf, sizeof buf) : 0;
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) ::_exit(exit_code::kInternal);  // the master gave up before it listened
+    msg.append(buf, static_cast<size_t>(got));
+  }
+  ::close(start_fd);
+  unsigned port = 0;
+  double left = 0;
+  if (std::sscanf(msg.c_str(), "%u %lf", &port, &left) != 2) ::_exit(exit_code::kInternal);
+  EnvMap e = env;
+  e["MASTER_PORT"] = std::to_string(port);
+  // The process's own environment too: NCCL and CUDA read theirs, not this map.
+  ::clearenv();
+  for (const auto& [key, value] : e)
+    ::setenv(key.c_str(), value.c_str(), 1);
+  int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 1);
+    ::close(null);
+  }
+  RunOptions mo = o;
+  mo.timeout_s = left;  // ends by the same deadline as rank 0
+  int code = run_probe(mo, e);
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+}  // namespace
+
 int run_local(const LocalOptions& lo, const EnvMap& env) {
   const RunOptions& o = lo.run;
-  Session s(o);
-  const Log& log = s.log;
-  Deadline end = s.end;
   if (lo.nprocs < 1 || lo.nprocs > 1024) {
     Log::error(fmt::format("-n {}: rankcheck local runs 1 to 1024 members", lo.nprocs));
     return exit_code::kUsage;
@@ -127,6 +166,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   if (!id.usable()) return usage_problems(id);
   // A job on one machine still authenticates: a token of its own unless one is
   // given, handed to each member through a pipe.
+  Log log(o.quiet);
   auto token = load_token(o, env, log);
   if (!token) {
     Log::error(token.error().message);
@@ -145,87 +185,93 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   std::optional<std::string> token_file = o.token_file;
   const std::string* env_file = env_get(env, "RANKCHECK_TOKEN_FILE");
   if (!token_file && secret.empty() && env_file != nullptr) token_file = *env_file;
+
+  // --json checked before any member starts: rank 0's path, {rank} and {host} filled in.
+  Output report_to{o.json_path, false, "", ""};
+  report_to.set_self(0, o.host_name.value_or(local_host_name()));
+  if (auto ok = check_json_path(report_to.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
+
+  // The members, forked now: this process has no thread yet. Each waits on its
+  // start pipe for the master's port; a pipe closed unwritten sends it home.
+  RunOptions mo;
+  mo.flags.job_id = job_id;
+  mo.host_name = o.host_name;
+  mo.handshake_timeout_s = o.handshake_timeout_s;
+  mo.no_gpu = o.no_gpu;
+  mo.no_relay = o.no_relay;
+  mo.nccl_roots_every = o.nccl_roots_every;
+  mo.nccl_lib = o.nccl_lib;
+  mo.bandwidth_bytes = o.bandwidth_bytes;
+  mo.quiet = true;
+  mo.token_file = secret.empty() ? token_file : std::nullopt;
+  Deadline end = Deadline::after(seconds(o.timeout_s));
+  struct Child {
+    pid_t pid;
+    int start_fd;  // the write end of its start pipe; -1 once written or closed
+  };
+  std::vector<Child> children;
+  std::fflush(nullptr);  // nothing buffered here is written again by a child
+  // OpenSSL's HMAC sets up its tables on first use: once here, inherited by each fork.
+  if (*token) (void)(*token)->mac("warmup", {}, {}, {});
+  for (int k = 1; k < lo.nprocs; ++k) {
+    std::array<int, 2> start{-1, -1};
+    int token_fd = -1;
+    if (::pipe2(start.data(), O_CLOEXEC) != 0) {
+      Log::error(fmt::format("cannot start member {}: pipe: {}", k, std::strerror(errno)));
+      continue;
+    }
+    if (!secret.empty()) {
+      auto fd = token_pipe(secret);
+      if (!fd) {
+        Log::error(fmt::format("cannot start member {}: {}", k, fd.error().message));
+        ::close(start[0]);
+        ::close(start[1]);
+        continue;
+      }
+      token_fd = *fd;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      for (const Child& c : children)
+        ::close(c.start_fd);  // only the master's process may hold another member's pipe
+      ::close(start[1]);
+      RunOptions mine = mo;
+      if (token_fd >= 0) mine.token_fd = token_fd;
+      member_child(start[0], mine, member_env(k, ""), end);
+    }
+    int err = errno;
+    ::close(start[0]);
+    if (token_fd >= 0) ::close(token_fd);
+    if (pid < 0) {
+      ::close(start[1]);
+      Log::error(fmt::format("cannot start member {}: fork: {}", k, std::strerror(err)));
+      continue;
+    }
+    children.push_back({pid, start[1]});
+  }
+
+  Session s(o);
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, child_env);
   s.token = std::move(*token);
   Record self =
       build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
-  if (auto ok = check_json_path(s.out.json_path); !ok) {
-    Log::error(ok.error().message);
-    return exit_code::kUsage;
-  }
 
-  auto self_exe = ProcFs{}.self_exe();
-  if (!self_exe) {
-    Log::error(self_exe.error().message);
-    return exit_code::kInternal;
-  }
-  std::string exe = *self_exe;
-
-  std::vector<pid_t> children;
-  auto spawn_members = [&](uint16_t port) {
-    for (int k = 1; k < lo.nprocs; ++k) {
-      EnvMap e = member_env(k, std::to_string(port));
-      std::vector<std::string> storage;
-      for (const auto& [key, value] : e)
-        storage.push_back(key + "=" + value);
-      std::vector<char*> envp;
-      for (auto& entry : storage)
-        envp.push_back(entry.data());
-      envp.push_back(nullptr);
+  auto start_members = [&](uint16_t port) {
+    for (Child& c : children) {
       // Children end by the same deadline as this process.
-      double left = std::max(0.5, double(end.remaining().count()) / 1000.0);
-      std::vector<std::string> args = {exe,
-                                       "run",
-                                       "--quiet",
-                                       "--job-id",
-                                       job_id,
-                                       "--timeout",
-                                       fmt::format("{:.3f}", left),
-                                       "--handshake-timeout",
-                                       fmt::format("{}", o.handshake_timeout_s)};
-      if (o.no_gpu) args.push_back("--no-gpu");
-      if (o.no_relay) args.push_back("--no-relay");
-      args.insert(args.end(), {"--nccl-roots-every", std::to_string(o.nccl_roots_every)});
-      int pipe_fd = -1;
-      if (!secret.empty()) {
-        auto fd = token_pipe(secret);
-        if (!fd) {
-          Log::error(fmt::format("cannot start member {}: {}", k, fd.error().message));
-          continue;
-        }
-        pipe_fd = *fd;
-        args.insert(args.end(), {"--token-fd", std::to_string(kTokenFd)});
-      } else if (token_file) {
-        args.insert(args.end(), {"--token-file", *token_file});
+      double left = std::max(0.5, double(s.end.remaining().count()) / 1000.0);
+      std::string line = fmt::format("{} {:.3f}\n", port, left);
+      // A few bytes into an empty pipe: the write never waits.
+      if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));
       }
-      if (!o.nccl_lib.empty()) args.insert(args.end(), {"--nccl-lib", o.nccl_lib});
-      if (o.bandwidth_bytes > 0) {
-        args.insert(args.end(), {"--bandwidth", std::to_string(o.bandwidth_bytes)});
-      }
-      if (o.host_name) {
-        args.push_back("--host-name");
-        args.push_back(*o.host_name);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args)
-        argv.push_back(a.data());
-      argv.push_back(nullptr);
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-      // dup2 clears close-on-exec on the copy: the member alone inherits it.
-      if (pipe_fd >= 0) posix_spawn_file_actions_adddup2(&fa, pipe_fd, kTokenFd);
-      pid_t pid = 0;
-      int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
-      posix_spawn_file_actions_destroy(&fa);
-      if (pipe_fd >= 0) ::close(pipe_fd);
-      if (rc != 0) {
-        Log::error(fmt::format("cannot start member {}: {}", k, std::strerror(rc)));
-        continue;
-      }
-      children.push_back(pid);
+      ::close(c.start_fd);
+      c.start_fd = -1;
     }
   };
 
@@ -234,24 +280,36 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   setup.port = static_cast<uint16_t>(id.rendezvous_port);
   // Another master on --master-port is not this job's, whatever its job id: no
   // member of this job would ever reach this process.
-  auto code = master_path(self, id, s, setup, /*join_other=*/false, spawn_members);
+  auto code = master_path(self, id, s, setup, /*join_other=*/false, start_members);
 
-  // Reap the members; any still running past the deadline are killed.
-  Deadline reap_by = end.extended(Millis(1500));
+  // Members the master never started go home now (their pipe closes unwritten).
+  bool started = true;
+  for (Child& c : children) {
+    if (c.start_fd >= 0) {
+      ::close(c.start_fd);
+      c.start_fd = -1;
+      started = false;
+    }
+  }
+  // Reap the members; any still running past the deadline are killed. The wait
+  // starts short: members end within a millisecond of rank 0's verdict.
+  Deadline reap_by = s.end.extended(Millis(1500));
   int odd = 0;
-  for (pid_t pid : children) {
+  for (const Child& c : children) {
     int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
+    auto pause = std::chrono::microseconds(50);
+    while (::waitpid(c.pid, &status, WNOHANG) == 0) {
       if (reap_by.expired()) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, &status, 0);
         break;
       }
-      std::this_thread::sleep_for(Millis(5));
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, Millis(5));
     }
     int child_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code && *code != exit_code::kUsage && child_code != *code && ++odd <= 4) {
-      log.error(fmt::format("member pid {} exited with {}, the job's verdict is {}", pid,
+    if (started && code && *code != exit_code::kUsage && child_code != *code && ++odd <= 4) {
+      log.error(fmt::format("member pid {} exited with {}, the job's verdict is {}", c.pid,
                             child_code, *code));
     }
   }

@@ -62,7 +62,7 @@ bool MasterState::complete_up_to(long world) const {
   return true;
 }
 
-size_t MasterState::admit(Record rec, std::string peer, bool own) {
+size_t MasterState::admit(Record rec, SharedString peer, bool own) {
   last_join_ms_ = now_ms();
   count(rec, +1, own);
   tracker_.add(rec, peer);

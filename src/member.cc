@@ -239,6 +239,11 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
 
 }  // namespace
 
+Millis first_connect_delay(long index, long count, long backlog) {
+  if (backlog <= 0 || count <= backlog || index <= 0) return Millis(0);
+  return Millis(std::min(index, count) * kBacklogDrain.count() / backlog);
+}
+
 JoinResult join_master(Record& self, const JoinOptions& o) {
   JoinResult out;
   std::string last_error = "no attempt made";
@@ -253,6 +258,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                                    : fmt::format("{}-{}", self.rank, self.last_rank()),
                   printable(self.host, 64));
   bool relay = !o.relay.empty();
+  if (!relay && o.first_delay > Millis(0)) nap(o.give_up.sooner(Deadline::after(o.first_delay)));
   while (true) {
     if (interrupted()) return out;
     if (out.attempts > 0 && o.give_up.expired()) break;

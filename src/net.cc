@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,16 +35,10 @@ std::string local_host_name() {
   return buf;
 }
 
-std::vector<std::string> interfaces_with_address() {
+std::vector<std::string> interfaces_with_address(const std::vector<IfAddr>& addresses) {
   std::set<std::string> names;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  for (ifaddrs* p = list; p != nullptr; p = p->ifa_next) {
-    if (p->ifa_addr == nullptr || p->ifa_name == nullptr) continue;
-    int family = p->ifa_addr->sa_family;
-    if (family == AF_INET || family == AF_INET6) names.insert(p->ifa_name);
-  }
-  ::freeifaddrs(list);
+  for (const IfAddr& a : addresses)
+    names.insert(a.name);
   return {names.begin(), names.end()};
 }
 
@@ -160,11 +155,23 @@ std::string endpoint(const std::string& addr, uint16_t port) {
 }
 
 void set_cloexec(int fd) {
+  if (::ioctl(fd, FIOCLEX) == 0) return;  // one call where fcntl takes two
   int flags = ::fcntl(fd, F_GETFD);
   if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 
 Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline) {
+  // A numeric address (MASTER_ADDR=10.0.0.1, as most launchers give it) needs no
+  // lookup, and no thread to put a deadline on one: written back in its canonical form,
+  // as getaddrinfo would give it.
+  for (int family : {AF_INET, AF_INET6}) {
+    in6_addr bin{};
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (::inet_pton(family, name.c_str(), &bin) == 1 &&
+        ::inet_ntop(family, &bin, buf, sizeof buf) != nullptr) {
+      return std::vector<std::string>{buf};
+    }
+  }
   auto state = std::make_shared<Lookup>();
   std::thread([state, name] {
     addrinfo hints{};

@@ -354,6 +354,10 @@ struct Relay::Impl {
   awaitable<void> upstream() {
     asio::steady_timer timer(io);
     Millis backoff(50);
+    if (o.first_delay > Millis(0)) {
+      timer.expires_at(o.give_up.sooner(Deadline::after(o.first_delay)).when());
+      co_await timer.async_wait(kAwait);
+    }
     while (!gone) {
       if (attempts > 0 && o.give_up.expired()) {
         stand_down(fmt::format("no master by the deadline ({})", status));

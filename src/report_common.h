@@ -1,6 +1,6 @@
 #pragma once
 // What the text and JSON renderers share: colour, wrapping, the JSON of a record
-// and a finding. Private to report.cc and report_env.cc.
+// and a finding. Private to report.cc, report_env.cc and report_table.cc.
 
 #include <string>
 #include <string_view>
@@ -10,6 +10,7 @@
 
 #include <rankcheck/finding.h>
 #include <rankcheck/record.h>
+#include <rankcheck/report.h>
 
 namespace rankcheck {
 
@@ -29,6 +30,8 @@ nlohmann::json finding_json(const Finding& f);
 nlohmann::json record_json(const Record& r);
 /// The interface NCCL's rules pick: state, name, address, rule, the socket list.
 nlohmann::json nccl_if_json(const NcclIfFacts& f);
+/// The text report's table of members (report_table.cc).
+std::string member_table(const Report& r);
 /// The document as text, indented, with a final newline unless asked not to.
 std::string dump(const nlohmann::json& j, bool final_newline = true);
 

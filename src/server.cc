@@ -26,6 +26,21 @@ void Server::Impl::send(const ConnPtr& c, Bytes frame) {
     return send(link, encode_channel(c->channel, ChannelOp::kData, *frame));
   }
   c->outbox.push_back(std::move(frame));
+  if (c->link != nullptr && !c->writing) {
+    // A relay's: written once this handler is done, with whatever else it queues
+    // for the same host (the burst of challenges, admits, verdicts), in one writev.
+    // Counted as a write in flight meanwhile: the run is not done with it queued.
+    if (!c->pump_posted) {
+      c->pump_posted = true;
+      ++writes_in_flight;
+      asio::post(io, [this, c] {
+        c->pump_posted = false;
+        --writes_in_flight;
+        pump(c);
+      });
+    }
+    return;
+  }
   pump(c);
 }
 
@@ -38,15 +53,21 @@ void Server::Impl::pump(const ConnPtr& c) {
   }
   c->writing = true;
   ++writes_in_flight;
-  asio::async_write(c->sock, asio::buffer(*c->outbox.front()),
-                    [this, c](std::error_code ec, size_t) {
-                      --writes_in_flight;
-                      c->writing = false;
-                      c->outbox.erase(c->outbox.begin());
-                      if (ec) c->outbox.clear();
-                      if (c->outbox.empty()) std::vector<Bytes>().swap(c->outbox);
-                      pump(c);
-                    });
+  // What is queued goes in one write (writev): a relay's connection carries its
+  // members' frames together, and a send each would be a system call each.
+  size_t n = std::min(c->outbox.size(), kMaxGather);
+  std::vector<asio::const_buffer> pieces;
+  pieces.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    pieces.emplace_back(asio::buffer(*c->outbox[i]));
+  asio::async_write(c->sock, pieces, [this, c, n](std::error_code ec, size_t) {
+    --writes_in_flight;
+    c->writing = false;
+    c->outbox.erase(c->outbox.begin(), c->outbox.begin() + static_cast<std::ptrdiff_t>(n));
+    if (ec) c->outbox.clear();
+    if (c->outbox.empty()) std::vector<Bytes>().swap(c->outbox);
+    pump(c);
+  });
 }
 
 void Server::Impl::close(const ConnPtr& c) {
@@ -76,7 +97,7 @@ void Server::Impl::release(const ConnPtr& c) {
 
 void Server::Impl::check_done() {
   if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0 ||
-      open_members > 0) {
+      open_members > 0 || !broadcasts.empty()) {
     return;
   }
   done_set = true;
@@ -226,11 +247,8 @@ void Server::Impl::decide(bool timed_out) {
       if (!ec) finalize();
     });
   }
-  auto t0 = Clock::now();
   if (v.nccl_roots > 0) send_roots(v.roots);
-  broadcast(v, local_verdict);
-  state.report().broadcast_ms = ms_between(t0, Clock::now());
-  check_done();
+  broadcast(v, local_verdict, /*timed=*/true);
 }
 
 void Server::Impl::send_roots(const std::vector<NcclIdBytes>& roots) {
@@ -253,29 +271,48 @@ void Server::Impl::send_roots(const std::vector<NcclIdBytes>& roots) {
 void Server::Impl::finalize() {
   if (!state.stage_running()) return;
   stage_timer.cancel();
-  broadcast(state.finalize(), local_final);
-  check_done();
+  broadcast(state.finalize(), local_final, /*timed=*/false);
 }
 
-void Server::Impl::broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local) {
-  const Bytes shared = std::make_shared<const std::vector<uint8_t>>(encode(base));
-  for (size_t i = 0; i < conns.size(); ++i) {
+void Server::Impl::broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local,
+                             bool timed) {
+  auto b = std::make_shared<Broadcast>(
+      Broadcast{base, std::make_shared<const std::vector<uint8_t>>(encode(base)), &local, 0,
+                Clock::now(), timed});
+  broadcasts.push_back(std::move(b));
+  if (broadcasts.size() == 1) broadcast_some();
+}
+
+void Server::Impl::broadcast_some() {
+  Broadcast& b = *broadcasts.front();
+  size_t end = std::min(conns.size(), b.next + kBroadcastChunk);
+  for (size_t i = b.next; i < end; ++i) {
     std::vector<Finding> notes = state.notes_for(i);
     const ConnPtr& c = conns[i];
     if (c != nullptr && notes.empty() && !cfg.token) {
-      send(c, shared);
+      send(c, b.shared);
       continue;
     }
-    Verdict own = base;
+    Verdict own = b.base;
     own.notes = std::move(notes);
     if (c != nullptr) {
       send(c, cfg.token ? encode_signed(own, *cfg.token, c->server_nonce, c->client_nonce)
                         : encode(own));
-    } else if (local) {
-      local->set_value(std::move(own));
-      local.reset();
+    } else if (*b.local) {
+      (*b.local)->set_value(std::move(own));
+      b.local->reset();
     }
   }
+  b.next = end;
+  if (end < conns.size()) {
+    // The frames queued so far go out first (their writes were posted before this).
+    asio::post(io, [this] { broadcast_some(); });
+    return;
+  }
+  if (b.timed) state.report().broadcast_ms = ms_between(b.t0, Clock::now());
+  broadcasts.pop_front();
+  if (!broadcasts.empty()) return asio::post(io, [this] { broadcast_some(); });
+  check_done();
 }
 
 void Server::Impl::schedule_progress() {

@@ -99,7 +99,8 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
       backoff.expires_after(Millis(5));
       co_await backoff.async_wait(kAwait);
     }
-    auto [ec, sock] = co_await acceptor.async_accept(io, kAwait);
+    tcp::endpoint ep;  // the peer's, from accept itself: no getpeername
+    auto [ec, sock] = co_await acceptor.async_accept(io, ep, kAwait);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of file descriptors (or buffers): keep serving those already here,
@@ -122,10 +123,8 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
     // verdict waits on Nagle's algorithm for the member's delayed ACK (40 ms).
     std::error_code nec;
     sock.set_option(tcp::no_delay(true), nec);
-    std::error_code pec;
-    auto ep = sock.remote_endpoint(pec);
-    std::string addr = pec ? "?" : ep.address().to_string();
-    std::string peer = pec ? "?" : fmt::format("{}:{}", addr, ep.port());
+    std::string addr = ep.address().to_string();
+    std::string peer = fmt::format("{}:{}", addr, ep.port());
     auto c = std::make_shared<Conn>(std::move(sock));
     sockets_peak = std::max(sockets_peak, ++sockets);
     c->source = source_of(addr);
@@ -155,7 +154,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
     std::error_code ignored;
     c->sock.close(ignored);
   });
-  if (auto nonce = fill_random(c->server_nonce); !nonce) {
+  if (auto nonce = fresh_nonce(c->server_nonce); !nonce) {
     refuse(c, peer, RefusalKind::kMalformed,
            "no nonce for its challenge: " + nonce.error().message);
     co_return;
@@ -216,7 +215,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   if (c->admitted) timer.cancel();
 }
 
-void Server::Impl::on_hello(const ConnPtr& c, std::string peer, std::span<const uint8_t> payload) {
+void Server::Impl::on_hello(const ConnPtr& c, SharedString peer, std::span<const uint8_t> payload) {
   auto hello = decode_hello(payload);
   if (!hello) {
     refuse(c, peer, RefusalKind::kMalformed, hello.error().message, std::nullopt,

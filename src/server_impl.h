@@ -4,6 +4,8 @@
 // server_accept.cc (accepting, the handshake, fairness between sources).
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <memory>
@@ -51,6 +53,9 @@ inline uint64_t relayed_key(const Record& r) {
 }
 
 struct Server::Impl {
+  // Frames written at once on one connection, at most (pump).
+  static constexpr size_t kMaxGather = 256;
+
   // One verdict frame is shared by every member it is the same for.
   using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 
@@ -70,6 +75,7 @@ struct Server::Impl {
     bool handshake_expired = false;
     std::vector<Bytes> outbox;  // frames not yet written, oldest first
     bool writing = false;
+    bool pump_posted = false;  // a relay's: its frames go out after the current handler
     bool close_after_write = false;
     bool pending = false;   // counted among connections not yet admitted
     bool reported = false;  // its GPU stage result is in (or will never be)
@@ -84,8 +90,10 @@ struct Server::Impl {
     struct Link {
       std::string host;
       uint32_t pid = 0;
-      std::string peer;
+      SharedString peer;  // its members' too (Member::peer)
       std::unordered_map<uint32_t, std::shared_ptr<Conn>> channels;  // open ones
+      std::vector<uint8_t> rx;  // the start of a frame its last read cut short
+      size_t came_back = 0;     // members that joined directly while their channel was open
     };
     std::unique_ptr<Link> link;
     // A member that came through a relay: the relay's connection and its channel.
@@ -117,6 +125,20 @@ struct Server::Impl {
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
+  // Challenge nonces, drawn from getrandom 256 at a time rather than a call each.
+  // Where a relay's connection is read into, a burst at a time (serve_relay).
+  std::array<uint8_t, 64 * 1024> scratch{};
+  std::array<uint8_t, 256 * kNonceSize> random_pool{};
+  size_t random_used = 256 * kNonceSize;
+  Status fresh_nonce(Nonce& out) {
+    if (random_used + out.size() > random_pool.size()) {
+      if (auto ok = fill_random(random_pool); !ok) return ok;
+      random_used = 0;
+    }
+    std::memcpy(out.data(), random_pool.data() + random_used, out.size());
+    random_used += out.size();
+    return ok_status();
+  }
   std::vector<ConnPtr> conns;  // conns[i] carries member i; nullptr for the master's own
   size_t pending = 0;
   size_t writes_in_flight = 0;
@@ -209,12 +231,16 @@ struct Server::Impl {
 
   // A hello read (on the member's connection, or on its relay's channel): the
   // checks, then admission or refusal.
-  void on_hello(const ConnPtr& c, std::string peer, std::span<const uint8_t> payload);
+  void on_hello(const ConnPtr& c, SharedString peer, std::span<const uint8_t> payload);
 
   // ----- relays (server_relay.cc) ----------------------------------------------
 
   // A relay's hello, read in place of a member's: the checks, then its channels.
   awaitable<void> serve_relay(ConnPtr c, std::string peer, std::vector<uint8_t> payload);
+  // Hands on every whole channel frame among the `got` bytes just read into `scratch`
+  // (after a cut frame's start kept in the link's rx); false, with `why`, on one that
+  // is not a channel frame or does not decode.
+  bool take_channel_frames(const ConnPtr& c, size_t got, std::string& why);
   void on_channel(const ConnPtr& link, ChannelFrame frame);
   void on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame);
   // The member behind a channel closed its end (or its relay is gone).
@@ -250,8 +276,22 @@ struct Server::Impl {
   void finalize();
 
   // Sends `base` to every member, each with the findings that name its ranks;
-  // the master's own member gets it through `local`.
-  void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local);
+  // the master's own member gets it through `local`. `timed` records how long it
+  // took in the report. Members are served kBroadcastChunk at a time, the event loop
+  // writing out each chunk's frames before the next is made: 100k signed verdicts
+  // queued at once would hold about 30 MB. One broadcast at a time, in order.
+  struct Broadcast {
+    Verdict base;
+    Bytes shared;  // the frame of every member without notes, without a token
+    std::optional<std::promise<Verdict>>* local;
+    size_t next = 0;
+    Clock::time_point t0;
+    bool timed;
+  };
+  static constexpr size_t kBroadcastChunk = 4096;
+  std::deque<std::shared_ptr<Broadcast>> broadcasts;  // the front one is under way
+  void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local, bool timed);
+  void broadcast_some();
 
   void schedule_progress();
 

@@ -61,31 +61,64 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   ++relays;
   send(c, encode(Admit{static_cast<uint32_t>(state.joined_ranks()),
                        static_cast<uint32_t>(cfg.master.world_size)}));
+  // Its frames come in bursts (a host's members together): each burst is read at
+  // once into the server's scratch buffer and split into frames there, rather than
+  // two reads a frame. A frame cut by the end of a read waits in the link's `rx`.
   std::string why;
-  while (!c->closed) {
-    std::array<uint8_t, kHeaderSize> hdr{};
-    auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-    if (ec) break;
-    auto header = decode_header(hdr);
-    if (!header || header->type != uint16_t(MsgType::kChannel)) {
-      why = header ? fmt::format("a {} frame", type_name(header->type)) : header.error().message;
-      break;
+  std::error_code nbec;
+  c->sock.non_blocking(true, nbec);
+  bool open = !nbec;
+  while (open && !c->closed) {
+    auto [wec] = co_await c->sock.async_wait(tcp::socket::wait_read, kAwait);
+    if (wec) break;
+    while (open && !c->closed) {
+      std::error_code rec;
+      size_t got = c->sock.read_some(asio::buffer(scratch), rec);
+      if (rec == asio::error::would_block || rec == asio::error::try_again) break;
+      if (rec) {
+        open = false;  // closed by the relay (eof), or broken
+        break;
+      }
+      open = take_channel_frames(c, got, why);
+      if (got < scratch.size()) break;  // a short read: nothing more there now
     }
-    std::vector<uint8_t> body(header->length);
-    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(body), kAwait);
-    if (ec2) break;
-    auto frame = decode_channel(body);
-    if (!frame) {
-      why = frame.error().message;
-      break;
-    }
-    on_channel(c, std::move(*frame));
   }
+  if (c->link) std::vector<uint8_t>().swap(c->link->rx);
   if (!why.empty()) {
     log(fmt::format("the relay of {} ({}) sent what no relay sends ({}): closing it",
                     printable(c->link->host), printable(peer), printable(why, 200)));
   }
   relay_closed(c);
+}
+
+bool Server::Impl::take_channel_frames(const ConnPtr& c, size_t got, std::string& why) {
+  // Split where the bytes are: in the scratch buffer, or after a cut frame's start.
+  auto& rx = c->link->rx;
+  bool kept = !rx.empty();
+  if (kept)
+    rx.insert(rx.end(), scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(got));
+  std::span<const uint8_t> data =
+      kept ? std::span<const uint8_t>(rx) : std::span<const uint8_t>(scratch).first(got);
+  size_t at = 0;
+  while (!c->closed && data.size() - at >= kHeaderSize) {
+    auto header = decode_header(data.subspan(at, kHeaderSize));
+    if (!header || header->type != uint16_t(MsgType::kChannel)) {
+      why = header ? fmt::format("a {} frame", type_name(header->type)) : header.error().message;
+      return false;
+    }
+    if (data.size() - at - kHeaderSize < header->length) break;  // the rest comes later
+    auto frame = decode_channel(data.subspan(at + kHeaderSize, header->length));
+    at += kHeaderSize + header->length;
+    if (!frame) {
+      why = frame.error().message;
+      return false;
+    }
+    on_channel(c, std::move(*frame));
+  }
+  // Only a cut frame's start stays, in a vector no larger than it (12,500 relays).
+  std::vector<uint8_t> rest(data.begin() + static_cast<std::ptrdiff_t>(at), data.end());
+  rx.swap(rest);
+  return true;
 }
 
 void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
@@ -103,7 +136,7 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
       c->channel = f.channel;
       c->source = link->source;
       c->accepted = Clock::now();
-      if (auto nonce = fill_random(c->server_nonce); !nonce) {
+      if (auto nonce = fresh_nonce(c->server_nonce); !nonce) {
         send(link, encode_channel(f.channel, ChannelOp::kClose));
         return;
       }
@@ -151,7 +184,7 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
 
 void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame) {
   ConnPtr link = c->via.lock();
-  std::string peer = link ? link->link->peer : std::string("?");
+  SharedString peer = link ? link->link->peer : SharedString("?");
   auto header = decode_header(frame.first(std::min(frame.size(), kHeaderSize)));
   if (!header || frame.size() != kHeaderSize + header->length) {
     std::string why =
@@ -213,8 +246,9 @@ void Server::Impl::on_channel_closed(const ConnPtr& c) {
 
 void Server::Impl::relay_closed(const ConnPtr& link) {
   Conn::Link& l = *link->link;
-  // The members it carried besides its own process (which, gone, is reported as such).
-  size_t open = 0;
+  // The members it carried besides its own process (which, gone, is reported as such),
+  // those already back directly included.
+  size_t open = l.came_back;
   for (const auto& [id, c] : l.channels) {
     open += c->slot < 0 || state.members()[size_t(c->slot)].record.pid != l.pid ||
             state.members()[size_t(c->slot)].record.host != l.host;
@@ -248,9 +282,13 @@ void Server::Impl::forget_relayed(const Record& rec) {
   if (old == nullptr || old->closed || old->slot < 0 || state.decided()) return;
   const Record& was = state.members()[size_t(old->slot)].record;
   if (was.host != rec.host || was.pid != rec.pid || was.rank != rec.rank) return;
-  // Its relay died, and the member was quicker to come back than the news.
+  // Its relay died, and the member was quicker to come back than the news: counted
+  // with the relay's open members when its connection's end is read (relay_closed).
   log(fmt::format("{} joined directly: its relay's channel is closed",
                   member_label(state.members()[size_t(old->slot)].record)));
+  if (ConnPtr link = old->via.lock(); link != nullptr && link->link != nullptr) {
+    ++link->link->came_back;
+  }
   depart(old);
   close(old);
 }

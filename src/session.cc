@@ -11,7 +11,9 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <rankcheck/interrupt.h>
@@ -61,24 +63,61 @@ Millis reserve_for(double timeout_s) {
   return std::clamp(seconds(timeout_s / 10), Millis(500), Millis(5000));
 }
 
-Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code)
-    : thread_([this, at, &exit_code] {
-        std::unique_lock lock(mu_);
-        if (cv_.wait_until(lock, at, [this] { return cancelled_; })) return;
-        std::string msg = fmt::format(
-            "rankcheck: watchdog: still running {} ms past the deadline; exiting with {}\n",
-            kWatchdogGrace.count(), exit_code.load());
-        [[maybe_unused]] ssize_t n = ::write(2, msg.data(), msg.size());
-        ::_exit(exit_code.load());
-      }) {}
+namespace {
+
+// The watchdog's state for its signal handler: the exit code to end with, and the
+// message, made beforehand (a handler may only write and _exit).
+std::atomic<int>* watchdog_code = nullptr;
+char watchdog_text[128];
+size_t watchdog_len = 0;
+
+extern "C" void on_watchdog(int /*signal*/) {
+  int code = watchdog_code != nullptr ? watchdog_code->load() : exit_code::kInternal;
+  char line[sizeof watchdog_text + 16];
+  size_t n = watchdog_len;
+  std::memcpy(line, watchdog_text, n);
+  char digits[12];
+  size_t d = 0;
+  unsigned v = static_cast<unsigned>(code);
+  do {
+    digits[d++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && d < sizeof digits);
+  while (d > 0)
+    line[n++] = digits[--d];
+  line[n++] = '\n';
+  [[maybe_unused]] ssize_t w = ::write(2, line, n);
+  ::_exit(code);
+}
+
+}  // namespace
+
+// A timer and a signal rather than a thread: a thread per process is most of what
+// a member of `rankcheck local` costs beyond its work. SIGALRM reaches whichever
+// thread does not block it (none of ours does), however the others are stuck.
+Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code) {
+  auto text =
+      fmt::format("rankcheck: watchdog: still running {} ms past the deadline; exiting with ",
+                  kWatchdogGrace.count());
+  watchdog_len = std::min(text.size(), sizeof watchdog_text);
+  std::memcpy(watchdog_text, text.data(), watchdog_len);
+  watchdog_code = &exit_code;
+  struct sigaction sa {};
+  sa.sa_handler = on_watchdog;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGALRM, &sa, nullptr);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(at - Clock::now()).count();
+  us = std::max<long long>(us, 1);
+  itimerval when{};
+  when.it_value.tv_sec = static_cast<time_t>(us / 1000000);
+  when.it_value.tv_usec = static_cast<suseconds_t>(us % 1000000);
+  ::setitimer(ITIMER_REAL, &when, nullptr);
+}
 
 Watchdog::~Watchdog() {
-  {
-    std::lock_guard lock(mu_);
-    cancelled_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
+  itimerval off{};
+  ::setitimer(ITIMER_REAL, &off, nullptr);
+  watchdog_code = nullptr;
 }
 
 void Log::error(const std::string& line) {
@@ -288,7 +327,9 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
   HostFacts facts;
   facts.host = host_name ? *host_name : local_host_name();
   facts.pid = static_cast<uint32_t>(::getpid());
-  facts.interfaces = interfaces_with_address();
+  // One netlink dump serves both the interface names and NCCL's interface rules.
+  std::vector<IfAddr> ifs = host_interfaces();
+  facts.interfaces = interfaces_with_address(ifs);
   if (!id.master_addr.empty()) {
     auto resolved = resolve_host(id.master_addr, resolve_by);
     if (resolved) {
@@ -302,7 +343,7 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
   NcclConf conf = apply_nccl_conf(env, read_small_file);
   for (const auto& [name, file] : conf.from)
     facts.env_sources.push_back({name, file});
-  facts.nccl_if = collect_nccl_if(host_interfaces(), conf.env, gpu.nccl_version, resolve_by);
+  facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);
   facts.nccl_if.netns = network_namespace_id();
   Record self = make_record(id, facts, conf.env, std::move(gpu));
   // What the master compares is what a hello carries, for its own record too.

@@ -4,13 +4,10 @@
 // its job token. Private to run.cc and local.cc.
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <rankcheck/auth.h>
@@ -40,18 +37,13 @@ inline Millis seconds(double s) {
 Millis reserve_for(double timeout_s);
 
 /// Ends the process if the run outlives its deadline: the last word on "never hangs".
+/// One per process (it owns SIGALRM and the ITIMER_REAL timer).
 class Watchdog {
  public:
   Watchdog(Clock::time_point at, std::atomic<int>& exit_code);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool cancelled_ = false;
-  std::thread thread_;
 };
 
 /// stderr: progress (dropped with --quiet) and errors (always printed).

@@ -17,7 +17,8 @@ namespace rankcheck {
 struct Member {
   Record record;
   double joined_ms = 0;  ///< since the master started
-  std::string peer;      ///< "10.0.0.12:51234", or "in-process" for the master's own
+  SharedString peer;     ///< "10.0.0.12:51234", or "in-process" for the master's own; a
+                         ///< relay's members share their relay's
 };
 
 /// A member that joined, then lost its connection before the verdict.

@@ -46,7 +46,7 @@ class MasterState {
 
   /// Admits a member (`own`: the master's own); returns its index. Indices after a
   /// departed member shift down by one.
-  size_t admit(Record rec, std::string peer, bool own = false);
+  size_t admit(Record rec, SharedString peer, bool own = false);
   /// Member `i` left before the verdict: its ranks are free again.
   void depart(size_t i);
   /// A connection turned away (kept for the report, up to a cap; always counted).

@@ -24,8 +24,22 @@ struct JoinOptions {
   std::string relay;
   /// This member leads a block of a scalable NCCL init: its own unique id, sent in the hello.
   std::optional<NcclIdBytes> nccl_root;
+  /// Waited before the first direct attempt (first_connect_delay); not before a relay's.
+  Millis first_delay{0};
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
+
+/// How much of a second the master's listen backlog takes to drain: the pace at
+/// which a large job's direct connections are spread (first_connect_delay).
+inline constexpr Millis kBacklogDrain{250};
+
+/// When more processes connect to the master than its listen backlog holds
+/// (`backlog`: this host's net.core.somaxconn, the master's being alike), they would
+/// all arrive at once, the kernel would drop what overflows, and those would wait
+/// for its 1 s SYN timer. Instead the index-th of `count` connections waits
+/// index * kBacklogDrain / backlog before its first attempt: about one backlog's
+/// worth per kBacklogDrain. 0 when the backlog holds them all.
+Millis first_connect_delay(long index, long count, long backlog);
 
 /// A joined member's connection, or why it could not join (a finding about itself).
 struct JoinResult {

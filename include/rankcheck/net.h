@@ -16,11 +16,11 @@ namespace rankcheck {
 
 /// This host's name (gethostname), or "unknown".
 std::string local_host_name();
-/// Names of interfaces that have an IPv4 or IPv6 address, sorted, unique.
-std::vector<std::string> interfaces_with_address();
 /// Every IPv4 and IPv6 address of this host in getifaddrs order, with its
 /// interface's flags: what NCCL's interface rules read (nccl_if.h).
 std::vector<IfAddr> host_interfaces();
+/// Names of the interfaces among `addresses` (host_interfaces()), sorted, unique.
+std::vector<std::string> interfaces_with_address(const std::vector<IfAddr>& addresses);
 /// This process's network stack: the kernel's boot id and the inode of its
 /// network namespace ("<boot id>/<inode>"), "" when /proc does not say.
 std::string network_namespace_id();

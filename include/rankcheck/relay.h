@@ -99,6 +99,7 @@ struct RelayOptions {
   Deadline give_up = Deadline::never();  ///< stop trying to reach the master
   Deadline stop_by = Deadline::never();  ///< the relay is gone by then, whatever happens
   Millis handshake{5000};
+  Millis first_delay{0};      ///< before its first attempt (first_connect_delay in member.h)
   size_t max_members = 4096;  ///< members it carries at once (more wait in its backlog)
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };

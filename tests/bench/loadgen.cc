@@ -2,7 +2,7 @@
 // each connects, takes the challenge, sends a hello, and waits for admit and verdict.
 //
 //   rankcheck_loadgen PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]]
-//                     [--token FILE] [--relay]
+//                     [--token FILE] [--relay] [--no-pace]
 //
 // With `gpu`, every hello carries the GPU inventory an 8-GPU node's member sends
 // (its GPU's UUID, bus id and name, the driver, the NCCL library), so that the
@@ -12,19 +12,26 @@
 // --token: hellos are signed and verdicts checked with the job token, as real
 // members do. --relay: each simulated host is one relay connection carrying its
 // RANKS_PER_HOST members on channels (relay.h), every member's frames its own.
+// Members (or relays) pace their first attempts as real ones do when there are more
+// of them than the listen backlog holds (first_connect_delay); --no-pace: all at once.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <string_view>
+#include <tuple>
 
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
+#include <netinet/in.h>
 
 #include <rankcheck/deadline.h>
+#include <rankcheck/member.h>
+#include <rankcheck/procfs.h>
 #include <rankcheck/protocol.h>
 #include <rankcheck/relay.h>
 
@@ -54,6 +61,52 @@ asio::awaitable<std::optional<Frame>> read_frame(tcp::socket& s) {
   Frame f{*h, std::vector<uint8_t>(h->length)};
   auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(f.payload), kAwait);
   if (ec2) co_return std::nullopt;
+  co_return f;
+}
+
+// A relay's frames, read a burst at a time: wait until the socket is readable,
+// take what is there into one buffer shared by every simulated relay (there is one
+// thread), and split it into frames; only a cut frame's start stays with the relay.
+// (Two reads a frame would make the simulator, not the master, the bottleneck.)
+struct Burst {
+  std::vector<uint8_t> rest;
+  std::deque<Frame> ready;
+  bool non_blocking = false;
+};
+
+asio::awaitable<std::optional<Frame>> next_frame(tcp::socket& s, Burst& b) {
+  static std::array<uint8_t, 64 * 1024> scratch;
+  bool open = true;
+  while (b.ready.empty() && open) {
+    auto [ec] = co_await s.async_wait(tcp::socket::wait_read, kAwait);
+    if (ec) co_return std::nullopt;
+    if (!b.non_blocking) s.non_blocking(true, ec);
+    b.non_blocking = true;
+    while (true) {
+      std::error_code rec;
+      size_t got = s.read_some(asio::buffer(scratch), rec);
+      if (rec == asio::error::would_block || rec == asio::error::try_again) break;
+      if (rec) {
+        open = false;
+        break;
+      }
+      b.rest.insert(b.rest.end(), scratch.begin(), scratch.begin() + std::ptrdiff_t(got));
+      size_t at = 0;
+      while (b.rest.size() - at >= kHeaderSize) {
+        auto h = decode_header(std::span(b.rest).subspan(at, kHeaderSize));
+        if (!h) co_return std::nullopt;
+        if (b.rest.size() - at - kHeaderSize < h->length) break;
+        auto body = b.rest.begin() + std::ptrdiff_t(at + kHeaderSize);
+        b.ready.push_back(Frame{*h, std::vector<uint8_t>(body, body + h->length)});
+        at += kHeaderSize + h->length;
+      }
+      b.rest.erase(b.rest.begin(), b.rest.begin() + std::ptrdiff_t(at));
+      if (got < scratch.size()) break;
+    }
+  }
+  if (b.ready.empty()) co_return std::nullopt;
+  Frame f = std::move(b.ready.front());
+  b.ready.pop_front();
   co_return f;
 }
 
@@ -87,6 +140,8 @@ struct Options {
   bool gpu = false;
   std::optional<JobToken> token;
   bool relay = false;
+  long backlog = 4096;  // this host's net.core.somaxconn: what members pace by
+  bool pace = true;     // --no-pace: every first attempt at once
 };
 
 Record member_record(const Options& o, int rank) {
@@ -126,13 +181,23 @@ void count_verdict(const Options& o, Stats& st, const Frame& f, const Nonce& ser
 }
 
 // Connects to the master on loopback, retrying every 20 ms until the deadline.
-asio::awaitable<bool> connect(tcp::socket& s, uint16_t port, Stats& st,
+// Each simulated host connects from an address of its own in 127.0.0.0/8
+// (127.2.0.1 on), as hosts do: the master tells sources apart by address, and one
+// source address with 16,000 connections would have the kernel search its
+// ephemeral ports linearly on every connect (half the simulator's time).
+asio::awaitable<bool> connect(tcp::socket& s, uint16_t port, int host, Stats& st,
                               Clock::time_point deadline) {
   asio::steady_timer wait(s.get_executor());
   tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
+  tcp::endpoint from(asio::ip::address_v4(0x7f020001u + uint32_t(host)), 0);
   while (true) {
     st.first_connect = std::min(st.first_connect, Clock::now());
-    auto [ec] = co_await s.async_connect(ep, kAwait);
+    std::error_code ec;
+    s.open(tcp::v4(), ec);
+    int one = 1;  // the port is chosen at connect, by the whole 4-tuple
+    if (!ec) ::setsockopt(s.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    if (!ec) s.bind(from, ec);
+    if (!ec) std::tie(ec) = co_await s.async_connect(ep, kAwait);
     if (!ec) co_return true;
     s.close();
     if (Clock::now() > deadline) co_return false;
@@ -141,9 +206,19 @@ asio::awaitable<bool> connect(tcp::socket& s, uint16_t port, Stats& st,
   }
 }
 
+// What a member or a relay waits before its first attempt, as a real one would.
+asio::awaitable<void> pace(const Options& o, long index, long count) {
+  Millis delay = o.pace ? first_connect_delay(index, count, o.backlog) : Millis(0);
+  if (delay > Millis(0)) {
+    asio::steady_timer t(co_await asio::this_coro::executor, delay);
+    co_await t.async_wait(kAwait);
+  }
+}
+
 asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_point deadline) {
   tcp::socket s(co_await asio::this_coro::executor);
-  if (!co_await connect(s, o.port, st, deadline)) {
+  co_await pace(o, rank, o.world);
+  if (!co_await connect(s, o.port, rank / o.per_host, st, deadline)) {
     ++st.failed;
     co_return;
   }
@@ -183,9 +258,11 @@ asio::awaitable<void> member(const Options& o, int rank, Stats& st, Clock::time_
 asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& st,
                             Clock::time_point deadline) {
   tcp::socket s(co_await asio::this_coro::executor);
+  Burst burst;
   auto fail = [&st, count] { st.failed += count; };
-  if (!co_await connect(s, o.port, st, deadline)) co_return fail();
-  auto challenge = co_await read_frame(s);
+  co_await pace(o, first_rank / o.per_host, o.world / o.per_host);
+  if (!co_await connect(s, o.port, first_rank / o.per_host, st, deadline)) co_return fail();
+  auto challenge = co_await next_frame(s, burst);
   std::optional<Challenge> c;
   if (challenge) {
     if (auto d = decode_challenge(challenge->payload)) c = *d;
@@ -197,7 +274,7 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
   auto hello = o.token ? encode_signed(rh, *o.token, c->nonce) : encode(rh);
   auto [ec, n] = co_await asio::async_write(s, asio::buffer(hello), kAwait);
   if (ec) co_return fail();
-  auto admit = co_await read_frame(s);
+  auto admit = co_await next_frame(s, burst);
   if (!admit || admit->header.type != uint16_t(MsgType::kAdmit)) co_return fail();
   // Every member's channel at once, as a host's members arrive together.
   std::vector<uint8_t> opens;
@@ -214,9 +291,17 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
     bool done = false;
   };
   std::vector<Channel> ch(size_t(count) + 1);
+  std::vector<uint8_t> hellos;  // answers to the challenges read so far, not yet sent
   int done = 0;
   while (done < count) {
-    auto f = co_await read_frame(s);
+    // The hellos answering one burst of challenges go out together, before waiting
+    // for more: a relay's members arrive together.
+    if (!hellos.empty() && burst.ready.empty()) {
+      auto [wec, wn] = co_await asio::async_write(s, asio::buffer(hellos), kAwait);
+      if (wec) break;
+      hellos.clear();
+    }
+    auto f = co_await next_frame(s, burst);
     if (!f || f->header.type != uint16_t(MsgType::kChannel)) {
       if (++st.broken <= 3) {
         std::fprintf(stderr,
@@ -247,8 +332,7 @@ asio::awaitable<void> relay(const Options& o, int first_rank, int count, Stats& 
       if (!cc) break;
       m.server = cc->nonce;
       auto mine = encode_channel(cf->channel, ChannelOp::kData, hello_for(o, rank, *cc, m.client));
-      auto [wec, wn] = co_await asio::async_write(s, asio::buffer(mine), kAwait);
-      if (wec) break;
+      hellos.insert(hellos.end(), mine.begin(), mine.end());
     } else if (h->type == uint16_t(MsgType::kAdmit)) {
       m.admitted = true;
       ++st.admitted;
@@ -272,6 +356,8 @@ int main(int argc, char** argv) {
     std::string_view a = argv[i];
     if (a == "--relay") {
       o.relay = true;
+    } else if (a == "--no-pace") {
+      o.pace = false;
     } else if (a == "--token" && i + 1 < argc) {
       auto t = JobToken::load(argv[++i]);
       if (!t) {
@@ -286,7 +372,7 @@ int main(int argc, char** argv) {
   if (pos.size() < 4) {
     std::fprintf(stderr,
                  "usage: %s PORT FIRST_RANK COUNT WORLD_SIZE [RANKS_PER_HOST [gpu]] [--token FILE] "
-                 "[--relay]\n",
+                 "[--relay] [--no-pace]\n",
                  argv[0]);
     return 2;
   }
@@ -296,6 +382,7 @@ int main(int argc, char** argv) {
   o.world = std::atoi(pos[3].c_str());
   o.per_host = std::max(1, pos.size() > 4 ? std::atoi(pos[4].c_str()) : 8);
   o.gpu = pos.size() > 5 && pos[5] == "gpu";
+  o.backlog = ProcFs{}.somaxconn().value_or(4096);
   asio::io_context io(1);
   Stats st;
   auto deadline = Clock::now() + std::chrono::seconds(60);

@@ -65,10 +65,13 @@ int main(int argc, char** argv) {
   double slowest = *std::max_element(took.begin(), took.end());
   if (json) {
     std::printf(
-        "{\"scenario\": \"rehearsal\", \"hosts\": %zu, \"connections\": %zu, "
-        "\"connected\": %zu, \"max_per_host\": %zu, \"plan_ms\": %.3f, "
-        "\"wall_ms\": %.1f, \"slowest_host_ms\": %.1f}\n",
-        hosts, plan.size(), ok.load(), most, plan_ms, wall_ms, slowest);
+        "{\"scenario\": \"rehearsal\", \"ranks\": null, \"hosts\": %zu, \"verdict\": \"%s\", "
+        "\"rendezvous_ms\": null, \"verdict_at_all_ms\": null, \"master_peak_kib\": null, "
+        "\"master_connections\": null, \"connections\": %zu, \"connected\": %zu, "
+        "\"max_per_host\": %zu, \"plan_ms\": %.3f, \"wall_ms\": %.1f, "
+        "\"slowest_host_ms\": %.1f}\n",
+        hosts, ok.load() == plan.size() ? "pass" : "fail", plan.size(), ok.load(), most, plan_ms,
+        wall_ms, slowest);
   } else {
     std::printf(
         "%zu hosts: %zu connections (at most %zu from one host), %zu connected; plan "

@@ -117,6 +117,20 @@ class Local(unittest.TestCase):
             self.skipTest("the members came and went before one could be looked at")
         self.assertEqual(leaked, [], "members hold MASTER_PORT's listening socket")
 
+    def test_local_watchdog_ends_a_run_stuck_past_its_deadline(self):
+        # Opening a FIFO nobody reads blocks with no deadline of rankcheck's own: the
+        # watchdog ends the process 1.8 s past --timeout, and says so.
+        with tempfile.TemporaryDirectory() as tmp:
+            fifo = os.path.join(tmp, "report.json")
+            os.mkfifo(fifo)
+            t0 = time.monotonic()
+            r = run(["local", "-n", "2", "--no-gpu", "--timeout", "1", "--json", fifo])
+            took = time.monotonic() - t0
+        self.assertIn("rankcheck: watchdog: still running 1800 ms past the deadline; exiting with "
+                      f"{r.returncode}\n", r.stderr)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertGreaterEqual(took, 2.5)
+
     def test_local_inside_a_launcher_ignores_its_variables(self):
         env = fixture_env("slurm_srun.env")
         r = run(["local", "-n", "3", "--json", "-"], env=env)
@@ -135,12 +149,8 @@ def children(pid):
 
 
 def socket_inodes(pid):
-    """The inodes of the sockets `pid` holds, or None when it is gone or not yet a member
-    (between posix_spawn and exec it is still a copy of `rankcheck local`)."""
+    """The inodes of the sockets `pid` holds, or None when it is gone."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if f.read().split(b"\0")[1:2] != [b"run"]:
-                return None
         out = set()
         for fd in os.listdir(f"/proc/{pid}/fd"):
             try:

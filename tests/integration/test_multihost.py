@@ -136,6 +136,30 @@ class MultiHost(unittest.TestCase):
             self.assertEqual(rep["findings"][0]["id"], "master-lost")
             self.assertIn("no verdict from the master by the deadline", rep["findings"][0]["message"])
 
+    def test_connections_beyond_the_listen_backlog_are_paced(self):
+        # net.core.somaxconn belongs to a network namespace: 2 on every host here, so
+        # the 6 direct members (--no-relay) space their first attempts 125 ms apart by
+        # rank instead of overflowing rank 0's backlog.
+        self.cluster.up()
+        for ns in self.cluster.ns:
+            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.core.somaxconn=2"],
+                           check=True, timeout=10)
+        procs = {}
+        for r in range(WORLD):
+            argv = [BIN, "run", "--no-gpu", "--no-relay", "--timeout", str(TIMEOUT), "--host-name",
+                    f"h{r // PER_HOST}", "--json", os.path.join(self.tmp.name, f"r{r}.json")]
+            procs[r] = (self.cluster.spawn(r // PER_HOST, argv, self.slurm_env(r)),
+                        time.monotonic())
+        res = self.finish(procs)
+        for r, (rc, rep, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        self.assertIn("net.core.somaxconn is 2, below the 6 members: those that connect directly "
+                      "spread their first attempts, 250 ms for each 2", res[0][3])
+        joined = {m["rank"]: m["joined_ms"] for m in res[0][1]["members"]}
+        # Rank 5 starts after rank 0 and waits 5 x 125 ms before it knocks: never sooner.
+        self.assertGreaterEqual(joined[5], 600)
+        self.assertGreaterEqual(joined[5], joined[1])
+
     # --- helpers -------------------------------------------------------------
 
     def connected_from(self, host):

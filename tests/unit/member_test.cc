@@ -117,3 +117,29 @@ TEST_CASE("member: the GPU stage margin grows with the stage, within bounds") {
   CHECK(stage_margin(295000) == Millis(2000));
   CHECK(stage_margin(UINT32_MAX) == Millis(2000));
 }
+
+TEST_CASE("resolve_host: numeric addresses come back canonical, without a lookup") {
+  auto v4 = resolve_host("10.0.0.7", Deadline::after(Millis(1000)));
+  REQUIRE(v4.ok());
+  CHECK(*v4 == std::vector<std::string>{"10.0.0.7"});
+  auto v6 = resolve_host("fd00:0:0:0::1", Deadline::after(Millis(1000)));
+  REQUIRE(v6.ok());
+  CHECK(*v6 == std::vector<std::string>{"fd00::1"});
+  // A name still goes to the resolver, which answers for localhost from /etc/hosts.
+  auto name = resolve_host("localhost", Deadline::after(Millis(5000)));
+  REQUIRE(name.ok());
+  CHECK(!name->empty());
+}
+
+TEST_CASE("first_connect_delay: none while the backlog holds every connection, then spread") {
+  CHECK(first_connect_delay(4000, 4096, 4096) == Millis(0));
+  CHECK(first_connect_delay(0, 16000, 4096) == Millis(0));
+  // One backlog's worth per kBacklogDrain: the 4096th of 16,000 waits one drain.
+  CHECK(first_connect_delay(4096, 16000, 4096) == kBacklogDrain);
+  CHECK(first_connect_delay(15999, 16000, 4096) == Millis(15999 * kBacklogDrain.count() / 4096));
+  // Monotonic in the index, so that ranks arrive in order, a slot apart.
+  CHECK(first_connect_delay(100, 16000, 4096) <= first_connect_delay(101, 16000, 4096));
+  // Nonsense in, no wait out: an unreadable somaxconn, an index past the count.
+  CHECK(first_connect_delay(10, 16000, 0) == Millis(0));
+  CHECK(first_connect_delay(20000, 16000, 4096) == first_connect_delay(16000, 16000, 4096));
+}
