@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include <fcntl.h>
@@ -89,7 +91,7 @@ namespace {
 // would: the same code on the same options, without the exec, the dynamic loader
 // and the page faults of a fresh process (most of a member's cost on a small machine).
 [[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end) {
-  std::string msg;  // "PORT SECONDS_LEFT\n", or nothing when the master never started
+  std::string msg;  // "PORT MS_LEFT\n", or nothing when the master never started
   char buf[64];
   while (msg.find('\n') == std::string::npos) {
     pollfd p{start_fd, POLLIN, 0};
@@ -103,8 +105,13 @@ namespace {
   }
   ::close(start_fd);
   unsigned port = 0;
-  double left = 0;
-  if (std::sscanf(msg.c_str(), "%u %lf", &port, &left) != 2) ::_exit(exit_code::kInternal);
+  long left_ms = 0;
+  const char* end_of = msg.data() + msg.size();
+  auto [at, bad] = std::from_chars(msg.data(), end_of, port);
+  if (bad != std::errc() || at == end_of || *at != ' ' ||
+      std::from_chars(at + 1, end_of, left_ms).ec != std::errc()) {
+    ::_exit(exit_code::kInternal);
+  }
   EnvMap e = env;
   e["MASTER_PORT"] = std::to_string(port);
   // The process's own environment too: NCCL and CUDA read theirs, not this map.
@@ -117,7 +124,7 @@ namespace {
     ::close(null);
   }
   RunOptions mo = o;
-  mo.timeout_s = left;  // ends by the same deadline as rank 0
+  mo.timeout_s = double(left_ms) / 1000.0;  // ends by the same deadline as rank 0
   int code = run_probe(mo, e);
   std::fflush(nullptr);
   ::_exit(code);
@@ -207,6 +214,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   mo.bandwidth_bytes = o.bandwidth_bytes;
   mo.quiet = true;
   mo.token_file = secret.empty() ? token_file : std::nullopt;
+  // One host, one network namespace: its interfaces are read once, not by each member.
+  mo.host_view = std::make_shared<const HostView>(read_host_view());
   Deadline end = Deadline::after(seconds(o.timeout_s));
   struct Child {
     pid_t pid;
@@ -258,14 +267,15 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   s.plan = gpu_plan(id, o, child_env);
   s.token = std::move(*token);
   Record self =
-      build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s));
+      build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s),
+                 mo.host_view.get());
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
 
   auto start_members = [&](uint16_t port) {
     for (Child& c : children) {
       // Children end by the same deadline as this process.
-      double left = std::max(0.5, double(s.end.remaining().count()) / 1000.0);
-      std::string line = fmt::format("{} {:.3f}\n", port, left);
+      long left_ms = std::max<long>(500, static_cast<long>(s.end.remaining().count()));
+      std::string line = fmt::format("{} {}\n", port, left_ms);
       // A few bytes into an empty pipe: the write never waits.
       if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
         Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));

@@ -93,6 +93,10 @@ std::vector<IfAddr> host_interfaces() {
   return out;
 }
 
+HostView read_host_view() {
+  return {host_interfaces(), network_namespace_id()};
+}
+
 std::string network_namespace_id() {
   struct stat st = {};
   if (::stat("/proc/self/ns/net", &st) != 0) return "";

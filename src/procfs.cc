@@ -1,8 +1,10 @@
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -11,10 +13,15 @@
 namespace rankcheck {
 
 std::optional<long> ProcFs::somaxconn() const {
-  std::ifstream in(root + "/sys/net/core/somaxconn");
+  // Read by every member before it connects: one read(2), no stream machinery.
+  int fd = ::open((root + "/sys/net/core/somaxconn").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[32];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
   long backlog = 0;
-  if (in >> backlog) return backlog;
-  return std::nullopt;
+  if (n <= 0 || std::from_chars(buf, buf + n, backlog).ec != std::errc()) return std::nullopt;
+  return backlog;
 }
 
 ProcFs::Memory ProcFs::self_memory() const {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <thread>
@@ -510,21 +511,31 @@ Relay::~Relay() {
 }
 
 std::unique_ptr<Relay> Relay::start(RelayOptions options, std::string* why) {
+  // The election first, on a plain socket: the host's other members lose it and
+  // never make the event loop, its descriptors or its thread.
+  Local::endpoint ep(std::string(1, '\0') + options.endpoint);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int err = 0;
+  if (fd < 0 || ::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    err = errno;
+    if (fd >= 0) ::close(fd);
+    if (why != nullptr) {
+      *why = err == EADDRINUSE ? std::string()
+                               : fmt::format("cannot bind the host relay's socket @{}: {}",
+                                             options.endpoint, std::strerror(err));
+    }
+    return nullptr;
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   Impl& s = *impl;
   std::error_code ec;
-  Local::endpoint ep(std::string(1, '\0') + s.o.endpoint);
-  s.acceptor.open(ep.protocol(), ec);
-  if (!ec) set_cloexec(s.acceptor.native_handle());
-  if (!ec) s.acceptor.bind(ep, ec);
-  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  s.acceptor.assign(ep.protocol(), fd, ec);
   if (ec) {
-    if (why != nullptr) {
-      *why = ec == asio::error::address_in_use
-                 ? std::string()
-                 : fmt::format("cannot bind the host relay's socket @{}: {}", s.o.endpoint,
-                               ec.message());
-    }
+    ::close(fd);
+    if (why != nullptr)
+      *why = fmt::format("cannot serve the host relay's socket @{}: {}", s.o.endpoint,
+                         ec.message());
     return nullptr;
   }
   asio::co_spawn(s.io, s.accept_loop(), asio::detached);

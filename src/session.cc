@@ -323,12 +323,17 @@ NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env, i
 }  // namespace
 
 Record build_self(const Identity& id, const std::optional<std::string>& host_name,
-                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu) {
+                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu, const HostView* view) {
   HostFacts facts;
   facts.host = host_name ? *host_name : local_host_name();
   facts.pid = static_cast<uint32_t>(::getpid());
   // One netlink dump serves both the interface names and NCCL's interface rules.
-  std::vector<IfAddr> ifs = host_interfaces();
+  HostView mine;
+  if (view == nullptr) {
+    mine = read_host_view();
+    view = &mine;
+  }
+  const std::vector<IfAddr>& ifs = view->interfaces;
   facts.interfaces = interfaces_with_address(ifs);
   if (!id.master_addr.empty()) {
     auto resolved = resolve_host(id.master_addr, resolve_by);
@@ -344,7 +349,7 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
   for (const auto& [name, file] : conf.from)
     facts.env_sources.push_back({name, file});
   facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);
-  facts.nccl_if.netns = network_namespace_id();
+  facts.nccl_if.netns = view->netns;
   Record self = make_record(id, facts, conf.env, std::move(gpu));
   // What the master compares is what a hello carries, for its own record too.
   if (fit_hello(self)) {

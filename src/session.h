@@ -110,8 +110,10 @@ struct Session {
 Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& env, const Log& log);
 
 /// This member's record: its identity, host facts, MASTER_ADDR resolved, its GPUs.
+/// `view`: the host's interfaces and network namespace when already read (null: read here).
 Record build_self(const Identity& id, const std::optional<std::string>& host_name,
-                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu = {});
+                  const EnvMap& env, Deadline resolve_by, GpuFacts gpu = {},
+                  const HostView* view = nullptr);
 
 StageOptions stage_options(const RunOptions& o, const EnvMap& env);
 GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env);

@@ -25,6 +25,14 @@ std::vector<std::string> interfaces_with_address(const std::vector<IfAddr>& addr
 /// network namespace ("<boot id>/<inode>"), "" when /proc does not say.
 std::string network_namespace_id();
 
+/// What every process in one network namespace of a host sees alike: read once by
+/// `rankcheck local` before it forks its members, instead of once by each of them.
+struct HostView {
+  std::vector<IfAddr> interfaces;  ///< host_interfaces()
+  std::string netns;               ///< network_namespace_id()
+};
+HostView read_host_view();
+
 /// Numeric addresses `name` resolves to (IPv4 first), within the deadline. The
 /// lookup runs on a helper thread so that a stuck resolver cannot outlive it.
 Result<std::vector<std::string>> resolve_host(const std::string& name, Deadline deadline);

@@ -3,11 +3,13 @@
 // Returns the exit code; only main exits.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include <rankcheck/env.h>
 #include <rankcheck/identity.h>
+#include <rankcheck/net.h>
 
 namespace rankcheck {
 
@@ -33,6 +35,9 @@ struct RunOptions {
   std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
   bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
+  /// `rankcheck local`: the host's interfaces and network namespace, read once before
+  /// its members were forked (they share both); null: this process reads its own.
+  std::shared_ptr<const HostView> host_view;
 };
 
 struct LocalOptions {
