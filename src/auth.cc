@@ -8,6 +8,11 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/opensslv.h>
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+#include <openssl/core_names.h>
+#include <openssl/params.h>
+#endif
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -120,37 +125,110 @@ Result<JobToken> JobToken::load_fd(int fd) {
   return JobToken(std::move(*secret));
 }
 
-std::optional<Mac> JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,
-                                 std::span<const uint8_t> client_nonce,
-                                 std::span<const uint8_t> body) const {
-  // Each part is length-prefixed, so that no two different messages share bytes to MAC.
-  std::string data;
-  for (std::string_view part :
-       {label,
-        std::string_view(reinterpret_cast<const char*>(server_nonce.data()), server_nonce.size()),
-        std::string_view(reinterpret_cast<const char*>(client_nonce.data()), client_nonce.size()),
-        std::string_view(reinterpret_cast<const char*>(body.data()), body.size())}) {
-    uint32_t n = static_cast<uint32_t>(part.size());
-    for (int i = 0; i < 4; ++i)
-      data.push_back(static_cast<char>(n >> (8 * i)));
-    data.append(part);
+// OpenSSL 3 (the build's) through its MAC interface; 1.1.1 (the release's sysroot)
+// through HMAC_CTX, which 3.0 deprecates. Both copy a keyed state per MAC.
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+struct JobToken::Keyed {
+  EVP_MAC_CTX* ctx = nullptr;
+  ~Keyed() { EVP_MAC_CTX_free(ctx); }
+  EVP_MAC_CTX* copy() const { return EVP_MAC_CTX_dup(ctx); }
+  static void drop(EVP_MAC_CTX* c) { EVP_MAC_CTX_free(c); }
+  static bool update(EVP_MAC_CTX* c, const void* p, size_t n) {
+    return EVP_MAC_update(c, static_cast<const unsigned char*>(p), n) == 1;
   }
+  static bool final(EVP_MAC_CTX* c, Mac& out) {
+    size_t len = 0;
+    return EVP_MAC_final(c, out.data(), &len, out.size()) == 1 && len == kMacSize;
+  }
+  static std::shared_ptr<const Keyed> make(const std::string& secret);
+};
+
+std::shared_ptr<const JobToken::Keyed> JobToken::Keyed::make(const std::string& secret) {
+  auto k = std::make_shared<Keyed>();
+  EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (hmac == nullptr) return nullptr;
+  k->ctx = EVP_MAC_CTX_new(hmac);
+  EVP_MAC_free(hmac);  // the context holds its own reference
+  char digest[] = "SHA256";
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
+  if (k->ctx == nullptr || secret.empty() ||
+      EVP_MAC_init(k->ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                   params) != 1) {
+    return nullptr;
+  }
+  return k;
+}
+#else
+struct JobToken::Keyed {
+  HMAC_CTX* ctx = nullptr;
+  ~Keyed() { HMAC_CTX_free(ctx); }
+  HMAC_CTX* copy() const {
+    HMAC_CTX* c = HMAC_CTX_new();
+    // HMAC_CTX_copy only reads its source, though 1.1.1 declares it non-const.
+    if (c != nullptr && HMAC_CTX_copy(c, const_cast<HMAC_CTX*>(ctx)) != 1) {
+      HMAC_CTX_free(c);
+      return nullptr;
+    }
+    return c;
+  }
+  static void drop(HMAC_CTX* c) { HMAC_CTX_free(c); }
+  static bool update(HMAC_CTX* c, const void* p, size_t n) {
+    return HMAC_Update(c, static_cast<const unsigned char*>(p), n) == 1;
+  }
+  static bool final(HMAC_CTX* c, Mac& out) {
+    unsigned int len = 0;
+    return HMAC_Final(c, out.data(), &len) == 1 && len == kMacSize;
+  }
+  static std::shared_ptr<const Keyed> make(const std::string& secret);
+};
+
+std::shared_ptr<const JobToken::Keyed> JobToken::Keyed::make(const std::string& secret) {
+  auto k = std::make_shared<Keyed>();
+  k->ctx = HMAC_CTX_new();
+  if (k->ctx == nullptr || secret.empty() ||
+      HMAC_Init_ex(k->ctx, secret.data(), static_cast<int>(secret.size()), EVP_sha256(),
+                   nullptr) != 1) {
+    return nullptr;
+  }
+  return k;
+}
+#endif
+
+JobToken::JobToken(std::string secret) : secret_(std::move(secret)) {
   // One HMAC-SHA256 needs neither openssl.cnf nor every cipher's name table nor
   // the error strings: loading them was a tenth of a member's CPU time.
   static const bool initialised =
       OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
                               OPENSSL_INIT_NO_ADD_ALL_DIGESTS | OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS,
                           nullptr) == 1;
-  (void)initialised;  // a failure shows as a failed HMAC below
-  Mac out{};
-  unsigned int len = 0;
+  (void)initialised;  // a failure shows as a failed HMAC
+  keyed_ = Keyed::make(secret_);
+}
+
+std::optional<Mac> JobToken::mac(std::string_view label, std::span<const uint8_t> server_nonce,
+                                 std::span<const uint8_t> client_nonce,
+                                 std::span<const uint8_t> body) const {
   // A failed HMAC leaves no MAC at all: never a zero one that a zero MAC would match.
-  if (::HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
-             reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(),
-             &len) == nullptr ||
-      len != kMacSize) {
-    return std::nullopt;
-  }
+  if (!keyed_) return std::nullopt;
+  auto* c = keyed_->copy();
+  if (c == nullptr) return std::nullopt;
+  // Each part is length-prefixed, so that no two different messages share bytes to MAC.
+  bool ok = true;
+  auto part = [&](const void* p, size_t n) {
+    uint8_t len[4];
+    for (int i = 0; i < 4; ++i)
+      len[i] = static_cast<uint8_t>(static_cast<uint32_t>(n) >> (8 * i));
+    ok = ok && Keyed::update(c, len, sizeof len) && (n == 0 || Keyed::update(c, p, n));
+  };
+  part(label.data(), label.size());
+  part(server_nonce.data(), server_nonce.size());
+  part(client_nonce.data(), client_nonce.size());
+  part(body.data(), body.size());
+  Mac out{};
+  ok = ok && Keyed::final(c, out);
+  Keyed::drop(c);
+  if (!ok) return std::nullopt;
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,8 +45,15 @@ class JobToken {
               std::span<const uint8_t> client_nonce, std::span<const uint8_t> body) const;
 
  private:
-  explicit JobToken(std::string secret) : secret_(std::move(secret)) {}
+  explicit JobToken(std::string secret);
   std::string secret_;  // never printed
+  // The HMAC state after the key, made once and copied for each MAC: a rank 0 of
+  // 100,000 members makes hundreds of thousands, and OpenSSL 3 would otherwise look
+  // the algorithm up and hash the key again for each. Read-only once made, so that
+  // a member's relay thread may MAC alongside its main thread. Null when OpenSSL
+  // refused it: every MAC then fails.
+  struct Keyed;
+  std::shared_ptr<const Keyed> keyed_;
 };
 
 /// Fresh random bytes for a nonce or a token (getrandom, else /dev/urandom); an

@@ -61,6 +61,40 @@ TEST_CASE("security: members with many odd variables give a bounded report") {
                     199 * 128 - 16));
 }
 
+TEST_CASE("security: the job token's MAC is HMAC-SHA256 over the length-prefixed parts") {
+  // Known answers from Python's hmac module over the same bytes (each part's
+  // length as 4 little-endian bytes, then the part): every build (OpenSSL 3 here,
+  // 1.1.1 in the release) and every version must agree on the wire.
+  auto hex = [](const std::optional<Mac>& m) {
+    std::string out;
+    if (m) {
+      for (uint8_t b : *m)
+        out += fmt::format("{:02x}", b);
+    }
+    return out;
+  };
+  JobToken token = JobToken::from_secret("0123456789abcdef0123456789abcdef");
+  Nonce server{}, client{};
+  for (size_t i = 0; i < server.size(); ++i) {
+    server[i] = static_cast<uint8_t>(i);
+    client[i] = static_cast<uint8_t>(16 + i);
+  }
+  const std::string body = "abc";
+  std::span<const uint8_t> body_bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+  CHECK(hex(token.mac(kHelloLabel, server, client, body_bytes)) ==
+        "c6a1b68b527d6188822468dc5dea6bbe7d444a3576a6dc3303d8ab76777d4b5b");
+  CHECK(hex(token.mac(kVerdictLabel, {}, {}, {})) ==
+        "999a569490a1e732ea57ce289f786ba450d7cca9e6314f81798fd0f02ba2701f");
+  // The keyed state is copied, not used up: the same MAC again, and a copy of the
+  // token agrees.
+  JobToken copy = token;
+  CHECK(hex(copy.mac(kHelloLabel, server, client, body_bytes)) ==
+        hex(token.mac(kHelloLabel, server, client, body_bytes)));
+  CHECK(token.verify(*token.mac(kVerdictLabel, {}, {}, {}), kVerdictLabel, {}, {}, {}));
+  CHECK(!JobToken::from_secret("another token, not this job's").verify(
+      *token.mac(kVerdictLabel, {}, {}, {}), kVerdictLabel, {}, {}, {}));
+}
+
 TEST_CASE("security: a job token from a pipe is read once, without waiting, and bounded") {
   // What `rankcheck local` hands each member instead of a file left behind.
   auto pipe_with = [](const std::string& text, bool close_writer) {
