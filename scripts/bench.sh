@@ -16,6 +16,15 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 say "== rankcheck local -n 8 --no-gpu (whole pipeline, 8 processes), 20 runs"
 /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
+# What users run is the release binary (clang, OpenSSL 1.1.1, stripped): timed too
+# when scripts/release.sh has made one from these sources.
+if [[ -x dist/rankcheck && ! dist/rankcheck -ot build/rankcheck ]]; then
+  say
+  say "== the same with the release binary, dist/rankcheck"
+  RANKCHECK_BIN=$PWD/dist/rankcheck /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
+elif [[ -x dist/rankcheck ]]; then
+  echo "bench: dist/rankcheck is older than build/rankcheck, not timed (scripts/release.sh remakes it)" >&2
+fi
 
 say
 say "== for comparison, the check users write with torch (one import, 8 forked members, gloo), 5 runs"

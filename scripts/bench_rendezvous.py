@@ -117,7 +117,8 @@ def local_runs(runs, nprocs=8):
             peaks.append(r["master_memory_kib"]["peak_at_decision"])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
-    return {"scenario": f"local-{nprocs}", "ranks": nprocs, "hosts": 1, "verdict": verdict,
+    return {"scenario": f"local-{nprocs}", "binary": os.path.relpath(BIN, ROOT),
+            "ranks": nprocs, "hosts": 1, "verdict": verdict,
             "rendezvous_ms": round(statistics.median(rendezvous), 2),
             "verdict_at_all_ms": round(statistics.median(walls), 2),
             "wall_min_ms": round(min(walls), 2), "wall_max_ms": round(max(walls), 2),
@@ -156,7 +157,7 @@ def start_to_hello(runs=20):
             p.wait()
             if kind == wire.HELLO:
                 took.append((t1 - t0) * 1000)
-    return {"scenario": "start-to-hello", "ranks": 1, "hosts": 1,
+    return {"scenario": "start-to-hello", "binary": os.path.relpath(BIN, ROOT), "ranks": 1, "hosts": 1,
             "verdict": "pass" if len(took) == runs else "fail", "rendezvous_ms": None,
             "verdict_at_all_ms": None, "hello_ms": round(statistics.median(took), 2),
             "hello_min_ms": round(min(took), 2), "master_peak_kib": None,
@@ -182,7 +183,7 @@ def main(argv):
         if as_json:
             print(json.dumps(r), flush=True)
         else:
-            print(f"wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
+            print(f"{r['binary']}: wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
                   f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
                   f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; a member's "
                   f"hello {r['member_hello_ms']:.1f} ms after it had the port (median, max "
@@ -191,7 +192,7 @@ def main(argv):
         if as_json:
             print(json.dumps(h), flush=True)
         else:
-            print(f"a member exec'd as a launcher starts it: its hello {h['hello_ms']:.1f} ms after "
+            print(f"{h['binary']}: a member exec'd as a launcher starts it: its hello {h['hello_ms']:.1f} ms after "
                   f"the spawn (median, min {h['hello_min_ms']:.1f})", flush=True)
     if relay_counts:
         relayed(relay_counts, as_json)
