@@ -187,8 +187,8 @@ std::shared_ptr<const JobToken::Keyed> JobToken::Keyed::make(const std::string& 
   auto k = std::make_shared<Keyed>();
   k->ctx = HMAC_CTX_new();
   if (k->ctx == nullptr || secret.empty() ||
-      HMAC_Init_ex(k->ctx, secret.data(), static_cast<int>(secret.size()), EVP_sha256(),
-                   nullptr) != 1) {
+      HMAC_Init_ex(k->ctx, secret.data(), static_cast<int>(secret.size()), EVP_sha256(), nullptr) !=
+          1) {
     return nullptr;
   }
   return k;

@@ -266,9 +266,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, child_env);
   s.token = std::move(*token);
-  Record self =
-      build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s),
-                 mo.host_view.get());
+  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s),
+                           mo.host_view.get());
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
 
   auto start_members = [&](uint16_t port) {

@@ -534,8 +534,8 @@ std::unique_ptr<Relay> Relay::start(RelayOptions options, std::string* why) {
   if (ec) {
     ::close(fd);
     if (why != nullptr)
-      *why = fmt::format("cannot serve the host relay's socket @{}: {}", s.o.endpoint,
-                         ec.message());
+      *why =
+          fmt::format("cannot serve the host relay's socket @{}: {}", s.o.endpoint, ec.message());
     return nullptr;
   }
   asio::co_spawn(s.io, s.accept_loop(), asio::detached);

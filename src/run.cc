@@ -442,9 +442,8 @@ int run_probe(const RunOptions& o, const EnvMap& env) {
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, env);
   s.token = std::move(*token);
-  Record self =
-      build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))), probe_gpus(s),
-                 o.host_view.get());
+  Record self = build_self(id, o.host_name, env, end.sooner(Deadline::after(Millis(5000))),
+                           probe_gpus(s), o.host_view.get());
   // The master compares when each process started (late-start).
   self.started_unix_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(s.wall_start.time_since_epoch())

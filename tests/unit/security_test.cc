@@ -91,8 +91,8 @@ TEST_CASE("security: the job token's MAC is HMAC-SHA256 over the length-prefixed
   CHECK(hex(copy.mac(kHelloLabel, server, client, body_bytes)) ==
         hex(token.mac(kHelloLabel, server, client, body_bytes)));
   CHECK(token.verify(*token.mac(kVerdictLabel, {}, {}, {}), kVerdictLabel, {}, {}, {}));
-  CHECK(!JobToken::from_secret("another token, not this job's").verify(
-      *token.mac(kVerdictLabel, {}, {}, {}), kVerdictLabel, {}, {}, {}));
+  CHECK(!JobToken::from_secret("another token, not this job's")
+             .verify(*token.mac(kVerdictLabel, {}, {}, {}), kVerdictLabel, {}, {}, {}));
 }
 
 TEST_CASE("security: a job token from a pipe is read once, without waiting, and bounded") {
