@@ -223,7 +223,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   };
   std::vector<Child> children;
   std::fflush(nullptr);  // nothing buffered here is written again by a child
-  // OpenSSL's HMAC sets up its tables on first use: once here, inherited by each fork.
+  // The token's keyed state is made with it; one MAC here does the rest of OpenSSL's
+  // first-use setup, once, inherited by each fork.
   if (*token) (void)(*token)->mac("warmup", {}, {}, {});
   for (int k = 1; k < lo.nprocs; ++k) {
     std::array<int, 2> start{-1, -1};

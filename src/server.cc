@@ -276,15 +276,13 @@ void Server::Impl::finalize() {
 
 void Server::Impl::broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local,
                              bool timed) {
-  auto b = std::make_shared<Broadcast>(
-      Broadcast{base, std::make_shared<const std::vector<uint8_t>>(encode(base)), &local, 0,
-                Clock::now(), timed});
-  broadcasts.push_back(std::move(b));
+  broadcasts.push_back(Broadcast{base, std::make_shared<const std::vector<uint8_t>>(encode(base)),
+                                 &local, 0, Clock::now(), timed});
   if (broadcasts.size() == 1) broadcast_some();
 }
 
 void Server::Impl::broadcast_some() {
-  Broadcast& b = *broadcasts.front();
+  Broadcast& b = broadcasts.front();
   size_t end = std::min(conns.size(), b.next + kBroadcastChunk);
   for (size_t i = b.next; i < end; ++i) {
     std::vector<Finding> notes = state.notes_for(i);

@@ -125,11 +125,11 @@ struct Server::Impl {
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
-  // Challenge nonces, drawn from getrandom 256 at a time rather than a call each.
   // Where a relay's connection is read into, a burst at a time (serve_relay).
   std::array<uint8_t, 64 * 1024> scratch{};
+  // Challenge nonces, drawn from getrandom 256 at a time rather than a call each.
   std::array<uint8_t, 256 * kNonceSize> random_pool{};
-  size_t random_used = 256 * kNonceSize;
+  size_t random_used = sizeof random_pool;  // all used: the first nonce draws
   Status fresh_nonce(Nonce& out) {
     if (random_used + out.size() > random_pool.size()) {
       if (auto ok = fill_random(random_pool); !ok) return ok;
@@ -289,7 +289,7 @@ struct Server::Impl {
     bool timed;
   };
   static constexpr size_t kBroadcastChunk = 4096;
-  std::deque<std::shared_ptr<Broadcast>> broadcasts;  // the front one is under way
+  std::deque<Broadcast> broadcasts;  // the front one is under way
   void broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local, bool timed);
   void broadcast_some();
 
