@@ -9,12 +9,13 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <rankcheck/interrupt.h>
-#include <rankcheck/master.h>
-#include <rankcheck/member.h>
-#include <rankcheck/text.h>
+#include "base/interrupt.h"
+#include "host/procfs.h"
+#include "master/master_state.h"
+#include "rendezvous/member.h"
+#include "base/text.h"
 
-#include "bootstrap.h"
+#include "app/bootstrap.h"
 
 namespace rankcheck {
 namespace {
@@ -164,7 +165,7 @@ int run(const Identity& id, Record& self, Session& s) {
           static_cast<long>(master->admit(std::move(rec), fmt::format("MPI rank {}", k), k == 0));
     }
     // Everyone in the communicator is here: nobody else can come.
-    const Verdict& v = master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)});
+    const Verdict& v = master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)}, process_facts());
     frames = verdicts(*master, v, member_of);
   }
   auto mine = mpi.scatter(frames);

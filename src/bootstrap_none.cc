@@ -1,9 +1,9 @@
 // The bootstrap of a binary built without MPI: `--bootstrap mpi` is a usage
 // error there (run.cc says to use rankcheck-mpi).
 
-#include <rankcheck/finding.h>
+#include "model/finding.h"
 
-#include "bootstrap.h"
+#include "app/bootstrap.h"
 
 namespace rankcheck {
 

@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/build_info.h>
-#include <rankcheck/finding.h>
+#include "base/build_info.h"
+#include "model/finding.h"
 
-#include "cli.h"
+#include "app/cli.h"
 
 int main(int argc, char** argv) {
   using namespace rankcheck;

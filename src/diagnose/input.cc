@@ -17,7 +17,7 @@
 #include <zlib.h>
 #endif
 
-#include "internal.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include <rankcheck/diagnose.h>
+#include "diagnose/diagnose.h"
 
 namespace rankcheck::diagnose {
 

@@ -6,7 +6,7 @@
 #include <deque>
 #include <stdexcept>
 
-#include "internal.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {

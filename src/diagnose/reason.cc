@@ -18,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/text.h>
+#include "base/text.h"
 
-#include "internal.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {

@@ -3,24 +3,15 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/report.h>
-#include <rankcheck/text.h>
-#include <rankcheck/version.h>
+#include "report/report.h"
+#include "base/text.h"
+#include "base/version.h"
 
-#include "../report_common.h"
-#include "internal.h"
+#include "report/common.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {
-
-std::string size_text(uint64_t bytes) {
-  if (bytes >= (uint64_t{1} << 30))
-    return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
-  if (bytes >= (uint64_t{1} << 20))
-    return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
-  return fmt::format("{} B", bytes);
-}
 
 // A text report's evidence line ends by this column, like the rest of its lines end
 // near report.cc's wrap width: a log line can be kilobytes (torchrun's error.json is
@@ -108,7 +99,7 @@ std::string render_text(const Diagnosis& d, bool color) {
   }
   out += fmt::format("\n  verify with: {}\n", printable(d.verify_with, 400));
   out += fmt::format("  read {} ({}{}), {} matched a message of the catalogue\n",
-                     plural(d.files, "file", "files"), size_text(d.bytes),
+                     plural(d.files, "file", "files"), bytes_text(d.bytes),
                      d.skipped_files ? fmt::format(", {} binary left out", d.skipped_files) : "",
                      plural(d.matched, "line", "lines"));
   return out;

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <regex>
 
-#include <rankcheck/text.h>
+#include "base/text.h"
 
-#include "internal.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {

@@ -5,9 +5,10 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/interrupt.h>
+#include "base/interrupt.h"
 
-#include "dl_run.h"
+#include "gpu/dl_run.h"
+#include "base/text.h"
 
 namespace rankcheck::dl {
 namespace {

@@ -1,7 +1,7 @@
 // The function tables of the dlopen'd CUDA driver and NCCL, and the texts made
 // from what they return.
 
-#include "dl_libs.h"
+#include "gpu/dl_libs.h"
 
 #include <climits>
 #include <cstdlib>

@@ -9,7 +9,7 @@
 // ncclSuccess and the stream completed, and every wait asks NCCL for its errors
 // (a network or proxy error shows there, never on the stream).
 
-#include "dl_run.h"
+#include "gpu/dl_run.h"
 
 #include <algorithm>
 #include <cstring>
@@ -17,7 +17,8 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/interrupt.h>
+#include "base/interrupt.h"
+#include "base/text.h"
 
 namespace rankcheck::dl {
 namespace {

@@ -10,9 +10,10 @@
 #include <mutex>
 #include <vector>
 
-#include <rankcheck/gpu.h>
+#include "model/gpu.h"
+#include "gpu/stage.h"
 
-#include "dl_libs.h"
+#include "gpu/dl_libs.h"
 
 namespace rankcheck::dl {
 

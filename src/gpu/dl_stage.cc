@@ -11,12 +11,13 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <rankcheck/gpu.h>
-#include <rankcheck/interrupt.h>
-#include <rankcheck/procfs.h>
+#include "model/gpu.h"
+#include "gpu/stage.h"
+#include "base/interrupt.h"
+#include "host/procfs.h"
 
-#include "dl_libs.h"
-#include "dl_run.h"
+#include "gpu/dl_libs.h"
+#include "gpu/dl_run.h"
 
 namespace rankcheck {
 namespace {

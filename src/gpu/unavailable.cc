@@ -1,6 +1,7 @@
 // Built when cuda.h or nccl.h was not found: the stage says so instead of running.
 
-#include <rankcheck/gpu.h>
+#include "model/gpu.h"
+#include "gpu/stage.h"
 
 namespace rankcheck {
 namespace {

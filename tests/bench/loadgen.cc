@@ -29,11 +29,11 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 
-#include <rankcheck/deadline.h>
-#include <rankcheck/member.h>
-#include <rankcheck/procfs.h>
-#include <rankcheck/protocol.h>
-#include <rankcheck/relay.h>
+#include "base/deadline.h"
+#include "rendezvous/member.h"
+#include "host/procfs.h"
+#include "protocol/messages.h"
+#include "rendezvous/relay.h"
 
 using namespace rankcheck;
 using asio::ip::tcp;

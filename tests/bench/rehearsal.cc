@@ -13,8 +13,9 @@
 
 #include <fmt/format.h>
 
-#include <rankcheck/netpath.h>
-#include <rankcheck/netpath_io.h>
+#include "rehearsal/plan.h"
+#include "model/path.h"
+#include "rehearsal/probe.h"
 
 using namespace rankcheck;
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <rankcheck/protocol.h>
+#include "protocol/messages.h"
 
 using namespace rankcheck;
 

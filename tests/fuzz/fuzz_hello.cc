@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/protocol.h>
-#include <rankcheck/report.h>
-#include <rankcheck/wire.h>
+#include "rules/rules.h"
+#include "protocol/messages.h"
+#include "report/report.h"
+#include "protocol/wire.h"
 
 using namespace rankcheck;
 

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include <rankcheck/identity.h>
-#include <rankcheck/protocol.h>
+#include "identity/identity.h"
+#include "protocol/messages.h"
 
 using namespace rankcheck;
 

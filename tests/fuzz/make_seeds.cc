@@ -6,7 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <rankcheck/protocol.h>
+#include "protocol/messages.h"
+#include "protocol/record_codec.h"
 
 using namespace rankcheck;
 

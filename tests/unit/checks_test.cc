@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/join_tracker.h>
+#include "rules/rules.h"
+#include "rules/join_tracker.h"
 
 #include "helpers.h"
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include <rankcheck/deadline.h>
+#include "base/deadline.h"
 
 using namespace rankcheck;
 

@@ -9,8 +9,8 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include <rankcheck/diagnose.h>
-#include <rankcheck/text.h>
+#include "diagnose/diagnose.h"
+#include "base/text.h"
 
 using namespace rankcheck;
 using namespace rankcheck::diagnose;

@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/finding.h>
+#include "rules/rules.h"
+#include "model/finding.h"
 
 using namespace rankcheck;
 

@@ -5,11 +5,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/join_tracker.h>
-#include <rankcheck/protocol.h>
+#include "rules/rules.h"
+#include "rules/join_tracker.h"
+#include "protocol/messages.h"
 
 #include "helpers.h"
+#include "base/text.h"
 
 using namespace rankcheck;
 using test::find;

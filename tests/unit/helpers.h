@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/env.h>
+#include "rules/rules.h"
+#include "base/env.h"
 
 namespace rankcheck::test {
 

@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/hostlist.h>
+#include "base/hostlist.h"
 
 using namespace rankcheck;
 using V = std::vector<std::string>;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include <rankcheck/identity.h>
+#include "identity/identity.h"
 
 #include "helpers.h"
 

@@ -5,9 +5,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include <rankcheck/master.h>
-#include <rankcheck/shared_list.h>
-#include <rankcheck/shared_string.h>
+#include "master/master_state.h"
+#include "base/shared_list.h"
+#include "base/shared_string.h"
 
 #include "helpers.h"
 

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <sys/socket.h>
 
-#include <rankcheck/member.h>
+#include "rendezvous/member.h"
 
 using namespace rankcheck;
 

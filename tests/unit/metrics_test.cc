@@ -2,7 +2,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/metrics.h>
+#include "report/metrics.h"
 
 #include "helpers.h"
 

@@ -5,9 +5,10 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/checks.h>
-#include <rankcheck/nccl_if.h>
-#include <rankcheck/record.h>
+#include "rules/rules.h"
+#include "host/nccl_socket_if.h"
+#include "model/record.h"
+#include "protocol/record_codec.h"
 
 #include "helpers.h"
 

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/netpath.h>
+#include "rehearsal/plan.h"
 
 using namespace rankcheck;
 

@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include <rankcheck/procfs.h>
+#include "host/procfs.h"
 
 using namespace rankcheck;
 namespace fs = std::filesystem;

@@ -5,7 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <rankcheck/protocol.h>
+#include "protocol/messages.h"
+#include "protocol/record_codec.h"
 
 #include "helpers.h"
 

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <rankcheck/report.h>
+#include "report/report.h"
 
 #include "helpers.h"
 

@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <rankcheck/auth.h>
-#include <rankcheck/checks.h>
-#include <rankcheck/protocol.h>
-#include <rankcheck/report.h>
-#include <rankcheck/text.h>
+#include "protocol/auth.h"
+#include "rules/rules.h"
+#include "protocol/messages.h"
+#include "report/report.h"
+#include "base/text.h"
 
 #include "helpers.h"
 

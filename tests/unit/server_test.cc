@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <rankcheck/member.h>
-#include <rankcheck/server.h>
+#include "rendezvous/member.h"
+#include "rendezvous/server.h"
 
 using namespace rankcheck;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include <rankcheck/text.h>
+#include "base/text.h"
 
 using namespace rankcheck;
 

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include <rankcheck/wire.h>
+#include "protocol/wire.h"
 
 using namespace rankcheck;
 using Bytes = std::vector<uint8_t>;

@@ -1,0 +1,171 @@
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "app/cli.h"
+
+namespace rankcheck::cli {
+
+CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        double x = 0;
+        size_t used = 0;
+        try {
+          x = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        // std::stod takes "nan" and "inf", and every comparison with NaN is false:
+        // a range check alone lets them through.
+        if (used == 0 || used != v.size() || !std::isfinite(x)) {
+          return fmt::format("{} is not a number (expected {} to {})", v, lo, hi);
+        }
+        if (x < lo || x > hi) return fmt::format("{} is not in {} to {}", v, lo, hi);
+        return std::string();
+      },
+      fmt::format("NUMBER in {} to {}", lo, hi));
+}
+
+CLI::Validator whole_number_in(long lo, long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        long x = 0;
+        size_t used = 0;
+        try {
+          x = std::stol(v, &used);
+        } catch (const std::out_of_range&) {
+          return fmt::format("{} is too large (expected {} to {})", v, lo, hi);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != v.size()) {
+          return fmt::format("{} is not a whole number (expected {} to {})", v, lo, hi);
+        }
+        if (x < lo || x > hi) return fmt::format("{} is not in {} to {}", v, lo, hi);
+        return std::string();
+      },
+      fmt::format("INT in {} to {}", lo, hi));
+}
+
+void add_identity_flags(CLI::App& app, Flags& f) {
+  auto group = "Identity (each beats the environment)";
+  app.add_option("--rank", f.rank, "Global rank of this process (else RANK, SLURM_PROCID, ...)")
+      ->group(group);
+  app.add_option("--world-size", f.world_size, "Number of ranks in the job")->group(group);
+  app.add_option("--local-rank", f.local_rank, "Rank on this host")->group(group);
+  app.add_option("--local-world-size", f.local_world_size, "Ranks on this host")->group(group);
+  app.add_option("--node-rank", f.node_rank, "Index of this node (node mode)")->group(group);
+  app.add_option("--nnodes", f.nnodes, "Number of nodes (node mode)")->group(group);
+  app.add_option("--nproc-per-node", f.nproc_per_node,
+                 "Node mode: this process stands for N consecutive ranks")
+      ->group(group);
+  app.add_option("--master-addr", f.master_addr, "Host of rank 0 (else MASTER_ADDR)")->group(group);
+  app.add_option("--master-port", f.master_port, "Port of the rendezvous (else MASTER_PORT, 29500)")
+      ->group(group);
+  app.add_option("--rendezvous-port", f.rendezvous_port,
+                 "Port rankcheck meets on, when MASTER_PORT belongs to someone else (default: "
+                 "MASTER_PORT, or MASTER_PORT+1 under torchrun's agent store)")
+      ->group(group);
+  app.add_option("--job-id", f.job_id,
+                 "Job id; members of other jobs are refused (else SLURM_JOB_ID, "
+                 "TORCHELASTIC_RUN_ID)")
+      ->group(group);
+}
+
+void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
+  app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)");
+  app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
+      ->capture_default_str()
+      ->check(number_in(0.1, 86400.0));
+  app.add_option("--handshake-timeout", o.handshake_timeout_s,
+                 "Seconds a connection has to complete its hello")
+      ->capture_default_str()
+      ->check(number_in(0.05, 600.0));
+  app.add_option("--progress-interval", o.progress_interval_s,
+                 "Seconds between progress lines on stderr")
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600.0));
+  app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
+  app.add_option("--metrics", o.metrics_path,
+                 "Write the run's metrics to PATH for node_exporter's textfile collector "
+                 "(replaced whole: last run time, verdict, findings, timings)");
+  app.add_option("--exclude-file", o.exclude_path,
+                 "On failure, write the hosts that hold the initiating failure to PATH as one "
+                 "Slurm host list (sbatch --exclude); empty when there are none");
+  app.add_option("--token-file", o.token_file,
+                 "The job token: hellos and verdicts are authenticated with it (else "
+                 "RANKCHECK_TOKEN_FILE; rankcheck local makes one)");
+  app.add_option("--token-fd", o.token_fd,
+                 "The job token from descriptor N, a pipe this process inherited (how "
+                 "rankcheck local hands it to its members: no file is left behind)")
+      ->check(whole_number_in(3, 1 << 20))
+      ->excludes("--token-file");
+  app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
+  app.add_flag("--no-relay", o.no_relay,
+               "Every process connects to rank 0 itself; by default the members of a host "
+               "meet it over one connection, through the first of them (a host relay)");
+  app.add_option("--nccl-roots-every", o.nccl_roots_every,
+                 "Above N ranks, initialise NCCL with ncclCommInitRankScalable, one root per N "
+                 "ranks, each made by the first rank of its block (NCCL 2.23 and newer; the "
+                 "same N on every rank; 0: at any size, with one root)")
+      ->capture_default_str()
+      ->check(whole_number_in(0, 1 << 30));
+  app.add_option("--nccl-lib", o.nccl_lib,
+                 "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
+  app.add_option_function<std::string>(
+         "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
+         "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
+          },
+          "SIZE"));
+  app.add_option("--min-busbw", o.min_busbw_gbps,
+                 "With --bandwidth: a bus bandwidth below GBPS is a finding")
+      ->check(number_in(0.001, 1e6));
+  app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
+  app.add_option("--color", color, "Colour the text report: auto, always, never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+}
+
+void add_device_flag(CLI::App& app, std::optional<int>& device) {
+  app.add_option("--device", device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
+      ->check(whole_number_in(0, 1023));
+}
+
+uint64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  std::string unit = text.substr(used);
+  double scale = unit.empty() || unit == "B"    ? 1
+                 : unit == "K" || unit == "KiB" ? 1024.0
+                 : unit == "M" || unit == "MiB" ? 1024.0 * 1024
+                 : unit == "G" || unit == "GiB" ? 1024.0 * 1024 * 1024
+                                                : 0;
+  double bytes = n * scale;
+  if (!(bytes >= 4) || bytes > 64.0 * 1024 * 1024 * 1024) return 0;
+  return static_cast<uint64_t>(bytes);
+}
+
+bool use_color(const std::string& mode, const EnvMap& env) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const std::string* term = env_get(env, "TERM");
+  // mpirun gives each rank a pty and writes what it prints into its own log: a
+  // terminal there is not one a person reads.
+  bool mpi_pty = env_get(env, "OMPI_COMM_WORLD_SIZE") != nullptr ||
+                 env_get(env, "PMI_SIZE") != nullptr || env_get(env, "PMIX_RANK") != nullptr;
+  return ::isatty(1) == 1 && !mpi_pty && env_get(env, "NO_COLOR") == nullptr &&
+         !(term != nullptr && *term == "dumb");
+}
+
+}  // namespace rankcheck::cli

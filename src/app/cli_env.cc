@@ -1,0 +1,24 @@
+#include "app/cli.h"
+
+namespace rankcheck::cli {
+
+Command add_env(CLI::App& root, const EnvMap& env) {
+  auto* app = root.add_subcommand(
+      "env",
+      "Print who this process thinks it is, every source of that, and the checks it can make "
+      "alone; no rendezvous");
+  auto o = std::make_shared<EnvOptions>();
+  add_identity_flags(*app, o->flags);
+  app->add_option("--host-name", o->host_name, "Host name to report (default: gethostname)");
+  app->add_flag("--json", o->json, "JSON instead of text");
+  app->add_flag("--no-gpu", o->no_gpu, "Do not probe the GPUs and NCCL");
+  app->add_option("--nccl-lib", o->nccl_lib, "The libnccl.so the training job loads");
+  add_device_flag(*app, o->device);
+  app->add_option("--resolve-timeout", o->resolve_timeout_s,
+                  "Seconds to wait for MASTER_ADDR to resolve")
+      ->capture_default_str()
+      ->check(number_in(0.0, 60.0));
+  return {app, [o, &env] { return run_env(*o, env); }};
+}
+
+}  // namespace rankcheck::cli

@@ -1,0 +1,27 @@
+#include "app/cli.h"
+
+namespace rankcheck::cli {
+
+Command add_local(CLI::App& root, const EnvMap& env) {
+  auto* app = root.add_subcommand(
+      "local", "Run a whole job of N members on this machine and print the master's report");
+  auto o = std::make_shared<LocalOptions>();
+  o->run.timeout_s = 30;
+  auto color = std::make_shared<std::string>("auto");
+  app->add_option("-n,--nprocs", o->nprocs, "Members to start (1-1024)")
+      ->capture_default_str()
+      ->check(whole_number_in(1, 1024));
+  app->add_option("--master-port", o->run.flags.master_port,
+                  "Port of the rendezvous (default: a free one)");
+  app->add_option("--job-id", o->run.flags.job_id, "Job id (default: local-<pid>)");
+  add_run_flags(*app, o->run, *color);
+  // Refused with the reason (each member takes its own GPU), and left out of --help.
+  add_device_flag(*app, o->run.device);
+  app->get_option("--device")->group("");
+  return {app, [o, color, &env] {
+            o->run.color = use_color(*color, env);
+            return run_local(*o, env);
+          }};
+}
+
+}  // namespace rankcheck::cli

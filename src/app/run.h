@@ -1,0 +1,70 @@
+#pragma once
+// The pipeline of one run: identity, local checks, rendezvous, verdict, report.
+// Returns the exit code; only main exits.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/env.h"
+#include "identity/identity.h"
+#include "host/interfaces.h"
+
+
+namespace rankcheck {
+
+struct RunOptions {
+  Flags flags;
+  std::optional<std::string> host_name;  ///< overrides gethostname()
+  double timeout_s = 300;                ///< bounds the whole run
+  double handshake_timeout_s = 5;
+  double progress_interval_s = 5;
+  std::string json_path;     ///< "" none, "-" stdout instead of text
+  std::string metrics_path;  ///< --metrics: node_exporter textfile, "" none
+  std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
+  bool no_gpu = false;
+  bool no_relay = false;          ///< --no-relay: every member connects to the master itself
+  long nccl_roots_every = 4096;   ///< --nccl-roots-every (MasterConfig::nccl_roots_every)
+  std::string nccl_lib;           ///< --nccl-lib: the NCCL the training job loads
+  std::optional<int> device;      ///< --device: the CUDA device, else LOCAL_RANK's
+  uint64_t bandwidth_bytes = 0;   ///< --bandwidth: a timed all-reduce of this size
+  double min_busbw_gbps = 0;      ///< --min-busbw: a lower bus bandwidth is a finding
+  std::string bootstrap = "tcp";  ///< --bootstrap: tcp, or mpi (rankcheck-mpi)
+  std::optional<std::string>
+      token_file;               ///< --token-file, else RANKCHECK_TOKEN_FILE: the job token
+  std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
+  bool quiet = false;           ///< no progress lines on stderr
+  bool color = false;
+  /// `rankcheck local`: the host's interfaces and network namespace, read once before
+  /// its members were forked (they share both); null: this process reads its own.
+  std::shared_ptr<const HostView> host_view;
+};
+
+struct LocalOptions {
+  RunOptions run;
+  int nprocs = 4;
+};
+
+struct EnvOptions {
+  Flags flags;
+  std::optional<std::string> host_name;
+  bool json = false;
+  double resolve_timeout_s = 2;
+  bool no_gpu = false;
+  std::string nccl_lib;
+  std::optional<int> device;
+};
+
+/// `rankcheck run`: this process is one member (rank 0 also hosts the master).
+int run_probe(const RunOptions& options, const EnvMap& env);
+/// `rankcheck local -n N`: N members on this machine, the master in this process.
+int run_local(const LocalOptions& options, const EnvMap& env);
+/// `rankcheck env`: identity, sources and local checks; no rendezvous.
+int run_env(const EnvOptions& options, const EnvMap& env);
+
+/// The environment for a child member of `rankcheck local`: the parent's, less
+/// every launcher variable, so that an enclosing Slurm or torchrun job does not leak in.
+EnvMap without_launcher_env(const EnvMap& env);
+
+}  // namespace rankcheck

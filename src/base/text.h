@@ -1,0 +1,34 @@
+#pragma once
+// Small text helpers shared by rules and renderers.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rankcheck {
+
+/// "0-7,9,12-15" from any ranks (sorted and deduplicated here). Very long lists
+/// end in "... (+N more)".
+std::string format_ranks(std::vector<long> ranks, size_t max_runs = 24);
+
+/// "gpu-01, gpu-02 and 6 more".
+std::string format_list(const std::vector<std::string>& items, size_t max_items = 6);
+
+/// A string from a peer made safe for a terminal: control bytes, escape
+/// sequences and invalid UTF-8 become \xNN; longer than `max_len` is cut with "...".
+std::string printable(std::string_view s, size_t max_len = 96);
+
+/// Columns a UTF-8 string takes on a terminal (one per code point).
+size_t display_width(std::string_view s);
+
+/// "1 rank" / "3 ranks".
+std::string plural(size_t n, std::string_view one, std::string_view many);
+
+/// "64 KiB", "256 MiB", "1.5 GiB", "100 bytes".
+std::string bytes_text(uint64_t bytes);
+
+/// Seconds with sensible precision: "0.021 s", "1.33 s", "41 s".
+std::string format_seconds(double ms);
+
+}  // namespace rankcheck

@@ -1,0 +1,243 @@
+// The messages `rankcheck diagnose` knows, as data: one row per message, most
+// specific first (a line takes the first row that matches it). Each row names the
+// text the program prints, where it comes from, what it says about the job and
+// which finding it leads to. The wording was read in the projects' sources (NCCL
+// src/init.cc, src/bootstrap.cc, src/misc/socket.cc; PyTorch's ProcessGroupNCCL.cpp,
+// TCPStore.cpp, socket.cpp, distributed_c10d.py, torch.distributed.elastic; Slurm's
+// src/srun/launch.c and slurmstepd/req.c; Open MPI 4.1's help-orterun.txt) or, for
+// the CUDA runtime's closed strings, in users' logs; several versions' wordings are
+// separate rows. docs/findings.md explains the findings they lead to.
+
+#include <stdexcept>
+
+#include "diagnose/diagnose.h"
+
+namespace rankcheck::diagnose {
+namespace {
+
+using enum MessageClass;
+using enum Role;
+using F = FindingId;
+
+// Regexes are ECMAScript (std::regex), run only on lines that hold the row's
+// literal, and only on a window of the line around it: no catastrophic input.
+constexpr Pattern kCatalogue[] = {
+    // -- rankcheck's own verdicts: already decided --------------------------------
+    {"rankcheck_member_verdict", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
+     "rankcheck: FAIL",
+     R"(rankcheck: FAIL(?: \(job [^)]*\))?: (.*); this is ranks? ([0-9]+)(?:-[0-9]+)? on (\S+)(?: \[([a-z0-9-]+)\])?)",
+     "detail,rank,host,id", "src/report.cc render_member_text"},
+    {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
+     "\xE2\x9C\x97 ", R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail",
+     "src/report.cc render_finding"},
+
+    // -- a rank's own setup: initiating wherever it appears ---------------------
+    {"nccl_duplicate_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu, "Duplicate GPU detected",
+     R"(Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device ([0-9a-fA-F]+))",
+     "rank,rank2,detail", "nccl src/init.cc initTransportsRank (2.7-2.29)"},
+    {"nccl_multi_rank_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu,
+     "Multiple Ranks are using the same GPU", "", "",
+     "nccl src/init.cc initTransportsRank (2.30 and later)"},
+    {"nccl_version_mismatch", "NCCL", kSetup, kInitiating, F::kNcclVersionMismatch,
+     "Mismatched NCCL version detected", R"(rank (\d+) version (\d+) rank (\d+) version (\d+))",
+     "rank,detail,rank2,id", "nccl src/init.cc initTransportsRank"},
+    {"nccl_rank_checked_in", "NCCL", kSetup, kInitiating, F::kDuplicateRank,
+     "has already checked in", R"(rank (\d+) of (\d+) has already checked in)", "rank,world",
+     "nccl src/bootstrap.cc bootstrapRoot"},
+    {"nccl_no_socket_interface", "NCCL", kSetup, kInitiating, F::kNcclIfnameMissing,
+     "Bootstrap : no socket interface found", "", "", "nccl src/bootstrap.cc bootstrapNetInit"},
+    {"nccl_no_listening_interface", "NCCL", kSetup, kInitiating, F::kNcclIfnameMissing,
+     "No usable listening interface found", "", "", "nccl src/bootstrap.cc bootstrapNetInit"},
+    {"nccl_no_subnet_interface", "NCCL", kSetup, kInitiating, F::kNcclIfnameMissing,
+     "No interface found in the same subnet as remote address",
+     R"(same subnet as remote address (\S+))", "detail",
+     "nccl src/misc/socket.cc ncclFindInterfaceMatchSubnet"},
+    {"torch_address_in_use", "PyTorch", kSetup, kInitiating, F::kMasterPortInUse,
+     "Address already in use", R"((?:bind to |on )\[?([0-9A-Za-z:.\-]*?)\]?:(\d+) \(errno: 98)",
+     "host,port", "torch/csrc/distributed/c10d/socket.cpp SocketListenOp"},
+    {"gloo_address_size", "gloo", kSetup, kInitiating, F::kWorldSizeMismatch,
+     "sizeof(impl_) == bytes.size()", R"(bytes\.size\(\)\. (\d+) vs (\d+))", "detail,id",
+     "gloo/transport/tcp/address.cc: peers' address blobs differ in size"},
+    {"cuda_invalid_ordinal", "CUDA", kSetup, kInitiating, F::kGpuCountMismatch,
+     "invalid device ordinal", "", "", "cudaErrorInvalidDevice, through PyTorch"},
+    {"cuda_no_device", "CUDA", kSetup, kInitiating, F::kGpuMissing,
+     "no CUDA-capable device is detected", "", "", "cudaErrorNoDevice, through PyTorch"},
+    {"cuda_device_busy", "CUDA", kSetup, kInitiating, F::kDuplicateGpu, "busy or unavailable",
+     R"(CUDA-capable device\(s\) is/are busy or unavailable)", "",
+     "cudaErrorDevicesUnavailable, through PyTorch"},
+
+    // -- the scheduler ended the job --------------------------------------------
+    {"slurm_cancelled", "Slurm", kExternalEnd, kInitiating, F::kJobCancelled, "CANCELLED AT",
+     R"(\*\*\* (?:STEP|JOB) (\S+) ON (\S+) CANCELLED AT (\S+)(?: (DUE (?:TO|to) [^*]*?))? ?\*\*\*)",
+     "id,host,detail,op", "slurm src/slurmd/slurmstepd/req.c _handle_signal_container"},
+    {"torchrun_death_signal", "torchrun", kExternalEnd, kInitiating, F::kJobCancelled,
+     "death signal, shutting down workers", R"(Received (\d+) death signal)", "signal",
+     "torch/distributed/elastic/agent/server/api.py"},
+
+    // -- launchers' records of a process that ended ------------------------------
+    {"srun_task_exit", "Slurm", kProcessDied, kEither, F::kProcessDied, "srun: error: ",
+     R"(srun: error: (\S+): tasks? ([0-9,\-]+): (Exited with exit code (\d+)|[A-Z][^:]*)$)",
+     "host,tasks,detail,exit", "slurm src/srun/launch.c _task_finish"},
+    {"slurmstepd_oom", "Slurm", kOwnError, kInitiating, F::kProcessDied, "oom_kill event",
+     R"(Detected (\d+) oom_kill event)", "detail",
+     "slurm src/plugins/task/cgroup/task_cgroup_memory.c"},
+    {"mpirun_signal", "Open MPI", kProcessDied, kEither, F::kProcessDied,
+     "noticed that process rank",
+     R"(noticed that process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)",
+     "rank,pid,host,signal,detail", "ompi orte/tools/orterun/help-orterun.txt proc-aborted"},
+    {"mpirun_exited_improperly", "Open MPI", kProcessDied, kEither, F::kProcessDied,
+     "has exited due to process rank", R"(process rank (\d+) with PID (\d+))", "rank,pid",
+     "ompi help-orterun.txt proc-exit-no-sync"},
+    {"mpirun_first_nonzero", "Open MPI", kProcessDied, kEither, F::kProcessDied, "Process name: [[",
+     R"(Process name: \[\[\d+,\d+\],(\d+)\])", "rank", "ompi help-orterun.txt non-zero-exit"},
+    {"torchrun_worker_failed", "torchrun", kProcessDied, kEither, F::kProcessDied,
+     "failed (exitcode: ", R"(failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\))",
+     "exit,local_rank,pid", "torch/distributed/elastic/multiprocessing/api.py _poll"},
+    {"torchrun_closing_signal", "torchrun", kKilledByLauncher, kDownstream, F::kProcessDied,
+     "Sending process ", R"(Sending process (\d+) closing signal (\w+))", "pid,detail",
+     "torch/distributed/elastic/multiprocessing/api.py _close"},
+    {"torch_signal_received", "torchrun", kProcessDied, kEither, F::kProcessDied,
+     ") received by PID ", R"(Signal (\d+) \((\w+)\) received by PID (\d+))", "signal,detail,pid",
+     "torch/distributed/elastic/multiprocessing/api.py"},
+
+    // -- errors a process raised of its own ---------------------------------------
+    {"cuda_oom", "PyTorch", kOwnError, kInitiating, F::kProcessDied, "CUDA out of memory",
+     R"((CUDA out of memory\.?(?: Tried to allocate [0-9.]+ [KMG]iB)?))", "detail",
+     "c10/cuda/CUDACachingAllocator.cpp"},
+    {"cuda_error_oom", "CUDA", kOwnError, kInitiating, F::kProcessDied, "CUDA error: out of memory",
+     "", "", "cudaErrorMemoryAllocation, through PyTorch"},
+    {"cuda_illegal_address", "CUDA", kOwnError, kInitiating, F::kProcessDied,
+     "an illegal memory access was encountered", "", "", "cudaErrorIllegalAddress"},
+    {"cuda_ecc", "CUDA", kOwnError, kInitiating, F::kProcessDied, "uncorrectable ECC error", "", "",
+     "cudaErrorECCUncorrectable"},
+    {"kernel_oom_killer", "Linux", kOwnError, kInitiating, F::kProcessDied, "Killed process ",
+     R"(Out of memory: Killed process (\d+) \(([^)]*)\))", "pid,detail", "the kernel's OOM killer"},
+    {"segfault", "Linux", kOwnError, kInitiating, F::kProcessDied, "Segmentation fault", "", "",
+     "SIGSEGV"},
+
+    // -- ranks waiting for peers that never came ---------------------------------
+    {"tcpstore_clients_joined", "PyTorch", kPeersAbsent, kEither, F::kMissingRank, "clients joined",
+     R"(waiting for clients\. (\d+)/(\d+) clients joined)", "joined,world",
+     "torch/csrc/distributed/c10d/TCPStore.cpp waitForWorkers (2.2 and later)"},
+    {"tcpstore_workers_joined", "PyTorch", kPeersAbsent, kEither, F::kMissingRank, "workers joined",
+     R"(waiting for workers\. (\d+)/(\d+) workers joined)", "joined,world",
+     "torch/csrc/distributed/c10d/TCPStore.cpp waitForWorkers (2.1)"},
+    {"store_barrier_timeout", "PyTorch", kPeersAbsent, kEither, F::kMissingRank,
+     "store based barrier on rank",
+     R"(store based barrier on rank:? ?(\d+), for key: (\S+) \(world_size=(\d+), (?:num_workers_joined|worker_count)=(\d+))",
+     "rank,detail,world,joined", "torch/distributed/distributed_c10d.py _store_based_barrier"},
+    {"store_barrier_waiting", "PyTorch", kPeersAbsent, kEither, F::kMissingRank,
+     "Waiting in store based barrier",
+     R"(for rank:? ?(\d+), key: (\S+) \(world_size=(\d+), (?:num_workers_joined|worker_count)=(\d+))",
+     "rank,detail,world,joined", "torch/distributed/distributed_c10d.py _store_based_barrier"},
+    {"rendezvous_timeout", "torchrun", kPeersAbsent, kEither, F::kMissingRank,
+     "RendezvousTimeoutError", "", "",
+     "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py"},
+    {"store_socket_timeout", "PyTorch", kPeersAbsent, kEither, F::kMissingRank, "Socket Timeout",
+     "", "", "torch/csrc/distributed/c10d TCPStore client: a key no peer set"},
+    {"nccl_unique_id_wait", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed,
+     "ncclUniqueId from [0]", "", "",
+     "ProcessGroupNCCL::broadcastUniqueNCCLID: rank 0 never published the NCCL id"},
+    {"store_connect_timeout", "PyTorch", kPeerPointer, kEither, F::kMasterUnreachable,
+     "The client socket has timed out after",
+     R"(timed out after (\S+) while trying to connect to \(([^,]+), (\d+)\))", "detail,host,port",
+     "torch/csrc/distributed/c10d/socket.cpp SocketConnectOp"},
+    {"store_connect_failed", "PyTorch", kPeerPointer, kEither, F::kMasterUnreachable,
+     "The client socket has failed to connect to",
+     R"(failed to connect to (?:any network address of )?\(?\[?([^\]\s,)]+)\]?(?:, |:)(\d+)\)?)",
+     "host,port", "torch/csrc/distributed/c10d/socket.cpp SocketConnectOp"},
+
+    // -- pointers to a peer ---------------------------------------------------------
+    {"nccl_remote_exited", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed,
+     "remote process exited or there was a network error", "", "",
+     "nccl transport (ncclRemoteError)"},
+    {"nccl_remote_error", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed, "ncclRemoteError",
+     "", "", "torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr"},
+    {"nccl_connection_closed", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed,
+     "Connection closed by remote peer",
+     R"(Connection closed by remote peer (\S+?)(?:<(\d+)>)?\s*$)", "host,port",
+     "nccl src/misc/socket.cc socketProgressOpt"},
+    {"gloo_connection_closed", "gloo", kPeerPointer, kDownstream, F::kPeerFailed,
+     "Connection closed by peer", R"(Connection closed by peer \[?([^\]\s]+?)\]?:(\d+))",
+     "host,port", "gloo/transport/tcp/pair.cc"},
+    {"connection_reset", "gloo", kPeerPointer, kDownstream, F::kPeerFailed,
+     "Connection reset by peer", "", "", "ECONNRESET"},
+    {"store_server_gone", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed,
+     "Did the remote server shutdown or crash?", R"(remote=\[?([^\],\s)]+)\]?:(\d+))", "host,port",
+     "torch/csrc/distributed/c10d/Utils.hpp recvBytes"},
+    {"nccl_comm_aborted", "PyTorch", kPeerPointer, kDownstream, F::kPeerFailed,
+     "NCCL communicator was aborted on rank", R"(aborted on rank (\d+)\.)", "rank",
+     "torch/csrc/distributed/c10d/NCCLUtils.cpp NCCLComm::getNcclComm"},
+
+    // -- collective timeouts --------------------------------------------------------
+    {"watchdog_timeout", "PyTorch", kCollectiveTimeout, kEither, F::kCollectiveTimeout,
+     "Watchdog caught collective operation timeout",
+     R"((?:Rank (\d+)\]\s*)?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+))",
+     "rank,seq,op", "ProcessGroupNCCL.cpp WorkNCCL::checkTimeout"},
+    {"watchdog_progress", "PyTorch", kCollectiveTimeout, kEither, F::kCollectiveTimeout,
+     "detected by watchdog at work",
+     R"(Rank (\d+)\]\s+(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work(?: sequence id)?: (\d+),? (?:PG status: )?last enqueued (?:NCCL )?work: (\d+))",
+     "rank,seq,enqueued", "ProcessGroupNCCL.cpp watchdog (2.3 and later)"},
+
+    // -- recognised, and nothing on their own ----------------------------------------
+    {"torchrun_child_failed", "torchrun", kContext, kDownstream, F::kProcessDied,
+     "ChildFailedError", "", "", "torch/distributed/elastic/multiprocessing/errors/__init__.py"},
+    {"torchrun_failure_entry", "torchrun", kProcessDied, kEither, F::kProcessDied, "", "",
+     "rank,local_rank,host,exit,pid",
+     "ChildFailedError.format_msg: one entry of the Failures / Root Cause table"},
+
+    // -- torchrun's error.json (@record): the worker's exception, one JSON line ----
+    {"torchrun_error_json", "torchrun", kOwnError, kInitiating, F::kProcessDied,
+     "{\"message\": {\"message\": \"", R"(\{"message": \{"message": "((?:[^"\\]|\\.){1,400}))",
+     "detail",
+     "torch/distributed/elastic/multiprocessing/errors/error_handler.py record_exception"},
+
+    // -- the last resort: a Python exception with its message --------------------
+    {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
+     "Error: ", R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail",
+     "a Python traceback's last line"},
+};
+
+}  // namespace
+
+std::span<const Pattern> catalogue() {
+  return kCatalogue;
+}
+
+std::vector<Field> parse_extracts(std::string_view extracts) {
+  static constexpr std::pair<std::string_view, Field> kNames[] = {
+      {"rank", Field::kRank},
+      {"rank2", Field::kRank2},
+      {"world", Field::kWorld},
+      {"joined", Field::kJoined},
+      {"host", Field::kHost},
+      {"pid", Field::kPid},
+      {"exit", Field::kExit},
+      {"signal", Field::kSignal},
+      {"seq", Field::kSeq},
+      {"op", Field::kOp},
+      {"port", Field::kPort},
+      {"tasks", Field::kTasks},
+      {"local_rank", Field::kLocalRank},
+      {"enqueued", Field::kEnqueued},
+      {"detail", Field::kDetail},
+      {"id", Field::kId},
+  };
+  std::vector<Field> out;
+  while (!extracts.empty()) {
+    size_t comma = extracts.find(',');
+    std::string_view name = extracts.substr(0, comma);
+    extracts = comma == std::string_view::npos ? std::string_view() : extracts.substr(comma + 1);
+    bool found = false;
+    for (const auto& [n, f] : kNames) {
+      if (n == name) {
+        out.push_back(f);
+        found = true;
+      }
+    }
+    if (!found) throw std::invalid_argument("catalogue: unknown field '" + std::string(name) + "'");
+  }
+  return out;
+}
+
+}  // namespace rankcheck::diagnose

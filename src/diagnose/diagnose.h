@@ -1,0 +1,185 @@
+#pragma once
+// `rankcheck diagnose`: the logs of a job that already hung or failed, read in one
+// pass. Lines are attributed to ranks and hosts from the launchers' prefixes,
+// matched against a catalogue of real NCCL / PyTorch / torchrun / Slurm / Open MPI /
+// CUDA messages kept as data, and reasoned over once the input ends: the report
+// leads with the initiating failure, with the same finding ids as `run`.
+//
+// The scanner is pure: it is handed lines and never opens a file (the reader in
+// src/diagnose/input.cc does). Its memory grows with the ranks and findings it
+// sees, never with the size of the logs.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/finding.h"
+
+namespace rankcheck::diagnose {
+
+/// What a message says about the job.
+enum class MessageClass {
+  kSetup,              ///< a rank's own setup is wrong: initiating wherever it appears
+  kPeersAbsent,        ///< a rank waited for peers that never came
+  kProcessDied,        ///< a process ended: a launcher's record, or the error it died of
+  kOwnError,           ///< an error a process raised of its own (an exception, CUDA OOM)
+  kPeerPointer,        ///< a rank reports a peer gone: look at the peer
+  kCollectiveTimeout,  ///< a watchdog's timeout of one collective
+  kKilledByLauncher,   ///< a launcher stopping the survivors of a failure
+  kExternalEnd,        ///< the scheduler ended the job (time limit, pre-emption, scancel)
+  kRankcheck,          ///< rankcheck's own verdict, already decided
+  kContext,            ///< recognised, says nothing on its own
+};
+
+/// Whether a message is usually the cause, or a consequence seen elsewhere.
+enum class Role { kInitiating, kDownstream, kEither };
+
+/// What a row pulls out of its line, by capture group.
+enum class Field : uint8_t {
+  kRank,
+  kRank2,
+  kWorld,
+  kJoined,
+  kHost,
+  kPid,
+  kExit,
+  kSignal,
+  kSeq,
+  kOp,
+  kPort,
+  kTasks,
+  kLocalRank,
+  kEnqueued,
+  kDetail,
+  kId,
+  kCount,
+};
+inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kCount);
+
+/// One message of the catalogue.
+struct Pattern {
+  std::string_view name;       ///< the row's own key, e.g. "nccl_duplicate_gpu"
+  std::string_view component;  ///< "NCCL", "PyTorch", "torchrun", "Slurm", ...
+  MessageClass cls;
+  Role role;
+  FindingId finding;          ///< the finding it leads to when it is the cause
+  std::string_view literal;   ///< must occur in the line (the prefilter); "" = never scanned for
+  std::string_view regex;     ///< ECMAScript, searched around the literal; "" = the literal is all
+  std::string_view extracts;  ///< the fields of the capture groups, in order: "rank,rank2,detail"
+  std::string_view source;    ///< where the text comes from (file, function), for people
+};
+
+/// The catalogue, most specific rows first: a line takes the first row that matches.
+std::span<const Pattern> catalogue();
+/// The fields a row's `extracts` names; throws std::invalid_argument on an unknown name.
+std::vector<Field> parse_extracts(std::string_view extracts);
+
+/// Who printed a line, as far as its prefixes (and its file's path) say.
+struct Origin {
+  long rank = -1;        ///< global rank
+  long local_rank = -1;  ///< torchrun's [defaultN], a log dir's <local_rank>/
+  long pid = -1;
+  std::string host;
+  std::string time;  ///< as printed
+};
+
+/// A line's prefixes peeled off: what they said, and where the text itself starts.
+struct Prefix {
+  long rank = -1;
+  long local_rank = -1;
+  long pid = -1;
+  std::string_view host;
+  std::string_view time;
+  size_t body = 0;  ///< offset of the text after the prefixes
+  enum Launcher : uint8_t { kNone = 0, kSrun = 1, kTorchrun = 2, kMpirun = 4, kPdsh = 8 };
+  uint8_t launchers = 0;  ///< the launchers whose prefixes were seen
+};
+
+/// Peels every prefix the launchers and libraries put before a line: srun -l's
+/// "12: ", torchrun's "[default3]:" and "[rank3]:", Open MPI's "[1,3]<stderr>:",
+/// pdsh's "host: ", NCCL's "host:pid:tid [dev] ", glog's "[E1130 11:02:10.123 ...]",
+/// NCCL 2.26's "[2025-03-01 12:00:00] " and the Python logger's stamps.
+Prefix parse_prefix(std::string_view line);
+
+/// A time stamp as printed (glog's "E1130 11:02:10.123456", "2025-03-01 12:00:00",
+/// the Python logger's "2024-07-25 06:36:18,293", ISO "2026-11-30T16:43:52.5Z",
+/// torchrun's "2026-11-30_15:36:14") as microseconds into its year, or -1. The year
+/// and the zone are left out: glog prints neither, and one job's logs share both.
+int64_t time_key(std::string_view stamp);
+
+/// Where in `line` another process's text starts after `from` (a torchrun or Open
+/// MPI prefix in mid-line: two processes' output in one line), or npos.
+size_t next_process_prefix(std::string_view line, size_t from);
+
+/// One line shown as evidence.
+struct Evidence {
+  std::string file;
+  uint64_t line = 0;
+  std::string text;
+};
+
+/// A finding of the diagnosis: a finding as `run` reports it, plus where it was seen.
+struct DiagFinding {
+  Finding finding;
+  bool initiating = false;
+  std::string first_seen;  ///< "file:line", with the time printed on that line if any
+  std::vector<Evidence> evidence;
+  uint64_t order = 0;  ///< the first line's position in the input, for sorting
+  int64_t stamp = -1;  ///< its time (time_key), or the last one before it in its file
+};
+
+/// The whole diagnosis, in report order (initiating first).
+struct Diagnosis {
+  std::vector<DiagFinding> findings;
+  std::string launcher;     ///< "torchrun", "slurm", "mpirun", "pdsh", or ""
+  std::string verify_with;  ///< the rankcheck command that checks the fix
+  std::vector<long> ranks_seen;
+  std::vector<std::string> hosts_seen;
+  uint64_t files = 0, lines = 0, bytes = 0, matched = 0;
+  uint64_t skipped_files = 0;  ///< binary files left out
+  /// The initiating finding's exit code, or 0 when nothing was recognised.
+  int exit_code() const;
+};
+
+class Scanner {
+ public:
+  Scanner();
+  ~Scanner();
+  Scanner(const Scanner&) = delete;
+  Scanner& operator=(const Scanner&) = delete;
+
+  /// The next input; its path also attributes (torchrun's attempt_N/<local_rank>/).
+  void begin_source(std::string name);
+  /// The next line of the current source, without its line break.
+  void line(std::string_view text);
+  /// Counts a file left out (binary), for the report.
+  void skipped(std::string name);
+  /// Reasons over everything seen. The scanner is spent afterwards.
+  Diagnosis finish();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+/// The report, as text for people and as JSON (with `schema_version`) for machines.
+std::string render_text(const Diagnosis& d, bool color);
+std::string render_json(const Diagnosis& d);
+
+/// What `rankcheck diagnose` reads: files, directories (recursively), "-" for stdin.
+struct Input {
+  std::vector<std::string> paths;
+};
+
+/// Reads every path into the scanner. Returns "" or the reason an input could not
+/// be read ("logs/x.log: Permission denied").
+std::string read_inputs(const Input& in, Scanner& scanner);
+
+}  // namespace rankcheck::diagnose

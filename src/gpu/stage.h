@@ -1,0 +1,59 @@
+#pragma once
+// The GPU stage, behind one interface: inventory before the rendezvous, then a
+// real NCCL init and a one-element all-reduce once the master says go. The real
+// stage dlopen()s the CUDA driver and NCCL; tests load fake libraries with the
+// same symbols through the same path.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/result.h"
+#include "model/gpu.h"
+#include "gpu/stage.h"
+
+namespace rankcheck {
+
+struct StageOptions {
+  std::string cuda_lib = "libcuda.so.1";  ///< RANKCHECK_CUDA_LIB
+  std::string nccl_lib = "libnccl.so.2";  ///< --nccl-lib, RANKCHECK_NCCL_LIB
+  uint64_t bandwidth_bytes = 0;           ///< --bandwidth
+};
+
+/// How long past its deadline GpuStage::run may take, at most: the caller keeps
+/// this much (and the time to send the results) before the master closes the stage.
+inline constexpr Millis kStageOverrun{300};
+
+/// How NCCL is initialised: ncclCommInitRankConfig with the one id, or (a large
+/// job, NCCL 2.23 and newer) ncclCommInitRankScalable over every root's id.
+struct NcclInit {
+  std::vector<NcclId> ids;
+  bool scalable = false;
+};
+
+/// The seam where the GPU enters. Real: dlopen'd CUDA driver and NCCL.
+class GpuStage {
+ public:
+  virtual ~GpuStage() = default;
+  /// Loads the libraries, finds this member's devices. Never throws, never exits.
+  virtual GpuFacts inventory(const GpuPlan& plan) = 0;
+  /// ncclGetUniqueId, on the master's host.
+  virtual Result<NcclId> unique_id() = 0;
+  /// NCCL init and the all-reduce for each rank of the plan, by the deadline;
+  /// aborts communicators that are still in progress when it passes. Returns by the
+  /// deadline plus kStageOverrun even when a call into NCCL never returns (the
+  /// communicators are then aborted from another thread, and an abort that blocks
+  /// too is left behind).
+  virtual std::vector<RankResult> run(const NcclInit& init, long world_size, const GpuPlan& plan,
+                                      Deadline deadline) = 0;
+};
+
+/// The real stage (or, without the CUDA/NCCL headers at build time, one that
+/// reports itself unavailable).
+std::unique_ptr<GpuStage> make_gpu_stage(const StageOptions& options);
+
+/// Whether this build can run the real stage at all.
+bool gpu_stage_built();
+
+}  // namespace rankcheck

@@ -1,0 +1,221 @@
+// The catalogue of findings: every id once, with its severity, exit code and fix.
+// docs/findings.md describes each row; a unit test keeps the two in step.
+
+#include <algorithm>
+#include <iterator>
+
+#include "model/finding.h"
+
+namespace rankcheck {
+namespace {
+
+using enum FindingId;
+constexpr Severity kE = Severity::kError;
+constexpr Severity kW = Severity::kWarning;
+namespace ec = exit_code;
+
+constexpr FindingKind kCatalog[] = {
+    {kMasterAddrLoopback, "master-addr-loopback", kE, ec::kMismatch,
+     "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
+     "/etc/hosts, which maps it to loopback"},
+    {kForeignJob, "foreign-job", kE, ec::kRejected,
+     "give each job its own MASTER_PORT, and check that every process of this job has the "
+     "same SLURM_JOB_ID / TORCHELASTIC_RUN_ID / --job-id"},
+    {kAuthFailed, "auth-failed", kE, ec::kRejected,
+     "give every process of the job the same --token-file (or RANKCHECK_TOKEN_FILE)"},
+    {kWorldSizeMismatch, "world-size-mismatch", kE, ec::kMismatch,
+     "every process must get the same WORLD_SIZE: fix the launcher arguments or the exported "
+     "WORLD_SIZE"},
+    {kDuplicateRank, "duplicate-rank", kE, ec::kMismatch,
+     "each process needs its own RANK (a RANK exported once in the job script is copied into "
+     "every task)"},
+    {kRankOutOfRange, "rank-out-of-range", kE, ec::kMismatch, "RANK must be below WORLD_SIZE"},
+    {kLauncherEnvConflict, "launcher-env-conflict", kE, ec::kMismatch,
+     "two launchers, or a launcher and a hand-set variable, disagree: remove the stale value so "
+     "that one launcher sets it"},
+    {kLocalRankCollision, "local-rank-collision", kE, ec::kMismatch,
+     "LOCAL_RANK picks the GPU: check LOCAL_RANK / SLURM_LOCALID on that host"},
+    {kLocalWorldSizeMismatch, "local-world-size-mismatch", kE, ec::kMismatch,
+     "every process on a host must get the same LOCAL_WORLD_SIZE: check --nproc-per-node / "
+     "--ntasks-per-node for that host"},
+    {kNcclIfnameMissing, "nccl-ifname-missing", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to an interface the host has (a prefix, '=name' for one exact "
+     "name, '^' to exclude)"},
+    {kNcclNoInterface, "nccl-no-interface", kE, ec::kMismatch,
+     "give NCCL an interface it can use on that host: set NCCL_SOCKET_IFNAME to the interface "
+     "that routes between the hosts, and check NCCL_SOCKET_FAMILY and NCCL_COMM_ID"},
+    {kNcclInterfaceLoopback, "nccl-interface-loopback", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. =eth0): "
+     "loopback reaches no other host"},
+    {kNcclInterfaceLinkLocal, "nccl-interface-link-local", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to an interface with a routable address: a link-local address "
+     "(169.254/16, fe80::) reaches other hosts only on one link, if at all"},
+    {kNcclInterfaceSharedAddress, "nccl-interface-shared-address", kE, ec::kMismatch,
+     "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. ^docker,br-,"
+     "veth,virbr to exclude bridges): NCCL would connect each host to itself"},
+    {kNcclCommIdMismatch, "nccl-comm-id-mismatch", kE, ec::kMismatch,
+     "give every rank the same NCCL_COMM_ID, an address:port of rank 0's host, or unset it "
+     "(PyTorch and most launchers do not need it)"},
+    {kNcclPathBlocked, "nccl-path-blocked", kE, ec::kMismatch,
+     "open the ephemeral port range between the hosts (or narrow it with "
+     "net.ipv4.ip_local_port_range and open that), or set NCCL_SOCKET_IFNAME to the interface "
+     "that routes between the hosts"},
+    {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
+     "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
+     "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "
+     "them to one GPU)"},
+    {kNcclVersionMismatch, "nccl-version-mismatch", kE, ec::kMismatch,
+     "every rank must load the same NCCL: install one version everywhere, or point --nccl-lib "
+     "(RANKCHECK_NCCL_LIB) at the library the training job loads, e.g. the one inside its "
+     "PyTorch"},
+    {kCudaDriverMissing, "cuda-driver-missing", kE, ec::kGpu,
+     "install or load the NVIDIA driver on that host (and in the container: the NVIDIA "
+     "container runtime mounts libcuda.so.1)"},
+    {kGpuMissing, "gpu-missing", kE, ec::kGpu,
+     "give every rank a GPU: check the job's GPU request (--gpus-per-task, nvidia.com/gpu) and "
+     "CUDA_VISIBLE_DEVICES on that host"},
+    {kGpuCountMismatch, "gpu-count-mismatch", kE, ec::kGpu,
+     "give the node as many GPUs as --nproc-per-node (the pod's nvidia.com/gpu limit, Slurm's "
+     "--gpus-per-node), or lower --nproc-per-node"},
+    {kNcclMissing, "nccl-missing", kE, ec::kGpu,
+     "install NCCL on that host, or point --nccl-lib (RANKCHECK_NCCL_LIB) at the libnccl.so.2 "
+     "the training job loads"},
+    {kMasterAddrMismatch, "master-addr-mismatch", kW, ec::kMismatch,
+     "give every process the same MASTER_ADDR and MASTER_PORT"},
+    {kProtocolMismatch, "protocol-mismatch", kW, ec::kRejected,
+     "run the same rankcheck build on every host"},
+    {kMemberDisconnected, "member-disconnected", kE, ec::kIncomplete,
+     "the process died or was killed after joining: check its log (an OOM kill, a crash, a "
+     "network reset)"},
+    {kMissingRank, "missing-rank", kE, ec::kIncomplete,
+     "check that the process for that rank was started, and that its host resolves and reaches "
+     "MASTER_ADDR:MASTER_PORT"},
+    {kEnvMismatch, "env-mismatch", kW, ec::kMismatch,
+     "set the variable the same way for every process (the job script, the container image, or "
+     "the launcher's environment)"},
+    {kCudaDriverMismatch, "cuda-driver-mismatch", kW, ec::kMismatch,
+     "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the stragglers"},
+    {kGpuUnavailable, "gpu-unavailable", kW, ec::kGpu,
+     "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU node, check the "
+     "driver and the container runtime"},
+    {kNcclInitFailed, "nccl-init-failed", kE, ec::kGpu,
+     "NCCL_DEBUG=INFO on those ranks shows why; a network or topology error on one host "
+     "usually names the interface or device"},
+    {kNcclInitTimeout, "nccl-init-timeout", kE, ec::kGpu,
+     "ranks stuck in init wait for a peer they cannot reach: check the network between the "
+     "hosts (NCCL_SOCKET_IFNAME, firewalls, InfiniBand ports); NCCL_DEBUG=INFO shows the "
+     "bootstrap"},
+    {kAllreduceWrongResult, "allreduce-wrong-result", kE, ec::kGpu,
+     "a wrong sum from NCCL means broken hardware or a broken NCCL/driver pairing on those "
+     "hosts: run nccl-tests there, check the GPU's ECC and NVLink errors"},
+    {kAllreduceFailed, "allreduce-failed", kE, ec::kGpu,
+     "NCCL_DEBUG=INFO on those ranks says why; an error right after a successful init usually "
+     "points at the network transport (NCCL_NET, NCCL_IB_HCA)"},
+    {kAllreduceTimeout, "allreduce-timeout", kE, ec::kGpu,
+     "init succeeded but data does not flow: check the inter-host links (IB/RoCE, NCCL_IB_HCA, "
+     "NCCL_NET) and NCCL_DEBUG=INFO"},
+    {kBandwidthLow, "bandwidth-low", kE, ec::kGpu,
+     "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
+     "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause"},
+    {kStrayConnection, "stray-connection", kW, ec::kRejected,
+     "something else on the network talks to MASTER_PORT: a port scanner, a health check, or a "
+     "process of another run; harmless to this check unless it repeats"},
+    {kMasterInterrupted, "master-interrupted", kE, ec::kIncomplete,
+     "the scheduler or someone stopped rank 0 (pre-emption, scancel, Ctrl-C): see why, and run "
+     "the check again"},
+    {kMasterUnreachable, "master-unreachable", kE, ec::kIncomplete,
+     "check that rank 0 is running and that this host resolves MASTER_ADDR and reaches "
+     "MASTER_PORT; compare MASTER_ADDR/MASTER_PORT with rank 0's"},
+    {kMasterLost, "master-lost", kE, ec::kIncomplete,
+     "read rank 0's log and report: it was killed, crashed, or the network between the hosts "
+     "failed"},
+    {kLateJoin, "late-join", kE, ec::kIncomplete,
+     "raise --timeout, or find why this host started late"},
+    {kMasterPortInUse, "master-port-in-use", kE, ec::kCannotListen,
+     "pick another MASTER_PORT, or stop the process that holds it (ss -ltnp names it)"},
+    {kMasterAddrNotLocal, "master-addr-not-local", kE, ec::kCannotListen,
+     "set MASTER_ADDR to a name or address of the host rank 0 runs on"},
+    {kMasterListenFailed, "master-listen-failed", kE, ec::kCannotListen,
+     "the training job would fail to listen the same way: check MASTER_ADDR and MASTER_PORT "
+     "against this host's addresses and policies"},
+    {kConnectionFlood, "connection-flood", kE, ec::kIncomplete,
+     "find what opens connections to MASTER_PORT from that address (ss -tnp on it) and stop or "
+     "firewall it; a job token keeps strangers from joining, a port only the job knows keeps "
+     "them from finding it"},
+    {kMasterOutOfFds, "master-out-of-fds", kE, ec::kIncomplete,
+     "raise rank 0's open-files limit to the world size and more (ulimit -n in the job script "
+     "where the hard limit allows; LimitNOFILE= for a systemd service, the container's "
+     "--ulimit nofile=, or the limits Slurm propagates with PropagateResourceLimits)"},
+    {kLateStart, "late-start", kW, ec::kIncomplete,
+     "each process's --timeout counts from its own start: find why those processes started "
+     "late (a slow node, a container image pull), or give every process the job's start in "
+     "RANKCHECK_START_TIME so that they share one deadline"},
+    {kRelayLost, "relay-lost", kW, ec::kIncomplete,
+     "a host's relay runs in the first rankcheck process of the host: find why that process "
+     "died (dmesg, the OOM killer, the scheduler's log); its members joined directly. "
+     "--no-relay makes every process connect to rank 0 directly"},
+    {kProcessDied, "process-died", kE, ec::kIncomplete,
+     "read the error the process died of (shown as evidence); a process killed without one "
+     "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "
+     "and the job's memory limit on that host"},
+    {kPeerFailed, "peer-failed", kE, ec::kIncomplete,
+     "no peer shows an error of its own: look for a process that died silently (dmesg, the "
+     "scheduler's log) and check the network between the hosts named"},
+    {kCollectiveDesync, "collective-desync", kE, ec::kGpu,
+     "the ranks named did not issue the same collective as the others: look for a branch that "
+     "only some ranks take (a condition on the rank, uneven data, an early exit)"},
+    {kCollectiveTimeout, "collective-timeout", kE, ec::kGpu,
+     "every rank entered the collective and none finished: check the network between the hosts "
+     "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the GPUs (dmesg for Xid errors)"},
+    {kJobCancelled, "job-cancelled", kE, ec::kIncomplete,
+     "the scheduler ended the job (time limit, pre-emption, node failure, scancel): what the "
+     "ranks printed afterwards is a consequence; raise the time limit or find what hung before it"},
+};
+
+// FindingId indexes the table: a row out of place is a build error.
+constexpr bool in_order() {
+  for (size_t i = 0; i < std::size(kCatalog); ++i) {
+    if (static_cast<size_t>(kCatalog[i].id) != i) return false;
+  }
+  return true;
+}
+static_assert(in_order(), "kCatalog rows must follow FindingId's order");
+static_assert(std::size(kCatalog) == static_cast<size_t>(kJobCancelled) + 1,
+              "every FindingId has a row");
+
+}  // namespace
+
+std::span<const FindingKind> finding_catalog() {
+  return kCatalog;
+}
+
+const FindingKind& finding_kind(FindingId id) {
+  return kCatalog[static_cast<size_t>(id)];
+}
+
+const FindingKind* find_finding_kind(std::string_view name) {
+  auto it = std::find_if(std::begin(kCatalog), std::end(kCatalog),
+                         [name](const FindingKind& k) { return k.name == name; });
+  return it == std::end(kCatalog) ? nullptr : it;
+}
+
+Finding make_finding(FindingId id, std::string message, std::string fix,
+                     std::optional<Severity> severity) {
+  const FindingKind& k = finding_kind(id);
+  Finding f;
+  f.id = std::string(k.name);
+  f.severity = severity.value_or(k.severity);
+  f.exit_code = k.exit_code;
+  f.message = std::move(message);
+  f.hint = fix.empty() ? std::string(k.fix) : std::move(fix);
+  return f;
+}
+
+int exit_code_for(const std::vector<Finding>& findings) {
+  for (const Finding& f : findings) {
+    if (f.is_error()) return f.exit_code;
+  }
+  return exit_code::kPass;
+}
+
+}  // namespace rankcheck

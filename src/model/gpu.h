@@ -1,0 +1,104 @@
+#pragma once
+// What the GPU stage finds and reports, as plain data: a member's GPUs and NCCL
+// (sent in its record), its device plan, and one rank's NCCL init and all-reduce
+// result. The stage itself is gpu/stage.h.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/shared_string.h"
+
+namespace rankcheck {
+
+inline constexpr size_t kNcclUniqueIdSize = 128;
+using NcclId = std::array<uint8_t, kNcclUniqueIdSize>;
+
+/// Why a member has no usable GPU (or that it has one).
+enum class GpuState : uint8_t {
+  kUsable = 0,
+  kSkipped = 1,      ///< --no-gpu
+  kNoDriver = 2,     ///< libcuda.so.1 could not be loaded
+  kInitFailed = 3,   ///< cuInit or a device query failed
+  kNoDevice = 4,     ///< the driver sees no device (or fewer than this member needs)
+  kUnavailable = 5,  ///< built without the CUDA/NCCL headers
+};
+
+/// One GPU a rank will use.
+struct GpuDevice {
+  int32_t rank = -1;
+  int32_t ordinal = -1;  ///< CUDA device ordinal, after CUDA_VISIBLE_DEVICES
+  std::string uuid;      ///< "GPU-8f3c..."
+  SharedString pci_bus_id;
+  SharedString name;
+  uint64_t memory_bytes = 0;
+  auto operator<=>(const GpuDevice&) const = default;
+};
+
+/// What a member found on its host, sent with its record before the verdict.
+struct GpuFacts {
+  GpuState state = GpuState::kSkipped;
+  SharedString error;              ///< why not usable
+  int32_t cuda_version = 0;        ///< cuDriverGetVersion, e.g. 13000
+  SharedString driver;             ///< NVIDIA driver version, when the host tells it
+  int32_t device_count = -1;       ///< devices visible to this process
+  SharedString visible_devices;    ///< CUDA_VISIBLE_DEVICES as set, "" when unset
+  SharedString choice;             ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
+  std::vector<GpuDevice> devices;  ///< one per rank this member stands for
+  SharedString nccl_path;          ///< the library loaded
+  int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
+  SharedString nccl_error;         ///< why NCCL could not be loaded
+
+  bool usable() const { return state == GpuState::kUsable; }
+  bool nccl_loaded() const { return nccl_version > 0; }
+};
+
+/// "2.28.9" from 22809 (and the old 2.x scheme, 2703 -> 2.7.3).
+std::string nccl_version_text(int32_t v);
+/// "13.0" from 13000.
+std::string cuda_version_text(int32_t v);
+/// The driver version from the first line of /proc/driver/nvidia/version, for both
+/// the proprietary ("... x86_64 Kernel Module  535.104.05 ...") and the open
+/// ("... Open Kernel Module for x86_64  555.58.02 ...") modules; "" when it has none.
+std::string driver_version_from_banner(std::string_view line);
+/// The driver version from the file libcuda.so.1 links to, which the driver names
+/// after itself ("/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06"): where /proc has
+/// no banner (some containers); "" when the name carries none.
+std::string driver_version_from_library(std::string_view path);
+
+/// What the all-reduce's receive buffer holds before the all-reduce writes it: a
+/// total that is still this value was never written.
+inline constexpr int64_t kAllreduceSentinel = -0x5a5a5a5a5a5a5a5b;
+
+/// How a member picks its devices.
+struct GpuPlan {
+  long first_rank = 0;
+  long nranks = 1;                             ///< node mode: one device per rank, ordinals 0..N-1
+  long local_rank = -1;                        ///< rank mode: LOCAL_RANK picks the device...
+  std::optional<int> device;                   ///< ...unless --device says which
+  std::optional<std::string> visible_devices;  ///< CUDA_VISIBLE_DEVICES; set but empty hides all
+};
+
+/// One rank's GPU stage, as it reports it to the master.
+struct RankResult {
+  int32_t rank = -1;
+  bool init_ok = false;
+  bool init_timed_out = false;
+  std::string init_error;  ///< ncclGetErrorString + ncclGetLastError
+  double init_ms = 0;
+  bool allreduce_ok = false;    ///< completed with the exact total
+  bool allreduce_done = false;  ///< completed at all
+  bool allreduce_timed_out = false;
+  std::string allreduce_error;
+  int64_t expected = 0;
+  int64_t got = 0;
+  double allreduce_us = 0;
+  uint64_t bandwidth_bytes = 0;  ///< 0: no bandwidth test
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+};
+
+}  // namespace rankcheck

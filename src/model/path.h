@@ -1,0 +1,51 @@
+#pragma once
+// The rehearsal of NCCL's connections as data that travels: a connection to try
+// (in the master's plan), and what it found (in a member's report). The plan
+// itself and what its results mean are rehearsal/plan.h; the probing,
+// rehearsal/probe.h.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace rankcheck {
+
+/// One connection to try: host `from` connects to host `to`'s listener.
+struct PathEdge {
+  uint32_t from = 0;
+  uint32_t to = 0;
+  auto operator<=>(const PathEdge&) const = default;
+};
+
+/// What one connection found.
+enum class PathOutcome : uint8_t {
+  kOk = 0,
+  kTimeout = 1,      ///< no answer by the deadline (a firewall that drops)
+  kRefused = 2,      ///< ECONNREFUSED (nothing listens, or a firewall that rejects)
+  kUnreachable = 3,  ///< EHOSTUNREACH / ENETUNREACH: no route
+  kSelf = 4,         ///< the prober's own host answered: an address every host has
+  kWrongHost = 5,    ///< another host answered, or an answer without the job token
+  kOther = 6,        ///< reset, closed, another errno
+  kNotRun = 7,       ///< the prober sent no result (gone, or out of time itself)
+  kDenied = 8,       ///< EPERM / EACCES: a firewall on the prober's own host
+};
+/// "timed out", "refused", "no route to host", ...
+std::string_view outcome_text(PathOutcome o);
+
+struct PathResult {
+  PathEdge edge;
+  PathOutcome outcome = PathOutcome::kNotRun;
+  uint32_t connect_us = 0;  ///< time to the proven answer (or to the failure)
+  std::string detail;       ///< strerror, or what answered
+};
+
+/// One connection the prober makes.
+struct PathTarget {
+  uint32_t host = 0;    ///< index in the master's host list
+  std::string address;  ///< numeric, as the listener bound it
+  std::string ifname;   ///< for an IPv6 link-local address
+  uint16_t port = 0;
+  std::string identity;  ///< what the right host answers
+};
+
+}  // namespace rankcheck

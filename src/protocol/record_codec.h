@@ -1,0 +1,21 @@
+#pragma once
+// A record on the wire: field by field, every length checked against its cap
+// (model/record.h) while decoding, before anything is allocated.
+
+#include "model/record.h"
+#include "protocol/record_codec.h"
+#include "protocol/wire.h"
+
+namespace rankcheck {
+
+void encode_record(Writer& w, const Record& r);
+/// Decodes and validates a record; the reader fails on anything out of bounds.
+Record decode_record(Reader& r);
+
+void encode_gpu(Writer& w, const GpuFacts& g);
+GpuFacts decode_gpu(Reader& r);
+
+void encode_nccl_if(Writer& w, const NcclIfFacts& f);
+NcclIfFacts decode_nccl_if(Reader& r);
+
+}  // namespace rankcheck

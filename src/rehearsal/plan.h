@@ -1,0 +1,43 @@
+#pragma once
+// The rehearsal of NCCL's connections: which host connects to which (a pure
+// function of the hosts), what each connection found, and what that means (the
+// nccl-path-blocked findings, grouped by host and direction). The prober and the
+// answering side are in netpath_io.cc; the server runs the rehearsal.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/finding.h"
+#include "model/path.h"
+
+namespace rankcheck {
+
+/// Up to this many hosts every ordered pair is tried.
+inline constexpr size_t kAllPairsHosts = 64;
+
+/// The connections NCCL's init makes between `hosts` hosts in rank order (host 0
+/// holds rank 0), sorted and unique:
+/// - host 0 to every host and every host to host 0 (NCCL's root connects back to
+///   each rank on an ephemeral port, and each rank connects to the root);
+/// - each host to the next and the previous one (the bootstrap ring);
+/// - up to kAllPairsHosts hosts every pair; beyond, the double binary tree NCCL
+///   builds over nodes (src/graph/trees.cc), both ways, and for each host
+///   ceil(log2 hosts) others drawn with `seed`: O(log hosts) connections per host.
+std::vector<PathEdge> rehearsal_plan(size_t hosts, uint64_t seed);
+
+/// A host as the rehearsal names it.
+struct PathHost {
+  std::string name;
+  std::string ifname;                 ///< the interface NCCL would use there
+  std::string address;                ///< its address, which the listener was bound to
+  uint16_t port_lo = 0, port_hi = 0;  ///< its ip_local_port_range
+};
+
+/// The findings of a rehearsal, initiating failures first: hosts nobody reaches
+/// (inbound blocked), hosts that reach nobody (outbound blocked), hosts cut off
+/// both ways, then the remaining failures as splits between groups of hosts.
+std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
+                                     const std::vector<PathResult>& results);
+
+}  // namespace rankcheck

@@ -1,0 +1,336 @@
+// The rehearsal's sockets: a listener that proves which host it is, and a prober
+// that connects as NCCL would (its source address left to the kernel), a bounded
+// number at a time, each within its own deadline.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "model/path.h"
+#include "rehearsal/probe.h"
+
+namespace rankcheck {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'R', 'K', 'N', 'P'};
+constexpr size_t kNonce = 16;
+constexpr size_t kRequest = 4 + kNonce;
+constexpr size_t kMaxPending = 256;  // answers in progress at a listener
+constexpr Millis kAnswerWithin{1000};
+
+struct Addr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+};
+
+std::optional<Addr> to_addr(const std::string& address, const std::string& ifname, uint16_t port) {
+  Addr a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
+  if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    a.len = sizeof(sockaddr_in);
+    return a;
+  }
+  if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    if (IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr) && !ifname.empty()) {
+      v6->sin6_scope_id = ::if_nametoindex(ifname.c_str());
+    }
+    a.len = sizeof(sockaddr_in6);
+    return a;
+  }
+  return std::nullopt;
+}
+
+Mac answer_mac(const JobToken* token, std::span<const uint8_t> nonce, std::string_view identity) {
+  if (token == nullptr) return Mac{};
+  auto body = std::span(reinterpret_cast<const uint8_t*>(identity.data()), identity.size());
+  return token->mac(kPathLabel, nonce, {}, body).value_or(Mac{});
+}
+
+PathOutcome classify(int err) {
+  switch (err) {
+    case ECONNREFUSED:
+      return PathOutcome::kRefused;
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return PathOutcome::kUnreachable;
+    case ETIMEDOUT:
+      return PathOutcome::kTimeout;
+    case EPERM:
+    case EACCES:
+      return PathOutcome::kDenied;
+    default:
+      return PathOutcome::kOther;
+  }
+}
+
+}  // namespace
+
+std::string path_identity(std::string_view host, std::string_view netns) {
+  return fmt::format("{}\n{}", host.substr(0, 120), netns.substr(0, 120));
+}
+
+std::pair<uint16_t, uint16_t> local_port_range() {
+  std::pair<uint16_t, uint16_t> r{0, 0};
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "re")) {
+    unsigned lo = 0, hi = 0;
+    if (std::fscanf(f, "%u %u", &lo, &hi) == 2 && lo <= 65535 && hi <= 65535) {
+      r = {static_cast<uint16_t>(lo), static_cast<uint16_t>(hi)};
+    }
+    std::fclose(f);
+  }
+  return r;
+}
+
+Result<std::unique_ptr<PathListener>> PathListener::open(const std::string& address,
+                                                         const std::string& ifname,
+                                                         std::string identity,
+                                                         const JobToken* token) {
+  auto addr = to_addr(address, ifname, 0);
+  if (!addr) return Error{fmt::format("rehearsal listener: '{}' is not an address", address)};
+  std::unique_ptr<PathListener> l(new PathListener());
+  l->fd_ = ::socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (l->fd_ < 0) return Error{fmt::format("rehearsal listener: socket: {}", std::strerror(errno))};
+  // Port 0: the kernel picks from ip_local_port_range, as for NCCL's listeners.
+  if (::bind(l->fd_, reinterpret_cast<sockaddr*>(&addr->ss), addr->len) != 0 ||
+      ::listen(l->fd_, 1024) != 0) {
+    return Error{fmt::format("rehearsal listener on {}: {}", address, std::strerror(errno))};
+  }
+  Addr bound;
+  bound.len = sizeof bound.ss;
+  ::getsockname(l->fd_, reinterpret_cast<sockaddr*>(&bound.ss), &bound.len);
+  l->port_ =
+      ntohs(bound.ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound.ss)->sin_port
+                                          : reinterpret_cast<sockaddr_in6*>(&bound.ss)->sin6_port);
+  if (::pipe2(l->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Error{fmt::format("rehearsal listener: pipe: {}", std::strerror(errno))};
+  }
+  l->identity_ = std::move(identity);
+  if (token != nullptr) l->token_ = *token;
+  l->thread_ = std::thread([p = l.get()] { p->serve(); });
+  return l;
+}
+
+PathListener::~PathListener() {
+  if (thread_.joinable()) {
+    char c = 1;
+    (void)!::write(wake_[1], &c, 1);
+    thread_.join();
+  }
+  for (int fd : {fd_, wake_[0], wake_[1]}) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// Each connection gets one answer; a peer that sends nothing in time is dropped,
+// and at most kMaxPending wait at once, so no stranger can stall the answers.
+void PathListener::serve() {
+  struct Pending {
+    int fd;
+    Clock::time_point until;
+    std::vector<uint8_t> rx;
+  };
+  std::vector<Pending> pending;
+  const JobToken* token = token_ ? &*token_ : nullptr;
+  while (true) {
+    std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}, {fd_, POLLIN, 0}};
+    for (const Pending& p : pending)
+      fds.push_back({p.fd, POLLIN, 0});
+    int wait = pending.empty() ? -1 : 100;
+    int n = ::poll(fds.data(), fds.size(), wait);
+    if (n < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents != 0) {
+      while (true) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        if (pending.size() == kMaxPending) {
+          ::close(pending.front().fd);
+          pending.erase(pending.begin());
+        }
+        pending.push_back({c, Clock::now() + kAnswerWithin, {}});
+      }
+    }
+    auto now = Clock::now();
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      bool done = now >= p.until;
+      uint8_t buf[kRequest];
+      ssize_t got = ::recv(p.fd, buf, kRequest - p.rx.size(), 0);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        done = true;
+      } else if (got > 0) {
+        p.rx.insert(p.rx.end(), buf, buf + got);
+      }
+      if (p.rx.size() == kRequest) {
+        done = true;
+        if (std::equal(kMagic, kMagic + 4, p.rx.begin())) {
+          auto nonce = std::span(p.rx).subspan(4, kNonce);
+          Mac mac = answer_mac(token, nonce, identity_);
+          std::vector<uint8_t> out(kMagic, kMagic + 4);
+          out.push_back(static_cast<uint8_t>(identity_.size()));
+          out.insert(out.end(), identity_.begin(), identity_.end());
+          out.insert(out.end(), mac.begin(), mac.end());
+          (void)!::send(p.fd, out.data(), out.size(), MSG_NOSIGNAL);
+        }
+      }
+      if (done) {
+        ::close(p.fd);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (const Pending& p : pending)
+    ::close(p.fd);
+}
+
+std::vector<PathResult> probe_paths(uint32_t self_host, const std::string& self_identity,
+                                    const std::vector<PathTarget>& targets, Millis per_conn,
+                                    size_t in_flight, Deadline by, const JobToken* token) {
+  struct Active {
+    size_t target = 0;
+    int fd = -1;
+    Clock::time_point start, until;
+    bool connected = false;
+    std::array<uint8_t, kNonce> nonce{};
+    std::vector<uint8_t> rx;
+  };
+  std::vector<PathResult> results(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i)
+    results[i].edge = {self_host, targets[i].host};
+  std::vector<Active> active;
+  size_t next = 0;
+  auto finish = [&](Active& a, PathOutcome o, std::string detail) {
+    PathResult& r = results[a.target];
+    r.outcome = o;
+    r.detail = std::move(detail);
+    r.connect_us = static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.start).count());
+    ::close(a.fd);
+    a.fd = -1;
+  };
+  in_flight = std::max<size_t>(in_flight, 1);
+  while (next < targets.size() || !active.empty()) {
+    while (active.size() < in_flight && next < targets.size() && !by.expired()) {
+      const PathTarget& t = targets[next];
+      Active a;
+      a.target = next++;
+      a.fd = -1;
+      a.start = Clock::now();
+      a.until = std::min(a.start + per_conn, by.when());
+      auto addr = to_addr(t.address, t.ifname, t.port);
+      if (!addr) {
+        results[a.target] = {{self_host, t.host}, PathOutcome::kOther, 0, "not an address"};
+        continue;
+      }
+      a.fd = ::socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (a.fd < 0) {
+        results[a.target] = {{self_host, t.host}, PathOutcome::kOther, 0, std::strerror(errno)};
+        continue;
+      }
+      (void)fill_random(a.nonce);
+      if (::connect(a.fd, reinterpret_cast<sockaddr*>(&addr->ss), addr->len) != 0 &&
+          errno != EINPROGRESS) {
+        int err = errno;
+        finish(a, classify(err), std::strerror(err));
+        continue;
+      }
+      active.push_back(std::move(a));
+    }
+    if (active.empty()) {
+      if (by.expired()) break;
+      continue;
+    }
+    std::vector<pollfd> fds;
+    auto soonest = active.front().until;
+    for (const Active& a : active) {
+      fds.push_back({a.fd, static_cast<short>(a.connected ? POLLIN : POLLOUT), 0});
+      soonest = std::min(soonest, a.until);
+    }
+    auto ms = std::chrono::duration_cast<Millis>(soonest - Clock::now()).count();
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long>(ms, 0, 1000)));
+    if (n < 0 && errno != EINTR) break;
+    auto now = Clock::now();
+    for (size_t i = 0; i < active.size(); ++i) {
+      Active& a = active[i];
+      if (fds[i].revents != 0 && !a.connected) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0) {
+          finish(a, classify(err), std::strerror(err));
+          continue;
+        }
+        a.connected = true;
+        std::vector<uint8_t> req(kMagic, kMagic + 4);
+        req.insert(req.end(), a.nonce.begin(), a.nonce.end());
+        if (::send(a.fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
+          finish(a, PathOutcome::kOther, "the connection closed before the question");
+          continue;
+        }
+      } else if (fds[i].revents != 0) {
+        uint8_t buf[512];
+        ssize_t got = ::recv(a.fd, buf, sizeof buf, 0);
+        if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) {
+          finish(a, got == 0 ? PathOutcome::kOther : classify(errno),
+                 got == 0 ? "closed without an answer" : std::strerror(errno));
+          continue;
+        }
+        if (got > 0) a.rx.insert(a.rx.end(), buf, buf + got);
+        if (a.rx.size() >= 5) {
+          size_t id_len = a.rx[4];
+          if (a.rx.size() >= 5 + id_len + kMacSize) {
+            std::string id(a.rx.begin() + 5, a.rx.begin() + 5 + static_cast<long>(id_len));
+            Mac mac{};
+            std::copy(a.rx.begin() + 5 + static_cast<long>(id_len),
+                      a.rx.begin() + 5 + static_cast<long>(id_len + kMacSize), mac.begin());
+            bool magic = std::equal(kMagic, kMagic + 4, a.rx.begin());
+            bool proven =
+                magic &&
+                (token == nullptr ||
+                 token->verify(mac, kPathLabel, a.nonce, {},
+                               std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
+            const PathTarget& t = targets[a.target];
+            if (!proven) {
+              finish(a, PathOutcome::kWrongHost, "an answer without this job's token");
+            } else if (id == self_identity) {
+              finish(a, PathOutcome::kSelf, "");
+            } else if (id != t.identity) {
+              finish(a, PathOutcome::kWrongHost,
+                     fmt::format("answered by {}", id.substr(0, id.find('\n'))));
+            } else {
+              finish(a, PathOutcome::kOk, "");
+            }
+            continue;
+          }
+        }
+      }
+      if (a.fd >= 0 && now >= a.until) finish(a, PathOutcome::kTimeout, "");
+    }
+    active.erase(
+        std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.fd < 0; }),
+        active.end());
+  }
+  for (Active& a : active) {
+    if (a.fd >= 0) finish(a, PathOutcome::kTimeout, "");
+  }
+  return results;
+}
+
+}  // namespace rankcheck

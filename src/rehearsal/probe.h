@@ -1,0 +1,66 @@
+#pragma once
+// The network side of the rehearsal of NCCL's connections: a listener on an
+// ephemeral port of the address NCCL would use, which proves which host it is,
+// and a prober that connects to other hosts' listeners and checks the proof.
+//
+//   prober                            listener
+//     | -- "RKNP" nonce(16) -------->  |
+//     | <- "RKNP" u8 n, id(n), mac(32)  |   id: the answering host (its name and
+//                                           network stack); mac: HMAC with the job
+//                                           token over the nonce and the id (zeros
+//                                           without a token)
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/auth.h"
+#include "base/deadline.h"
+#include "model/path.h"
+#include "base/result.h"
+
+namespace rankcheck {
+
+inline constexpr std::string_view kPathLabel = "rankcheck path 1";
+
+/// What a host answers a probe with: its name and its network stack.
+std::string path_identity(std::string_view host, std::string_view netns);
+
+/// Listens on `address` (numeric; an IPv6 link-local one on interface `ifname`)
+/// at port 0 and answers probes on a thread of its own until destroyed.
+class PathListener {
+ public:
+  static Result<std::unique_ptr<PathListener>> open(const std::string& address,
+                                                    const std::string& ifname, std::string identity,
+                                                    const JobToken* token);
+  ~PathListener();
+  PathListener(const PathListener&) = delete;
+  PathListener& operator=(const PathListener&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  PathListener() = default;
+  void serve();
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};
+  uint16_t port_ = 0;
+  std::string identity_;
+  std::optional<JobToken> token_;
+  std::thread thread_;
+};
+
+/// Connects to every target, at most `in_flight` at a time, each within `per_conn`
+/// (and all by `by`), and says what each found. The source address is the
+/// kernel's choice, as for NCCL.
+std::vector<PathResult> probe_paths(uint32_t self_host, const std::string& self_identity,
+                                    const std::vector<PathTarget>& targets, Millis per_conn,
+                                    size_t in_flight, Deadline by, const JobToken* token);
+
+/// This host's net.ipv4.ip_local_port_range, {0, 0} when /proc does not say.
+std::pair<uint16_t, uint16_t> local_port_range();
+
+}  // namespace rankcheck

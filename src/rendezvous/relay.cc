@@ -1,0 +1,583 @@
+// A host's relay (relay.h): a thread in the first member process of the host,
+// holding one connection to the master and one channel on it per member.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <thread>
+#include <unordered_map>
+
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rules/rules.h"
+#include "rendezvous/socket.h"
+#include "host/resolve.h"
+#include "rendezvous/relay.h"
+#include "base/text.h"
+#include "host/interfaces.h"
+
+namespace rankcheck {
+namespace {
+
+using asio::awaitable;
+using asio::ip::tcp;
+using Local = asio::local::stream_protocol;
+constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
+using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
+
+// Frames waiting for a socket, written one at a time in order.
+template <class Sock>
+struct Outbox {
+  explicit Outbox(Sock s) : sock(std::move(s)) {}
+  Sock sock;
+  std::deque<Bytes> queue;
+  bool writing = false;
+  bool close_after = false;
+  bool shutdown_after = false;  // once written, no more: half-close
+
+  void send(std::vector<uint8_t> frame) {
+    queue.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(frame)));
+  }
+};
+
+template <class Sock, class Self>
+void pump(const std::shared_ptr<Self>& self) {
+  Outbox<Sock>& o = *self;
+  if (o.writing) return;
+  if (o.queue.empty()) {
+    std::error_code ignored;
+    if (o.close_after) o.sock.close(ignored);
+    if (o.shutdown_after) o.sock.shutdown(Sock::shutdown_send, ignored);
+    return;
+  }
+  o.writing = true;
+  Bytes next = o.queue.front();
+  asio::async_write(o.sock, asio::buffer(*next), [self, next](std::error_code ec, size_t) {
+    Outbox<Sock>& b = *self;
+    b.writing = false;
+    // (Cleared meanwhile when the relay let its members go.)
+    if (!b.queue.empty() && b.queue.front() == next) b.queue.pop_front();
+    if (ec) b.queue.clear();
+    pump<Sock>(self);
+  });
+}
+
+template <class Sock>
+awaitable<std::optional<Frame>> read_frame(Sock& s, Error* why = nullptr) {
+  auto io_error = [](std::error_code ec, bool mid) {
+    if (ec == asio::error::eof) {
+      return Error{mid ? "connection closed mid-frame" : "connection closed", Fault::kClosed};
+    }
+    return Error{fmt::format("recv: {}", ec.message()), Fault::kSystem};
+  };
+  std::array<uint8_t, kHeaderSize> hdr{};
+  auto [ec, n] = co_await asio::async_read(s, asio::buffer(hdr), kAwait);
+  if (ec) {
+    if (why) *why = io_error(ec, n > 0);
+    co_return std::nullopt;
+  }
+  auto h = decode_header(hdr);
+  if (!h) {
+    if (why) *why = h.error();
+    co_return std::nullopt;
+  }
+  Frame f{*h, std::vector<uint8_t>(h->length)};
+  auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(f.payload), kAwait);
+  if (ec2) {
+    if (why) *why = io_error(ec2, true);
+    co_return std::nullopt;
+  }
+  co_return f;
+}
+
+std::vector<uint8_t> whole(const Frame& f) {
+  std::vector<uint8_t> out = encode_frame(static_cast<MsgType>(f.header.type), f.payload);
+  return out;
+}
+
+}  // namespace
+
+struct Relay::Impl {
+  struct Member : Outbox<Local::socket> {
+    using Outbox::Outbox;
+    uint32_t channel = 0;
+    bool opened = false;      // the master knows of it
+    bool hello_seen = false;  // what follows the hello is forwarded as it comes
+    bool has_nonce = false;
+    Nonce nonce{};  // its challenge's: its hello's MAC is over it
+    bool read_closed = false;
+  };
+  using MemberPtr = std::shared_ptr<Member>;
+  struct Upstream : Outbox<tcp::socket> {
+    using Outbox::Outbox;
+  };
+
+  explicit Impl(RelayOptions opts)
+      : o(std::move(opts)),
+        acceptor(io),
+        up(std::make_shared<Upstream>(tcp::socket(io))),
+        wait_timer(io),
+        stop_timer(io) {}
+
+  RelayOptions o;
+  asio::io_context io{1};
+  Local::acceptor acceptor;
+  std::shared_ptr<Upstream> up;
+  asio::steady_timer wait_timer;
+  asio::steady_timer stop_timer;
+  std::thread thread;
+  std::promise<void> stopped;
+
+  // Touched on the relay's thread only.
+  bool ready = false;  // the master admitted the relay
+  bool gone = false;   // the master closed, refused it, or could not be reached
+  bool owner_done = false;
+  bool half_closed = false;  // told the master it is done: it waits for the master's close
+  std::string status = "connecting to the master";
+  uint32_t attempts = 0;
+  std::unordered_map<uint32_t, MemberPtr> members;
+  uint32_t next_channel = 1;
+  size_t refused = 0;
+
+  void upsend(std::vector<uint8_t> frame) {
+    if (gone || half_closed) return;
+    up->send(std::move(frame));
+    pump<tcp::socket>(up);
+  }
+
+  void open(const MemberPtr& m) {
+    m->opened = true;
+    upsend(encode_channel(m->channel, ChannelOp::kOpen));
+  }
+
+  void drop(const MemberPtr& m) {
+    members.erase(m->channel);
+    m->close_after = true;
+    pump<Local::socket>(m);
+    maybe_stop();
+  }
+
+  // The master is out of reach for good: every member goes to it directly.
+  void stand_down(const std::string& why) {
+    if (gone) return;
+    o.log(fmt::format("host relay: {}; this host's members join the master directly", why));
+    let_go();
+  }
+
+  // No more relaying: the members' connections close (those still waiting for
+  // the master go to it directly), and new ones are closed as they come, until
+  // this process is done: the endpoint stays taken, so that no other member
+  // becomes a relay that fails the same way.
+  void let_go() {
+    gone = true;
+    std::error_code ignored;
+    up->sock.shutdown(tcp::socket::shutdown_both, ignored);
+    up->sock.close(ignored);
+    wait_timer.cancel();
+    auto all = std::move(members);
+    members.clear();
+    for (auto& [id, m] : all) {
+      m->queue.clear();
+      m->sock.close(ignored);
+    }
+    maybe_stop();
+  }
+
+  // The members hear that it was the master that closed, not their relay: their
+  // own connections to it would have closed too, and joining again is no use.
+  void master_closed() {
+    if (gone) return;
+    gone = true;
+    std::error_code ignored;
+    up->sock.close(ignored);
+    wait_timer.cancel();
+    auto all = std::move(members);
+    members.clear();
+    for (auto& [id, m] : all) {
+      m->send(encode(RelayWait{"", attempts, true}));
+      m->close_after = true;
+      pump<Local::socket>(m);
+    }
+    maybe_stop();
+  }
+
+  void stop() {
+    std::error_code ignored;
+    acceptor.close(ignored);
+    stop_timer.cancel();
+    let_go();
+  }
+
+  void maybe_stop() {
+    if (owner_done && (gone || members.empty()) && acceptor.is_open()) return stop();
+    maybe_half_close();
+  }
+
+  // This process is done, and every member has closed its end: the relay closes
+  // its own end first, as each member does, so that the TCP TIME_WAIT lands on
+  // this host and not on MASTER_PORT, which the training job binds next. It goes
+  // on reading: the master closes once its report is out, and the members that
+  // wait for that (a failed job's) are told then.
+  void maybe_half_close() {
+    if (!owner_done || !ready || gone || half_closed) return;
+    for (auto& [id, m] : members) {
+      if (!m->read_closed) return;
+    }
+    half_closed = true;
+    up->shutdown_after = true;
+    pump<tcp::socket>(up);
+  }
+
+  // Members waiting for the master hear why every second, so that a relay that
+  // stopped answering (a stopped process) is told from one that is trying.
+  void tell_waiting() {
+    if (ready || gone) return;
+    say_status();
+    wait_timer.expires_after(Millis(1000));
+    wait_timer.async_wait([this](std::error_code ec) {
+      if (!ec) tell_waiting();
+    });
+  }
+
+  void say_status() {
+    for (auto& [id, m] : members) {
+      m->send(encode(RelayWait{status, attempts, false}));
+      pump<Local::socket>(m);
+    }
+  }
+
+  awaitable<bool> connect_once(asio::steady_timer& timer) {
+    auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(2000))));
+    if (!addrs) {
+      // Cut short by the deadline: what the earlier attempts met says more.
+      if (addrs.error().fault == Fault::kTimeout && o.give_up.expired() && attempts > 0) {
+        co_return false;
+      }
+      ++attempts;
+      status = addrs.error().message;
+      if (status.find("resolve") == 0) status += " (not resolvable yet?)";
+      co_return false;
+    }
+    for (const std::string& a : *addrs) {
+      std::error_code ec;
+      auto addr = asio::ip::make_address(a, ec);
+      if (ec) continue;
+      up->sock = tcp::socket(io);
+      ++attempts;
+      // The status reads as a member's own attempt would: its members say it.
+      std::string where = endpoint(a, o.master_port);
+      std::string via = a == o.master_addr ? "" : fmt::format("via {}: ", a);
+      // Each step bounded: the timer closes the socket, failing whatever waits on it.
+      bool expired = false;
+      timer.expires_at(o.give_up.sooner(Deadline::after(o.handshake)).when());
+      timer.async_wait([this, &expired](std::error_code e) {
+        if (e) return;
+        expired = true;
+        std::error_code ignored;
+        up->sock.close(ignored);
+      });
+      auto [cec] = co_await up->sock.async_connect(tcp::endpoint(addr, o.master_port), kAwait);
+      if (cec) {
+        status = via + fmt::format("connect: {}", expired ? "timed out" : cec.message());
+        timer.cancel();
+        continue;
+      }
+      set_cloexec(up->sock.native_handle());
+      up->sock.set_option(tcp::no_delay(true), ec);
+      Error why;
+      auto challenge = co_await read_frame(up->sock, &why);
+      if (expired) why = Error{"recv: timed out", Fault::kTimeout};
+      std::optional<Challenge> c;
+      if (!challenge) {
+        timer.cancel();
+        if (why.fault == Fault::kOtherVersion) {
+          stand_down(fmt::format("the master at {} speaks another protocol version", where));
+          co_return false;
+        }
+        status =
+            !is_io_fault(why.fault)
+                ? fmt::format("{} answered, but is not a rankcheck master ({})", where, why.message)
+                : fmt::format("{} accepted the connection but sent no challenge ({})", where,
+                              why.message);
+        continue;
+      }
+      if (challenge->header.type != uint16_t(MsgType::kChallenge)) {
+        timer.cancel();
+        status = fmt::format("{} answered with a {} instead of a challenge", where,
+                             type_name(challenge->header.type));
+        continue;
+      }
+      if (auto d = decode_challenge(challenge->payload); !d) {
+        timer.cancel();
+        status = fmt::format("{} sent a challenge this member cannot read ({})", where,
+                             d.error().message);
+        continue;
+      } else {
+        c = *d;
+      }
+      if (c->auth != (o.token != nullptr)) {
+        // The members meet the master themselves and say what is wrong.
+        timer.cancel();
+        stand_down(c->auth ? "the master requires a job token, and the relay has none"
+                           : "the master does not use a job token, and the relay has one");
+        co_return false;
+      }
+      RelayHello hello{o.host, o.pid, o.job_id, {}, {}};
+      (void)fill_random(hello.client_nonce);
+      auto frame = o.token ? encode_signed(hello, *o.token, c->nonce) : encode(hello);
+      auto [wec, wn] = co_await asio::async_write(up->sock, asio::buffer(frame), kAwait);
+      // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
+      std::optional<Frame> reply;
+      if (!wec) reply = co_await read_frame(up->sock, &why);
+      if (expired) why = Error{"recv: timed out", Fault::kTimeout};
+      timer.cancel();
+      if (reply && reply->header.type == uint16_t(MsgType::kAdmit)) co_return true;
+      if (reply && reply->header.type == uint16_t(MsgType::kReject)) {
+        auto r = decode_reject(reply->payload);
+        stand_down(fmt::format("the master refused the relay: {}",
+                               r ? printable(r->reason, 200) : std::string("(unreadable)")));
+        co_return false;
+      }
+      // An older master that does not know relays closes on the relay's hello.
+      stand_down(fmt::format("the master at {} did not take the relay ({})", where,
+                             wec     ? wec.message()
+                             : reply ? fmt::format("a {} frame", type_name(reply->header.type))
+                                     : why.message));
+      co_return false;
+    }
+    co_return false;
+  }
+
+  awaitable<void> upstream() {
+    asio::steady_timer timer(io);
+    Millis backoff(50);
+    if (o.first_delay > Millis(0)) {
+      timer.expires_at(o.give_up.sooner(Deadline::after(o.first_delay)).when());
+      co_await timer.async_wait(kAwait);
+    }
+    while (!gone) {
+      if (attempts > 0 && o.give_up.expired()) {
+        stand_down(fmt::format("no master by the deadline ({})", status));
+        co_return;
+      }
+      if (co_await connect_once(timer)) break;
+      if (gone) co_return;
+      say_status();  // as it changes: a member near its deadline says the latest
+      timer.expires_at(o.give_up.sooner(Deadline::after(backoff)).when());
+      co_await timer.async_wait(kAwait);
+      backoff = std::min(backoff * 2, Millis(1000));
+    }
+    ready = true;
+    wait_timer.cancel();
+    for (auto& [id, m] : members)
+      open(m);
+    while (true) {
+      auto f = co_await read_frame(up->sock);
+      if (!f || f->header.type != uint16_t(MsgType::kChannel)) break;
+      auto ch = decode_channel(f->payload);
+      if (!ch) break;
+      if (ch->op == ChannelOp::kAll) {
+        // (The NCCL roots: one frame the master sends a relay once, for all.)
+        auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(ch->frame));
+        for (auto& [id, m] : members) {
+          m->queue.push_back(frame);
+          pump<Local::socket>(m);
+        }
+        continue;
+      }
+      auto it = members.find(ch->channel);
+      if (it == members.end()) continue;
+      MemberPtr m = it->second;
+      if (ch->op == ChannelOp::kClose) {
+        drop(m);
+        continue;
+      }
+      if (ch->op != ChannelOp::kData) continue;
+      if (!m->has_nonce && ch->frame.size() >= kHeaderSize) {
+        // The master's challenge: what the member's hello must be signed over.
+        auto h = decode_header(std::span(ch->frame).first(kHeaderSize));
+        if (h && h->type == uint16_t(MsgType::kChallenge)) {
+          if (auto c = decode_challenge(std::span(ch->frame).subspan(kHeaderSize))) {
+            m->nonce = c->nonce;
+            m->has_nonce = true;
+          }
+        }
+      }
+      m->send(std::move(ch->frame));
+      pump<Local::socket>(m);
+    }
+    // The master closed (it printed its report and exited, or died): so do we.
+    master_closed();
+  }
+
+  // The relay refuses what the master would: a hello without the job's token
+  // over its challenge, or of another job. The master is told, for its report.
+  std::optional<Reject> check_hello(const Member& m, std::span<const uint8_t> payload) const {
+    auto hello = decode_hello(payload);
+    if (!hello) return Reject{RejectCode::kMalformed, hello.error().message};
+    if (o.token && (!m.has_nonce || !verify_hello(payload, *o.token, m.nonce))) {
+      return Reject{RejectCode::kAuth,
+                    "its hello does not carry this job's token (a wrong or missing "
+                    "--token-file, or a replayed hello)"};
+    }
+    if (!o.job_id.empty() && !hello->record.job_id.empty() && hello->record.job_id != o.job_id) {
+      return Reject{RejectCode::kForeignJob,
+                    fmt::format("this master serves job '{}', not job '{}'", printable(o.job_id),
+                                printable(hello->record.job_id))};
+    }
+    return std::nullopt;
+  }
+
+  awaitable<void> serve(MemberPtr m) {
+    while (!gone) {
+      auto f = co_await read_frame(m->sock);
+      if (!f) break;
+      if (!m->hello_seen) {
+        if (f->header.type != uint16_t(MsgType::kHello) || !ready) break;
+        m->hello_seen = true;
+        if (auto reject = check_hello(*m, f->payload)) {
+          if (++refused <= 4) {
+            auto hello = decode_hello(f->payload);
+            o.log(fmt::format("host relay: refused {}: {}",
+                              hello ? member_label(hello->record) : std::string("a local process"),
+                              printable(reject->reason, 200)));
+          }
+          auto frame = encode(*reject);
+          upsend(encode_channel(m->channel, ChannelOp::kRefused, frame, f->payload));
+          m->send(std::move(frame));
+          members.erase(m->channel);
+          m->close_after = true;
+          pump<Local::socket>(m);
+          maybe_stop();
+          co_return;
+        }
+      }
+      upsend(encode_channel(m->channel, ChannelOp::kData, whole(*f)));
+    }
+    // The member closed its end (or sent what it should not). The master hears of
+    // it; the member's socket stays open until the master is done with it, as its
+    // own connection to the master would (a failed member waits for that).
+    m->read_closed = true;
+    if (gone) co_return;
+    if (m->opened && ready) {
+      upsend(encode_channel(m->channel, ChannelOp::kClose));
+      maybe_half_close();
+    } else {
+      drop(m);
+    }
+  }
+
+  awaitable<void> accept_loop() {
+    while (acceptor.is_open()) {
+      auto [ec, sock] = co_await acceptor.async_accept(kAwait);
+      if (ec) {
+        if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+        asio::steady_timer t(io);
+        t.expires_after(Millis(100));
+        co_await t.async_wait(kAwait);
+        continue;
+      }
+      set_cloexec(sock.native_handle());
+      if (gone || half_closed) continue;  // closed at once: the member goes directly
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+          cred.uid != ::geteuid()) {
+        continue;  // another user's process: closed (it goes to the master directly)
+      }
+      if (members.size() >= o.max_members) continue;
+      auto m = std::make_shared<Member>(std::move(sock));
+      m->channel = next_channel++;
+      members.emplace(m->channel, m);
+      if (ready) {
+        open(m);
+      } else {
+        m->send(encode(RelayWait{status, attempts, false}));
+        pump<Local::socket>(m);
+      }
+      asio::co_spawn(io, serve(m), asio::detached);
+    }
+  }
+};
+
+Relay::Relay(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Relay::~Relay() {
+  finish(Deadline::after(Millis(0)));
+}
+
+std::unique_ptr<Relay> Relay::start(RelayOptions options, std::string* why) {
+  // The election first, on a plain socket: the host's other members lose it and
+  // never make the event loop, its descriptors or its thread.
+  Local::endpoint ep(std::string(1, '\0') + options.endpoint);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int err = 0;
+  if (fd < 0 || ::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    err = errno;
+    if (fd >= 0) ::close(fd);
+    if (why != nullptr) {
+      *why = err == EADDRINUSE ? std::string()
+                               : fmt::format("cannot bind the host relay's socket @{}: {}",
+                                             options.endpoint, std::strerror(err));
+    }
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Impl& s = *impl;
+  std::error_code ec;
+  s.acceptor.assign(ep.protocol(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    if (why != nullptr)
+      *why =
+          fmt::format("cannot serve the host relay's socket @{}: {}", s.o.endpoint, ec.message());
+    return nullptr;
+  }
+  asio::co_spawn(s.io, s.accept_loop(), asio::detached);
+  asio::co_spawn(s.io, s.upstream(), asio::detached);
+  s.tell_waiting();
+  // Whatever happens, gone by stop_by.
+  s.stop_timer.expires_at(s.o.stop_by.when());
+  s.stop_timer.async_wait([&s](std::error_code e) {
+    if (!e) s.stop();
+  });
+  s.thread = std::thread([&s] {
+    s.io.run();
+    s.stopped.set_value();
+  });
+  return std::unique_ptr<Relay>(new Relay(std::move(impl)));
+}
+
+void Relay::finish(Deadline deadline) {
+  Impl& s = *impl_;
+  if (!s.thread.joinable()) return;
+  asio::post(s.io, [&s] {
+    s.owner_done = true;
+    s.maybe_stop();
+  });
+  auto done = s.stopped.get_future();
+  if (done.wait_until(deadline.sooner(s.o.stop_by).when()) != std::future_status::ready) {
+    s.io.stop();
+  }
+  s.thread.join();
+}
+
+std::string relay_endpoint(const std::string& master_addr, uint16_t master_port) {
+  // Readable in `ss -xl`: the user, the port and the address (odd bytes made safe).
+  std::string addr;
+  for (char ch : master_addr.substr(0, 64)) {
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '-' || ch == ':';
+    addr += ok ? ch : '_';
+  }
+  return fmt::format("rankcheck-relay/{}/{}/{}", ::geteuid(), master_port, addr);
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,462 @@
+// The master's rendezvous server: sending, deciding, the GPU stage, and the
+// public face (listen, start, finish). The door is in server_accept.cc.
+
+#include <algorithm>
+#include <cassert>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "base/text.h"
+
+#include "host/procfs.h"
+#include "rendezvous/server_impl.h"
+
+namespace rankcheck {
+
+void Server::Impl::send(const ConnPtr& c, std::vector<uint8_t> frame) {
+  send(c, std::make_shared<const std::vector<uint8_t>>(std::move(frame)));
+}
+
+void Server::Impl::send(const ConnPtr& c, Bytes frame) {
+  if (c->relayed()) {
+    // On the relay's connection, in a channel frame of the member's.
+    ConnPtr link = c->via.lock();
+    if (link == nullptr || link->closed) return;
+    return send(link, encode_channel(c->channel, ChannelOp::kData, *frame));
+  }
+  c->outbox.push_back(std::move(frame));
+  if (c->link != nullptr && !c->writing) {
+    // A relay's: written once this handler is done, with whatever else it queues
+    // for the same host (the burst of challenges, admits, verdicts), in one writev.
+    // Counted as a write in flight meanwhile: the run is not done with it queued.
+    if (!c->pump_posted) {
+      c->pump_posted = true;
+      ++writes_in_flight;
+      asio::post(io, [this, c] {
+        c->pump_posted = false;
+        --writes_in_flight;
+        pump(c);
+      });
+    }
+    return;
+  }
+  pump(c);
+}
+
+void Server::Impl::pump(const ConnPtr& c) {
+  if (c->writing) return;
+  if (c->outbox.empty()) {
+    if (c->close_after_write) close(c);
+    check_done();
+    return;
+  }
+  c->writing = true;
+  ++writes_in_flight;
+  // What is queued goes in one write (writev): a relay's connection carries its
+  // members' frames together, and a send each would be a system call each.
+  size_t n = std::min(c->outbox.size(), kMaxGather);
+  std::vector<asio::const_buffer> pieces;
+  pieces.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    pieces.emplace_back(asio::buffer(*c->outbox[i]));
+  asio::async_write(c->sock, pieces, [this, c, n](std::error_code ec, size_t) {
+    --writes_in_flight;
+    c->writing = false;
+    c->outbox.erase(c->outbox.begin(), c->outbox.begin() + static_cast<std::ptrdiff_t>(n));
+    if (ec) c->outbox.clear();
+    if (c->outbox.empty()) std::vector<Bytes>().swap(c->outbox);
+    pump(c);
+  });
+}
+
+void Server::Impl::close(const ConnPtr& c) {
+  if (c->closed) return;
+  c->closed = true;
+  if (c->admitted && !c->released && c->link == nullptr) --open_members;
+  if (c->relayed()) {
+    ConnPtr link = c->via.lock();
+    if (link != nullptr && !link->closed && link->link->channels.erase(c->channel) > 0) {
+      send(link, encode_channel(c->channel, ChannelOp::kClose));
+    }
+    return check_done();
+  }
+  --sockets;
+  std::error_code ignored;
+  c->sock.shutdown(tcp::socket::shutdown_both, ignored);
+  c->sock.close(ignored);
+  check_done();
+}
+
+void Server::Impl::release(const ConnPtr& c) {
+  if (c->closed || c->released) return;
+  c->released = true;
+  if (c->admitted) --open_members;
+  check_done();
+}
+
+void Server::Impl::check_done() {
+  if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0 ||
+      open_members > 0 || !broadcasts.empty()) {
+    return;
+  }
+  done_set = true;
+  done.set_value();
+}
+
+void Server::Impl::watch(const ConnPtr& c) {
+  if (c->relayed()) return;  // its frames come on its relay's connection (on_channel_frame)
+  c->sock.async_wait(tcp::socket::wait_read, [this, c](std::error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    if (state.stage_running() && !c->reported) {
+      asio::co_spawn(io, read_stage_result(c), asio::detached);
+      return;
+    }
+    if (rehearsal.running && c->path_host >= 0) {
+      asio::co_spawn(io, read_path_report(c), asio::detached);
+      return;
+    }
+    if (state.decided() && !state.stage_running()) {
+      // The member has its final verdict and closed its end. Ours stays open
+      // until the report is printed (the Server's end): a member whose job
+      // failed waits for that before it exits non-zero, since mpirun and
+      // srun --kill-on-bad-exit stop the whole job at the first such exit.
+      release(c);
+      return;
+    }
+    depart(c);  // EOF, a reset, or bytes it had no business sending yet
+    close(c);
+  });
+}
+
+awaitable<void> Server::Impl::read_stage_result(ConnPtr c) {
+  c->reported = true;
+  std::array<uint8_t, kHeaderSize> hdr{};
+  auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
+  auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
+  if (!header) {
+    co_return stage_result_in(c, 0, {}, ec ? std::string() : header.error().message);
+  }
+  std::vector<uint8_t> payload;
+  if (header->type == uint16_t(MsgType::kStageResult)) {
+    payload.resize(header->length);
+    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
+    if (ec2) {
+      co_return stage_result_in(
+          c, 0, {}, fmt::format("closed mid-frame ({} of {} bytes)", n2, payload.size()));
+    }
+  }
+  stage_result_in(c, header->type, payload, {});
+}
+
+void Server::Impl::stage_result_in(const ConnPtr& c, uint16_t type,
+                                   std::span<const uint8_t> payload, std::string why) {
+  std::optional<StageReport> got;
+  if (type != 0 && type != uint16_t(MsgType::kStageResult)) {
+    why = fmt::format("a {} frame instead", type_name(type));
+  } else if (type != 0) {
+    if (auto r = decode_stage_report(payload); !r) {
+      why = r.error().message;
+    } else if (cfg.token &&
+               !verify_stage_report(payload, *cfg.token, c->server_nonce, c->client_nonce)) {
+      why = "its MAC does not verify with the job token";
+    } else {
+      got = std::move(*r);
+    }
+  }
+  if (!why.empty() && c->slot >= 0) {
+    log(fmt::format("{}: its GPU stage result is unreadable: {}",
+                    member_label(state.members()[size_t(c->slot)].record), printable(why, 200)));
+  }
+  if (got) {
+    watch(c);  // for the member's close after the final verdict
+  } else {
+    close(c);
+  }
+  if (c->slot >= 0)
+    deliver(size_t(c->slot), got ? std::move(got->ranks) : std::vector<RankResult>{});
+}
+
+void Server::Impl::deliver(size_t i, std::vector<RankResult> results) {
+  if (state.accept_results(i, std::move(results))) finalize();
+}
+
+void Server::Impl::depart(const ConnPtr& c) {
+  if (c->slot < 0) return;
+  if (state.stage_running() && !c->reported) {
+    c->reported = true;  // gone mid-stage: its ranks report nothing
+    log(fmt::format("{} disconnected during the GPU stage",
+                    member_label(state.members()[size_t(c->slot)].record)));
+    deliver(size_t(c->slot), {});
+    return;
+  }
+  if (state.decided()) return;
+  auto i = static_cast<size_t>(c->slot);
+  c->slot = -1;
+  state.depart(i);
+  conns.erase(conns.begin() + static_cast<std::ptrdiff_t>(i));
+  for (size_t k = i; k < conns.size(); ++k) {
+    if (conns[k] != nullptr) conns[k]->slot = static_cast<int>(k);
+  }
+  maybe_decide();
+}
+
+void Server::Impl::maybe_decide() {
+  if (state.ready()) {
+    decide(false);
+  } else if (!rejoin_grace && state.only_departed_missing()) {
+    // Only a member that died after joining is missing: decide after a grace
+    // for it to come back, not at the deadline (the timer is the deadline's).
+    rejoin_grace = true;
+    decide_timer.expires_at(std::min(Clock::now() + kRejoinGrace, cfg.decide_by.when()));
+    decide_timer.async_wait([this](std::error_code ec) {
+      if (ec) return;
+      if (state.only_departed_missing()) return decide(false);
+      rejoin_grace = false;
+      decide_timer.expires_at(cfg.decide_by.when());
+      decide_timer.async_wait([this](std::error_code e) {
+        if (!e) decide(true);
+      });
+    });
+  }
+}
+
+void Server::Impl::decide(bool timed_out) {
+  if (state.decided()) return;
+  // NCCL's connections are rehearsed before the verdict; the deadline (or a
+  // signal) ends a rehearsal still running, with what came in.
+  if (rehearsal.running) return end_rehearsal();
+  if (!rehearsal.done && start_rehearsal(timed_out)) return;
+  decide_timer.cancel();
+  progress_timer.cancel();
+  uint16_t port = acceptors.empty() ? 0 : acceptors.front()->local_endpoint().port();
+  for (const Source& src : sources) {
+    if (src.evicted == 0) continue;
+    state.refuse(RefusalKind::kFlood, src.addr,
+                 fmt::format("{} held handshakes open without a hello: {} of its connections "
+                             "were dropped to make room for others",
+                             src.addr, src.evicted));
+  }
+  const Verdict& v = state.decide(timed_out, port, bound, process_facts());
+  state.report().connections_peak = sockets_peak;
+  state.report().relays = relays;
+  state.report().relayed_members = relayed_members;
+  if (v.run_gpu) {
+    stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
+    stage_timer.async_wait([this](std::error_code ec) {
+      if (!ec) finalize();
+    });
+  }
+  if (v.nccl_roots > 0) send_roots(v.roots);
+  broadcast(v, local_verdict, /*timed=*/true);
+}
+
+void Server::Impl::send_roots(const std::vector<NcclIdBytes>& roots) {
+  // One frame for everyone, ahead of each go verdict: each member checks it
+  // against the digest its own verdict carries. A relay gets it once, for all.
+  const Bytes frame = std::make_shared<const std::vector<uint8_t>>(encode(NcclRoots{roots}));
+  const Bytes to_all =
+      std::make_shared<const std::vector<uint8_t>>(encode_channel(0, ChannelOp::kAll, *frame));
+  std::unordered_set<const Conn*> links;
+  for (const ConnPtr& c : conns) {
+    if (c == nullptr) continue;
+    if (!c->relayed()) {
+      send(c, frame);
+    } else if (ConnPtr link = c->via.lock(); link != nullptr && links.insert(link.get()).second) {
+      if (!link->closed) send(link, to_all);
+    }
+  }
+}
+
+void Server::Impl::finalize() {
+  if (!state.stage_running()) return;
+  stage_timer.cancel();
+  broadcast(state.finalize(), local_final, /*timed=*/false);
+}
+
+void Server::Impl::broadcast(const Verdict& base, std::optional<std::promise<Verdict>>& local,
+                             bool timed) {
+  broadcasts.push_back(Broadcast{base, std::make_shared<const std::vector<uint8_t>>(encode(base)),
+                                 &local, 0, Clock::now(), timed});
+  if (broadcasts.size() == 1) broadcast_some();
+}
+
+void Server::Impl::broadcast_some() {
+  Broadcast& b = broadcasts.front();
+  size_t end = std::min(conns.size(), b.next + kBroadcastChunk);
+  for (size_t i = b.next; i < end; ++i) {
+    std::vector<Finding> notes = state.notes_for(i);
+    const ConnPtr& c = conns[i];
+    if (c != nullptr && notes.empty() && !cfg.token) {
+      send(c, b.shared);
+      continue;
+    }
+    Verdict own = b.base;
+    own.notes = std::move(notes);
+    if (c != nullptr) {
+      send(c, cfg.token ? encode_signed(own, *cfg.token, c->server_nonce, c->client_nonce)
+                        : encode(own));
+    } else if (*b.local) {
+      (*b.local)->set_value(std::move(own));
+      b.local->reset();
+    }
+  }
+  b.next = end;
+  if (end < conns.size()) {
+    // The frames queued so far go out first (their writes were posted before this).
+    asio::post(io, [this] { broadcast_some(); });
+    return;
+  }
+  if (b.timed) state.report().broadcast_ms = ms_between(b.t0, Clock::now());
+  broadcasts.pop_front();
+  if (!broadcasts.empty()) return asio::post(io, [this] { broadcast_some(); });
+  check_done();
+}
+
+void Server::Impl::schedule_progress() {
+  progress_timer.expires_after(cfg.progress_interval);
+  progress_timer.async_wait([this](std::error_code ec) {
+    if (ec || state.decided()) return;
+    auto missing = state.missing_ranks();
+    log(fmt::format("joined {}/{}; missing: {} ({} s left)", state.joined_ranks(),
+                    cfg.master.world_size,
+                    missing.empty() ? std::string("none") : format_ranks(missing, 12),
+                    cfg.decide_by.seconds_left()));
+    schedule_progress();
+  });
+}
+
+Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Server::~Server() {
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+// A host name may resolve to addresses this host cannot bind, each for its own
+// reason (localhost's ::1 where IPv6 is off): listening on one is enough, and the
+// others are logged. A port in use on any of them fails, as it would fail the
+// training job.
+Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint16_t port) {
+  std::vector<Error> failed;
+  for (const std::string& a : addresses) {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(a, ec);
+    if (ec) {
+      failed.push_back(Error{fmt::format("{} is not a numeric address", a), Fault::kListen});
+      continue;
+    }
+    tcp::endpoint ep(addr, port);
+    auto acc = std::make_unique<tcp::acceptor>(impl_->io);
+    acc->open(ep.protocol(), ec);
+    if (!ec) set_cloexec(acc->native_handle());
+    if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && addr.is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      Fault fault = ec == asio::error::address_in_use             ? Fault::kInUse
+                    : ec.value() == EADDRNOTAVAIL                 ? Fault::kNotLocal
+                    : ec.value() == EACCES || ec.value() == EPERM ? Fault::kDenied
+                                                                  : Fault::kListen;
+      Error e{fmt::format("cannot listen on {}: {}", endpoint(a, port), ec.message()), fault};
+      if (fault == Fault::kInUse) return e;
+      failed.push_back(std::move(e));
+      continue;
+    }
+    port = acc->local_endpoint().port();
+    impl_->bound.push_back(a);
+    impl_->acceptors.push_back(std::move(acc));
+  }
+  if (impl_->acceptors.empty()) {
+    if (failed.empty()) return Error{"no address to listen on", Fault::kListen};
+    // An address this host does not own says the most; else the first failure.
+    auto lead = std::find_if(failed.begin(), failed.end(),
+                             [](const Error& e) { return e.fault == Fault::kNotLocal; });
+    if (lead == failed.end()) lead = failed.begin();
+    Error out = *lead;
+    for (auto it = failed.begin(); it != failed.end(); ++it) {
+      if (it != lead) out.message += "; " + it->message;
+    }
+    return out;
+  }
+  for (const Error& e : failed)
+    impl_->log(fmt::format("{}; listening on {} only", e.message, format_list(impl_->bound, 4)));
+  return port;
+}
+
+void Server::start() {
+  Impl& s = *impl_;
+  for (auto& acc : s.acceptors)
+    asio::co_spawn(s.io, s.accept_loop(*acc), asio::detached);
+  s.decide_timer.expires_at(s.cfg.decide_by.when());
+  s.decide_timer.async_wait([&s](std::error_code ec) {
+    if (!ec) s.decide(true);
+  });
+  s.schedule_progress();
+  s.thread = std::thread([&s] { s.io.run(); });
+}
+
+std::future<Verdict> Server::join_local(Record self) {
+  auto p = std::make_shared<std::promise<Verdict>>();
+  auto f = p->get_future();
+  asio::post(impl_->io, [this, p, self = std::move(self)]() mutable {
+    Impl& s = *impl_;
+    if (s.state.decided()) {  // too late to count: the verdict stands as sent
+      p->set_value(s.state.verdict());
+      return;
+    }
+    s.local_verdict.emplace(std::move(*p));
+    s.state.admit(std::move(self), "in-process", /*own=*/true);
+    s.conns.push_back(nullptr);
+    s.maybe_decide();
+  });
+  return f;
+}
+
+std::future<Verdict> Server::submit_local(StageReport results) {
+  auto p = std::make_shared<std::promise<Verdict>>();
+  auto f = p->get_future();
+  asio::post(impl_->io, [this, p, results = std::move(results)]() mutable {
+    Impl& s = *impl_;
+    s.local_final.emplace(std::move(*p));
+    for (size_t i = 0; i < s.conns.size(); ++i) {
+      if (s.conns[i] == nullptr) s.deliver(i, std::move(results.ranks));
+    }
+    if (s.local_final) {  // the stage had already ended: the verdict stands as sent
+      s.local_final->set_value(s.state.verdict());
+      s.local_final.reset();
+    }
+  });
+  return f;
+}
+
+void Server::interrupt(int signal) {
+  asio::post(impl_->io, [this, signal] {
+    impl_->state.interrupt(signal);
+    if (!impl_->state.decided()) {
+      impl_->decide(true);
+    } else {
+      impl_->finalize();
+    }
+  });
+}
+
+Report Server::finish(Deadline deadline) {
+  Impl& s = *impl_;
+  auto done = s.done.get_future();
+  done.wait_until(deadline.when());
+  s.io.stop();
+  if (s.thread.joinable()) s.thread.join();
+  if (s.local_probe.joinable()) s.local_probe.join();  // bounded by the rehearsal's deadline
+  // The server thread has stopped: its state is this thread's now.
+  if (!s.state.decided()) s.decide(true);
+  if (s.state.stage_running()) s.finalize();
+  // Moved, not copied: at 100k members a copy of the records is another 100 MB.
+  Report report = std::move(s.state.report());
+  report.total_ms = ms_between(s.cfg.master.start, Clock::now());
+  return report;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,38 @@
+#pragma once
+// What the text and JSON renderers share: colour, wrapping, the JSON of a record
+// and a finding. Private to report.cc, report_env.cc and report_table.cc.
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "model/finding.h"
+#include "model/record.h"
+#include "report/report.h"
+
+namespace rankcheck {
+
+/// ANSI colour, when on.
+struct Paint {
+  bool on;
+  std::string operator()(std::string_view code, std::string_view s) const {
+    return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : std::string(s);
+  }
+};
+
+/// Word-wraps `text` to the report's width, every line after the first indented by `indent`.
+std::string wrap(std::string_view text, size_t first_col, size_t indent);
+/// "H100" from "NVIDIA H100 80GB HBM3": the model, short enough for a table.
+std::string short_gpu_name(const std::string& name);
+nlohmann::json finding_json(const Finding& f);
+nlohmann::json record_json(const Record& r);
+/// The interface NCCL's rules pick: state, name, address, rule, the socket list.
+nlohmann::json nccl_if_json(const NcclIfFacts& f);
+/// The text report's table of members (report_table.cc).
+std::string member_table(const Report& r);
+/// The document as text, indented, with a final newline unless asked not to.
+std::string dump(const nlohmann::json& j, bool final_newline = true);
+
+}  // namespace rankcheck

@@ -1,0 +1,164 @@
+// `rankcheck env`: this process's identity, every source, notes, problems and the
+// checks it can make alone, as text and JSON.
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "report/report.h"
+#include "base/text.h"
+#include "base/version.h"
+
+#include "report/common.h"
+
+namespace rankcheck {
+namespace {
+
+// The source that gave a field its value, as resolve() chose it.
+std::string source_of(const Identity& id, Field f) {
+  const Observation* o = id.source(f);
+  if (o == nullptr) return "";
+  for (const Launcher& l : launchers()) {
+    if (l.name == o->launcher) return fmt::format("{} ({})", o->variable, l.description);
+  }
+  return o->variable;
+}
+
+std::string of(long v, long total) {
+  if (v < 0) return "-";
+  return total > 0 ? fmt::format("{} of {}", v, total) : std::to_string(v);
+}
+
+}  // namespace
+
+std::string render_env_text(const Identity& id, const Record& self,
+                            const std::vector<Finding>& local, RenderStyle style) {
+  Paint paint{style.color};
+  std::string out =
+      fmt::format("rankcheck {} · identity of this process (no network)\n\n", kVersion);
+  auto row = [&out](std::string_view name, const std::string& value, const std::string& src) {
+    out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
+  };
+  std::string rank =
+      id.rank < 0 && !id.source(Field::kRank) ? "-"
+      : id.node_mode() ? fmt::format("{}-{} of {}", id.rank, id.rank + id.nranks - 1, id.world_size)
+                       : of(id.rank, id.world_size);
+  row("rank", rank, source_of(id, Field::kRank));
+  row("world size", id.world_size < 0 ? "-" : std::to_string(id.world_size),
+      source_of(id, Field::kWorldSize));
+  row("local rank", of(id.local_rank, id.local_world_size), source_of(id, Field::kLocalRank));
+  row("node", of(id.node_rank, id.nnodes), source_of(id, Field::kNodeRank));
+  std::string resolved =
+      self.master_resolved.empty()
+          ? (self.resolve_error.empty() ? std::string()
+                                        : " (" + printable(self.resolve_error) + ")")
+          : " -> " + format_list(self.master_resolved.get(), 4);
+  row("master",
+      fmt::format("{}:{}", printable(id.master_addr.empty() ? "?" : id.master_addr),
+                  id.master_port),
+      source_of(id, Field::kMasterAddr) + resolved);
+  row("job", id.job_id.empty() ? "-" : printable(id.job_id, 24), source_of(id, Field::kJobId));
+  row("host", fmt::format("{} (pid {})", printable(self.host, 40), self.pid),
+      self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces.get(), 8));
+  row("launchers", id.launchers.empty() ? "none" : format_list(id.launchers, 8),
+      id.launcher.empty() ? "" : fmt::format("rank from {}", id.launcher));
+  const GpuFacts& g = self.gpu;
+  if (g.state == GpuState::kSkipped) {
+    row("gpu", "not probed", "--no-gpu");
+  } else if (!g.usable()) {
+    row("gpu", "none usable", printable(g.error, 120));
+  } else {
+    for (const GpuDevice& d : g.devices) {
+      row(g.devices.size() == 1 ? "gpu" : fmt::format("gpu (rank {})", d.rank),
+          fmt::format("{} {}", d.ordinal, short_gpu_name(d.name)),
+          fmt::format("{} {} · {}", printable(d.uuid, 48), printable(d.pci_bus_id, 20), g.choice));
+    }
+    row("driver", g.driver.empty() ? "-" : printable(g.driver, 24),
+        fmt::format("CUDA {}", cuda_version_text(g.cuda_version)));
+  }
+  if (g.state != GpuState::kSkipped) {
+    row("nccl", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "not loaded",
+        g.nccl_loaded() ? printable(g.nccl_path, 120) : printable(g.nccl_error, 120));
+  }
+
+  if (const NcclIfFacts& f = self.nccl_if; f.known()) {
+    std::string how = printable(f.rule, 80);
+    how += f.rules_version == 0
+               ? " · the newest NCCL's rules"
+               : fmt::format(" · NCCL {}'s rules", nccl_version_text(f.rules_version));
+    if (f.state == NcclIfFacts::kNone)
+      how += fmt::format(" · NCCL: \"{}\"", printable(f.error, 80));
+    row("nccl if", printable(f.text(), 40), how);
+    if (f.socket.size() > 1)
+      row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
+  }
+
+  out += "\n  sources, highest precedence first\n";
+  if (id.observations.empty()) out += "    none\n";
+  for (const Observation& o : id.observations) {
+    out += fmt::format("    {:<34} {:<18} {}\n",
+                       fmt::format("{}={}", printable(o.variable, 40), printable(o.value, 40)),
+                       field_name(o.field), o.launcher);
+  }
+  if (!self.env.empty()) {
+    out += "\n  variables compared across ranks\n";
+    for (const EnvVar& e : self.env) {
+      std::string from;  // a value from one of NCCL's configuration files says which
+      for (const EnvVar& src : self.env_sources) {
+        if (src.name == e.name) from = "   (" + printable(src.value, 80) + ")";
+      }
+      out += fmt::format("    {}={}{}\n", printable(e.name, 60), printable(e.value, 80), from);
+    }
+  }
+  if (!id.notes.empty()) {
+    out += "\n  notes\n";
+    for (const auto& n : id.notes)
+      out += "    - " + wrap(n, 6, 6) + "\n";
+  }
+  if (!id.problems.empty()) {
+    out += "\n  problems (a usage error: rankcheck run would stop with exit 2)\n";
+    for (const auto& p : id.problems)
+      out += "    " + paint("31", "✗") + " " + wrap(p, 6, 6) + "\n";
+  }
+  out += "\n  local checks\n";
+  if (!id.problems.empty()) {
+    out += "    not run: fix the problems above first\n";
+  } else if (local.empty()) {
+    out += "    " + paint("32", "✓") + " nothing wrong that this process can see alone\n";
+  }
+  for (const Finding& f : local)
+    out += render_finding(f, {.margin = 4, .wrap_indent = 6, .fix_at = 6}, style);
+  return out;
+}
+
+std::string render_env_json(const Identity& id, const Record& self,
+                            const std::vector<Finding>& local) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "env";
+  j["usable"] = id.usable();
+  j["self"] = record_json(self);
+  j["launchers"] = id.launchers;
+  j["sources"] = nlohmann::json::array();
+  for (const Observation& o : id.observations) {
+    j["sources"].push_back({{"field", field_name(o.field)},
+                            {"launcher", o.launcher},
+                            {"variable", o.variable},
+                            {"value", o.value}});
+  }
+  j["conflicts"] = nlohmann::json::array();
+  for (const Conflict& c : id.conflicts) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const Observation& o : c.values)
+      values.push_back({{o.variable, o.value}});
+    j["conflicts"].push_back({{"field", field_name(c.field)}, {"values", values}});
+  }
+  j["notes"] = id.notes;
+  j["problems"] = id.problems;
+  j["findings"] = nlohmann::json::array();
+  for (const Finding& f : local)
+    j["findings"].push_back(finding_json(f));
+  return dump(j);
+}
+
+}  // namespace rankcheck

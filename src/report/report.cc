@@ -1,0 +1,477 @@
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/hostlist.h"
+#include "base/interrupt.h"
+#include "report/report.h"
+#include "base/text.h"
+#include "base/version.h"
+
+#include "report/common.h"
+
+namespace rankcheck {
+namespace {
+
+constexpr size_t kWidth = 100;
+
+}  // namespace
+
+std::string wrap(std::string_view text, size_t first_col, size_t indent) {
+  std::string out;
+  size_t col = first_col;
+  bool first_word = true;
+  while (!text.empty()) {
+    auto sp = text.find(' ');
+    std::string_view word = text.substr(0, sp);
+    text = sp == std::string_view::npos ? std::string_view() : text.substr(sp + 1);
+    if (word.empty()) continue;
+    if (!first_word && col + 1 + word.size() > kWidth) {
+      out += '\n';
+      out.append(indent, ' ');
+      col = indent;
+    } else if (!first_word) {
+      out += ' ';
+      ++col;
+    }
+    out += word;
+    col += word.size();
+    first_word = false;
+  }
+  return out;
+}
+
+namespace {
+
+size_t host_count(const std::vector<Member>& members) {
+  std::set<std::string_view> hosts;
+  for (const Member& m : members)
+    hosts.insert(m.record.host);
+  return hosts.size();
+}
+
+long rank_count(const std::vector<Member>& members) {
+  long n = 0;
+  for (const Member& m : members)
+    n += m.record.nranks;
+  return n;
+}
+
+}  // namespace
+
+std::string short_gpu_name(const std::string& name) {
+  std::string n = name.rfind("NVIDIA ", 0) == 0 ? name.substr(7) : name;
+  return printable(n.substr(0, n.find(' ')), 16);
+}
+
+namespace {
+
+nlohmann::json gpu_json(const GpuFacts& g) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const GpuDevice& d : g.devices) {
+    devices.push_back({{"rank", d.rank},
+                       {"ordinal", d.ordinal},
+                       {"uuid", d.uuid},
+                       {"pci_bus_id", d.pci_bus_id},
+                       {"name", d.name},
+                       {"memory_bytes", d.memory_bytes}});
+  }
+  static constexpr const char* kStates[] = {"usable",      "skipped",   "no-driver",
+                                            "init-failed", "no-device", "not-built"};
+  return {{"state", kStates[static_cast<size_t>(g.state)]},
+          {"error", g.error},
+          {"cuda_version", g.cuda_version},
+          {"driver", g.driver},
+          {"device_count", g.device_count},
+          {"visible_devices", g.visible_devices},
+          {"choice", g.choice},
+          {"devices", devices},
+          {"nccl_version", g.nccl_version},
+          {"nccl_version_text", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : ""},
+          {"nccl_path", g.nccl_path},
+          {"nccl_error", g.nccl_error}};
+}
+
+nlohmann::json stage_json(const RankResult& r) {
+  nlohmann::json j = {{"rank", r.rank},
+                      {"init_ok", r.init_ok},
+                      {"init_timed_out", r.init_timed_out},
+                      {"init_error", r.init_error},
+                      {"init_ms", r.init_ms},
+                      {"allreduce_ok", r.allreduce_ok},
+                      {"allreduce_timed_out", r.allreduce_timed_out},
+                      {"allreduce_error", r.allreduce_error},
+                      {"allreduce_us", r.allreduce_us},
+                      {"expected", r.expected},
+                      {"got", r.got}};
+  if (r.bandwidth_bytes > 0) {
+    j["bandwidth"] = {
+        {"bytes", r.bandwidth_bytes}, {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps}};
+  }
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json finding_json(const Finding& f) {
+  return {{"id", f.id},
+          {"severity", f.is_error() ? "error" : "warning"},
+          {"exit_code", f.exit_code},
+          {"message", f.message},
+          {"hint", f.hint},
+          {"ranks", f.ranks},
+          {"hosts", f.hosts}};
+}
+
+nlohmann::json record_json(const Record& r) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const EnvVar& e : r.env)
+    env[e.name] = e.value;
+  nlohmann::json env_sources = nlohmann::json::object();  // values from NCCL's files
+  for (const EnvVar& e : r.env_sources)
+    env_sources[e.name] = e.value;
+  return {{"rank", r.rank},
+          {"nranks", r.nranks},
+          {"world_size", r.world_size},
+          {"local_rank", r.local_rank},
+          {"local_world_size", r.local_world_size},
+          {"node_rank", r.node_rank},
+          {"nnodes", r.nnodes},
+          {"host", r.host},
+          {"pid", r.pid},
+          {"launcher", r.launcher},
+          {"job_id", r.job_id},
+          {"master_addr", r.master_addr},
+          {"master_port", r.master_port},
+          {"master_resolved", r.master_resolved.get()},
+          {"version", r.version},
+          {"started_unix_ms", r.started_unix_ms},
+          {"env", env},
+          {"env_sources", env_sources},
+          {"nccl_if", nccl_if_json(r.nccl_if)},
+          {"gpu", gpu_json(r.gpu)}};
+}
+
+nlohmann::json nccl_if_json(const NcclIfFacts& f) {
+  static constexpr const char* kStates[] = {"unknown", "found", "none"};
+  nlohmann::json j = {{"state", kStates[f.state <= NcclIfFacts::kNone ? f.state : 0]}};
+  if (!f.known()) return j;
+  j["name"] = f.name;
+  j["address"] = f.address;
+  j["loopback"] = (f.flags & NcclIfFacts::kLoopback) != 0;
+  j["link_local"] = (f.flags & NcclIfFacts::kLinkScope) != 0;
+  j["rule"] = f.rule;
+  j["error"] = f.error;
+  j["socket"] = f.socket.get();
+  j["rules_version"] = f.rules_version;
+  return j;
+}
+
+std::string dump(const nlohmann::json& j, bool final_newline) {
+  // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         (final_newline ? "\n" : "");
+}
+
+// The value that stands for the members in the master's JSON until they are
+// spliced in. Found as the top-level key's line: no string in the JSON holds a raw
+// line break, so nothing a peer sent can look like it.
+namespace {
+
+constexpr const char* kMembersPlaceholder = "(members)";
+
+// Appends `text` with `indent` after each of its line breaks: a JSON text nested
+// one level deeper. Line breaks only occur between tokens (strings escape theirs).
+void append_indented(std::string& out, std::string_view text, std::string_view indent) {
+  size_t from = 0;
+  for (size_t nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n', from)) {
+    out.append(text.substr(from, nl + 1 - from));
+    out.append(indent);
+    from = nl + 1;
+  }
+  out.append(text.substr(from));
+}
+
+}  // namespace
+
+std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle style) {
+  Paint paint{style.color};
+  // A member renders what its master sent: nothing from there reaches the terminal
+  // raw. (Text rankcheck composed is printable already; this changes nothing in it.)
+  std::string id = printable(f.id, 64);
+  std::string message = printable(f.message, 4096);
+  std::string hint = printable(f.hint, 4096);
+  std::string out(l.margin, ' ');
+  out += f.is_error() ? paint("31", "✗") : paint("33", "!");
+  out += ' ';
+  size_t col = l.margin + 2;
+  if (l.id_width > 0) {
+    out += fmt::format("{:<{}}   ", id, l.id_width);
+    col += l.id_width + 3;
+  } else {
+    out += id + ": ";
+    col += id.size() + 2;
+  }
+  auto text = [&](std::string_view s, size_t first_col) {
+    return l.wrap ? wrap(s, first_col, l.wrap_indent) : std::string(s);
+  };
+  out += text(message, col);
+  if (!l.fix) return out;
+  out += '\n';
+  if (!hint.empty()) out += std::string(l.fix_at, ' ') + text("fix: " + hint, l.fix_at) + '\n';
+  return out;
+}
+
+std::string render_finding_line(const Finding& f) {
+  return render_finding(f, {.margin = 0, .wrap = false, .fix = false}, {});
+}
+
+std::string headline(const std::vector<Finding>& findings) {
+  if (findings.empty()) return "";
+  const std::string& m = findings.front().message;
+  // Within the verdict's cap for it (512), so that a member prints all of it.
+  return m.size() <= 500 ? m : m.substr(0, 497) + "...";
+}
+
+std::string brief_headline(const std::vector<Finding>& findings) {
+  if (findings.empty()) return "";
+  std::string_view m = findings.front().message;
+  // The message up to its first clause break, when that leaves something to read.
+  size_t cut = std::string_view::npos;
+  for (std::string_view sep : {": ", "; "}) {
+    size_t p = m.find(sep, 16);
+    if (p != std::string_view::npos) cut = std::min(cut, p);
+  }
+  std::string h(m.substr(0, cut));
+  if (h.size() > 120) h = h.substr(0, 117) + "...";
+  return h;
+}
+
+std::string suspect_hosts(const std::vector<Finding>& findings) {
+  auto first =
+      std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.is_error(); });
+  return first == findings.end() ? std::string() : compress_hostlist(first->hosts);
+}
+
+std::string render_text(const Report& r, RenderStyle style) {
+  Paint paint{style.color};
+  std::string out;
+  size_t errors = 0;
+  size_t warnings = 0;
+  for (const Finding& f : r.findings)
+    (f.is_error() ? errors : warnings)++;
+
+  std::string master = r.master_addr == kMpiMasterAddr
+                           ? std::string("MPI rank 0")
+                           : fmt::format("{}:{}", printable(r.master_addr, 64), r.master_port);
+  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kVersion,
+                     r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
+                     plural(size_t(rank_count(r.members)), "rank", "ranks"),
+                     plural(host_count(r.members), "host", "hosts"), master,
+                     r.master_bound.empty() ? std::string()
+                                            : fmt::format(" ({})", format_list(r.master_bound, 3)));
+  if (errors == 0) {
+    out += paint("1;32", "PASS");
+    out += fmt::format(
+        " — {} of {} joined{}\n", plural(size_t(rank_count(r.members)), "rank", "ranks"),
+        r.world_size, warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "");
+  } else {
+    out += paint("1;31", "FAIL");
+    out += fmt::format(" — {}{}. First: {}\n", plural(errors, "error", "errors"),
+                       warnings ? fmt::format(", {}", plural(warnings, "warning", "warnings")) : "",
+                       brief_headline(r.findings));
+  }
+
+  if (!r.findings.empty()) out += "\n";
+  size_t id_width = 0;
+  for (const Finding& f : r.findings)
+    id_width = std::max(id_width, f.id.size());
+  FindingLayout aligned{.margin = 2,
+                        .id_width = id_width,
+                        .wrap_indent = 4 + id_width + 3,
+                        .fix_at = 4 + id_width + 3};
+  for (const Finding& f : r.findings)
+    out += render_finding(f, aligned, style);
+  if (!r.members.empty()) out += "\n" + member_table(r);
+  out += fmt::format(
+      "\n  rendezvous {} ({}) · decision {:.1f} ms · GPU stage {} · {}\n",
+      format_seconds(r.rendezvous_ms),
+      r.interrupted_by != 0 ? fmt::format("stopped by {}", signal_name(r.interrupted_by))
+      : r.timed_out         ? std::string("deadline reached")
+      : r.member_lost       ? std::string("a member's connection closed; every other rank joined")
+                            : std::string("all joined"),
+      r.decision_ms, r.gpu_stage,
+      r.authenticated ? "authenticated with the job token" : "unauthenticated (no job token)");
+  if (r.nccl_roots > 0)
+    out += "  NCCL initialised with ncclCommInitRankScalable over " +
+           plural(r.nccl_roots, "root", "roots") + "\n";
+  if (r.relays > 0) {
+    out += fmt::format("  {} of {} joined through {}; the master held {} at most\n",
+                       r.relayed_members, plural(r.members.size(), "member", "members"),
+                       plural(r.relays, "host relay", "host relays"),
+                       plural(r.connections_peak, "connection", "connections"));
+  }
+  if (!r.paths.empty()) {
+    size_t ok =
+        static_cast<size_t>(std::count_if(r.paths.begin(), r.paths.end(), [](const PathTried& p) {
+          return p.outcome == "connected";
+        }));
+    out += fmt::format("  NCCL's connections rehearsed in {}: {} of {} connected\n",
+                       format_seconds(r.rehearsal_ms), ok, r.paths.size());
+  }
+  // Last, where a script's `tail -1` finds it: the hosts to leave out of the next try.
+  if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
+    out += fmt::format("  suspect hosts: {}\n", suspects);
+  }
+  return out;
+}
+
+void write_json(const Report& r, const JsonSink& sink) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "master";
+  j["verdict"] = r.exit_code() == 0 ? "pass" : "fail";
+  j["exit_code"] = r.exit_code();
+  j["job_id"] = r.job_id;
+  j["world_size"] = r.world_size;
+  j["ranks_joined"] = rank_count(r.members);
+  j["hosts_joined"] = host_count(r.members);
+  j["master"] = {{"addr", r.master_addr},
+                 {"port", r.master_port},
+                 {"host", r.master_host},
+                 {"bound", r.master_bound}};
+  j["authenticated"] = r.authenticated;
+  j["decided"] = r.interrupted_by != 0 ? "interrupted"
+                 : r.timed_out         ? "deadline"
+                 : r.member_lost       ? "member-lost"
+                                       : "all-joined";
+  j["suspect_hosts"] = suspect_hosts(r.findings);
+  j["findings"] = nlohmann::json::array();
+  for (const Finding& f : r.findings)
+    j["findings"].push_back(finding_json(f));
+  // The rehearsal of NCCL's connections: each host pair tried, with its connect time.
+  j["paths"] = nlohmann::json::array();
+  for (const PathTried& p : r.paths) {
+    j["paths"].push_back(
+        {{"from", p.from}, {"to", p.to}, {"outcome", p.outcome}, {"connect_ms", p.connect_ms}});
+  }
+  // The members are written one at a time (below): as one tree, 16k of them take
+  // a hundred megabytes.
+  j["members"] = kMembersPlaceholder;
+  j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
+                  {"decision_ms", r.decision_ms},
+                  {"broadcast_ms", r.broadcast_ms},
+                  {"rehearsal_ms", r.rehearsal_ms},
+                  {"total_ms", r.total_ms}};
+  // null where the master could not read its own /proc (out of file descriptors).
+  auto kib = [](long v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); };
+  j["master_memory_kib"] = {{"resident_at_decision", kib(r.rss_kib)},
+                            {"peak_at_decision", kib(r.peak_rss_kib)}};
+  j["connections"] = {
+      {"peak", r.connections_peak}, {"relays", r.relays}, {"relayed_members", r.relayed_members}};
+  j["gpu_stage"] = r.gpu_stage;
+  j["nccl_roots"] = r.nccl_roots;
+  j["stage_results"] = nlohmann::json::array();
+  for (const RankResult& x : r.stage_results)
+    j["stage_results"].push_back(stage_json(x));
+  // The document without its members, cut where they go; they follow one at a
+  // time, so that no string holds them all.
+  std::string frame = dump(j);
+  std::string placeholder = fmt::format("\n  \"members\": \"{}\"", kMembersPlaceholder);
+  size_t at = frame.find(placeholder);
+  if (at == std::string::npos) throw std::logic_error("render_json: no members placeholder");
+  size_t value_at = at + placeholder.size() - std::strlen(kMembersPlaceholder) - 2;  // the quote
+  sink(std::string_view(frame).substr(0, value_at));
+  if (r.members.empty()) {
+    sink("[]");
+  } else {
+    sink("[\n");
+    std::string out;
+    for (size_t k = 0; k < r.members.size(); ++k) {
+      const Member& m = r.members[k];
+      nlohmann::json mj = record_json(m.record);
+      mj["joined_ms"] = m.joined_ms;
+      mj["peer"] = m.peer;
+      out = "    ";
+      append_indented(out, dump(mj, false), "    ");
+      out += k + 1 < r.members.size() ? ",\n" : "\n";
+      sink(out);
+    }
+    sink("  ]");
+  }
+  sink(std::string_view(frame).substr(at + placeholder.size()));
+}
+
+MemberReport failure_report(const Record& self, Finding failure, double total_ms) {
+  MemberReport m;
+  m.self = self;
+  m.exit_code = failure.exit_code;
+  m.headline = brief_headline({failure});  // the finding itself follows, whole
+  m.findings.push_back(std::move(failure));
+  m.total_ms = total_ms;
+  return m;
+}
+
+std::string render_member_text(const MemberReport& r, RenderStyle style) {
+  Paint paint{style.color};
+  const Record& s = r.self;
+  std::string self = fmt::format(
+      "this is {} {} on {}", s.nranks == 1 ? "rank" : "ranks",
+      s.nranks == 1 ? std::to_string(s.rank) : fmt::format("{}-{}", s.rank, s.last_rank()),
+      printable(s.host, 64));
+  std::string job = s.job_id.empty() ? "" : fmt::format(" (job {})", printable(s.job_id, 40));
+  std::string out;
+  if (r.exit_code == 0) {
+    out = fmt::format(
+        "rankcheck: {}{}: {} joined{}; {}\n", paint("1;32", "PASS"), job,
+        plural(r.joined_ranks, "rank", "ranks"),
+        r.warnings ? fmt::format(", {}", plural(r.warnings, "warning", "warnings")) : "", self);
+  } else {
+    out = fmt::format(
+        "rankcheck: {}{}: {}; {}{}\n", paint("1;31", "FAIL"), job,
+        r.headline.empty() ? std::string("see the master's report") : printable(r.headline, 512),
+        self, r.headline_id.empty() ? "" : fmt::format(" [{}]", printable(r.headline_id, 64)));
+  }
+  // A job's verdict is one line per member: rank 0 prints the findings and their
+  // fixes once, and eight copies of them would bury its report. A member's own
+  // failure (no master, a refusal) is in no other report: it prints it whole.
+  if (r.verdict_received) return out;
+  for (const Finding& f : r.findings)
+    out += render_finding(f, {.margin = 2, .wrap_indent = 6, .fix_at = 4}, style);
+  if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
+    out += fmt::format("  suspect hosts: {}\n", suspects);
+  }
+  return out;
+}
+
+std::string render_member_json(const MemberReport& r) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kVersion;
+  j["role"] = "member";
+  j["verdict"] = r.exit_code == 0 ? "pass" : "fail";
+  j["exit_code"] = r.exit_code;
+  j["verdict_received"] = r.verdict_received;
+  j["job_id"] = r.self.job_id;
+  j["headline"] = r.headline;
+  j["errors"] = r.errors;
+  j["warnings"] = r.warnings;
+  j["ranks_joined"] = r.joined_ranks;
+  // Rank 0's report names the job's suspects; a member knows them only when its own
+  // failure leads.
+  j["suspect_hosts"] = r.verdict_received ? std::string() : suspect_hosts(r.findings);
+  j["self"] = record_json(r.self);
+  j["findings"] = nlohmann::json::array();
+  for (const Finding& f : r.findings)
+    j["findings"].push_back(finding_json(f));
+  j["timings"] = {{"total_ms", r.total_ms}};
+  return dump(j);
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,95 @@
+#pragma once
+// What the rules share: the per-decision context, the helpers that name ranks and
+// hosts, and each rule's entry point (the table that orders them is in checks.cc).
+// Private to the rule files.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rules/rules.h"
+
+namespace rankcheck {
+
+using Records = std::vector<const Record*>;
+
+/// Every rank the records hold, sorted, unique.
+std::vector<long> ranks_of(const Records& rs);
+/// Their hosts, sorted, unique.
+std::vector<std::string> hosts_of(const Records& rs);
+/// Our own composed parts, already escaped: joined without cutting them.
+std::string join(const std::vector<std::string>& parts, std::string_view sep, size_t max);
+/// "rank 3" or "ranks 0-6".
+std::string ranks_word(const std::vector<long>& ranks);
+/// "ranks 0-6 on gpu-01", "rank 7 on gpu-02", "ranks 0-63 on 8 hosts".
+std::string where(const Records& rs);
+/// A finding of kind `id` about these members (their ranks and hosts).
+Finding make(FindingId id, std::string message, std::string fix, const Records& about,
+             std::optional<Severity> severity = std::nullopt);
+/// The host part of a peer "10.0.0.12:4242" or "[::1]:4242".
+std::string_view peer_host(std::string_view peer);
+/// The NCCL_SOCKET_IFNAME a record sets that NCCL would use and that matches none
+/// of its host's interfaces.
+bool ifname_selects_nothing(const Record& r, const EnvVar& e);
+
+// Built once per decision: at 16k members, rules that each rebuilt maps of ranks
+// and hosts took longer than the target for the whole decision.
+struct CheckContext {
+  explicit CheckContext(const JobView& v);
+
+  bool present(long k) const { return k >= 0 && k < expected_world && claims[size_t(k)] > 0; }
+
+  const JobView& view;
+  long expected_world;
+  std::vector<uint32_t> claims;  // members claiming each rank in [0, expected_world)
+  std::vector<long> outside;     // claimed ranks outside it, sorted
+  bool duplicates = false;       // some rank claimed twice
+  std::vector<std::pair<std::string_view, Records>> hosts;  // members by host name, sorted
+  bool multi_host = false;
+};
+
+
+// Rules over the records (rules_records.cc).
+void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out);
+void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out);
+void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out);
+void check_world_size(const CheckContext& ctx, std::vector<Finding>& out);
+void check_duplicate_rank(const CheckContext& ctx, std::vector<Finding>& out);
+void check_rank_range(const CheckContext& ctx, std::vector<Finding>& out);
+void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out);
+void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& out);
+void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out);
+void check_ifname(const CheckContext& ctx, std::vector<Finding>& out);
+void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out);
+void check_departed(const CheckContext& ctx, std::vector<Finding>& out);
+void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
+void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
+void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
+void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out);
+/// The loopback warning of a member away from the master's node.
+void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
+
+// The network NCCL will use, before any NCCL call (rules_network.cc).
+void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Finding>& out);
+
+// Where the missing ranks were expected (rules_missing.cc).
+void check_missing(const CheckContext& ctx, std::vector<Finding>& out);
+
+// GPUs, decided before any NCCL call (rules_gpu.cc).
+void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_version(const CheckContext& ctx, std::vector<Finding>& out);
+void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_missing(const CheckContext& ctx, std::vector<Finding>& out);
+void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
+
+}  // namespace rankcheck

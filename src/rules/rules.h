@@ -1,0 +1,71 @@
+#pragma once
+// Cross-checks: pure rules over every record the master holds (model/job.h). A
+// rule returns findings; it never prints or exits.
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/finding.h"
+#include "model/job.h"
+#include "model/record.h"
+
+namespace rankcheck {
+
+/// What the GPU stage rules look at: every rank's result, after the stage.
+struct StageView {
+  long world_size = 0;
+  const std::vector<Member>* members = nullptr;
+  std::vector<RankResult> results;  ///< as reported, any order
+  double stage_ms = 0;              ///< the time the stage had
+  double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
+};
+
+/// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor.
+std::vector<Finding> stage_checks(const StageView& view);
+
+/// Whether the GPU stage can run at all: some member has a usable GPU and none
+/// was started with --no-gpu. Otherwise the reason.
+std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members);
+
+/// What the rules share, built once per decision (claims per rank, members per host).
+struct CheckContext;
+
+/// One rule: a table row, like a launcher. `id` names the catalogue row of the
+/// findings it leads with.
+struct Rule {
+  std::string_view id;
+  void (*check)(const CheckContext&, std::vector<Finding>&);
+};
+
+/// The rules, in the order their findings lead the report: causes before effects.
+std::span<const Rule> rules();
+
+/// Runs every rule and orders the findings: errors first, causes before effects.
+std::vector<Finding> run_checks(const JobView& view);
+
+/// Errors before warnings, keeping each group's order (causes before effects).
+void order_findings(std::vector<Finding>& findings);
+
+/// The rules that need only this member's own record, for `rankcheck env` and
+/// for early warnings before the rendezvous.
+std::vector<Finding> local_checks(const Record& self);
+
+/// "rank 5 (gpu-02, pid 123)" or "ranks 8-11 (gpu-02, pid 77)".
+std::string member_label(const Record& r);
+
+/// Whether `ifname_spec` (NCCL_SOCKET_IFNAME syntax: prefixes, "^" to exclude,
+/// "=" for exact names) selects at least one of `interfaces`.
+bool ifname_matches_any(std::string_view ifname_spec, const std::vector<std::string>& interfaces);
+
+/// What one record says about its job spanning several hosts: a launcher node list
+/// of more than one host or, without a node list, fewer ranks per host than in the
+/// world.
+bool spans_hosts(const Record& r);
+
+/// Whether an address string is loopback (127.0.0.0/8 or ::1).
+bool is_loopback_address(std::string_view addr);
+
+}  // namespace rankcheck
