@@ -40,6 +40,63 @@ bool loopback_master(const Record& self) {
 }
 
 // The handshake on a connection: challenge, hello, admit.
+// What a master's reject means for this member: most end its run (another job's
+// master, a late or extra copy, another build, a token that does not match); a busy
+// master is tried again.
+Step refused(const Reject& reject, const std::string& where, const Record& self, JoinResult& out,
+             std::string& last_error) {
+  std::string reason = printable(reject.reason, 300);
+  switch (reject.code) {
+    case RejectCode::kForeignJob:
+      out.failure =
+          self_failure(self, FindingId::kForeignJob,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "give each job its own MASTER_PORT, and the same job id to every "
+                       "process of a job");
+      return Step::kFatal;
+    case RejectCode::kLate:
+      if (reject.reason.find(kJobWasComplete) != std::string::npos) {
+        // Every rank had joined: this process is one too many, not a slow one.
+        out.failure = self_failure(
+            self, FindingId::kLateJoin,
+            fmt::format("the master at {} had already decided: {}", where, reason),
+            fmt::format("every rank of the job had joined without this process: it is an extra "
+                        "copy of rank {} (a second launch of the job, a retry loop, a requeue): "
+                        "check what started it on {}",
+                        self.rank, printable(self.host)));
+        return Step::kFatal;
+      }
+      out.failure =
+          self_failure(self, FindingId::kLateJoin,
+                       fmt::format("the master at {} had already decided: {}", where, reason),
+                       "raise --timeout, or find why this host started late");
+      return Step::kFatal;
+    case RejectCode::kVersion:
+      out.failure =
+          self_failure(self, FindingId::kProtocolMismatch,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "run the same rankcheck build on every host");
+      return Step::kFatal;
+    case RejectCode::kBusy:
+      last_error = fmt::format("{} is busy: {}", where, reason);
+      return Step::kRetry;
+    case RejectCode::kAuth:
+      out.failure =
+          self_failure(self, FindingId::kAuthFailed,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "give every process of the job the same --token-file (or "
+                       "RANKCHECK_TOKEN_FILE)");
+      return Step::kFatal;
+    case RejectCode::kMalformed:
+      break;
+  }
+  out.failure =
+      self_failure(self, FindingId::kProtocolMismatch,
+                   fmt::format("the master at {} refused this member's hello: {}", where, reason),
+                   "run the same rankcheck build on every host");
+  return Step::kFatal;
+}
+
 Step handshake(Socket sock, const std::string& where, Record& self, const JoinOptions& o,
                JoinResult& out, std::string& last_error, Result<Frame> frame);
 
@@ -180,56 +237,7 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
     last_error = fmt::format("{}: {}", where, reject.error().message);
     return Step::kRetry;
   }
-  std::string reason = printable(reject->reason, 300);
-  switch (reject->code) {
-    case RejectCode::kForeignJob:
-      out.failure =
-          self_failure(self, FindingId::kForeignJob,
-                       fmt::format("the master at {} refused this member: {}", where, reason),
-                       "give each job its own MASTER_PORT, and the same job id to every "
-                       "process of a job");
-      return Step::kFatal;
-    case RejectCode::kLate:
-      if (reject->reason.find(kJobWasComplete) != std::string::npos) {
-        // Every rank had joined: this process is one too many, not a slow one.
-        out.failure = self_failure(
-            self, FindingId::kLateJoin,
-            fmt::format("the master at {} had already decided: {}", where, reason),
-            fmt::format("every rank of the job had joined without this process: it is an extra "
-                        "copy of rank {} (a second launch of the job, a retry loop, a requeue): "
-                        "check what started it on {}",
-                        self.rank, printable(self.host)));
-        return Step::kFatal;
-      }
-      out.failure =
-          self_failure(self, FindingId::kLateJoin,
-                       fmt::format("the master at {} had already decided: {}", where, reason),
-                       "raise --timeout, or find why this host started late");
-      return Step::kFatal;
-    case RejectCode::kVersion:
-      out.failure =
-          self_failure(self, FindingId::kProtocolMismatch,
-                       fmt::format("the master at {} refused this member: {}", where, reason),
-                       "run the same rankcheck build on every host");
-      return Step::kFatal;
-    case RejectCode::kBusy:
-      last_error = fmt::format("{} is busy: {}", where, reason);
-      return Step::kRetry;
-    case RejectCode::kAuth:
-      out.failure =
-          self_failure(self, FindingId::kAuthFailed,
-                       fmt::format("the master at {} refused this member: {}", where, reason),
-                       "give every process of the job the same --token-file (or "
-                       "RANKCHECK_TOKEN_FILE)");
-      return Step::kFatal;
-    case RejectCode::kMalformed:
-      break;
-  }
-  out.failure =
-      self_failure(self, FindingId::kProtocolMismatch,
-                   fmt::format("the master at {} refused this member's hello: {}", where, reason),
-                   "run the same rankcheck build on every host");
-  return Step::kFatal;
+  return refused(*reject, where, self, out, last_error);
 }
 
 }  // namespace
