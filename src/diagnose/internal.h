@@ -165,6 +165,10 @@ struct Knowledge {
   void seen(const Origin& o);
   void add(const Match& m);
   Diagnosis conclude();
+
+ private:
+  /// conclude's first phase: one process, one entry (merge.cc).
+  void merge_processes();
 };
 
 }  // namespace rankcheck::diagnose
