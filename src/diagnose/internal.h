@@ -167,6 +167,18 @@ struct Knowledge {
   Diagnosis conclude();
 
  private:
+  // What add does with each kind of message (reason.cc).
+  /// The entry of the process at `at`, made on first sight; null past the bound on
+  /// processes (counted in `dropped`).
+  Proc* proc_at(const Origin& at, uint32_t source);
+  Note note_of(const Match& m, const Origin& o);
+  void on_verdict(const Match& m, Note note);
+  void on_setup_error(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_job_end(const Match& m, const Pattern& row, Note note);
+  void on_death(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_wait(const Match& m, const Origin& o, const Note& note);
+  void on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_timeout(const Match& m, const Origin& o, const Note& note);
   /// conclude's first phase: one process, one entry (merge.cc).
   void merge_processes();
 };
