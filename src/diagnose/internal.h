@@ -45,7 +45,7 @@ inline constexpr size_t kFieldBytes = 400;
 /// One matched message: its row, what it pulled out, who printed it, where.
 struct Match {
   size_t row = 0;
-  std::array<std::string, kFieldCount> field;
+  std::array<std::string, kLineFieldCount> field;
   Origin origin;
   uint32_t source = 0;  ///< index into the sources' names
   uint64_t line = 0;
@@ -53,7 +53,7 @@ struct Match {
   int64_t stamp = -1;  ///< time_key of the line's stamp, or of the last one before it in its file
   std::string text;    ///< the line, printable, cut
 
-  const std::string& get(Field f) const { return field[static_cast<size_t>(f)]; }
+  const std::string& get(LineField f) const { return field[static_cast<size_t>(f)]; }
 };
 
 /// A number from a field, or -1.

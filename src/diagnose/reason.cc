@@ -79,31 +79,32 @@ void add_evidence(Group& g, const Note& n, const std::string& detail) {
 Origin origin_of(const Match& m, const Pattern& row) {
   Origin o = m.origin;
   bool about_the_dead = row.cls == MessageClass::kProcessDied;
-  auto take = [&](Field f, long& slot) {
+  auto take = [&](LineField f, long& slot) {
     long v = number(m.get(f));
     if (v >= 0 && (about_the_dead || slot < 0)) slot = v;
   };
-  take(Field::kRank, o.rank);
-  take(Field::kLocalRank, o.local_rank);
-  take(Field::kPid, o.pid);
-  if (!m.get(Field::kHost).empty() && (about_the_dead || o.host.empty()) &&
+  take(LineField::kRank, o.rank);
+  take(LineField::kLocalRank, o.local_rank);
+  take(LineField::kPid, o.pid);
+  if (!m.get(LineField::kHost).empty() && (about_the_dead || o.host.empty()) &&
       row.cls != MessageClass::kPeerPointer)
-    o.host = m.get(Field::kHost);
+    o.host = m.get(LineField::kHost);
   if (about_the_dead) {  // a launcher's line is not the dead process's own
-    if (number(m.get(Field::kRank)) < 0 && number(m.get(Field::kLocalRank)) >= 0) o.rank = -1;
+    if (number(m.get(LineField::kRank)) < 0 && number(m.get(LineField::kLocalRank)) >= 0)
+      o.rank = -1;
   }
   return o;
 }
 
 // What the message says, in a few words for the report.
 std::string detail_of(const Match& m, const Pattern& row) {
-  std::string detail = m.get(Field::kDetail);
-  if (row.name == "python_exception") detail = m.get(Field::kId) + ": " + detail;
+  std::string detail = m.get(LineField::kDetail);
+  if (row.name == "python_exception") detail = m.get(LineField::kId) + ": " + detail;
   if (row.name == "gloo_address_size")
     detail = fmt::format(
         "gloo's address exchange got a peer's list of {} bytes where {} were "
         "expected, so the ranks count different peers",
-        m.get(Field::kId), detail);
+        m.get(LineField::kId), detail);
   if (detail.empty()) detail = std::string(row.literal);
   return printable(detail, 200);
 }
@@ -217,10 +218,10 @@ void Knowledge::add(const Match& m) {
 // rankcheck's own verdict: the first one that names a known finding.
 void Knowledge::on_verdict(const Match& m, Note note) {
   rankcheck_seen = true;
-  std::string id = m.get(Field::kId);
+  std::string id = m.get(LineField::kId);
   if (id.empty()) id = "missing-rank";
   if (!find_finding_kind(id) || rankcheck) return;
-  note.detail = printable(m.get(Field::kDetail), 400);
+  note.detail = printable(m.get(LineField::kDetail), 400);
   rankcheck = std::make_pair(id, std::move(note));
 }
 
@@ -230,14 +231,14 @@ void Knowledge::on_setup_error(const Match& m, const Pattern& row, const Origin&
   Group& g = setup[row.finding];
   g.id = row.finding;
   if (o.rank >= 0) g.ranks.insert(o.rank);
-  for (Field f : {Field::kRank, Field::kRank2}) {
+  for (LineField f : {LineField::kRank, LineField::kRank2}) {
     if (row.finding == FindingId::kDuplicateGpu && number(m.get(f)) >= 0)
       g.ranks.insert(number(m.get(f)));
   }
   if (!o.host.empty()) g.hosts.insert(o.host);
   add_evidence(g, note, note.detail);
-  if (row.name == "torch_address_in_use" && !m.get(Field::kPort).empty() && g.count == 1)
-    g.detail = m.get(Field::kPort);
+  if (row.name == "torch_address_in_use" && !m.get(LineField::kPort).empty() && g.count == 1)
+    g.detail = m.get(LineField::kPort);
   if (Proc* p = proc_at(o, m.source)) keep_first(p->own, note);
 }
 
@@ -247,17 +248,17 @@ void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
     // Without a reason, srun may have cancelled it (conclude decides): no "scheduler".
     note.detail =
         fmt::format("{} {} on {} at {}{}",
-                    m.get(Field::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
-                    m.get(Field::kId), m.get(Field::kHost), m.get(Field::kDetail),
-                    m.get(Field::kOp).empty() ? "" : " " + m.get(Field::kOp));
+                    m.get(LineField::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
+                    m.get(LineField::kId), m.get(LineField::kHost), m.get(LineField::kDetail),
+                    m.get(LineField::kOp).empty() ? "" : " " + m.get(LineField::kOp));
     note.detail = printable(note.detail, 200);
-    if (note.time.empty()) note.time = m.get(Field::kDetail);
-    std::string reason = m.get(Field::kOp);
+    if (note.time.empty()) note.time = m.get(LineField::kDetail);
+    std::string reason = m.get(LineField::kOp);
     if (reason.rfind("DUE ", 0) == 0) reason = reason.substr(std::min(reason.size(), size_t{7}));
     if (external.size() < 16) external.push_back({note, reason});
   } else {
     note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
-                              m.get(Field::kSignal));
+                              m.get(LineField::kSignal));
     if (external.size() < 16) external.push_back({note, "signal"});
   }
 }
@@ -265,15 +266,15 @@ void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
 // A launcher's record of a process's end (or of several: Slurm's "0-3,5"), with its
 // exit code or signal; torchrun's failure table also maps pids and local ranks to ranks.
 void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, const Note& note) {
-  std::vector<long> ranks = expand_tasks(m.get(Field::kTasks));
+  std::vector<long> ranks = expand_tasks(m.get(LineField::kTasks));
   if (ranks.empty()) ranks.push_back(o.rank);
-  long exit = number(m.get(Field::kExit));
-  long sig = number(m.get(Field::kSignal));
+  long exit = number(m.get(LineField::kExit));
+  long sig = number(m.get(LineField::kSignal));
   if (exit < -1) {  // torchrun: -N is signal N
     sig = -exit;
     exit = -1;
   }
-  std::string what = m.get(Field::kDetail);
+  std::string what = m.get(LineField::kDetail);
   if (row.name == "srun_task_exit" && what.rfind("Exited", 0) != 0) {
     if (what.find("Killed") != std::string::npos) sig = 9;
     if (what.find("Segmentation") != std::string::npos) sig = 11;
@@ -300,8 +301,8 @@ void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, co
 
 // A rank waited for peers: the world size it expected, and how many had joined.
 void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
-  long world_n = number(m.get(Field::kWorld));
-  long joined_n = number(m.get(Field::kJoined));
+  long world_n = number(m.get(LineField::kWorld));
+  long joined_n = number(m.get(LineField::kJoined));
   if (world_n > 0) world = std::max(world, world_n);
   if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
   if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
@@ -315,7 +316,7 @@ void Knowledge::on_pointer(const Match& m, const Pattern& row, const Origin& o, 
   Group& g = pointers[row.finding];
   g.id = row.finding;
   if (o.rank >= 0) g.ranks.insert(o.rank);
-  if (!m.get(Field::kHost).empty()) g.hosts.insert(m.get(Field::kHost));
+  if (!m.get(LineField::kHost).empty()) g.hosts.insert(m.get(LineField::kHost));
   add_evidence(g, note, note.detail);
   if (Proc* p = proc_at(o, m.source)) keep_first(p->downstream, note);
 }
@@ -325,9 +326,9 @@ void Knowledge::on_timeout(const Match& m, const Origin& o, const Note& note) {
   Proc* p = proc_at(o, m.source);
   if (!p) return;
   keep_first(p->timeout, note);
-  if (number(m.get(Field::kSeq)) >= 0) p->seq_no = number(m.get(Field::kSeq));
-  if (!m.get(Field::kOp).empty()) p->op = m.get(Field::kOp);
-  if (number(m.get(Field::kEnqueued)) >= 0) p->enqueued = number(m.get(Field::kEnqueued));
+  if (number(m.get(LineField::kSeq)) >= 0) p->seq_no = number(m.get(LineField::kSeq));
+  if (!m.get(LineField::kOp).empty()) p->op = m.get(LineField::kOp);
+  if (number(m.get(LineField::kEnqueued)) >= 0) p->enqueued = number(m.get(LineField::kEnqueued));
 }
 
 }  // namespace rankcheck::diagnose
