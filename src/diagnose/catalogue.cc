@@ -26,10 +26,10 @@ constexpr Pattern kCatalogue[] = {
     {"rankcheck_member_verdict", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
      "rankcheck: FAIL",
      R"(rankcheck: FAIL(?: \(job [^)]*\))?: (.*); this is ranks? ([0-9]+)(?:-[0-9]+)? on (\S+)(?: \[([a-z0-9-]+)\])?)",
-     "detail,rank,host,id", "src/report.cc render_member_text"},
+     "detail,rank,host,id", "src/report/report.cc render_member_text"},
     {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
      "\xE2\x9C\x97 ", R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail",
-     "src/report.cc render_finding"},
+     "src/report/report.cc render_finding"},
 
     // -- a rank's own setup: initiating wherever it appears ---------------------
     {"nccl_duplicate_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu, "Duplicate GPU detected",

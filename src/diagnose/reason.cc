@@ -1,6 +1,7 @@
-// From what the lines said to findings, once the input has ended.
-//
-// The rules, in the order they decide:
+// What each matched line says, noted in the Knowledge as it is read: add, by the
+// kind of message. Once the input has ended, conclude.cc turns it into findings,
+// after merge.cc has made one entry per process, by these rules in the order
+// they decide:
 // 1. An error about a rank's own setup (a shared GPU, no socket interface, a port
 //    in use) is initiating wherever and whenever it appears: no peer can cause it.
 // 2. A process that died of an error of its own is initiating; one that died after
