@@ -5,10 +5,9 @@
 // and hands each member its verdict; rankcheck links bootstrap_none.cc, so that
 // it never needs libmpi to start.
 
+#include "app/session.h"
 #include "identity/identity.h"
 #include "model/record.h"
-
-#include "app/session.h"
 
 namespace rankcheck {
 

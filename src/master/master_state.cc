@@ -1,3 +1,5 @@
+#include "master/master_state.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -6,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "base/interrupt.h"
-#include "master/master_state.h"
 #include "base/text.h"
 
 namespace rankcheck {

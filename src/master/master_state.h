@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "rules/rules.h"
 #include "base/deadline.h"
-#include "rules/join_tracker.h"
 #include "protocol/messages.h"
 #include "report/report.h"
+#include "rules/join_tracker.h"
+#include "rules/rules.h"
 
 namespace rankcheck {
 

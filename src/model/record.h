@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "model/gpu.h"
-#include "identity/identity.h"
 #include "base/shared_list.h"
 #include "base/shared_string.h"
+#include "identity/identity.h"
+#include "model/gpu.h"
 
 namespace rankcheck {
 

@@ -13,11 +13,11 @@
 #include <array>
 #include <optional>
 
-#include "protocol/auth.h"
 #include "model/finding.h"
 #include "model/gpu.h"
 #include "model/path.h"
 #include "model/record.h"
+#include "protocol/auth.h"
 #include "protocol/wire.h"
 
 namespace rankcheck {
