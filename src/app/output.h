@@ -42,7 +42,7 @@ struct Output {
               const std::function<void(const JsonSink&)>& json) const;
 };
 
-/// Writes a report file whole or not at all (see session.cc), with the OS error;
+/// Writes a report file whole or not at all (see output.cc), with the OS error;
 /// `what` names it in that error ("the JSON report").
 Status write_report_file(const std::string& path, std::string_view data,
                          std::string_view what = "the JSON report");
