@@ -33,6 +33,15 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
               return exit_code::kUsage;
             }
             diagnose::Diagnosis d = scanner.finish();
+            if (d.lines == 0) {
+              // An empty file or folder is not a clean log: a torchrun --log_dir that
+              // crashed before it wrote anything looks just like this.
+              std::fprintf(stderr,
+                           "rankcheck diagnose: nothing to read: %s held no lines (an empty "
+                           "file or folder, or only binary files)\n",
+                           printable(format_list(o->input.paths, 4), 4096).c_str());
+              return exit_code::kUsage;
+            }
             std::string out = o->json ? diagnose::render_json(d)
                                       : diagnose::render_text(d, use_color(o->color, env));
             std::fwrite(out.data(), 1, out.size(), stdout);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "diagnose/diagnose.h"
+#include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {
@@ -78,7 +79,7 @@ constexpr Pattern kCatalogue[] = {
     {"srun_task_exit", "Slurm", kProcessDied, kEither, F::kProcessDied, "srun: error: ",
      R"(srun: error: (\S+): tasks? ([0-9,\-]+): (Exited with exit code (\d+)|[A-Z][^:]*)$)",
      "host,tasks,detail,exit", "slurm src/srun/launch.c _task_finish"},
-    {"slurmstepd_oom", "Slurm", kOwnError, kInitiating, F::kProcessDied, "oom_kill event",
+    {"slurmstepd_oom", "Slurm", kOwnError, kInitiating, F::kHostOutOfMemory, "oom_kill event",
      R"(Detected (\d+) oom_kill event)", "detail",
      "slurm src/plugins/task/cgroup/task_cgroup_memory.c"},
     {"mpirun_signal", "Open MPI", kProcessDied, kEither, F::kProcessDied,
@@ -101,16 +102,16 @@ constexpr Pattern kCatalogue[] = {
      "torch/distributed/elastic/multiprocessing/api.py"},
 
     // -- errors a process raised of its own ---------------------------------------
-    {"cuda_oom", "PyTorch", kOwnError, kInitiating, F::kProcessDied, "CUDA out of memory",
+    {"cuda_oom", "PyTorch", kOwnError, kInitiating, F::kGpuOutOfMemory, "CUDA out of memory",
      R"((CUDA out of memory\.?(?: Tried to allocate [0-9.]+ [KMG]iB)?))", "detail",
      "c10/cuda/CUDACachingAllocator.cpp"},
-    {"cuda_error_oom", "CUDA", kOwnError, kInitiating, F::kProcessDied, "CUDA error: out of memory",
+    {"cuda_error_oom", "CUDA", kOwnError, kInitiating, F::kGpuOutOfMemory, "CUDA error: out of memory",
      "", "", "cudaErrorMemoryAllocation, through PyTorch"},
-    {"cuda_illegal_address", "CUDA", kOwnError, kInitiating, F::kProcessDied,
+    {"cuda_illegal_address", "CUDA", kOwnError, kInitiating, F::kCudaError,
      "an illegal memory access was encountered", "", "", "cudaErrorIllegalAddress"},
-    {"cuda_ecc", "CUDA", kOwnError, kInitiating, F::kProcessDied, "uncorrectable ECC error", "", "",
+    {"cuda_ecc", "CUDA", kOwnError, kInitiating, F::kCudaError, "uncorrectable ECC error", "", "",
      "cudaErrorECCUncorrectable"},
-    {"kernel_oom_killer", "Linux", kOwnError, kInitiating, F::kProcessDied, "Killed process ",
+    {"kernel_oom_killer", "Linux", kOwnError, kInitiating, F::kHostOutOfMemory, "Killed process ",
      R"(Out of memory: Killed process (\d+) \(([^)]*)\))", "pid,detail", "the kernel's OOM killer"},
     {"segfault", "Linux", kOwnError, kInitiating, F::kProcessDied, "Segmentation fault", "", "",
      "SIGSEGV"},
@@ -196,12 +197,53 @@ constexpr Pattern kCatalogue[] = {
     {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
      "Error: ", R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail",
      "a Python traceback's last line"},
+
+    // -- failures no row explains: kept so that a failed job's log is never "nothing
+    // found"; each is a finding only when nothing else is -------------------------
+    {"error_traceback", "Python", kErrorLine, kEither, F::kUnexplainedError,
+     "Traceback (most recent call last)", "", "", "Python's traceback header"},
+    {"error_word", "any", kErrorLine, kEither, F::kUnexplainedError, "ERROR",
+     R"(\bERROR\b)", "", "an error-level log line"},
+    {"error_colon", "any", kErrorLine, kEither, F::kUnexplainedError, "rror:", "", "",
+     "an \"error:\" or \"Error:\" line"},
+    {"error_fatal", "any", kErrorLine, kEither, F::kUnexplainedError, "atal", R"(\b[Ff]atal\b|\bFATAL\b)", "",
+     "a fatal line"},
+    {"error_failed", "any", kErrorLine, kEither, F::kUnexplainedError, "FAILED", R"(\bFAILED\b)",
+     "", "a FAILED line"},
+    {"error_exception", "any", kErrorLine, kEither, F::kUnexplainedError, "Exception", "", "",
+     "an exception"},
+    {"error_segfault", "any", kErrorLine, kEither, F::kUnexplainedError, "Segmentation fault", "",
+     "", "a segmentation fault"},
+    {"error_core", "any", kErrorLine, kEither, F::kUnexplainedError, "core dumped", "", "",
+     "a core dump"},
+    {"error_exit_code", "any", kErrorLine, kEither, F::kUnexplainedError, "xit code",
+     R"([Ee]xit code:? *-?[1-9])", "", "a non-zero exit code"},
+    {"error_exitcode", "any", kErrorLine, kEither, F::kUnexplainedError, "exitcode",
+     R"(exitcode *[:=]? *-?[1-9])", "", "a non-zero exit code"},
+    {"error_killed", "any", kErrorLine, kEither, F::kUnexplainedError, "Killed", R"(\bKilled\b)",
+     "", "a process killed"},
+    {"error_signal", "any", kErrorLine, kEither, F::kUnexplainedError, "signal",
+     R"(\b(?:SIG(?:KILL|SEGV|ABRT|BUS|TERM|FPE|ILL)|[Ss]ignal \d+)\b)", "", "a signal"},
 };
 
 }  // namespace
 
-std::span<const Pattern> catalogue() {
+std::span<const Pattern> hand_rows() {
   return kCatalogue;
+}
+
+std::span<const Pattern> catalogue() {
+  // The hand-written rows first, then the rows read from the programs' sources, then
+  // NCCL's subsystems: the order the scanner tries them in.
+  static const std::vector<Pattern> all = [] {
+    std::vector<Pattern> v(std::begin(kCatalogue), std::end(kCatalogue));
+    for (const SourceRow& r : source_rows())
+      v.push_back(r.pattern);
+    for (const Pattern& p : nccl_subsystem_rows())
+      v.push_back(p);
+    return v;
+  }();
+  return all;
 }
 
 std::vector<LineField> parse_extracts(std::string_view extracts) {

@@ -200,6 +200,46 @@ bool add_job_ends(Builder& b, const Knowledge& k) {
   return ended_outside;
 }
 
+// The finding an error of a process's own leads to: its row's, where the row names
+// a cause (out of memory, a CUDA or network error), else that the process died of it.
+FindingId own_finding(const Pattern& row) {
+  switch (row.finding) {
+    case FindingId::kGpuOutOfMemory:
+    case FindingId::kHostOutOfMemory:
+    case FindingId::kCudaError:
+    case FindingId::kNcclNetworkError:
+    case FindingId::kSharedMemoryExhausted:
+    case FindingId::kNcclInitFailed:
+    case FindingId::kCollectiveDesync:
+    case FindingId::kMasterUnreachable:
+    case FindingId::kMasterPortInUse:
+    case FindingId::kCudaDriverMismatch:
+      return row.finding;
+    default:
+      return FindingId::kProcessDied;
+  }
+}
+
+// Last, and only when no other finding says anything: the first failure that no
+// row explains, named with its rank and host, so that a failed job is never
+// "nothing found".
+void add_unexplained(Builder& b, const Knowledge& k) {
+  if (!k.error_line) return;
+  for (const DiagFinding& f : b.out) {
+    if (f.finding.is_error()) return;
+  }
+  const auto& [note, o] = *k.error_line;
+  std::string who = o.rank >= 0 ? fmt::format("rank {}", o.rank) : std::string("a process");
+  if (!o.host.empty()) who += " on " + printable(o.host, 64);
+  DiagFinding& f =
+      b.add(FindingId::kUnexplainedError,
+            fmt::format("{} printed a failure that no message rankcheck knows explains: {}", who,
+                        printable(note.evidence.text, 200)),
+            true, note);
+  if (o.rank >= 0) f.finding.ranks = {o.rank};
+  if (!o.host.empty()) f.finding.hosts = {o.host};
+}
+
 // 2. Processes that ended without an error of their own, grouped by the record
 // that says so: one finding each.
 void add_silent_deaths(Builder& b,
@@ -253,9 +293,9 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
       std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
                         : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
                                        : std::string();
-      DiagFinding& f =
-          b.add(FindingId::kProcessDied,
-                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
+      DiagFinding& f = b.add(own_finding(catalogue()[p.own->row]),
+                             fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true,
+                             *p.own);
       if (p.died) attach(f, {}, {}, {p.died->evidence});
       if (p.rank >= 0) f.finding.ranks = {p.rank};
       if (!p.host.empty()) f.finding.hosts = {p.host};
@@ -509,6 +549,7 @@ Diagnosis Knowledge::conclude() {
   add_consequences(b, down);                                // 2. the deaths that followed
   add_timeouts(b, *this);                                   // 4. collective timeouts
   add_pointers(b, pointers);                                // 5. pointers to peers
+  add_unexplained(b, *this);                                //    and, alone, the unexplained
   sort_findings(b.out, setup);                              // initiating first
   return diagnosis_of(std::move(b.out), *this);
 }

@@ -35,6 +35,8 @@ enum class MessageClass {
   kExternalEnd,        ///< the scheduler ended the job (time limit, pre-emption, scancel)
   kRankcheck,          ///< rankcheck's own verdict, already decided
   kContext,            ///< recognised, says nothing on its own
+  kErrorLine,          ///< a failure no row explains (a traceback, "ERROR", a signal):
+                       ///< a finding only when nothing else is
 };
 
 /// Whether a message is usually the cause, or a consequence seen elsewhere.

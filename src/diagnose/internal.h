@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "diagnose/diagnose.h"
@@ -29,6 +30,44 @@ class Prefilter {
   std::vector<uint16_t> delta_;    ///< state * 256 + byte -> state
   std::vector<Mask> out_;          ///< rows whose literal ends in each state
   std::vector<uint8_t> terminal_;  ///< out_ is not empty
+};
+
+/// A row read from a program's own source text (data/*.tsv): the text as the
+/// program has it, its printf conversions matching any field.
+struct SourceRow {
+  Pattern pattern;  ///< its meaning; `literal` is the longest fixed piece, the index's key
+  std::string_view program, versions, source, text;
+  std::vector<std::string_view> pieces;  ///< the fixed text between the conversions
+  size_t weight = 0;                     ///< the fixed text's length: the more, the more specific
+  bool nccl_warn = false;                ///< an NCCL WARN, met through its file's lines
+};
+/// Every row of the data, in its order.
+std::span<const SourceRow> source_rows();
+/// The rows an NCCL WARN falls back to when no template of its file matches: one per
+/// subsystem, found by the file's path (nccl_subsystem_of), the last for any file.
+std::span<const Pattern> nccl_subsystem_rows();
+size_t nccl_subsystem_of(std::string_view file);
+/// The hand-written rows (catalogue.cc): the first rows of catalogue().
+std::span<const Pattern> hand_rows();
+/// Whether `text` holds the template: its fixed pieces in order.
+bool template_match(const SourceRow& r, std::string_view text);
+
+/// Finds the source rows a line holds: NCCL WARNs by their file, the rest through
+/// their longest fixed piece (its first bytes hashed). Of several, the most specific.
+class SourceIndex {
+ public:
+  explicit SourceIndex(std::span<const SourceRow> rows);
+  /// The best row (index into `rows`) whose template `text` holds, if any.
+  std::optional<size_t> match(std::string_view text) const;
+  /// The best NCCL WARN row of `file` (as the WARN's prefix names it) for `text`.
+  std::optional<size_t> match_warn(std::string_view file, std::string_view text) const;
+
+ private:
+  static constexpr size_t kMinKey = 4;
+  std::span<const SourceRow> rows_;
+  std::vector<uint8_t> first_;  ///< keys' first two bytes
+  std::unordered_map<uint32_t, std::vector<uint32_t>> by_head_;  ///< keys' first four bytes
+  std::map<std::string_view, std::vector<uint32_t>, std::less<>> by_file_;
 };
 
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of
@@ -151,6 +190,8 @@ struct Knowledge {
   std::map<long, long> world_by_rank;                     ///< the world size each rank waited for
   long world = -1, joined = -1;
   std::optional<Note> absent_first;  ///< the first "waited for peers" message
+  /// The first failure no row explains (kErrorLine), and who printed it.
+  std::optional<std::pair<Note, Origin>> error_line;
   std::set<long> killed_pids;
   std::map<long, long> rank_of_pid;
   std::map<std::string, long> rank_of_local;  ///< "host|local" and "|local"

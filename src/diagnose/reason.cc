@@ -211,6 +211,9 @@ void Knowledge::add(const Match& m) {
     case kKilledByLauncher:
       if (o.pid >= 0 && killed_pids.size() < kMaxPids) killed_pids.insert(o.pid);
       break;
+    case kErrorLine:
+      if (!error_line || earlier(note, error_line->first)) error_line = {note, o};
+      break;
     case kContext:
       break;
   }
@@ -257,10 +260,14 @@ void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
     std::string reason = m.get(LineField::kOp);
     if (reason.rfind("DUE ", 0) == 0) reason = reason.substr(std::min(reason.size(), size_t{7}));
     if (external.size() < 16) external.push_back({note, reason});
-  } else {
+  } else if (row.name == "torchrun_death_signal") {
     note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
                               m.get(LineField::kSignal));
     if (external.size() < 16) external.push_back({note, "signal"});
+  } else if (external.size() < 16) {
+    // A row read from the scheduler's or orchestrator's own words: it says why.
+    note.detail = fmt::format("{}: {}", row.component, note.detail);
+    external.push_back({note, std::string(row.component)});
   }
 }
 

@@ -28,6 +28,45 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// The NCCL source file of a WARN from what precedes " NCCL WARN": "misc/socket.cc:484",
+// or 2.30's "misc/socket.cc:484 (ncclSocketConnect)"; "" when there is none.
+std::string_view warn_file(std::string_view before) {
+  before = trim(before);
+  if (!before.empty() && before.back() == ')') {
+    size_t open = before.rfind(" (");
+    if (open != std::string_view::npos) before = trim(before.substr(0, open));
+  }
+  size_t n = 0;
+  while (n < before.size() && digit(before[before.size() - 1 - n]))
+    ++n;
+  if (n == 0 || n == before.size() || before[before.size() - 1 - n] != ':') return {};
+  before.remove_suffix(n + 1);
+  size_t space = before.find_last_of(' ');
+  std::string_view file = space == std::string_view::npos ? before : before.substr(space + 1);
+  size_t src = file.rfind("src/");  // a build that logs its full path
+  return src == std::string_view::npos ? file : file.substr(src + 4);
+}
+
+// NCCL's "ADDR<port>" (an IPv4 or IPv6 address, or a host name) in a message.
+std::string_view peer_address(std::string_view text) {
+  size_t lt = text.find('<');
+  while (lt != std::string_view::npos) {
+    size_t gt = text.find('>', lt);
+    bool port = gt != std::string_view::npos && gt > lt + 1;
+    for (size_t i = lt + 1; port && i < gt; ++i)
+      port = digit(text[i]);
+    if (port) {
+      size_t start = lt;
+      while (start > 0 && text[start - 1] != ' ' && text[start - 1] != '(' &&
+             text[start - 1] != '[')
+        --start;
+      if (start < lt) return text.substr(start, lt - start);
+    }
+    lt = text.find('<', lt + 1);
+  }
+  return {};
+}
+
 // What a file's path says: torchrun's log dir names the local rank
 // (<run>/attempt_<N>/<local_rank>/stdout.log); "rank3.log", "rank-3.out" name a rank.
 Origin path_origin(std::string_view path) {
@@ -78,7 +117,10 @@ struct TableEntry {
 
 struct Scanner::State {
   std::span<const Pattern> rows = catalogue();
-  Prefilter prefilter{rows};
+  Prefilter prefilter{hand_rows()};
+  SourceIndex sources{source_rows()};
+  size_t source_base = hand_rows().size();                  // rows() index of source row 0
+  size_t subsystem_base = source_base + source_rows().size();  // and of NCCL's subsystems
   std::vector<std::vector<LineField>> extracts;
   std::vector<std::optional<std::regex>> regex;  // compiled on first use
   Knowledge k;
@@ -216,9 +258,10 @@ struct Scanner::State {
     return key != "traceback";  // a traceback's first line may hold the error itself
   }
 
-  void segment(std::string_view line, std::string_view seg, const Prefix& prefix,
-               const Prefilter::Mask& hits) {
-    for (size_t row = 0; row < rows.size(); ++row) {
+  // The first hand-written row whose literal and regex a segment holds, its fields
+  // in `m`.
+  bool match_hand(std::string_view seg, const Prefilter::Mask& hits, Match& m) {
+    for (size_t row = 0; row < hand_rows().size(); ++row) {
       if ((hits[row / 64] >> (row % 64) & 1) == 0) continue;
       const Pattern& p = rows[row];
       size_t at = seg.find(p.literal);
@@ -230,7 +273,6 @@ struct Scanner::State {
         window.assign(seg.substr(from, kWindow));
         if (!std::regex_search(window, sm, compiled(row))) continue;
       }
-      Match m;
       m.row = row;
       const auto& names = extracts[row];
       for (size_t g = 0; g < names.size() && g + 1 < sm.size(); ++g) {
@@ -238,18 +280,64 @@ struct Scanner::State {
         if (sm[g + 1].matched)
           m.field[static_cast<size_t>(names[g])] = printable(sm[g + 1].str(), kFieldBytes);
       }
-      m.origin = origin_of(prefix);
-      m.source = source;
-      m.line = line_no;
-      m.seq = seq;
-      m.stamp = last_stamp;
-      // Once per line, however many processes' segments in it match.
-      if (line_text.empty()) line_text = printable(trim(line), kEvidenceBytes);
-      m.text = line_text;
-      k.add(m);
-      ++matched;
-      return;  // the first row that matches a segment is its meaning
+      return true;
     }
+    return false;
+  }
+
+  // The row read from a program's source that a segment holds: an NCCL WARN by the
+  // file its prefix names (or that file's subsystem), any other line by the index.
+  bool match_source(std::string_view seg, Match& m) {
+    std::string_view text = trim(seg);
+    size_t warn = seg.find(" NCCL WARN ");
+    std::optional<size_t> row;
+    if (warn != std::string_view::npos) {
+      std::string_view file = warn_file(seg.substr(0, warn));
+      text = trim(seg.substr(warn + 11));
+      if (auto r = sources.match_warn(file, text)) {
+        row = source_base + *r;
+      } else {
+        row = subsystem_base + nccl_subsystem_of(file);
+      }
+    } else if (auto r = sources.match(seg)) {
+      row = source_base + *r;
+    }
+    if (!row) return false;
+    m.row = *row;
+    m.field[static_cast<size_t>(LineField::kDetail)] = printable(text, kFieldBytes);
+    // A peer's address (NCCL's "10.0.0.5<43211>"), for a message that points at a peer.
+    if (rows[*row].cls == MessageClass::kPeerPointer) {
+      std::string_view peer = peer_address(text);
+      if (!peer.empty()) m.field[static_cast<size_t>(LineField::kHost)] = printable(peer, 128);
+    }
+    return true;
+  }
+
+  void segment(std::string_view line, std::string_view seg, const Prefix& prefix,
+               const Prefilter::Mask& hits, bool any_hit) {
+    Match m;
+    bool hand = any_hit && match_hand(seg, hits, m);
+    // A generic row (a Python exception's last line, an error word) yields to a
+    // program's own text.
+    if (!hand || rows[m.row].name == "python_exception" ||
+        rows[m.row].cls == MessageClass::kErrorLine) {
+      Match src;
+      if (match_source(seg, src)) {
+        m = std::move(src);
+        hand = true;
+      }
+    }
+    if (!hand) return;
+    m.origin = origin_of(prefix);
+    m.source = source;
+    m.line = line_no;
+    m.seq = seq;
+    m.stamp = last_stamp;
+    // Once per line, however many processes' segments in it match.
+    if (line_text.empty()) line_text = printable(trim(line), kEvidenceBytes);
+    m.text = line_text;
+    k.add(m);
+    ++matched;
   }
 
   void line(std::string_view text) {
@@ -280,7 +368,7 @@ struct Scanner::State {
     std::string_view body = text.substr(prefix.body);
     if (table_line(body)) return;
     Prefilter::Mask hits{};
-    if (!prefilter.scan(body, hits)) return;
+    bool any_hit = prefilter.scan(body, hits);
     line_text.clear();
     // Several processes' text in one line: each part with its own prefix.
     size_t start = prefix.body;
@@ -289,7 +377,7 @@ struct Scanner::State {
       size_t next = next_process_prefix(text, start + 1);
       std::string_view seg =
           text.substr(start, next == std::string_view::npos ? next : next - start);
-      segment(text, seg, p, hits);
+      segment(text, seg, p, hits, any_hit);
       if (next == std::string_view::npos) break;
       p = parse_prefix(text.substr(next));
       start = next + p.body;

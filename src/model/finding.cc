@@ -170,6 +170,28 @@ constexpr FindingKind kCatalog[] = {
     {kJobCancelled, "job-cancelled", kE, ec::kIncomplete,
      "the scheduler ended the job (time limit, pre-emption, node failure, scancel): what the "
      "ranks printed afterwards is a consequence; raise the time limit or find what hung before it"},
+    {kGpuOutOfMemory, "gpu-out-of-memory", kE, ec::kGpu,
+     "the GPU ran out of memory on the rank named: a smaller batch or model shard, activation "
+     "checkpointing, or another process on that GPU (nvidia-smi) to stop; inside NCCL, lower "
+     "NCCL_BUFFSIZE or NCCL_NCHANNELS_PER_NET_PEER"},
+    {kHostOutOfMemory, "host-out-of-memory", kE, ec::kIncomplete,
+     "the host ran out of memory (the kernel's OOM killer, or the container's or the job's "
+     "memory limit): raise the limit (--mem, resources.limits.memory) or use less host memory "
+     "(data loader workers, pinned buffers)"},
+    {kCudaError, "cuda-error", kE, ec::kGpu,
+     "a CUDA call failed on the rank named: read the error shown; for an illegal address or a "
+     "device-side assert rerun with CUDA_LAUNCH_BLOCKING=1, for ECC or Xid errors check dmesg and "
+     "nvidia-smi -q on that host and drain it"},
+    {kNcclNetworkError, "nccl-network-error", kE, ec::kGpu,
+     "NCCL's network failed on the host named: check its links (ibstat, ibv_devinfo, ip link), "
+     "NCCL_IB_HCA, NCCL_SOCKET_IFNAME and the firewall between the hosts; a peer that died first "
+     "shows its own error"},
+    {kSharedMemoryExhausted, "shared-memory-exhausted", kE, ec::kGpu,
+     "/dev/shm is too small for NCCL (a container's default is 64 MB): run the container with "
+     "--ipc=host or --shm-size, or mount an emptyDir of medium Memory at /dev/shm"},
+    {kUnexplainedError, "unexplained-error", kE, ec::kIncomplete,
+     "no message rankcheck knows explains this failure: read the lines shown, from the first; "
+     "the rank and host named printed the first of them"},
 };
 
 // FindingId indexes the table: a row out of place is a build error.
@@ -180,7 +202,7 @@ constexpr bool in_order() {
   return true;
 }
 static_assert(in_order(), "kCatalog rows must follow FindingId's order");
-static_assert(std::size(kCatalog) == static_cast<size_t>(kJobCancelled) + 1,
+static_assert(std::size(kCatalog) == static_cast<size_t>(kUnexplainedError) + 1,
               "every FindingId has a row");
 
 }  // namespace

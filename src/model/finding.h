@@ -93,6 +93,12 @@ enum class FindingId {
   kCollectiveDesync,
   kCollectiveTimeout,
   kJobCancelled,
+  kGpuOutOfMemory,
+  kHostOutOfMemory,
+  kCudaError,
+  kNcclNetworkError,
+  kSharedMemoryExhausted,
+  kUnexplainedError,
 };
 
 /// One row of the catalogue.

@@ -124,7 +124,7 @@ class Reasoning(unittest.TestCase):
                 "Tried to allocate 2.00 GiB\n")
         report = json.loads(run(["--json", "-"], stdin=text).stdout)
         first = report["findings"][0]
-        self.assertEqual(first["id"], "process-died")
+        self.assertEqual(first["id"], "gpu-out-of-memory")
         self.assertIn("local rank 1", first["message"])
 
 

@@ -113,7 +113,7 @@ TEST_CASE("diagnose: the first srun task to fail initiates; the ones it took dow
       "srun: error: node01: tasks 0-2: Exited with exit code 1",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "process-died");
+  CHECK(d.findings[0].finding.id == "gpu-out-of-memory");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{3});
   CHECK(d.findings[0].finding.message ==
         "rank 3 on node02 failed: CUDA out of memory. Tried to allocate 2.00 GiB and exited with "

@@ -1,0 +1,314 @@
+// The catalogue's rows read from the programs' own sources: NCCL's WARN and INFO
+// format strings at each tag, PyTorch's, Open MPI's help texts, Slurm's, CUDA's
+// error names and strings, the launchers' and Kubernetes' words, kept as data in
+// src/diagnose/data/*.tsv (each file says where its texts were read and how it is
+// made again) and built into the binary. A row's template keeps the program's
+// printf conversions; each one matches any text.
+//
+// Matching: an NCCL WARN line (`file.cc:LINE NCCL WARN text`) is matched against the
+// templates of the file it names, and a WARN from a file with no matching template
+// still says its subsystem (the file is the most stable field of all). Any other
+// line meets the other rows through an index of their longest fixed piece.
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <cstring>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "diagnose/internal.h"
+
+namespace rankcheck::diagnose {
+
+std::string_view source_data();  // generated from src/diagnose/data/*.tsv
+
+namespace {
+
+using enum MessageClass;
+using enum Role;
+using F = FindingId;
+
+// Where an NCCL WARN comes from when no template of its file matches: the
+// subsystem its file belongs to, as a row of its own.
+struct Subsystem {
+  std::string_view prefix;  ///< of the file's path under NCCL's src/
+  Pattern row;
+};
+constexpr Subsystem kNcclSubsystems[] = {
+    {"transport/net_ib", {"nccl_warn_ib", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
+                          "", "NCCL src/transport/net_ib*: the IB/RoCE transport"}},
+    {"misc/ibvwrap", {"nccl_warn_ibverbs", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "",
+                      "", "", "NCCL src/misc/ibvwrap.cc: libibverbs calls"}},
+    {"transport/net_socket", {"nccl_warn_net_socket", "NCCL", kOwnError, kEither,
+                              F::kNcclNetworkError, "", "", "",
+                              "NCCL src/transport/net_socket.cc: the socket transport"}},
+    {"misc/socket", {"nccl_warn_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
+                     "", "NCCL src/misc/socket.cc: sockets"}},
+    {"os/", {"nccl_warn_os_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+             "NCCL src/os/: sockets (2.29+)"}},
+    {"plugin/", {"nccl_warn_plugin", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+                 "NCCL src/plugin/: network plugins"}},
+    {"net.cc", {"nccl_warn_net", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+                "NCCL src/net.cc: network plugins"}},
+    {"transport/coll_net", {"nccl_warn_collnet", "NCCL", kOwnError, kEither, F::kNcclNetworkError,
+                            "", "", "", "NCCL src/transport/coll_net.cc: CollNet/SHARP"}},
+    {"misc/shmutils", {"nccl_warn_shm", "NCCL", kOwnError, kInitiating,
+                       F::kSharedMemoryExhausted, "", "", "", "NCCL src/misc/shmutils.cc"}},
+    {"transport/shm", {"nccl_warn_shm_transport", "NCCL", kOwnError, kInitiating,
+                       F::kSharedMemoryExhausted, "", "", "", "NCCL src/transport/shm.cc"}},
+    {"misc/cudawrap", {"nccl_warn_cuda", "NCCL", kOwnError, kInitiating, F::kCudaError, "", "", "",
+                       "NCCL src/misc/cudawrap.cc: the CUDA driver"}},
+    {"include/alloc", {"nccl_warn_alloc", "NCCL", kOwnError, kInitiating, F::kGpuOutOfMemory, "",
+                       "", "", "NCCL src/include/alloc.h: allocations"}},
+    {"bootstrap", {"nccl_warn_bootstrap", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "",
+                   "", "NCCL src/bootstrap.cc: the bootstrap between ranks"}},
+    {"proxy", {"nccl_warn_proxy", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed, "", "", "",
+               "NCCL src/proxy.cc: the proxy thread"}},
+    {"", {"nccl_warn", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "", "",
+          "NCCL: a WARN of a file without a template"}},
+};
+
+MessageClass class_of(std::string_view c, size_t line) {
+  if (c == "setup") return kSetup;
+  if (c == "peers-absent") return kPeersAbsent;
+  if (c == "process-died") return kProcessDied;
+  if (c == "own-error" || c == "network" || c == "internal" || c == "desync") return kOwnError;
+  if (c == "peer-pointer") return kPeerPointer;
+  if (c == "collective-timeout") return kCollectiveTimeout;
+  if (c == "killed-by-launcher") return kKilledByLauncher;
+  if (c == "external-end") return kExternalEnd;
+  if (c == "context") return kContext;
+  throw std::invalid_argument("diagnose data, row " + std::to_string(line) + ": class '" +
+                              std::string(c) + "'");
+}
+
+Role role_of(std::string_view r, size_t line) {
+  if (r == "initiating") return kInitiating;
+  if (r == "downstream") return kDownstream;
+  if (r == "either" || r == "context") return kEither;
+  throw std::invalid_argument("diagnose data, row " + std::to_string(line) + ": role '" +
+                              std::string(r) + "'");
+}
+
+// The fixed pieces of a printf template: "Connect to %s failed : %s" ->
+// {"Connect to ", " failed : ", ""}. "%%" is a fixed "%".
+std::vector<std::string_view> pieces_of(std::string_view t, std::deque<std::string>& owned) {
+  std::vector<std::string_view> out;
+  std::string piece;
+  bool copied = false;  // piece differs from the text (a "%%")
+  size_t start = 0;
+  auto close = [&](size_t end) {
+    if (copied) {
+      owned.push_back(piece);
+      out.emplace_back(owned.back());
+    } else {
+      out.push_back(t.substr(start, end - start));
+    }
+    piece.clear();
+    copied = false;
+  };
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '%') {
+      piece += t[i];
+      continue;
+    }
+    if (i + 1 < t.size() && t[i + 1] == '%') {
+      piece += '%';
+      copied = true;
+      ++i;
+      continue;
+    }
+    close(i);
+    // The conversion: flags, width, precision, length, then its letter.
+    size_t j = i + 1;
+    while (j < t.size() && std::strchr("-+ #0123456789.*hlLqjzt", t[j]) != nullptr)
+      ++j;
+    i = j;  // the letter (or the end)
+    start = i + 1;
+  }
+  close(t.size());
+  return out;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  size_t p = 0;
+  for (;;) {
+    size_t q = s.find(sep, p);
+    out.push_back(s.substr(p, q == std::string_view::npos ? q : q - p));
+    if (q == std::string_view::npos) return out;
+    p = q + 1;
+  }
+}
+
+struct Store {
+  std::vector<SourceRow> rows;
+  std::deque<std::string> owned;  // pieces with a "%%" made whole (a deque: they never move)
+  Store() {
+    std::string_view data = source_data();
+    size_t line_no = 0;
+    for (std::string_view line : split(data, '\n')) {
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.empty() || line.front() == '#') continue;
+      auto cols = split(line, '\t');
+      if (cols.size() != 7) {
+        throw std::invalid_argument("diagnose data, row " + std::to_string(line_no) + ": " +
+                                    std::to_string(cols.size()) + " columns, not 7");
+      }
+      SourceRow r;
+      r.program = cols[0];
+      r.versions = cols[1];
+      r.source = cols[2];
+      // "\n" in a template: the message goes on on the next line, which this row
+      // does not see; "\t" is a tab, "\\" a backslash.
+      std::string_view raw = cols[6];
+      if (size_t nl = raw.find("\\n"); nl != std::string_view::npos) raw = raw.substr(0, nl);
+      if (raw.find('\\') != std::string_view::npos) {
+        std::string t;
+        for (size_t i = 0; i < raw.size(); ++i) {
+          if (raw[i] == '\\' && i + 1 < raw.size() && (raw[i + 1] == 't' || raw[i + 1] == '\\')) {
+            t += raw[i + 1] == 't' ? '\t' : '\\';
+            ++i;
+          } else {
+            t += raw[i];
+          }
+        }
+        owned.push_back(std::move(t));
+        raw = owned.back();
+      }
+      r.text = raw;
+      Pattern& p = r.pattern;
+      p.name = cols[2];
+      p.component = cols[0];
+      p.cls = class_of(cols[3], line_no);
+      p.role = role_of(cols[4], line_no);
+      const FindingKind* k = cols[5] == "-" ? nullptr : find_finding_kind(cols[5]);
+      if (cols[5] != "-" && k == nullptr) {
+        throw std::invalid_argument("diagnose data, row " + std::to_string(line_no) +
+                                    ": finding '" + std::string(cols[5]) + "'");
+      }
+      if (k == nullptr) p.cls = kContext;
+      p.finding = k != nullptr ? k->id : F::kProcessDied;
+      p.source = cols[2];
+      r.pieces = pieces_of(r.text, owned);
+      for (std::string_view piece : r.pieces) {
+        if (piece.size() > p.literal.size()) p.literal = piece;
+        r.weight += piece.size();
+      }
+      r.nccl_warn = r.program == "NCCL" && p.cls != kContext;
+      rows.push_back(std::move(r));
+    }
+  }
+};
+
+const Store& store() {
+  static const Store s;
+  return s;
+}
+
+}  // namespace
+
+std::span<const SourceRow> source_rows() {
+  return store().rows;
+}
+
+std::span<const Pattern> nccl_subsystem_rows() {
+  static const std::vector<Pattern> rows = [] {
+    std::vector<Pattern> v;
+    for (const Subsystem& s : kNcclSubsystems)
+      v.push_back(s.row);
+    return v;
+  }();
+  return rows;
+}
+
+size_t nccl_subsystem_of(std::string_view file) {
+  for (size_t i = 0; i < std::size(kNcclSubsystems); ++i) {
+    if (file.rfind(kNcclSubsystems[i].prefix, 0) == 0) return i;
+  }
+  return std::size(kNcclSubsystems) - 1;
+}
+
+bool template_match(const SourceRow& r, std::string_view text) {
+  if (r.weight == 0) return false;  // "%s" alone would match any line
+  size_t at = 0;
+  for (size_t i = 0; i < r.pieces.size(); ++i) {
+    std::string_view piece = r.pieces[i];
+    if (piece.empty()) continue;
+    size_t found = text.find(piece, at);
+    if (found == std::string_view::npos) return false;
+    at = found + piece.size();
+  }
+  return true;
+}
+
+SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
+  first_.assign(size_t{1} << 16, 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SourceRow& r = rows[i];
+    std::string_view key = r.pattern.literal;
+    if (r.nccl_warn) {
+      by_file_[r.source].push_back(static_cast<uint32_t>(i));
+      continue;  // met through its file's WARN lines
+    }
+    if (key.size() < kMinKey) continue;  // too short to find: an empty or "%s" template
+    first_[uint16_t(uint8_t(key[0]) << 8 | uint8_t(key[1]))] = 1;
+    uint32_t head;
+    std::memcpy(&head, key.data(), 4);
+    by_head_[head].push_back(static_cast<uint32_t>(i));
+  }
+}
+
+std::optional<size_t> SourceIndex::match(std::string_view text) const {
+  std::optional<size_t> best;
+  size_t best_weight = 0;
+  for (size_t i = 0; i + kMinKey <= text.size(); ++i) {
+    if (!first_[uint16_t(uint8_t(text[i]) << 8 | uint8_t(text[i + 1]))]) continue;
+    uint32_t head;
+    std::memcpy(&head, text.data() + i, 4);
+    auto it = by_head_.find(head);
+    if (it == by_head_.end()) continue;
+    for (uint32_t row : it->second) {
+      const SourceRow& r = rows_[row];
+      std::string_view key = r.pattern.literal;
+      if (text.compare(i, key.size(), key) != 0) continue;
+      size_t w = r.weight;
+      if (w > best_weight && template_match(r, text)) {
+        best = row;
+        best_weight = w;
+      }
+    }
+  }
+  return best;
+}
+
+std::optional<size_t> SourceIndex::match_warn(std::string_view file, std::string_view text) const {
+  auto it = by_file_.find(file);
+  if (it == by_file_.end()) {
+    // Built from another folder: the same file by its last two parts.
+    size_t slash = file.rfind('/');
+    std::string_view base = slash == std::string_view::npos ? file : file.substr(slash + 1);
+    for (auto f = by_file_.begin(); f != by_file_.end() && it == by_file_.end(); ++f) {
+      std::string_view name = f->first;
+      if (name.size() >= base.size() && name.substr(name.size() - base.size()) == base &&
+          (name.size() == base.size() || name[name.size() - base.size() - 1] == '/'))
+        it = f;
+    }
+    if (it == by_file_.end()) return std::nullopt;
+  }
+  std::optional<size_t> best;
+  size_t best_weight = 0;
+  for (uint32_t row : it->second) {
+    const SourceRow& r = rows_[row];
+    size_t w = r.weight;
+    if ((!best || w > best_weight) && template_match(r, text)) {
+      best = row;
+      best_weight = w;
+    }
+  }
+  return best;
+}
+
+}  // namespace rankcheck::diagnose
