@@ -193,6 +193,15 @@ constexpr Pattern kCatalogue[] = {
      "detail",
      "torch/distributed/elastic/multiprocessing/errors/error_handler.py record_exception"},
 
+    // -- what each host says of itself: compared across hosts (conclude.cc) ---------
+    {"nccl_version_banner", "NCCL", kContext, kEither, F::kNcclVersionMismatch, "NCCL version ",
+     R"(NCCL version (\d+\.\d+\.\d+))", "id", "NCCL src/init.cc showVersion"},
+    {"nccl_using_network", "NCCL", kContext, kEither, F::kEnvMismatch, "Using network ",
+     R"(Using network (\S.*?)\s*$)", "id", "NCCL src/init.cc: the network transport chosen"},
+    {"nccl_env_set", "NCCL", kContext, kEither, F::kEnvMismatch, " set by environment to ",
+     R"((NCCL_[A-Z0-9_]+) set by environment to (\S*))", "id,detail",
+     "NCCL src/misc/param.cc: a parameter from the environment"},
+
     // -- the last resort: a Python exception with its message --------------------
     {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
      "Error: ", R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail",

@@ -173,6 +173,18 @@ struct Group {
   uint64_t count = 0;
 };
 
+/// Hosts whose own facts are compared, at most.
+inline constexpr size_t kMaxHostLogs = 4096;
+
+/// What one host's lines say of it, compared across hosts: the NCCL it loads, the
+/// network NCCL chose, the NCCL_* values NCCL read from the environment.
+struct HostLog {
+  std::string nccl_version;
+  std::string network;
+  std::map<std::string, std::string> env;
+  std::optional<Note> version_note, network_note, env_note;
+};
+
 /// Everything the lines said, bounded by the ranks, hosts and findings seen.
 struct Knowledge {
   std::vector<std::string> sources;
@@ -190,6 +202,7 @@ struct Knowledge {
   std::map<long, long> world_by_rank;                     ///< the world size each rank waited for
   long world = -1, joined = -1;
   std::optional<Note> absent_first;  ///< the first "waited for peers" message
+  std::map<std::string, HostLog> host_logs;  ///< by host name, at most kMaxHostLogs
   /// The first failure no row explains (kErrorLine), and who printed it.
   std::optional<std::pair<Note, Origin>> error_line;
   std::set<long> killed_pids;
@@ -220,6 +233,7 @@ struct Knowledge {
   void on_wait(const Match& m, const Origin& o, const Note& note);
   void on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note);
   void on_timeout(const Match& m, const Origin& o, const Note& note);
+  void on_host_fact(const Match& m, const Pattern& row, const Origin& o, const Note& note);
   /// conclude's first phase: one process, one entry (merge.cc).
   void merge_processes();
 };

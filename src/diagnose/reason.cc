@@ -215,7 +215,29 @@ void Knowledge::add(const Match& m) {
       if (!error_line || earlier(note, error_line->first)) error_line = {note, o};
       break;
     case kContext:
+      on_host_fact(m, row, o, note);
       break;
+  }
+}
+
+// What a host says of itself (its NCCL version, the network NCCL chose, an NCCL_*
+// value): the first of each, for conclude.cc to compare across hosts.
+void Knowledge::on_host_fact(const Match& m, const Pattern& row, const Origin& o,
+                             const Note& note) {
+  if (o.host.empty() || (host_logs.size() >= kMaxHostLogs && !host_logs.count(o.host))) return;
+  bool version = row.name == "nccl_version_banner", network = row.name == "nccl_using_network";
+  if (!version && !network && row.name != "nccl_env_set") return;
+  HostLog& h = host_logs[o.host];
+  const std::string& value = m.get(LineField::kId);
+  if (version && h.nccl_version.empty()) {
+    h.nccl_version = value;
+    h.version_note = note;
+  } else if (network && h.network.empty()) {
+    h.network = value;
+    h.network_note = note;
+  } else if (!version && !network && h.env.size() < 64) {
+    h.env.emplace(value, m.get(LineField::kDetail));
+    if (!h.env_note) h.env_note = note;
   }
 }
 
