@@ -50,7 +50,7 @@ PATTERNS = [
     (re.compile(r"\(attempt \d+"), "(attempt N"),
     (re.compile(r"\d+\.\d+ GB/s"), "X GB/s"),
     # The addresses' groups are in the order of their (random) ports.
-    (re.compile(r"(given different master addresses: )([^.]*)(\.)"),
+    (re.compile(r"(given different master addresses: )(.*?)(\. All reached)"),
      lambda m: m.group(1) + "; ".join(sorted(m.group(2).split("; "))) + m.group(3)),
     # Members claiming one rank are named in arrival order.
     (re.compile(r"(claimed by \d+ members: )(.*)"),
