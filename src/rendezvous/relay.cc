@@ -1,6 +1,8 @@
 // A host's relay (relay.h): a thread in the first member process of the host,
 // holding one connection to the master and one channel on it per member.
 
+#include "rendezvous/relay.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -15,12 +17,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rules/rules.h"
-#include "rendezvous/socket.h"
-#include "host/resolve.h"
-#include "rendezvous/relay.h"
 #include "base/text.h"
 #include "host/interfaces.h"
+#include "host/resolve.h"
+#include "rendezvous/socket.h"
+#include "rules/rules.h"
 
 namespace rankcheck {
 namespace {

@@ -20,14 +20,14 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/socket.h"
-#include "rehearsal/plan.h"
+#include "base/version.h"  // after server.h: its enums have a kRankcheckVersion of their own
+#include "host/interfaces.h"
 #include "model/path.h"
+#include "rehearsal/plan.h"
+#include "rehearsal/probe.h"
 #include "rendezvous/relay.h"
 #include "rendezvous/server.h"
-#include "base/version.h"  // after server.h: its enums have a kVersion of their own
-#include "host/interfaces.h"
-#include "rehearsal/probe.h"
+#include "rendezvous/socket.h"
 
 namespace rankcheck {
 

@@ -1,3 +1,5 @@
+#include "report/report.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -9,10 +11,8 @@
 
 #include "base/hostlist.h"
 #include "base/interrupt.h"
-#include "report/report.h"
 #include "base/text.h"
 #include "base/version.h"
-
 #include "report/common.h"
 
 namespace rankcheck {
@@ -269,7 +269,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   std::string master = r.master_addr == kMpiMasterAddr
                            ? std::string("MPI rank 0")
                            : fmt::format("{}:{}", printable(r.master_addr, 64), r.master_port);
-  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kVersion,
+  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kRankcheckVersion,
                      r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
                      plural(size_t(rank_count(r.members)), "rank", "ranks"),
                      plural(host_count(r.members), "host", "hosts"), master,
@@ -334,7 +334,7 @@ std::string render_text(const Report& r, RenderStyle style) {
 void write_json(const Report& r, const JsonSink& sink) {
   nlohmann::json j;
   j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kVersion;
+  j["rankcheck_version"] = kRankcheckVersion;
   j["role"] = "master";
   j["verdict"] = r.exit_code() == 0 ? "pass" : "fail";
   j["exit_code"] = r.exit_code();
@@ -453,7 +453,7 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
 std::string render_member_json(const MemberReport& r) {
   nlohmann::json j;
   j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kVersion;
+  j["rankcheck_version"] = kRankcheckVersion;
   j["role"] = "member";
   j["verdict"] = r.exit_code == 0 ? "pass" : "fail";
   j["exit_code"] = r.exit_code;
