@@ -17,12 +17,12 @@
 #include <vector>
 
 #include <asio.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
 
 #include "rendezvous/socket.h"
 #include "rehearsal/plan.h"
 #include "model/path.h"
+#include "rendezvous/asio_io.h"
 #include "rendezvous/relay.h"
 #include "rendezvous/server.h"
 #include "base/version.h"  // after server.h: its enums have a kVersion of their own
@@ -33,7 +33,6 @@ namespace rankcheck {
 
 using asio::awaitable;
 using asio::ip::tcp;
-inline constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 // Refusals logged to stderr one by one before they are only counted.
 inline constexpr size_t kMaxRefusalsLogged = 8;
 // How long past the stage deadline the master waits for results before its final
@@ -58,9 +57,6 @@ struct Server::Impl {
   // Frames written at once on one connection, at most (pump).
   static constexpr size_t kMaxGather = 256;
 
-  // One verdict frame is shared by every member it is the same for.
-  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
-
   // Bound to the io_context's own executor rather than the type-erased default:
   // 40 bytes instead of 88 per member, and as much again in its pending wait.
   using Socket = tcp::socket::rebind_executor<asio::io_context::executor_type>::other;
@@ -73,10 +69,9 @@ struct Server::Impl {
     Socket sock;
     int slot = -1;        // the member's index in the master state
     uint32_t source = 0;  // index into sources: the address it came from
+    Outbox outbox;        // frames not yet written, oldest first
     bool admitted = false;
     bool handshake_expired = false;
-    std::vector<Bytes> outbox;  // frames not yet written, oldest first
-    bool writing = false;
     bool pump_posted = false;  // a relay's: its frames go out after the current handler
     bool close_after_write = false;
     bool pending = false;   // counted among connections not yet admitted
