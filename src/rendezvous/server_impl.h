@@ -1,7 +1,9 @@
 #pragma once
 // The master's server, inside: its state, its connections and the steps that
-// move them. Private to server.cc (deciding, sending, the GPU stage) and
-// server_accept.cc (accepting, the handshake, fairness between sources).
+// move them. Private to server.cc (deciding, sending, the GPU stage),
+// server_accept.cc (accepting, the handshake, fairness between sources),
+// server_relay.cc (host relays' connections and their channels) and
+// server_rehearsal.cc (the rehearsal of NCCL's connections).
 
 #include <algorithm>
 #include <array>
@@ -168,7 +170,7 @@ struct Server::Impl {
   bool done_set = false;
   bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
 
-  // The rehearsal of NCCL's connections (netpath.h), between the identity checks
+  // The rehearsal of NCCL's connections (rehearsal/plan.h), between the identity checks
   // and the verdict: one member per host probes, the master collects.
   struct Rehearsal {
     bool running = false;
@@ -292,7 +294,7 @@ struct Server::Impl {
 
   void schedule_progress();
 
-  // ----- rehearsing NCCL's connections (server_paths.cc) -----------------------
+  // ----- rehearsing NCCL's connections (server_rehearsal.cc) -------------------
 
   // Starts the rehearsal when it is wanted (every rank in, no error so far, hosts
   // to connect); false when the decision goes on without one.
