@@ -9,13 +9,14 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "app/bootstrap.h"
 #include "base/interrupt.h"
+#include "base/text.h"
 #include "host/procfs.h"
 #include "master/master_state.h"
+#include "protocol/record_codec.h"
 #include "rendezvous/member.h"
-#include "base/text.h"
-
-#include "app/bootstrap.h"
+#include "rules/self.h"
 
 namespace rankcheck {
 namespace {
@@ -125,12 +126,8 @@ int run(const Identity& id, Record& self, Session& s) {
         fmt::format("MPI {} did not complete by the deadline: a process of the job is stuck "
                     "or gone; leaving without MPI_Finalize",
                     step));
-    Finding f = make_finding(
-        FindingId::kMasterLost, fmt::format("the MPI {} did not complete by the deadline", step),
-        "a process of the job did not reach the same step: check mpirun's output");
-    f.ranks = {self.rank};
-    f.hosts = {self.host};
-    MemberReport m = failure_report(self, std::move(f), ms_between(s.start, Clock::now()));
+    MemberReport m =
+        failure_report(self, mpi_step_lost(self, step), ms_between(s.start, Clock::now()));
     return print_member(m, s.out);  // no MPI_Finalize: it would wait for the stuck process
   };
 
@@ -141,18 +138,7 @@ int run(const Identity& id, Record& self, Session& s) {
   std::vector<std::vector<uint8_t>> frames;
   std::vector<long> member_of(size_t(size), -1);  // MPI rank -> member index (-1: refused)
   if (rank == 0) {
-    MasterConfig mc;
-    mc.world_size = id.world_size;
-    mc.job_id = id.job_id;
-    mc.master_addr = std::string(kMpiMasterAddr);
-    mc.master_host = self.host;
-    mc.start = s.start;
-    mc.gpu_stage = !s.o.no_gpu;
-    mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
-    mc.stage_by = Deadline(s.end.when() - Millis(600));
-    mc.min_busbw_gbps = s.o.min_busbw_gbps;
-    mc.log = [&s](const std::string& line) { s.log.progress(line); };
-    master.emplace(std::move(mc));
+    master.emplace(master_config(id, self, s, MasterTransport::kMpi));
     for (int k = 0; k < size; ++k) {
       Reader r((*records)[size_t(k)]);
       Record rec = decode_record(r);
@@ -165,7 +151,8 @@ int run(const Identity& id, Record& self, Session& s) {
           static_cast<long>(master->admit(std::move(rec), fmt::format("MPI rank {}", k), k == 0));
     }
     // Everyone in the communicator is here: nobody else can come.
-    const Verdict& v = master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)}, process_facts());
+    const Verdict& v =
+        master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)}, process_facts());
     frames = verdicts(*master, v, member_of);
   }
   auto mine = mpi.scatter(frames);
@@ -174,12 +161,7 @@ int run(const Identity& id, Record& self, Session& s) {
   if (!verdict) return lost("verdict decoding");
 
   if (!verdict->final && verdict->run_gpu && verdict->nccl_id) {
-    s.watchdog_code = exit_code::kGpu;
-    // As over TCP: leave time to abort NCCL and hand the results in.
-    Millis margin = stage_margin(verdict->stage_ms);
-    Deadline by =
-        Deadline::after(std::max(Millis(0), Millis(verdict->stage_ms) - margin)).sooner(s.end);
-    StageReport results{s.stage->run({{*verdict->nccl_id}, false}, id.world_size, s.plan, by)};
+    StageReport results = run_gpu_stage(s, *verdict, id.world_size);
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
     frames.clear();
@@ -201,7 +183,7 @@ int run(const Identity& id, Record& self, Session& s) {
   if (rank == 0) {
     Report report = master->report();
     report.total_ms = ms_between(s.start, Clock::now());
-    code = print_report(report, s);
+    code = print_report(report, s.out);
   } else {
     code = print_member(verdict_report(self, *verdict, ms_between(s.start, Clock::now())), s.out);
   }

@@ -1,9 +1,8 @@
 // The bootstrap of a binary built without MPI: `--bootstrap mpi` is a usage
-// error there (run.cc says to use rankcheck-mpi).
-
-#include "model/finding.h"
+// error there (app/run.cc says to use rankcheck-mpi).
 
 #include "app/bootstrap.h"
+#include "model/finding.h"
 
 namespace rankcheck {
 

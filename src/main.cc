@@ -9,10 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "app/cli.h"
 #include "base/build_info.h"
 #include "model/finding.h"
-
-#include "app/cli.h"
 
 int main(int argc, char** argv) {
   using namespace rankcheck;

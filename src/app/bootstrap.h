@@ -1,14 +1,13 @@
 #pragma once
 // Transports other than TCP for the rendezvous, chosen at link time like the GPU
-// stage: rankcheck-mpi links bootstrap_mpi.cc, which gathers every record over
+// stage: rankcheck-mpi links src/bootstrap_mpi.cc, which gathers every record over
 // MPI at MPI rank 0, decides with MasterState (the same checks as the TCP master)
-// and hands each member its verdict; rankcheck links bootstrap_none.cc, so that
+// and hands each member its verdict; rankcheck links src/bootstrap_none.cc, so that
 // it never needs libmpi to start.
 
+#include "app/session.h"
 #include "identity/identity.h"
 #include "model/record.h"
-
-#include "app/session.h"
 
 namespace rankcheck {
 

@@ -6,9 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "app/run.h"
 #include "base/env.h"
 #include "identity/identity.h"
-#include "app/run.h"
 
 namespace rankcheck::cli {
 

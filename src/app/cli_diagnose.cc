@@ -1,10 +1,9 @@
 #include <cstdio>
 
+#include "app/cli.h"
+#include "base/text.h"
 #include "diagnose/diagnose.h"
 #include "model/finding.h"
-#include "base/text.h"
-
-#include "app/cli.h"
 
 namespace rankcheck::cli {
 

@@ -8,6 +8,7 @@ Command add_env(CLI::App& root, const EnvMap& env) {
       "Print who this process thinks it is, every source of that, and the checks it can make "
       "alone; no rendezvous");
   auto o = std::make_shared<EnvOptions>();
+  auto color = std::make_shared<std::string>("auto");
   add_identity_flags(*app, o->flags);
   app->add_option("--host-name", o->host_name, "Host name to report (default: gethostname)");
   app->add_flag("--json", o->json, "JSON instead of text");
@@ -18,7 +19,13 @@ Command add_env(CLI::App& root, const EnvMap& env) {
                   "Seconds to wait for MASTER_ADDR to resolve")
       ->capture_default_str()
       ->check(number_in(0.0, 60.0));
-  return {app, [o, &env] { return run_env(*o, env); }};
+  app->add_option("--color", *color, "Colour the text: auto, always, never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  return {app, [o, color, &env] {
+            o->color = use_color(*color, env);
+            return run_env(*o, env);
+          }};
 }
 
 }  // namespace rankcheck::cli

@@ -19,7 +19,7 @@ Command add_run(CLI::App& root, const EnvMap& env) {
       ->check(CLI::IsMember({"tcp", "mpi"}));
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);
-            return run_probe(*o, env);
+            return run_member_process(*o, env);
           }};
 }
 

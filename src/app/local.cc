@@ -18,13 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "protocol/auth.h"
-#include "identity/identity.h"
-
 #include "app/run.h"
-
 #include "app/session.h"
 #include "host/interfaces.h"
+#include "identity/identity.h"
+#include "protocol/auth.h"
 
 namespace rankcheck {
 namespace {
@@ -91,7 +89,8 @@ namespace {
 // master listens (closed unwritten when it never does), then runs as `rankcheck run`
 // would: the same code on the same options, without the exec, the dynamic loader
 // and the page faults of a fresh process (most of a member's cost on a small machine).
-[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end) {
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end,
+                               const HostView* host) {
   std::string msg;  // "PORT MS_LEFT\n", or nothing when the master never started
   char buf[64];
   while (msg.find('\n') == std::string::npos) {
@@ -126,14 +125,22 @@ namespace {
   }
   RunOptions mo = o;
   mo.timeout_s = double(left_ms) / 1000.0;  // ends by the same deadline as rank 0
-  int code = run_probe(mo, e);
+  int code = run_member_process(mo, e, host);
   std::fflush(nullptr);
   ::_exit(code);
 }
 
-}  // namespace
+// How long the members of `local` have past the deadline to end, before they are killed.
+constexpr Millis kReapGrace{1500};
+// How long rank 0 gives its own MASTER_ADDR (127.0.0.1) to resolve.
+constexpr Millis kLocalResolve{2000};
+// A member started with less time than this is given this much.
+constexpr Millis kMemberMinTime{500};
+// Member exits that differ from the verdict named on stderr, at most.
+constexpr int kOddExitsShown = 4;
 
-int run_local(const LocalOptions& lo, const EnvMap& env) {
+// A usage error in `local`'s options, said; nullopt when they are fine.
+std::optional<int> check_local_options(const LocalOptions& lo) {
   const RunOptions& o = lo.run;
   if (lo.nprocs < 1 || lo.nprocs > 1024) {
     Log::error(fmt::format("-n {}: rankcheck local runs 1 to 1024 members", lo.nprocs));
@@ -148,64 +155,57 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
         *o.device));
     return exit_code::kUsage;
   }
-
   if (o.token_fd) {
     Log::error(
         "--token-fd: rankcheck local hands its members a token itself; give it one with "
         "--token-file");
     return exit_code::kUsage;
   }
+  return std::nullopt;
+}
 
-  // Rank 0 is this process, with the environment its members get (rank 0's).
-  std::string job_id = o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid());
-  EnvMap child_env = without_launcher_env(env);
-  auto member_env = [&child_env, &lo](int rank, const std::string& port) {
+// The job `local` runs: its id, and the environment each member gets (rank 0's too).
+struct LocalJob {
+  std::string job_id;
+  EnvMap child_env;
+  int nprocs = 1;
+  EnvMap member_env(int rank, const std::string& port) const {
     EnvMap e = child_env;
     e["RANK"] = e["LOCAL_RANK"] = std::to_string(rank);
-    e["WORLD_SIZE"] = e["LOCAL_WORLD_SIZE"] = std::to_string(lo.nprocs);
+    e["WORLD_SIZE"] = e["LOCAL_WORLD_SIZE"] = std::to_string(nprocs);
     e["MASTER_ADDR"] = "127.0.0.1";
     if (!port.empty()) e["MASTER_PORT"] = port;
     return e;
-  };
-  Flags flags;
-  flags.job_id = job_id;
-  Identity id = detect_identity(member_env(0, o.flags.master_port.value_or("")), flags);
-  id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
-  if (!id.usable()) return usage_problems(id);
-  // A job on one machine still authenticates: a token of its own unless one is
-  // given, handed to each member through a pipe.
-  Log log(o.quiet);
-  auto token = load_token(o, env, log);
-  if (!token) {
-    Log::error(token.error().message);
-    return exit_code::kUsage;
   }
-  std::string secret;  // the token made here; "" when one was given
-  if (!*token) {
+};
+
+// A job on one machine still authenticates: a token of its own unless one is given,
+// handed to each member through a pipe (`secret`), or the file the members read.
+struct LocalToken {
+  std::optional<JobToken> token;
+  std::string secret;                     ///< the token made here; "" when one was given
+  std::optional<std::string> token_file;  ///< the given one's file, for the members
+};
+
+// `given`: the token --token-file or RANKCHECK_TOKEN_FILE gives, if one does.
+Result<LocalToken> local_token(std::optional<JobToken> given, const RunOptions& o,
+                               const EnvMap& env) {
+  LocalToken t{std::move(given), "", o.token_file};
+  if (!t.token) {
     auto made = make_secret();
-    if (!made) {
-      Log::error(made.error().message);
-      return exit_code::kInternal;
-    }
-    secret = std::move(*made);
-    *token = JobToken::from_secret(secret);
+    if (!made) return made.error();
+    t.secret = std::move(*made);
+    t.token = JobToken::from_secret(t.secret);
   }
-  std::optional<std::string> token_file = o.token_file;
   const std::string* env_file = env_get(env, "RANKCHECK_TOKEN_FILE");
-  if (!token_file && secret.empty() && env_file != nullptr) token_file = *env_file;
+  if (!t.token_file && t.secret.empty() && env_file != nullptr) t.token_file = *env_file;
+  return t;
+}
 
-  // --json checked before any member starts: rank 0's path, {rank} and {host} filled in.
-  Output report_to{o.json_path, false, "", ""};
-  report_to.set_self(0, o.host_name.value_or(local_host_name()));
-  if (auto ok = check_json_path(report_to.json_path); !ok) {
-    Log::error(ok.error().message);
-    return exit_code::kUsage;
-  }
-
-  // The members, forked now: this process has no thread yet. Each waits on its
-  // start pipe for the master's port; a pipe closed unwritten sends it home.
+// What each member runs with: `local`'s options that a member needs, quiet.
+RunOptions member_options(const RunOptions& o, const LocalJob& job, const LocalToken& t) {
   RunOptions mo;
-  mo.flags.job_id = job_id;
+  mo.flags.job_id = job.job_id;
   mo.host_name = o.host_name;
   mo.handshake_timeout_s = o.handshake_timeout_s;
   mo.no_gpu = o.no_gpu;
@@ -214,28 +214,33 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   mo.nccl_lib = o.nccl_lib;
   mo.bandwidth_bytes = o.bandwidth_bytes;
   mo.quiet = true;
-  mo.token_file = secret.empty() ? token_file : std::nullopt;
-  // One host, one network namespace: its interfaces are read once, not by each member.
-  mo.host_view = std::make_shared<const HostView>(read_host_view());
-  Deadline end = Deadline::after(seconds(o.timeout_s));
-  struct Child {
-    pid_t pid;
-    int start_fd;  // the write end of its start pipe; -1 once written or closed
-  };
+  mo.token_file = t.secret.empty() ? t.token_file : std::nullopt;
+  return mo;
+}
+
+struct Child {
+  pid_t pid;
+  int start_fd;  // the write end of its start pipe; -1 once written or closed
+};
+
+// The members, forked now: this process has no thread yet. Each waits on its start
+// pipe for the master's port; a pipe closed unwritten sends it home.
+std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const LocalToken& t,
+                                const HostView& host, Deadline end) {
   std::vector<Child> children;
   std::fflush(nullptr);  // nothing buffered here is written again by a child
   // The token's keyed state is made with it; one MAC here does the rest of OpenSSL's
   // first-use setup, once, inherited by each fork.
-  if (*token) (void)(*token)->mac("warmup", {}, {}, {});
-  for (int k = 1; k < lo.nprocs; ++k) {
+  if (t.token) (void)t.token->mac("warmup", {}, {}, {});
+  for (int k = 1; k < job.nprocs; ++k) {
     std::array<int, 2> start{-1, -1};
     int token_fd = -1;
     if (::pipe2(start.data(), O_CLOEXEC) != 0) {
       Log::error(fmt::format("cannot start member {}: pipe: {}", k, std::strerror(errno)));
       continue;
     }
-    if (!secret.empty()) {
-      auto fd = token_pipe(secret);
+    if (!t.secret.empty()) {
+      auto fd = token_pipe(t.secret);
       if (!fd) {
         Log::error(fmt::format("cannot start member {}: {}", k, fd.error().message));
         ::close(start[0]);
@@ -251,7 +256,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       ::close(start[1]);
       RunOptions mine = mo;
       if (token_fd >= 0) mine.token_fd = token_fd;
-      member_child(start[0], mine, member_env(k, ""), end);
+      member_child(start[0], mine, job.member_env(k, ""), end, &host);
     }
     int err = errno;
     ::close(start[0]);
@@ -263,37 +268,31 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     }
     children.push_back({pid, start[1]});
   }
+  return children;
+}
 
-  Session s(o);
-  s.stage = make_gpu_stage(stage_options(o, env));
-  s.plan = gpu_plan(id, o, child_env);
-  s.token = std::move(*token);
-  Record self = build_self(id, o.host_name, child_env, Deadline::after(Millis(2000)), probe_gpus(s),
-                           mo.host_view.get());
-  s.out.set_self(self.rank, self.host);  // rank 0 writes the report
-
-  auto start_members = [&](uint16_t port) {
-    for (Child& c : children) {
-      // Children end by the same deadline as this process.
-      long left_ms = std::max<long>(500, static_cast<long>(s.end.remaining().count()));
-      std::string line = fmt::format("{} {}\n", port, left_ms);
-      // A few bytes into an empty pipe: the write never waits.
-      if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-        Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));
-      }
-      ::close(c.start_fd);
-      c.start_fd = -1;
+// Once the master listens: each member is told its port and the time it has left.
+void start_members(std::vector<Child>& children, uint16_t port, Deadline end) {
+  for (Child& c : children) {
+    // Children end by the same deadline as this process.
+    long left_ms =
+        std::max<long>(kMemberMinTime.count(), static_cast<long>(end.remaining().count()));
+    std::string line = fmt::format("{} {}\n", port, left_ms);
+    // A few bytes into an empty pipe: the write never waits.
+    if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));
     }
-  };
+    ::close(c.start_fd);
+    c.start_fd = -1;
+  }
+}
 
-  MasterSetup setup;
-  setup.addresses = {"127.0.0.1"};
-  setup.port = static_cast<uint16_t>(id.rendezvous_port);
-  // Another master on --master-port is not this job's, whatever its job id: no
-  // member of this job would ever reach this process.
-  auto code = master_path(self, id, s, setup, /*join_other=*/false, start_members);
-
-  // Members the master never started go home now (their pipe closes unwritten).
+// Members the master never started go home (their pipe closes unwritten); the rest
+// are reaped, and any still running past the deadline killed. The wait starts short:
+// members end within a millisecond of rank 0's verdict. Exits that differ from the
+// job's verdict `code` are named.
+void reap_members(std::vector<Child>& children, Deadline end, std::optional<int> code,
+                  const Log& log) {
   bool started = true;
   for (Child& c : children) {
     if (c.start_fd >= 0) {
@@ -302,9 +301,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       started = false;
     }
   }
-  // Reap the members; any still running past the deadline are killed. The wait
-  // starts short: members end within a millisecond of rank 0's verdict.
-  Deadline reap_by = s.end.extended(Millis(1500));
+  Deadline reap_by = end.extended(kReapGrace);
   int odd = 0;
   for (const Child& c : children) {
     int status = 0;
@@ -319,11 +316,64 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
       pause = std::min<std::chrono::microseconds>(pause * 2, Millis(5));
     }
     int child_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (started && code && *code != exit_code::kUsage && child_code != *code && ++odd <= 4) {
+    if (started && code && *code != exit_code::kUsage && child_code != *code &&
+        ++odd <= kOddExitsShown) {
       log.error(fmt::format("member pid {} exited with {}, the job's verdict is {}", c.pid,
                             child_code, *code));
     }
   }
+}
+
+}  // namespace
+
+int run_local(const LocalOptions& lo, const EnvMap& env) {
+  const RunOptions& o = lo.run;
+  if (auto code = check_local_options(lo)) return *code;
+  // Rank 0 is this process, with the environment its members get (rank 0's).
+  LocalJob job{o.flags.job_id ? *o.flags.job_id : fmt::format("local-{}", ::getpid()),
+               without_launcher_env(env), lo.nprocs};
+  Flags flags;
+  flags.job_id = job.job_id;
+  Identity id = detect_identity(job.member_env(0, o.flags.master_port.value_or("")), flags);
+  id.rendezvous_port = o.flags.master_port ? id.master_port : 0;  // 0: pick a free port
+  if (!id.usable()) return usage_problems(id);
+  Log log(o.quiet);
+  auto given = load_token(o, env, log);
+  if (!given) {
+    Log::error(given.error().message);
+    return exit_code::kUsage;
+  }
+  auto token = local_token(std::move(*given), o, env);
+  if (!token) {
+    Log::error(token.error().message);
+    return exit_code::kInternal;
+  }
+  // --json checked before any member starts: rank 0's path, {rank} and {host} filled in.
+  Output report_to{o.json_path, false, "", ""};
+  report_to.set_self(0, o.host_name.value_or(local_host_name()));
+  if (auto ok = check_json_path(report_to.json_path); !ok) {
+    Log::error(ok.error().message);
+    return exit_code::kUsage;
+  }
+  // One host, one network namespace: its interfaces are read once, not by each member.
+  HostView host = read_host_view();
+  std::vector<Child> children = fork_members(job, member_options(o, job, *token), *token, host,
+                                             Deadline::after(seconds(o.timeout_s)));
+  Session s(o);
+  s.stage = make_gpu_stage(stage_options(o, env));
+  s.plan = gpu_plan(id, o, job.child_env);
+  s.token = std::move(token->token);
+  Record self = build_self(id, o.host_name, job.child_env, Deadline::after(kLocalResolve),
+                           probe_gpus(s), &host);
+  s.out.set_self(self.rank, self.host);  // rank 0 writes the report
+  MasterSetup setup;
+  setup.addresses = {"127.0.0.1"};
+  setup.port = static_cast<uint16_t>(id.rendezvous_port);
+  // Another master on --master-port is not this job's, whatever its job id: no
+  // member of this job would ever reach this process.
+  auto code = master_path(self, id, s, setup, /*join_other=*/false,
+                          [&](uint16_t port) { start_members(children, port, s.end); });
+  reap_members(children, s.end, code, log);
   return code ? *code : exit_code::kInternal;
 }
 

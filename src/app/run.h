@@ -8,9 +8,8 @@
 #include <string>
 
 #include "base/env.h"
-#include "identity/identity.h"
 #include "host/interfaces.h"
-
+#include "identity/identity.h"
 
 namespace rankcheck {
 
@@ -36,9 +35,6 @@ struct RunOptions {
   std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
   bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
-  /// `rankcheck local`: the host's interfaces and network namespace, read once before
-  /// its members were forked (they share both); null: this process reads its own.
-  std::shared_ptr<const HostView> host_view;
 };
 
 struct LocalOptions {
@@ -54,10 +50,14 @@ struct EnvOptions {
   bool no_gpu = false;
   std::string nccl_lib;
   std::optional<int> device;
+  bool color = false;  ///< --color, with use_color's rules for auto
 };
 
 /// `rankcheck run`: this process is one member (rank 0 also hosts the master).
-int run_probe(const RunOptions& options, const EnvMap& env);
+/// `host`: the host's interfaces and network namespace when already read (the
+/// members `rankcheck local` forks share its reading); null: this process reads its own.
+int run_member_process(const RunOptions& options, const EnvMap& env,
+                       const HostView* host = nullptr);
 /// `rankcheck local -n N`: N members on this machine, the master in this process.
 int run_local(const LocalOptions& options, const EnvMap& env);
 /// `rankcheck env`: identity, sources and local checks; no rendezvous.

@@ -14,12 +14,12 @@ namespace rankcheck {
 /// was compiled against, which is its floor at most.
 inline std::string version_text() {
 #if defined(RANKCHECK_GLIBC_FLOOR)
-  return fmt::format("rankcheck {} (glibc {} or newer)", kVersion, RANKCHECK_GLIBC_FLOOR);
+  return fmt::format("rankcheck {} (glibc {} or newer)", kRankcheckVersion, RANKCHECK_GLIBC_FLOOR);
 #elif defined(__GLIBC__)
-  return fmt::format("rankcheck {} (built against glibc {}.{})", kVersion, __GLIBC__,
+  return fmt::format("rankcheck {} (built against glibc {}.{})", kRankcheckVersion, __GLIBC__,
                      __GLIBC_MINOR__);
 #else
-  return fmt::format("rankcheck {}", kVersion);
+  return fmt::format("rankcheck {}", kRankcheckVersion);
 #endif
 }
 

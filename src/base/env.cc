@@ -1,6 +1,6 @@
-#include <fmt/format.h>
-
 #include "base/env.h"
+
+#include <fmt/format.h>
 
 extern char** environ;
 

@@ -1,11 +1,11 @@
+#include "base/hostlist.h"
+
 #include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
 
 #include <fmt/format.h>
-
-#include "base/hostlist.h"
 
 namespace rankcheck {
 namespace {

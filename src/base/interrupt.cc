@@ -1,10 +1,10 @@
+#include "base/interrupt.h"
+
 #include <atomic>
 #include <csignal>
 
 #include <fcntl.h>
 #include <unistd.h>
-
-#include "base/interrupt.h"
 
 namespace rankcheck {
 namespace {

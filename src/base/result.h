@@ -17,7 +17,7 @@ enum class Fault {
   kOtherVersion,  ///< another protocol version
   kUnknownType,   ///< a message type this build does not know
   kTooLarge,      ///< longer than the type's cap
-  // A socket call (net.h).
+  // A socket call (rendezvous/socket.h, host/resolve.h).
   kClosed,       ///< the peer closed the connection
   kTimeout,      ///< the deadline passed
   kInterrupted,  ///< a signal asked the run to stop

@@ -1,8 +1,8 @@
+#include "base/text.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
-
-#include "base/text.h"
 
 namespace rankcheck {
 

@@ -19,7 +19,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {

@@ -3,12 +3,11 @@
 
 #include <fmt/format.h>
 
-#include "report/report.h"
 #include "base/text.h"
 #include "base/version.h"
-
-#include "report/common.h"
 #include "diagnose/internal.h"
+#include "report/common.h"
+#include "report/report.h"
 
 namespace rankcheck::diagnose {
 namespace {
@@ -56,7 +55,7 @@ std::string render_text(const Diagnosis& d, bool color) {
   for (const DiagFinding& f : d.findings)
     initiating += f.initiating ? 1 : 0;
   std::string out = fmt::format(
-      "rankcheck {} diagnose · {} · {}{}{}\n", kVersion, plural(d.files, "file", "files"),
+      "rankcheck {} diagnose · {} · {}{}{}\n", kRankcheckVersion, plural(d.files, "file", "files"),
       plural(d.lines, "line", "lines"), d.launcher.empty() ? "" : " · launcher " + d.launcher,
       d.ranks_seen.empty()
           ? ""

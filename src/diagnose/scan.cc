@@ -7,7 +7,6 @@
 #include <regex>
 
 #include "base/text.h"
-
 #include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {

@@ -6,9 +6,8 @@
 #include <fmt/format.h>
 
 #include "base/interrupt.h"
-
-#include "gpu/dl_run.h"
 #include "base/text.h"
+#include "gpu/dl_run.h"
 
 namespace rankcheck::dl {
 namespace {

@@ -10,10 +10,9 @@
 #include <mutex>
 #include <vector>
 
-#include "model/gpu.h"
-#include "gpu/stage.h"
-
 #include "gpu/dl_libs.h"
+#include "gpu/stage.h"
+#include "model/gpu.h"
 
 namespace rankcheck::dl {
 

@@ -11,13 +11,12 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include "model/gpu.h"
-#include "gpu/stage.h"
 #include "base/interrupt.h"
-#include "host/procfs.h"
-
 #include "gpu/dl_libs.h"
 #include "gpu/dl_run.h"
+#include "gpu/stage.h"
+#include "host/procfs.h"
+#include "model/gpu.h"
 
 namespace rankcheck {
 namespace {

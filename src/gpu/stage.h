@@ -10,8 +10,8 @@
 
 #include "base/deadline.h"
 #include "base/result.h"
-#include "model/gpu.h"
 #include "gpu/stage.h"
+#include "model/gpu.h"
 
 namespace rankcheck {
 

@@ -1,7 +1,7 @@
 // Built when cuda.h or nccl.h was not found: the stage says so instead of running.
 
-#include "model/gpu.h"
 #include "gpu/stage.h"
+#include "model/gpu.h"
 
 namespace rankcheck {
 namespace {

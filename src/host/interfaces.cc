@@ -1,3 +1,5 @@
+#include "host/interfaces.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -23,9 +25,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include "base/interrupt.h"
-#include "host/interfaces.h"
 
+#include "base/interrupt.h"
 
 namespace rankcheck {
 

@@ -3,6 +3,8 @@
 // src/bootstrap.cc bootstrapNetInit), and the configuration files NCCL reads
 // (src/misc/param.cc initEnv). Each version difference is a named predicate.
 
+#include "host/nccl_socket_if.h"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -10,7 +12,6 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
-#include "host/nccl_socket_if.h"
 #include "model/record.h"
 
 namespace rankcheck {

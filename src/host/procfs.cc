@@ -1,3 +1,5 @@
+#include "host/procfs.h"
+
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -8,8 +10,6 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#include "host/procfs.h"
 
 namespace rankcheck {
 

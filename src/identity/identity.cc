@@ -1,10 +1,11 @@
+#include "identity/identity.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
-#include "identity/identity.h"
 #include "base/text.h"
 
 namespace rankcheck {

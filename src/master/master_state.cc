@@ -1,3 +1,5 @@
+#include "master/master_state.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -6,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "base/interrupt.h"
-#include "master/master_state.h"
 #include "base/text.h"
 
 namespace rankcheck {
@@ -271,8 +272,7 @@ Verdict MasterState::verdict_base() const {
   return v;
 }
 
-bool MasterState::would_pass() const {
-  if (tracker_.clean()) return true;
+JobView MasterState::config_view() const {
   JobView view;
   view.world_size = cfg_.world_size;
   view.job_id = cfg_.job_id;
@@ -280,6 +280,12 @@ bool MasterState::would_pass() const {
   view.master_host = cfg_.master_host;
   view.master_resolved = cfg_.master_resolved;
   view.gpu_stage = cfg_.gpu_stage;
+  return view;
+}
+
+bool MasterState::would_pass() const {
+  if (tracker_.clean()) return true;
+  JobView view = config_view();
   view.departed = departed_;
   view.refused = refused_;
   view.refused_total = refused_total_;
@@ -312,13 +318,8 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   report_.member_lost = !timed_out && signal_ == 0 && !ready() && departed_total_ > 0;
   decided_ = true;
   auto t0 = Clock::now();
-  JobView view;
-  view.world_size = cfg_.world_size;
-  view.job_id = cfg_.job_id;
-  view.master_addr = cfg_.master_addr;
+  JobView view = config_view();
   view.master_port = master_port;
-  view.master_host = cfg_.master_host;
-  view.master_resolved = cfg_.master_resolved;
   view.master_bound = bound;
   view.accept_failures = accept_failures_;
   view.lost_relays = lost_relays_;
@@ -327,7 +328,6 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
     view.accept_failures.files_hard = process.files_hard;
   }
   view.timed_out = timed_out;
-  view.gpu_stage = cfg_.gpu_stage;
   if (departed_total_ > departed_.size()) {
     cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
                          departed_total_, departed_.size()));

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "rules/rules.h"
 #include "base/deadline.h"
-#include "rules/join_tracker.h"
 #include "protocol/messages.h"
 #include "report/report.h"
+#include "rules/join_tracker.h"
+#include "rules/rules.h"
 
 namespace rankcheck {
 
@@ -107,6 +107,9 @@ class MasterState {
   bool smaller_world_complete() const;
   bool complete_up_to(long world) const;
   Verdict verdict_base() const;
+  // What the rules read of the configuration; the caller adds the members and
+  // refusals (copied for a look ahead, moved at the decision).
+  JobView config_view() const;
 
   MasterConfig cfg_;
   std::vector<Member> members_;         // admitted and still connected, in arrival order

@@ -1,10 +1,10 @@
 // The catalogue of findings: every id once, with its severity, exit code and fix.
 // docs/findings.md describes each row; a unit test keeps the two in step.
 
+#include "model/finding.h"
+
 #include <algorithm>
 #include <iterator>
-
-#include "model/finding.h"
 
 namespace rankcheck {
 namespace {

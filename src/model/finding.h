@@ -1,6 +1,6 @@
 #pragma once
 // A problem of the cluster, as data: rules return these, the report renders them.
-// Every kind of finding is one row of the catalogue (src/finding.cc): its id, its
+// Every kind of finding is one row of the catalogue (model/finding.cc): its id, its
 // severity, the exit code it gives the job and the fix to try first.
 
 #include <optional>

@@ -1,8 +1,8 @@
+#include "model/gpu.h"
+
 #include <iterator>
 
 #include <fmt/format.h>
-
-#include "model/gpu.h"
 
 namespace rankcheck {
 
@@ -66,6 +66,5 @@ std::string driver_version_from_library(std::string_view path) {
   return path.find('.') != std::string_view::npos && looks_like_version(path) ? std::string(path)
                                                                               : "";
 }
-
 
 }  // namespace rankcheck

@@ -1,8 +1,9 @@
+#include "model/record.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "model/record.h"
 #include "base/version.h"
 
 namespace rankcheck {
@@ -41,7 +42,7 @@ uint64_t env_digest(const std::vector<EnvVar>& env) {
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu) {
   Record r;
-  r.version = std::string(kVersion);
+  r.version = std::string(kRankcheckVersion);
   r.rank = static_cast<int32_t>(id.rank);
   r.nranks = static_cast<int32_t>(id.nranks);
   r.world_size = static_cast<int32_t>(id.world_size);

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "model/gpu.h"
-#include "identity/identity.h"
 #include "base/shared_list.h"
 #include "base/shared_string.h"
+#include "identity/identity.h"
+#include "model/gpu.h"
 
 namespace rankcheck {
 
@@ -33,7 +33,7 @@ inline size_t hash_item(const EnvVar& v) {
   return std::hash<std::string>{}(v.name) * 31 + std::hash<std::string>{}(v.value);
 }
 
-/// The interface NCCL's rules pick on a member's host (see nccl_if.h), as sent.
+/// The interface NCCL's rules pick on a member's host (see host/nccl_socket_if.h), as sent.
 struct NcclIfFacts {
   enum State : uint8_t { kUnknown = 0, kFound = 1, kNone = 2 };
   enum Flags : uint8_t { kLoopback = 1, kCommIdLocal = 2, kLinkScope = 4 };
@@ -48,7 +48,7 @@ struct NcclIfFacts {
   /// The network stack the member runs in (boot id and network namespace): two
   /// "hosts" in one stack reach each other even over loopback or one address.
   SharedString netns;
-  /// The rehearsal's listener on `address` (netpath_io.h), 0: none on this member;
+  /// The rehearsal's listener on `address` (rehearsal/probe.h), 0: none on this member;
   /// and the host's ephemeral port range, which the listener's port came from.
   uint16_t listen_port = 0;
   uint16_t port_lo = 0, port_hi = 0;

@@ -1,13 +1,13 @@
+#include "protocol/messages.h"
+
 #include <algorithm>
 #include <cassert>
 
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
-#include "protocol/messages.h"
-#include "protocol/record_codec.h"
-
 #include "protocol/codec.h"
+#include "protocol/record_codec.h"
 
 namespace rankcheck {
 namespace {

@@ -13,11 +13,11 @@
 #include <array>
 #include <optional>
 
-#include "protocol/auth.h"
 #include "model/finding.h"
 #include "model/gpu.h"
 #include "model/path.h"
 #include "model/record.h"
+#include "protocol/auth.h"
 #include "protocol/wire.h"
 
 namespace rankcheck {
@@ -156,7 +156,7 @@ bool verify_stage_report(std::span<const uint8_t> payload, const JobToken& token
 /// environment digest compares with its members'.
 bool fit_hello(Record& record);
 
-/// The rehearsal of NCCL's connections (netpath.h): what one member per host is to
+/// The rehearsal of NCCL's connections (rehearsal/plan.h): what one member per host is to
 /// try, after the identity checks pass and before any verdict.
 struct PathPlan {
   uint32_t self_host = 0;  ///< the receiver's index in the master's host list

@@ -3,9 +3,8 @@
 
 #include <algorithm>
 
-#include "protocol/messages.h"
-
 #include "protocol/codec.h"
+#include "protocol/messages.h"
 
 namespace rankcheck {
 

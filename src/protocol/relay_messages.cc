@@ -1,12 +1,11 @@
 // The relays' messages: a relay's hello, the channel frames that carry its
 // members' frames, and its word to a member still waiting for the master.
 
-#include <algorithm>
-
-
-#include "model/record.h"
 #include "protocol/relay_messages.h"
 
+#include <algorithm>
+
+#include "model/record.h"
 #include "protocol/codec.h"
 
 namespace rankcheck {
@@ -108,6 +107,5 @@ Result<RelayWait> decode_relay_wait(std::span<const uint8_t> payload) {
   m.master_closed = r.u8() != 0;
   return finish(r, std::move(m), "relay wait");
 }
-
 
 }  // namespace rankcheck

@@ -1,10 +1,10 @@
+#include "protocol/wire.h"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include <fmt/format.h>
-
-#include "protocol/wire.h"
 
 namespace rankcheck {
 

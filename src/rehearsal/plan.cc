@@ -1,6 +1,8 @@
 // The rehearsal's plan and its reading: pure functions of the hosts and of what
 // each connection found.
 
+#include "rehearsal/plan.h"
+
 #include <algorithm>
 #include <map>
 #include <random>
@@ -8,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "rehearsal/plan.h"
 #include "base/text.h"
 
 namespace rankcheck {
@@ -72,7 +73,6 @@ std::string over(const PathHost& h) {
 }
 
 }  // namespace
-
 
 std::vector<PathEdge> rehearsal_plan(size_t hosts, uint64_t seed) {
   std::set<PathEdge> edges;

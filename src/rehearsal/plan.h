@@ -2,7 +2,8 @@
 // The rehearsal of NCCL's connections: which host connects to which (a pure
 // function of the hosts), what each connection found, and what that means (the
 // nccl-path-blocked findings, grouped by host and direction). The prober and the
-// answering side are in netpath_io.cc; the server runs the rehearsal.
+// answering side are in rehearsal/probe.cc; the server runs the rehearsal
+// (rendezvous/server_rehearsal.cc).
 
 #include <cstdint>
 #include <string>

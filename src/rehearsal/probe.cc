@@ -2,6 +2,8 @@
 // that connects as NCCL would (its source address left to the kernel), a bounded
 // number at a time, each within its own deadline.
 
+#include "rehearsal/probe.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -17,7 +19,6 @@
 #include <unistd.h>
 
 #include "model/path.h"
-#include "rehearsal/probe.h"
 
 namespace rankcheck {
 namespace {

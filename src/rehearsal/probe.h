@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/auth.h"
 #include "base/deadline.h"
-#include "model/path.h"
 #include "base/result.h"
+#include "model/path.h"
+#include "protocol/auth.h"
 
 namespace rankcheck {
 

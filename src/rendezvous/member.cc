@@ -1,3 +1,5 @@
+#include "rendezvous/member.h"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -8,11 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rules/rules.h"
 #include "base/interrupt.h"
-#include "rendezvous/member.h"
-#include "rendezvous/relay.h"
 #include "base/text.h"
+#include "host/resolve.h"
+#include "rendezvous/relay.h"
+#include "rules/rules.h"
+#include "rules/self.h"
 
 namespace rankcheck {
 namespace {
@@ -23,15 +26,6 @@ void nap(Deadline until) {
     pollfd p{interrupt_fd(), POLLIN, 0};
     ::poll(&p, interrupt_fd() >= 0 ? 1 : 0, until.poll_ms(Millis(200)));
   }
-}
-
-// This member's own failure: an error about its rank and host, whatever the
-// catalogue's severity (a refused member cannot go on).
-Finding failure(FindingId id, std::string message, std::string fix, const Record& self) {
-  Finding f = make_finding(id, std::move(message), std::move(fix), Severity::kError);
-  f.ranks = {self.rank};
-  f.hosts = {self.host};
-  return f;
 }
 
 enum class Step { kRetry, kJoined, kFatal, kRelayGone };
@@ -46,6 +40,63 @@ bool loopback_master(const Record& self) {
 }
 
 // The handshake on a connection: challenge, hello, admit.
+// What a master's reject means for this member: most end its run (another job's
+// master, a late or extra copy, another build, a token that does not match); a busy
+// master is tried again.
+Step refused(const Reject& reject, const std::string& where, const Record& self, JoinResult& out,
+             std::string& last_error) {
+  std::string reason = printable(reject.reason, 300);
+  switch (reject.code) {
+    case RejectCode::kForeignJob:
+      out.failure =
+          self_failure(self, FindingId::kForeignJob,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "give each job its own MASTER_PORT, and the same job id to every "
+                       "process of a job");
+      return Step::kFatal;
+    case RejectCode::kLate:
+      if (reject.reason.find(kJobWasComplete) != std::string::npos) {
+        // Every rank had joined: this process is one too many, not a slow one.
+        out.failure = self_failure(
+            self, FindingId::kLateJoin,
+            fmt::format("the master at {} had already decided: {}", where, reason),
+            fmt::format("every rank of the job had joined without this process: it is an extra "
+                        "copy of rank {} (a second launch of the job, a retry loop, a requeue): "
+                        "check what started it on {}",
+                        self.rank, printable(self.host)));
+        return Step::kFatal;
+      }
+      out.failure =
+          self_failure(self, FindingId::kLateJoin,
+                       fmt::format("the master at {} had already decided: {}", where, reason),
+                       "raise --timeout, or find why this host started late");
+      return Step::kFatal;
+    case RejectCode::kVersion:
+      out.failure =
+          self_failure(self, FindingId::kProtocolMismatch,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "run the same rankcheck build on every host");
+      return Step::kFatal;
+    case RejectCode::kBusy:
+      last_error = fmt::format("{} is busy: {}", where, reason);
+      return Step::kRetry;
+    case RejectCode::kAuth:
+      out.failure =
+          self_failure(self, FindingId::kAuthFailed,
+                       fmt::format("the master at {} refused this member: {}", where, reason),
+                       "give every process of the job the same --token-file (or "
+                       "RANKCHECK_TOKEN_FILE)");
+      return Step::kFatal;
+    case RejectCode::kMalformed:
+      break;
+  }
+  out.failure =
+      self_failure(self, FindingId::kProtocolMismatch,
+                   fmt::format("the master at {} refused this member's hello: {}", where, reason),
+                   "run the same rankcheck build on every host");
+  return Step::kFatal;
+}
+
 Step handshake(Socket sock, const std::string& where, Record& self, const JoinOptions& o,
                JoinResult& out, std::string& last_error, Result<Frame> frame);
 
@@ -66,11 +117,11 @@ Step attempt(const std::string& addr, Record& self, const JoinOptions& o, JoinRe
   uint16_t peer_version = 0;
   auto frame = sock->read_frame(hs, &peer_version);
   if (!frame && frame.error().fault == Fault::kOtherVersion) {
-    out.failure = failure(FindingId::kProtocolMismatch,
-                          fmt::format("the master at {} speaks rankcheck protocol version {}, "
-                                      "this rankcheck speaks {}",
-                                      where, peer_version, kProtocolVersion),
-                          "run the same rankcheck build on every host", self);
+    out.failure = self_failure(self, FindingId::kProtocolMismatch,
+                               fmt::format("the master at {} speaks rankcheck protocol version {}, "
+                                           "this rankcheck speaks {}",
+                                           where, peer_version, kProtocolVersion),
+                               "run the same rankcheck build on every host");
     return Step::kFatal;
   }
   return handshake(std::move(*sock), where, self, o, out, last_error, std::move(frame));
@@ -138,14 +189,14 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
   // Both sides hold the job's token, or neither: a member with a token does not
   // trust a master without one, whose verdict nobody could check.
   if (challenge->auth != (o.token != nullptr)) {
-    out.failure = failure(
-        FindingId::kAuthFailed,
+    out.failure = self_failure(
+        self, FindingId::kAuthFailed,
         challenge->auth
             ? fmt::format("the master at {} requires a job token, and this member has none", where)
             : fmt::format("this member has a job token, and the master at {} does not use one: "
                           "it may not be this job's master",
                           where),
-        "give every process of the job the same --token-file (or RANKCHECK_TOKEN_FILE)", self);
+        "give every process of the job the same --token-file (or RANKCHECK_TOKEN_FILE)");
     return Step::kFatal;
   }
   Hello hello{self, {}, {}, o.nccl_root};
@@ -186,55 +237,7 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
     last_error = fmt::format("{}: {}", where, reject.error().message);
     return Step::kRetry;
   }
-  std::string reason = printable(reject->reason, 300);
-  switch (reject->code) {
-    case RejectCode::kForeignJob:
-      out.failure = failure(FindingId::kForeignJob,
-                            fmt::format("the master at {} refused this member: {}", where, reason),
-                            "give each job its own MASTER_PORT, and the same job id to every "
-                            "process of a job",
-                            self);
-      return Step::kFatal;
-    case RejectCode::kLate:
-      if (reject->reason.find(kJobWasComplete) != std::string::npos) {
-        // Every rank had joined: this process is one too many, not a slow one.
-        out.failure = failure(
-            FindingId::kLateJoin,
-            fmt::format("the master at {} had already decided: {}", where, reason),
-            fmt::format("every rank of the job had joined without this process: it is an extra "
-                        "copy of rank {} (a second launch of the job, a retry loop, a requeue): "
-                        "check what started it on {}",
-                        self.rank, printable(self.host)),
-            self);
-        return Step::kFatal;
-      }
-      out.failure = failure(FindingId::kLateJoin,
-                            fmt::format("the master at {} had already decided: {}", where, reason),
-                            "raise --timeout, or find why this host started late", self);
-      return Step::kFatal;
-    case RejectCode::kVersion:
-      out.failure = failure(FindingId::kProtocolMismatch,
-                            fmt::format("the master at {} refused this member: {}", where, reason),
-                            "run the same rankcheck build on every host", self);
-      return Step::kFatal;
-    case RejectCode::kBusy:
-      last_error = fmt::format("{} is busy: {}", where, reason);
-      return Step::kRetry;
-    case RejectCode::kAuth:
-      out.failure = failure(FindingId::kAuthFailed,
-                            fmt::format("the master at {} refused this member: {}", where, reason),
-                            "give every process of the job the same --token-file (or "
-                            "RANKCHECK_TOKEN_FILE)",
-                            self);
-      return Step::kFatal;
-    case RejectCode::kMalformed:
-      break;
-  }
-  out.failure =
-      failure(FindingId::kProtocolMismatch,
-              fmt::format("the master at {} refused this member's hello: {}", where, reason),
-              "run the same rankcheck build on every host", self);
-  return Step::kFatal;
+  return refused(*reject, where, self, out, last_error);
 }
 
 }  // namespace
@@ -303,8 +306,8 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     nap(o.give_up.sooner(Deadline::after(wait)));
     backoff = std::min(backoff * 2, Millis(1000));
   }
-  out.failure = failure(
-      FindingId::kMasterUnreachable,
+  out.failure = self_failure(
+      self, FindingId::kMasterUnreachable,
       fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
                   endpoint(o.master_addr, o.master_port), last_error, out.attempts),
       fmt::format("{}check that rank 0 is running and that this host resolves {} and reaches "
@@ -319,8 +322,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                                     printable(o.master_addr))
                       : std::string(),
                   printable(o.master_addr), o.master_port, printable(o.master_addr),
-                  printable(o.master_addr), o.master_port),
-      self);
+                  printable(o.master_addr), o.master_port));
   return out;
 }
 

@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/socket.h"
 #include "protocol/messages.h"
+#include "rendezvous/socket.h"
 #include "report/report.h"
 
 namespace rankcheck {

@@ -1,6 +1,8 @@
 // A host's relay (relay.h): a thread in the first member process of the host,
 // holding one connection to the master and one channel on it per member.
 
+#include "rendezvous/relay.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,13 +15,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "rules/rules.h"
-#include "rendezvous/socket.h"
-#include "host/resolve.h"
-#include "rendezvous/asio_io.h"
-#include "rendezvous/relay.h"
 #include "base/text.h"
 #include "host/interfaces.h"
+#include "host/resolve.h"
+#include "rendezvous/asio_io.h"
+#include "rendezvous/socket.h"
+#include "rules/rules.h"
 
 namespace rankcheck {
 namespace {

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "protocol/auth.h"
 #include "base/deadline.h"
+#include "protocol/auth.h"
 #include "protocol/messages.h"
 #include "protocol/relay_messages.h"
 

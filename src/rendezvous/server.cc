@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "host/procfs.h"
 #include "rendezvous/server_impl.h"
 

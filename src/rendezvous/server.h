@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "protocol/auth.h"
 #include "base/deadline.h"
+#include "base/result.h"
 #include "master/master_state.h"
+#include "protocol/auth.h"
 #include "protocol/messages.h"
 #include "report/report.h"
-#include "base/result.h"
 
 namespace rankcheck {
 

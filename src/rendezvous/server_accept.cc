@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "rendezvous/server_impl.h"
 
 namespace rankcheck {
@@ -84,10 +83,10 @@ void Server::Impl::refuse(const ConnPtr& c, const std::string& peer, RefusalKind
 std::vector<uint8_t> Server::Impl::challenge_for(const Conn& c) const {
   // With a job token the challenge names neither the job nor the version:
   // whoever connects learns only that a master wants a token.
-  return encode(cfg.token
-                    ? Challenge{c.server_nonce, std::string(),
-                                job_tag(*cfg.token, c.server_nonce, cfg.master.job_id), true}
-                    : Challenge{c.server_nonce, std::string(kVersion), cfg.master.job_id, false});
+  return encode(cfg.token ? Challenge{c.server_nonce, std::string(),
+                                      job_tag(*cfg.token, c.server_nonce, cfg.master.job_id), true}
+                          : Challenge{c.server_nonce, std::string(kRankcheckVersion),
+                                      cfg.master.job_id, false});
 }
 
 awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {

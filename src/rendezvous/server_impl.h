@@ -21,15 +21,15 @@
 #include <asio.hpp>
 #include <fmt/format.h>
 
-#include "rendezvous/socket.h"
-#include "rehearsal/plan.h"
+#include "base/version.h"  // after server.h: its enums have a kRankcheckVersion of their own
+#include "host/interfaces.h"
 #include "model/path.h"
+#include "rehearsal/plan.h"
+#include "rehearsal/probe.h"
 #include "rendezvous/asio_io.h"
 #include "rendezvous/relay.h"
 #include "rendezvous/server.h"
-#include "base/version.h"  // after server.h: its enums have a kVersion of their own
-#include "host/interfaces.h"
-#include "rehearsal/probe.h"
+#include "rendezvous/socket.h"
 
 namespace rankcheck {
 

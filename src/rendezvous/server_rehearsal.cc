@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "rendezvous/server_impl.h"
 
 namespace rankcheck {

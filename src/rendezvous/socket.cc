@@ -1,3 +1,5 @@
+#include "rendezvous/socket.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
@@ -23,8 +25,8 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
 #include "base/interrupt.h"
-#include "rendezvous/socket.h"
 
 namespace rankcheck {
 

@@ -4,11 +4,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "report/report.h"
 #include "base/text.h"
 #include "base/version.h"
-
 #include "report/common.h"
+#include "report/report.h"
 
 namespace rankcheck {
 namespace {
@@ -34,7 +33,7 @@ std::string render_env_text(const Identity& id, const Record& self,
                             const std::vector<Finding>& local, RenderStyle style) {
   Paint paint{style.color};
   std::string out =
-      fmt::format("rankcheck {} · identity of this process (no network)\n\n", kVersion);
+      fmt::format("rankcheck {} · identity of this process (no network)\n\n", kRankcheckVersion);
   auto row = [&out](std::string_view name, const std::string& value, const std::string& src) {
     out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
   };

@@ -1,6 +1,8 @@
 // The metrics file: Prometheus text format, as node_exporter's textfile collector
 // reads it. Every metric has its HELP and TYPE lines once, before its samples.
 
+#include "report/metrics.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -9,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "report/metrics.h"
 #include "base/version.h"
 
 namespace rankcheck {
@@ -81,7 +82,7 @@ void common(Metrics& m, const Common& c, double now_unix_s) {
            fmt::format(
                "job_id=\"{}\",role=\"{}\",first_finding=\"{}\",suspect_hosts=\"{}\",version=\"{}\"",
                label_value(c.job_id), c.role, label_value(c.first_finding), label_value(c.suspects),
-               kVersion));
+               kRankcheckVersion));
   m.family("rankcheck_findings_by_severity", "gauge",
            "How many findings the last run reported, by severity.");
   m.sample("rankcheck_findings_by_severity", double(c.errors), "severity=\"error\"");

@@ -1,3 +1,5 @@
+#include "report/report.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -9,10 +11,8 @@
 
 #include "base/hostlist.h"
 #include "base/interrupt.h"
-#include "report/report.h"
 #include "base/text.h"
 #include "base/version.h"
-
 #include "report/common.h"
 
 namespace rankcheck {
@@ -175,7 +175,7 @@ nlohmann::json nccl_if_json(const NcclIfFacts& f) {
 nlohmann::json json_envelope(std::string_view role) {
   nlohmann::json j;
   j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kVersion;
+  j["rankcheck_version"] = kRankcheckVersion;
   j["role"] = role;
   return j;
 }
@@ -284,7 +284,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   std::string master = r.master_addr == kMpiMasterAddr
                            ? std::string("MPI rank 0")
                            : fmt::format("{}:{}", printable(r.master_addr, 64), r.master_port);
-  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kVersion,
+  out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kRankcheckVersion,
                      r.job_id.empty() ? std::string("-") : printable(r.job_id, 40),
                      plural(size_t(rank_count(r.members)), "rank", "ranks"),
                      plural(host_count(r.members), "host", "hosts"), master,

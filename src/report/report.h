@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/job.h"
 #include "model/finding.h"
+#include "model/job.h"
 
 namespace rankcheck {
 

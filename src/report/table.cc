@@ -7,10 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "report/report.h"
 #include "base/text.h"
-
 #include "report/common.h"
+#include "report/report.h"
 
 namespace rankcheck {
 namespace {

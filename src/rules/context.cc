@@ -1,6 +1,8 @@
 // What the rules share: naming ranks and hosts, the per-decision context, and the
 // small predicates the record rules and the join tracker both use.
 
+#include "rules/context.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -9,8 +11,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
-#include "rules/context.h"
 
 namespace rankcheck {
 namespace {

@@ -50,7 +50,6 @@ struct CheckContext {
   bool multi_host = false;
 };
 
-
 // Rules over the records (rules_records.cc).
 void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out);
 void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out);

@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "rules/context.h"
 
 namespace rankcheck {

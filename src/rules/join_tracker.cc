@@ -1,12 +1,12 @@
 // The join tracker: a summary kept as members join, so that a clean job is
 // decided without a pass of every rule over every record.
 
-#include <algorithm>
-
-#include "rules/rules.h"
 #include "rules/join_tracker.h"
 
+#include <algorithm>
+
 #include "rules/context.h"
+#include "rules/rules.h"
 
 namespace rankcheck {
 

@@ -8,7 +8,6 @@
 
 #include "base/hostlist.h"
 #include "base/text.h"
-
 #include "rules/context.h"
 
 namespace rankcheck {

@@ -8,9 +8,8 @@
 #include <fmt/format.h>
 
 #include "base/env.h"
-#include "model/gpu.h"
 #include "base/text.h"
-
+#include "model/gpu.h"
 #include "rules/context.h"
 
 namespace rankcheck {

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-
 #include "rules/context.h"
 
 namespace rankcheck {

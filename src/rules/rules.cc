@@ -1,9 +1,9 @@
 // The rules in the order their findings lead the report, and the runs over them:
 // the master's decision, and the checks one process can make alone.
 
-#include <algorithm>
-
 #include "rules/rules.h"
+
+#include <algorithm>
 
 #include "rules/context.h"
 

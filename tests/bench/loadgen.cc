@@ -30,9 +30,9 @@
 #include <netinet/in.h>
 
 #include "base/deadline.h"
-#include "rendezvous/member.h"
 #include "host/procfs.h"
 #include "protocol/messages.h"
+#include "rendezvous/member.h"
 #include "rendezvous/relay.h"
 
 using namespace rankcheck;

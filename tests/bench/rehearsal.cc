@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "rehearsal/plan.h"
 #include "model/path.h"
+#include "rehearsal/plan.h"
 #include "rehearsal/probe.h"
 
 using namespace rankcheck;

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "rules/rules.h"
 #include "protocol/messages.h"
-#include "report/report.h"
 #include "protocol/wire.h"
+#include "report/report.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 

@@ -1,5 +1,5 @@
 """rankcheck's wire format, written again from its description (DESIGN.md section 3,
-src/record.cc), for tests that must speak to a master the way no rankcheck would:
+src/protocol/record_codec.cc), for tests that must speak to a master the way no rankcheck would:
 hostile strings, replays, broken frames. Independent of the C++ encoder on purpose.
 """
 

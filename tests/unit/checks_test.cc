@@ -3,10 +3,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "rules/rules.h"
-#include "rules/join_tracker.h"
-
 #include "helpers.h"
+#include "rules/join_tracker.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 using test::find;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "base/deadline.h"
+
+#include <catch2/catch.hpp>
 
 using namespace rankcheck;
 

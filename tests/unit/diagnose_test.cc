@@ -1,3 +1,5 @@
+#include "diagnose/diagnose.h"
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,7 +11,6 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "diagnose/diagnose.h"
 #include "base/text.h"
 
 using namespace rankcheck;

@@ -1,3 +1,5 @@
+#include "model/finding.h"
+
 #include <fstream>
 #include <map>
 #include <regex>
@@ -8,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "rules/rules.h"
-#include "model/finding.h"
 
 using namespace rankcheck;
 

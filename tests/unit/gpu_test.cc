@@ -5,12 +5,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "rules/rules.h"
-#include "rules/join_tracker.h"
-#include "protocol/messages.h"
-
-#include "helpers.h"
 #include "base/text.h"
+#include "helpers.h"
+#include "protocol/messages.h"
+#include "rules/join_tracker.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 using test::find;

@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "rules/rules.h"
 #include "base/env.h"
+#include "rules/rules.h"
 
 namespace rankcheck::test {
 

@@ -1,9 +1,9 @@
+#include "base/hostlist.h"
+
 #include <algorithm>
 #include <chrono>
 
 #include <catch2/catch.hpp>
-
-#include "base/hostlist.h"
 
 using namespace rankcheck;
 using V = std::vector<std::string>;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "identity/identity.h"
+
+#include <catch2/catch.hpp>
 
 #include "helpers.h"
 

@@ -5,11 +5,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "master/master_state.h"
 #include "base/shared_list.h"
 #include "base/shared_string.h"
-
 #include "helpers.h"
+#include "master/master_state.h"
 
 using namespace rankcheck;
 

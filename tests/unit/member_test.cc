@@ -1,7 +1,9 @@
+#include "rendezvous/member.h"
+
 #include <catch2/catch.hpp>
 #include <sys/socket.h>
 
-#include "rendezvous/member.h"
+#include "host/resolve.h"
 
 using namespace rankcheck;
 

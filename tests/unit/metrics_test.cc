@@ -1,8 +1,8 @@
+#include "report/metrics.h"
+
 #include <string>
 
 #include <catch2/catch.hpp>
-
-#include "report/metrics.h"
 
 #include "helpers.h"
 

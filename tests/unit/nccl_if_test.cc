@@ -5,12 +5,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "rules/rules.h"
+#include "helpers.h"
 #include "host/nccl_socket_if.h"
 #include "model/record.h"
 #include "protocol/record_codec.h"
-
-#include "helpers.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 

@@ -1,11 +1,11 @@
+#include "host/procfs.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <catch2/catch.hpp>
-
-#include "host/procfs.h"
 
 using namespace rankcheck;
 namespace fs = std::filesystem;

@@ -5,10 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "helpers.h"
 #include "protocol/messages.h"
 #include "protocol/record_codec.h"
-
-#include "helpers.h"
 
 using namespace rankcheck;
 

@@ -1,7 +1,7 @@
+#include "report/report.h"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
-
-#include "report/report.h"
 
 #include "helpers.h"
 

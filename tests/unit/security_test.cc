@@ -9,13 +9,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "base/text.h"
+#include "helpers.h"
 #include "protocol/auth.h"
-#include "rules/rules.h"
 #include "protocol/messages.h"
 #include "report/report.h"
-#include "base/text.h"
-
-#include "helpers.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 

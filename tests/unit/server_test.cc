@@ -1,3 +1,5 @@
+#include "rendezvous/server.h"
+
 #include <functional>
 #include <set>
 #include <string>
@@ -12,7 +14,6 @@
 #include <unistd.h>
 
 #include "rendezvous/member.h"
-#include "rendezvous/server.h"
 
 using namespace rankcheck;
 

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "protocol/wire.h"
+
+#include <catch2/catch.hpp>
 
 using namespace rankcheck;
 using Bytes = std::vector<uint8_t>;

@@ -1,0 +1,193 @@
+// Rank 0's side of `rankcheck run` (and of `rankcheck local`): the master's
+// configuration, the server in this process, rank 0 as its first member, the
+// GPU stage on the master's go, and the report.
+
+#include <algorithm>
+#include <future>
+
+#include <fmt/format.h>
+#include <malloc.h>
+#include <sys/resource.h>
+
+#include "app/session.h"
+#include "base/interrupt.h"
+#include "base/text.h"
+#include "host/procfs.h"
+#include "rendezvous/member.h"
+#include "rendezvous/member_run.h"
+#include "rendezvous/server.h"
+#include "rules/self.h"
+
+namespace rankcheck {
+
+namespace {
+
+// Every rank's GPU stage ends this long before --timeout: the final verdict's time.
+constexpr Millis kStageEndsBefore{600};
+// How long rank 0 gives a master that holds its port to show its challenge.
+constexpr Millis kOtherMasterProbe{1500};
+// How often a waiting rank 0 looks for a verdict or a signal.
+constexpr Millis kVerdictPoll{20};
+// Time to write every member's verdict: this much, and 1 ms more for each 40 members.
+constexpr Millis kVerdictWriteBase{500};
+constexpr long kVerdictWritesPerMs = 40;
+// File descriptors a master needs beyond one per member (its own files, the listener).
+constexpr long kSpareFiles = 64;
+
+// A master holds one descriptor per member: raise the soft limit where the hard one
+// allows, and say so when the machine cannot take the job.
+void check_capacity(long world_size, const Log& log) {
+  rlimit rl{};
+  auto need = static_cast<rlim_t>(world_size + kSpareFiles);
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = std::min(need, rl.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < need) {
+      log.error(
+          fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
+                      "needs for {} members: raise `ulimit -n`",
+                      was, rl.rlim_max, need, world_size));
+    }
+  }
+  if (auto backlog = ProcFs{}.somaxconn(); backlog && *backlog < world_size) {
+    log.progress(
+        fmt::format("net.core.somaxconn is {}, below the {} members: those that connect "
+                    "directly spread their first attempts, {} ms for each {}",
+                    *backlog, world_size, kBacklogDrain.count(), *backlog));
+  }
+}
+
+// The launcher started more members than the world size asks for: all are waited for.
+long extra_launcher_members(const Identity& id, const Log& log) {
+  long world_members = (id.world_size + id.nranks - 1) / std::max(1L, id.nranks);
+  if (id.launcher_members <= world_members) return 0;
+  log.progress(
+      fmt::format("the launcher started {} ({}) but the world size is {}: waiting for all of them",
+                  id.node_mode() ? plural(size_t(id.launcher_members), "node", "nodes")
+                                 : plural(size_t(id.launcher_members), "process", "processes"),
+                  id.launcher_members_from, id.world_size));
+  return id.launcher_members;
+}
+
+// Whether the master that holds the port is this job's: it shows this job's id
+// (with a token, a tag of it that only a holder of the same token computes).
+// Whatever else answers on the port could hand rank 0 a verdict of its own making.
+bool same_job(const std::optional<Challenge>& other, const Record& self, const Session& s) {
+  return other && !self.job_id.empty() && other->auth == s.token.has_value() &&
+         other->job_id ==
+             (s.token ? job_tag(*s.token, other->nonce, self.job_id) : self.job_id.str());
+}
+
+// Waits for a verdict, to `by` at most; a signal cuts the wait short (the server
+// then decides at once).
+bool await_verdict(std::future<Verdict>& f, Deadline by, Server& server, bool& cut_short) {
+  while (f.wait_for(kVerdictPoll) != std::future_status::ready && !by.expired()) {
+    if (interrupted() && !cut_short) {
+      cut_short = true;
+      server.interrupt(interrupted());
+    }
+  }
+  return f.wait_for(Millis(0)) == std::future_status::ready;
+}
+
+}  // namespace
+
+MasterConfig master_config(const Identity& id, const Record& self, Session& s,
+                           MasterTransport transport) {
+  const Log& log = s.log;
+  MasterConfig mc;
+  mc.world_size = id.world_size;
+  mc.job_id = self.job_id;  // as the hellos carry it (cut to its cap)
+  mc.master_host = self.host;
+  mc.start = s.start;
+  mc.log = [&log](const std::string& line) { log.progress(line); };
+  mc.gpu_stage = !s.o.no_gpu;
+  mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
+  mc.stage_by = Deadline(s.end.when() - kStageEndsBefore);
+  mc.min_busbw_gbps = s.o.min_busbw_gbps;
+  if (transport == MasterTransport::kMpi) {
+    // MPI_COMM_WORLD is the rendezvous: every process the launcher started is in it
+    // at once (no launcher count to wait for), nothing was resolved, nothing is
+    // signed, and the MPI bootstrap hands out one NCCL id (no scalable init).
+    mc.master_addr = std::string(kMpiMasterAddr);
+    return mc;
+  }
+  mc.launcher_members = extra_launcher_members(id, log);
+  mc.master_addr = id.master_addr;
+  mc.master_resolved = self.master_resolved.get();
+  mc.nccl_roots_every = s.o.nccl_roots_every;
+  mc.authenticated = s.token.has_value();
+  return mc;
+}
+
+std::optional<int> master_path(Record& self, const Identity& id, Session& s,
+                               const MasterSetup& setup, bool join_other,
+                               const std::function<void(uint16_t)>& on_listening) {
+  const Log& log = s.log;
+#ifdef __GLIBC__
+  // One malloc arena for the master's threads: the report, made on this thread
+  // after the server's, reuses what the server freed (its verdicts, its buffers)
+  // instead of growing a second arena (9 MB more at 100k ranks).
+  ::mallopt(M_ARENA_MAX, 1);
+#endif
+  ServerConfig cfg;
+  cfg.master = master_config(id, self, s, MasterTransport::kTcp);
+  cfg.token = s.token;
+  cfg.decide_by = Deadline(s.end.when() - reserve_for(s.o.timeout_s));
+  cfg.handshake_timeout = seconds(s.o.handshake_timeout_s);
+  cfg.progress_interval = seconds(s.o.progress_interval_s);
+
+  check_capacity(id.world_size, log);
+  Server server(cfg);
+  auto port = server.listen(setup.addresses, setup.port);
+  if (!port) {
+    // A master of this job may already be there: then this is a duplicate rank 0,
+    // and the report that says so comes from that master.
+    auto other =
+        probe_master(setup.addresses.front(), setup.port, Deadline::after(kOtherMasterProbe));
+    if (join_other && same_job(other, self, s)) {
+      log.error(fmt::format(
+          "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
+          "that it reports the duplicate rank 0",
+          printable(id.master_addr), setup.port));
+      return std::nullopt;
+    }
+    ListenFailure why;
+    why.master_addr = id.master_addr;
+    why.port = setup.port;
+    why.error = port.error();
+    if (other) {
+      why.other_master = true;
+      why.other_auth = other->auth;
+      why.other_job_id = other->job_id;
+    }
+    Finding f = cannot_listen(self, why);
+    log.error(f.message);
+    return print_member(failure_report(self, std::move(f), ms_between(s.start, Clock::now())),
+                        s.out);
+  }
+  if (setup.port == 0) self.master_port = *port;  // a free port was picked: it is MASTER_PORT
+  if (on_listening) on_listening(*port);
+  log.progress(fmt::format(
+      "master listening on {} port {}; waiting for {} ({} s left)", format_list(setup.addresses, 4),
+      *port, plural(size_t(id.world_size), "rank", "ranks"), cfg.decide_by.seconds_left()));
+  server.start();
+  auto verdict = server.join_local(self);
+  Deadline verdict_by = s.end.extended(kVerdictGrace);
+  bool cut_short = false;
+  if (await_verdict(verdict, verdict_by, server, cut_short)) {
+    Verdict first = verdict.get();
+    if (!first.final && first.run_gpu && first.nccl_id && !interrupted()) {
+      auto final_verdict = server.submit_local(run_gpu_stage(s, first, id.world_size));
+      await_verdict(final_verdict, verdict_by, server, cut_short);
+    }
+  }
+  // Every member's verdict written, and their ends closed: at 100k members the
+  // writes alone take a second on a small machine.
+  Millis write_time = kVerdictWriteBase + Millis(id.world_size / kVerdictWritesPerMs);
+  Report report = server.finish(verdict_by.sooner(Deadline::after(write_time)));
+  return print_report(report, s.out);
+}
+
+}  // namespace rankcheck

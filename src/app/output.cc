@@ -1,0 +1,244 @@
+// Where a run's words go: progress and errors on stderr, the report on stdout or
+// in --json's file, the metrics and the suspect hosts in theirs; every file written
+// whole or not at all.
+
+#include "app/output.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/interrupt.h"
+#include "report/metrics.h"
+
+namespace rankcheck {
+
+namespace {
+
+bool write_all_fd(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Writes what `produce` hands its sink, through a buffer of 256 KiB; false (errno
+// set) at the first failed write, after which the rest is dropped.
+bool write_pieces(int fd, const std::function<void(const JsonSink&)>& produce) {
+  std::string buf;
+  bool ok = true;
+  int err = 0;
+  auto flush = [&] {
+    if (ok && !write_all_fd(fd, buf)) ok = false, err = errno;
+    buf.clear();
+  };
+  produce([&](std::string_view piece) {
+    if (!ok) return;
+    buf += piece;
+    if (buf.size() >= (256u << 10)) flush();
+  });
+  flush();
+  errno = err;
+  return ok;
+}
+
+}  // namespace
+
+void Log::error(const std::string& line) {
+  std::string s = "rankcheck: " + line + "\n";
+  std::fwrite(s.data(), 1, s.size(), stderr);
+}
+
+void Output::set_self(long rank, const std::string& host) {
+  // One pass, left to right: a host name that itself contains "{host}" is put in
+  // once, not again and again.
+  auto fill = [&](const std::string& path) {
+    std::string out;
+    for (size_t at = 0; at < path.size();) {
+      if (path.compare(at, 6, "{rank}") == 0) {
+        out += std::to_string(rank);
+        at += 6;
+      } else if (path.compare(at, 6, "{host}") == 0) {
+        out += host;
+        at += 6;
+      } else {
+        out += path[at++];
+      }
+    }
+    return out;
+  };
+  json_path = fill(json_path);
+  metrics_path = fill(metrics_path);
+  exclude_path = fill(exclude_path);
+}
+
+namespace {
+// One descriptor held back from the start: a master out of file descriptors (its
+// members hold them all) still writes its report.
+int spare_fd = -1;
+}  // namespace
+
+void reserve_spare_fd() {
+  if (spare_fd < 0) spare_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+namespace {
+
+// Retries `open_it` once with the spare descriptor given back, when the process
+// is out of them.
+template <class F>
+int open_with_spare(F&& open_it) {
+  int fd = open_it();
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+    ::close(spare_fd);
+    spare_fd = -1;
+    fd = open_it();
+  }
+  return fd;
+}
+
+}  // namespace
+
+Status write_report_file(const std::string& path, std::string_view data, std::string_view what) {
+  return write_report_file(
+      path, [data](const JsonSink& sink) { sink(data); }, what);
+}
+
+Status write_report_file(const std::string& path,
+                         const std::function<void(const JsonSink&)>& produce,
+                         std::string_view what) {
+  auto fail = [&path, what](std::string_view step, int err) {
+    return Error{
+        fmt::format("cannot write {} to {}: {}: {}", what, path, step, std::strerror(err))};
+  };
+  struct stat st {};
+  bool exists = ::lstat(path.c_str(), &st) == 0;
+  if (exists && S_ISDIR(st.st_mode)) return fail("it is a directory", EISDIR);
+  if (exists && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    // A device or a pipe (/dev/stdout, a FIFO a collector reads): written in place.
+    int fd =
+        open_with_spare([&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
+    if (fd < 0) return fail("open", errno);
+    bool ok = write_pieces(fd, produce);
+    int err = errno;
+    ::close(fd);
+    return ok ? ok_status() : fail("write", err);
+  }
+  // A regular file (or none yet) is replaced whole: written beside it under a name
+  // of its own, then renamed over it. Two processes that claim the same {rank}
+  // each leave a whole report, the later one; a reader never sees half of one.
+  // A symbolic link at PATH is replaced, never followed.
+  std::string tmp = path + ".XXXXXX";
+  std::string pattern = tmp;
+  int fd = open_with_spare([&tmp, &pattern] {
+    tmp = pattern;  // mkstemp fills in the X's, failed or not
+    return ::mkstemp(tmp.data());
+  });
+  if (fd < 0) return fail("create a file beside it", errno);
+  ::fchmod(fd, 0644);
+  bool ok = write_pieces(fd, produce) && ::fsync(fd) == 0;
+  int err = errno;
+  if (::close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return fail("write", err);
+  }
+  return ok_status();
+}
+
+Status Output::emit(const std::function<std::string()>& text,
+                    const std::function<void(const JsonSink&)>& json) const {
+  if (json_path != "-") std::fputs(text().c_str(), stdout);
+  if (json_path.empty()) return ok_status();
+  if (json_path == "-") {
+    json([](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); });
+    return ok_status();
+  }
+  return write_report_file(json_path, json);
+}
+
+Status check_json_path(const std::string& path) {
+  if (path.empty() || path == "-") return ok_status();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Error{fmt::format("--json {}: that is a directory: give a file name in it", path)};
+  }
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return Error{fmt::format("--json {}: cannot write in {}: {}", path, dir, std::strerror(errno))};
+  }
+  return ok_status();
+}
+
+// A report that could not be written fails the run: a script relies on it. The
+// job's own failure still gives the exit code; a pass becomes a usage error.
+int with_written(const Status& written, int code) {
+  if (written) return code;
+  Log::error(written.error().message);
+  return code != exit_code::kPass ? code : exit_code::kUsage;
+}
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// --metrics and --exclude-file, after the report: the first that fails is the error.
+Status write_extras(const Output& out, const std::function<std::string()>& metrics,
+                    const std::optional<std::string>& suspects) {
+  Status ok = ok_status();
+  if (!out.metrics_path.empty()) ok = write_report_file(out.metrics_path, metrics(), "the metrics");
+  if (!out.exclude_path.empty() && suspects) {
+    // One line a script reads with $(cat): the host list, or nothing on a pass.
+    Status written =
+        write_report_file(out.exclude_path, suspects->empty() ? std::string() : *suspects + "\n",
+                          "the suspect hosts");
+    if (ok) ok = std::move(written);
+  }
+  return ok;
+}
+
+}  // namespace
+
+int print_member(const MemberReport& m, const Output& out) {
+  Status written = out.emit([&] { return render_member_text(m, {out.color}); },
+                            [&](const JsonSink& sink) { sink(render_member_json(m)); });
+  // Rank 0 names the job's suspects; a member writes them only when its own
+  // failure leads (it never heard rank 0's verdict).
+  std::optional<std::string> suspects;
+  if (!m.verdict_received) suspects = suspect_hosts(m.findings);
+  Status extras = write_extras(
+      out, [&] { return render_member_metrics(m, unix_now()); }, suspects);
+  return with_written(written ? extras : written, m.exit_code);
+}
+
+int print_report(const Report& r, const Output& out) {
+  Status written = out.emit([&] { return render_text(r, {out.color}); },
+                            [&](const JsonSink& sink) { write_json(r, sink); });
+  Status extras = write_extras(
+      out, [&] { return render_metrics(r, unix_now()); }, suspect_hosts(r.findings));
+  return with_written(written ? extras : written,
+                      interrupted() ? exit_code::kSignalBase + interrupted() : r.exit_code());
+}
+
+int usage_problems(const Identity& id) {
+  for (const auto& p : id.problems)
+    Log::error("cannot run: " + p);
+  Log::error("`rankcheck env` shows every source rankcheck looked at");
+  return exit_code::kUsage;
+}
+
+}  // namespace rankcheck

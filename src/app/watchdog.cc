@@ -1,0 +1,74 @@
+// The last word on "never hangs": a process still running past its deadline ends.
+
+#include "app/watchdog.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "model/finding.h"
+
+namespace rankcheck {
+
+namespace {
+
+// The watchdog's state for its signal handler: the exit code to end with, and the
+// message, made beforehand (a handler may only write and _exit).
+std::atomic<int>* watchdog_code = nullptr;
+char watchdog_text[128];
+size_t watchdog_len = 0;
+
+extern "C" void on_watchdog(int /*signal*/) {
+  int code = watchdog_code != nullptr ? watchdog_code->load() : exit_code::kInternal;
+  char line[sizeof watchdog_text + 16];
+  size_t n = watchdog_len;
+  std::memcpy(line, watchdog_text, n);
+  char digits[12];
+  size_t d = 0;
+  unsigned v = static_cast<unsigned>(code);
+  do {
+    digits[d++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && d < sizeof digits);
+  while (d > 0)
+    line[n++] = digits[--d];
+  line[n++] = '\n';
+  [[maybe_unused]] ssize_t w = ::write(2, line, n);
+  ::_exit(code);
+}
+
+}  // namespace
+
+// A timer and a signal rather than a thread: a thread per process is most of what
+// a member of `rankcheck local` costs beyond its work. SIGALRM reaches whichever
+// thread does not block it (none of ours does), however the others are stuck.
+Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code) {
+  auto text =
+      fmt::format("rankcheck: watchdog: still running {} ms past the deadline; exiting with ",
+                  kWatchdogGrace.count());
+  watchdog_len = std::min(text.size(), sizeof watchdog_text);
+  std::memcpy(watchdog_text, text.data(), watchdog_len);
+  watchdog_code = &exit_code;
+  struct sigaction sa {};
+  sa.sa_handler = on_watchdog;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGALRM, &sa, nullptr);
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(at - Clock::now()).count();
+  us = std::max<long long>(us, 1);
+  itimerval when{};
+  when.it_value.tv_sec = static_cast<time_t>(us / 1000000);
+  when.it_value.tv_usec = static_cast<suseconds_t>(us % 1000000);
+  ::setitimer(ITIMER_REAL, &when, nullptr);
+}
+
+Watchdog::~Watchdog() {
+  itimerval off{};
+  ::setitimer(ITIMER_REAL, &off, nullptr);
+  watchdog_code = nullptr;
+}
+
+}  // namespace rankcheck

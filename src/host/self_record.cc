@@ -1,0 +1,80 @@
+// This member's own record: its identity and the facts of its host, as NCCL would
+// see them (the environment plus NCCL's configuration files).
+
+#include "host/self_record.h"
+
+#include <cstdio>
+
+#include <unistd.h>
+
+#include "host/interfaces.h"
+#include "host/nccl_socket_if.h"
+#include "host/resolve.h"
+
+namespace rankcheck {
+
+namespace {
+
+// A configuration file NCCL would read; nullopt when there is none to read.
+std::optional<std::string> read_small_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  size_t n = 0;
+  // NCCL reads the whole file; 1 MiB is more than any configuration holds.
+  while (text.size() < (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+// What NCCL's rules pick here, with NCCL_COMM_ID's host resolved as NCCL would.
+NcclIfFacts collect_nccl_if(const std::vector<IfAddr>& ifs, const EnvMap& env, int32_t nccl_version,
+                            Deadline resolve_by) {
+  NcclIfInput in;
+  in.env = &env;
+  in.nccl_version = nccl_version;
+  if (const std::string* id = env_get(env, "NCCL_COMM_ID")) {
+    if (auto parsed = parse_comm_id(*id)) {
+      auto addrs = resolve_host(parsed->host, resolve_by);
+      if (addrs && !addrs->empty()) in.comm_id_address = addrs->front();
+    }
+  }
+  return nccl_if_facts(ifs, in);
+}
+
+}  // namespace
+
+Record self_record(const Identity& id, const std::optional<std::string>& host_name,
+                   const EnvMap& env, Deadline resolve_by, GpuFacts gpu, const HostView* view) {
+  HostFacts facts;
+  facts.host = host_name ? *host_name : local_host_name();
+  facts.pid = static_cast<uint32_t>(::getpid());
+  // One netlink dump serves both the interface names and NCCL's interface rules.
+  HostView mine;
+  if (view == nullptr) {
+    mine = read_host_view();
+    view = &mine;
+  }
+  const std::vector<IfAddr>& ifs = view->interfaces;
+  facts.interfaces = interfaces_with_address(ifs);
+  if (!id.master_addr.empty()) {
+    auto resolved = resolve_host(id.master_addr, resolve_by);
+    if (resolved) {
+      facts.master_resolved = *resolved;
+    } else {
+      facts.resolve_error = resolved.error().message;
+    }
+  }
+  // NCCL sees the environment plus its configuration files: so do the record's
+  // variables and the interface its rules pick.
+  NcclConf conf = apply_nccl_conf(env, read_small_file);
+  for (const auto& [name, file] : conf.from)
+    facts.env_sources.push_back({name, file});
+  facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);
+  facts.nccl_if.netns = view->netns;
+  return make_record(id, facts, conf.env, std::move(gpu));
+}
+
+}  // namespace rankcheck

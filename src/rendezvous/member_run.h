@@ -1,0 +1,78 @@
+#pragma once
+// A member's whole side of the protocol, the counterpart of MasterState: join the
+// master (through this host's relay, or directly when the relay is gone), rehearse
+// the master's plan, wait for the verdict, run the GPU stage on a go and send its
+// signed results, wait for the final verdict, and leave once rank 0's report is
+// out. Each step is member.h's; this is their order.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/finding.h"
+#include "model/record.h"
+#include "protocol/messages.h"
+#include "rendezvous/member.h"
+#include "rendezvous/relay.h"
+
+namespace rankcheck {
+
+/// How long past --timeout a member waits for a master that decided at the deadline.
+inline constexpr Millis kVerdictGrace{1000};
+/// How long past the verdict's grace a host's relay still serves its members.
+inline constexpr Millis kRelayLinger{2000};
+/// How long a member's GPU stage results may take to be written to the master.
+inline constexpr Millis kResultsSendTime{1000};
+/// How long a member whose job failed waits for rank 0 to print its report.
+inline constexpr Millis kReportWait{5000};
+
+/// This host's relay, when this member became it (relay.h): it serves the host's
+/// other members until the master is done with them, then stops.
+class HostRelay {
+ public:
+  HostRelay() = default;
+  HostRelay(std::unique_ptr<Relay> relay, Deadline finish_by)
+      : relay_(std::move(relay)), finish_by_(finish_by) {}
+  HostRelay(HostRelay&&) = default;
+  HostRelay& operator=(HostRelay&&) = default;
+  ~HostRelay();
+
+ private:
+  std::unique_ptr<Relay> relay_;
+  Deadline finish_by_ = Deadline::never();
+};
+
+/// Becomes this host's relay when it is the first member of the host to try, and
+/// points `join` at the host's relay (its own or another member's); without one
+/// (`join.relay` empty) the member joins the master directly. `self`'s rank and
+/// world size pace the relay's first connection among the job's hosts (`backlog`:
+/// the master's listen backlog); `end` is the run's deadline.
+HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, long backlog);
+
+struct MemberRun {
+  JoinOptions join;
+  Deadline end = Deadline::never();  ///< the run's --timeout
+  PathPlanFn rehearse;               ///< the master's plan of connections from this host
+  /// The GPU stage on the master's go: this member's results, by the go's deadline.
+  std::function<StageReport(const Verdict&)> run_stage;
+};
+
+/// How a member's run ended: the verdict it was sent, or why it has none.
+struct MemberOutcome {
+  std::optional<Verdict> verdict;
+  std::optional<Finding> failure;  ///< it could not join, or lost the master
+  bool interrupted = false;        ///< a signal cut it short (interrupted() says which)
+  Admit admit;                     ///< what the master said when it admitted this member
+  Socket socket;                   ///< its connection to the master, still open
+};
+
+/// The member's protocol, from the join to the last verdict.
+MemberOutcome run_member(Record& self, MemberRun& run);
+
+/// After a failed job's verdict is printed: closes this member's end and waits,
+/// kReportWait at most, for rank 0 to print its report; says so when it did not.
+void await_report(MemberOutcome& outcome, Deadline end,
+                  const std::function<void(const std::string&)>& log);
+
+}  // namespace rankcheck

@@ -1,0 +1,113 @@
+#include "rules/self.h"
+
+#include <fmt/format.h>
+
+#include "base/text.h"
+#include "rules/rules.h"
+
+namespace rankcheck {
+
+namespace {
+
+// A finding of the catalogue's severity about this process's rank and host.
+Finding about_self(const Record& self, FindingId id, std::string message, std::string fix = {}) {
+  Finding f = make_finding(id, std::move(message), std::move(fix));
+  f.ranks = {self.rank};
+  f.hosts = {self.host};
+  return f;
+}
+
+// What else holds MASTER_PORT, when it is a rankcheck master.
+std::string port_holder(const Record& self, const ListenFailure& why) {
+  if (!why.other_master) return "";
+  if (why.other_auth) {
+    return " (by a rankcheck master that wants a job token: another job's, or this job's with "
+           "another token or job id)";
+  }
+  if (self.job_id.empty()) {
+    return fmt::format(
+        " (by a rankcheck master of job '{}'; this process has no job id to tell whether it "
+        "is this job's: give every process the same --job-id)",
+        printable(why.other_job_id));
+  }
+  return fmt::format(" (by a rankcheck master of job '{}')", printable(why.other_job_id));
+}
+
+}  // namespace
+
+Finding self_failure(const Record& self, FindingId id, std::string message, std::string fix) {
+  Finding f = make_finding(id, std::move(message), std::move(fix), Severity::kError);
+  f.ranks = {self.rank};
+  f.hosts = {self.host};
+  return f;
+}
+
+Finding started_past_deadline(const Record& self, double late_ms, double timeout_s) {
+  return about_self(
+      self, FindingId::kLateJoin,
+      fmt::format("{} started {} after the job's start (RANKCHECK_START_TIME), past the "
+                  "job's deadline (--timeout {} s): the others have given up on it",
+                  member_label(self), format_seconds(late_ms), timeout_s),
+      fmt::format("find why it started late on {} (a slow node, a container image pull), or "
+                  "raise --timeout",
+                  printable(self.host)));
+}
+
+Finding master_addr_unresolved(const Record& self, std::string_view master_addr) {
+  return about_self(self, FindingId::kMasterAddrNotLocal,
+                    fmt::format("MASTER_ADDR {} does not resolve on {}, where rank 0 runs: {}",
+                                printable(master_addr), printable(self.host), self.resolve_error));
+}
+
+Finding cannot_listen(const Record& self, const ListenFailure& why) {
+  Fault fault = why.error.fault;
+  if (fault == Fault::kNotLocal) {
+    // Not "set it to <this host's name>": that name may resolve to loopback here.
+    return about_self(
+        self, FindingId::kMasterAddrNotLocal,
+        fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}",
+                    printable(why.master_addr), format_list(self.master_resolved.get(), 4),
+                    printable(self.host), why.error.message),
+        fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to an address "
+                    "of {} that the other hosts reach (`hostname -I` lists them)",
+                    printable(self.host)));
+  }
+  if (fault == Fault::kInUse || why.other_master) {
+    return about_self(
+        self, FindingId::kMasterPortInUse,
+        fmt::format("MASTER_PORT {} is taken on {}: {}{}", why.port, printable(self.host),
+                    why.error.message, port_holder(self, why)),
+        fmt::format("pick another MASTER_PORT, or stop the holder (ss -ltnp 'sport = :{}' "
+                    "names it)",
+                    why.port));
+  }
+  // Not a port someone holds: say what the system said, and what usually causes it.
+  return about_self(
+      self, FindingId::kMasterListenFailed,
+      fmt::format("rank 0 cannot listen on MASTER_PORT {} on {}: {}", why.port,
+                  printable(self.host), why.error.message),
+      fault == Fault::kDenied
+          ? std::string("ports below 1024 need root or CAP_NET_BIND_SERVICE (and a security "
+                        "policy may deny others): pick a MASTER_PORT of 1024 or above")
+          : std::string());
+}
+
+Finding verdict_not_received(const Record& self, std::string_view master, const Error& error) {
+  if (error.fault == Fault::kAuthFailed) {
+    return about_self(self, FindingId::kAuthFailed,
+                      fmt::format("the master at {} answered, but {}", master, error.message),
+                      "something other than rank 0 answered on MASTER_PORT, or rank 0 has "
+                      "another token: give every process the same --token-file");
+  }
+  return about_self(self, FindingId::kMasterLost,
+                    fmt::format("{} joined the master at {}, then: {}", member_label(self), master,
+                                error.message));
+}
+
+Finding mpi_step_lost(const Record& self, std::string_view step) {
+  return about_self(self, FindingId::kMasterLost,
+                    fmt::format("the MPI {} did not complete by the deadline", step),
+                    "a process of the job did not reach the same step: check mpirun's output");
+}
+
+}  // namespace rankcheck
