@@ -21,7 +21,7 @@
 #include <asio.hpp>
 #include <fmt/format.h>
 
-#include "base/version.h"  // after server.h: its enums have a kRankcheckVersion of their own
+#include "base/version.h"
 #include "host/interfaces.h"
 #include "model/path.h"
 #include "rehearsal/plan.h"
