@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "app/bootstrap.h"
+#include "app/master_run.h"
 #include "base/interrupt.h"
 #include "base/text.h"
 #include "host/procfs.h"

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "app/master_run.h"
 #include "app/run.h"
 #include "app/session.h"
 #include "host/interfaces.h"

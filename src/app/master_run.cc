@@ -2,6 +2,8 @@
 // configuration, the server in this process, rank 0 as its first member, the
 // GPU stage on the master's go, and the report.
 
+#include "app/master_run.h"
+
 #include <algorithm>
 #include <future>
 

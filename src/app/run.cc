@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "app/bootstrap.h"
+#include "app/master_run.h"
 #include "app/session.h"
 #include "base/interrupt.h"
 #include "base/text.h"

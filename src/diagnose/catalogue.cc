@@ -26,10 +26,10 @@ constexpr Pattern kCatalogue[] = {
     {"rankcheck_member_verdict", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
      "rankcheck: FAIL",
      R"(rankcheck: FAIL(?: \(job [^)]*\))?: (.*); this is ranks? ([0-9]+)(?:-[0-9]+)? on (\S+)(?: \[([a-z0-9-]+)\])?)",
-     "detail,rank,host,id", "src/report.cc render_member_text"},
+     "detail,rank,host,id", "src/report/report.cc render_member_text"},
     {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
      "\xE2\x9C\x97 ", R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail",
-     "src/report.cc render_finding"},
+     "src/report/report.cc render_finding"},
 
     // -- a rank's own setup: initiating wherever it appears ---------------------
     {"nccl_duplicate_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu, "Duplicate GPU detected",
@@ -204,26 +204,26 @@ std::span<const Pattern> catalogue() {
   return kCatalogue;
 }
 
-std::vector<Field> parse_extracts(std::string_view extracts) {
-  static constexpr std::pair<std::string_view, Field> kNames[] = {
-      {"rank", Field::kRank},
-      {"rank2", Field::kRank2},
-      {"world", Field::kWorld},
-      {"joined", Field::kJoined},
-      {"host", Field::kHost},
-      {"pid", Field::kPid},
-      {"exit", Field::kExit},
-      {"signal", Field::kSignal},
-      {"seq", Field::kSeq},
-      {"op", Field::kOp},
-      {"port", Field::kPort},
-      {"tasks", Field::kTasks},
-      {"local_rank", Field::kLocalRank},
-      {"enqueued", Field::kEnqueued},
-      {"detail", Field::kDetail},
-      {"id", Field::kId},
+std::vector<LineField> parse_extracts(std::string_view extracts) {
+  static constexpr std::pair<std::string_view, LineField> kNames[] = {
+      {"rank", LineField::kRank},
+      {"rank2", LineField::kRank2},
+      {"world", LineField::kWorld},
+      {"joined", LineField::kJoined},
+      {"host", LineField::kHost},
+      {"pid", LineField::kPid},
+      {"exit", LineField::kExit},
+      {"signal", LineField::kSignal},
+      {"seq", LineField::kSeq},
+      {"op", LineField::kOp},
+      {"port", LineField::kPort},
+      {"tasks", LineField::kTasks},
+      {"local_rank", LineField::kLocalRank},
+      {"enqueued", LineField::kEnqueued},
+      {"detail", LineField::kDetail},
+      {"id", LineField::kId},
   };
-  std::vector<Field> out;
+  std::vector<LineField> out;
   while (!extracts.empty()) {
     size_t comma = extracts.find(',');
     std::string_view name = extracts.substr(0, comma);

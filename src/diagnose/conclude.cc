@@ -115,147 +115,78 @@ std::string setup_message(const Group& g) {
   }
 }
 
-// Unattributed errors (a traceback on a shared stderr) belong to the one process
-// that failed without an error of its own, when there is exactly one.
-void place_unattributed(std::map<std::string, Proc>& procs) {
-  std::set<std::string> details;
-  for (const auto& [key, p] : procs) {
-    if (p.unattributed) continue;
-    for (const auto* n : {&p.own, &p.downstream, &p.waiting})
-      if (*n) details.insert((*n)->detail);
-  }
-  Proc* lone = nullptr;
-  int failed = 0;
-  for (auto& [key, p] : procs) {
-    if (!p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream &&
-        !p.waiting) {
-      lone = &p;
-      ++failed;
-    }
-  }
-  for (auto it = procs.begin(); it != procs.end();) {
-    Proc& p = it->second;
-    if (!p.unattributed) {
-      ++it;
-      continue;
-    }
-    for (auto* n : {&p.own, &p.downstream, &p.waiting})
-      if (*n && details.count((*n)->detail)) n->reset();
-    if (failed == 1) {
-      if (p.own && !lone->own) lone->own = p.own;
-      if (p.downstream && !lone->downstream) lone->downstream = p.downstream;
-      if (p.waiting && !lone->waiting) lone->waiting = p.waiting;
-      p.own.reset();
-      p.downstream.reset();
-      p.waiting.reset();
-    }
-    if (!p.own && !p.downstream && !p.waiting && !p.died && !p.timeout) {
-      it = procs.erase(it);
-    } else {
-      ++it;
-    }
-  }
+// The processes that ended as a consequence of another failure, gathered with
+// the deaths and reported after the missing ranks.
+struct Consequences {
+  std::set<long> ranks;
+  std::set<std::string> hosts;
+  std::vector<Evidence> evidence;
+  std::optional<Note> first;
+  std::vector<std::string> why;
+};
+
+// The collectives the ranks timed out in, by SeqNum and OpType.
+struct Timeouts {
+  std::map<std::pair<long, std::string>, std::set<long>> by_op;
+  std::optional<Note> first;
+  std::vector<Evidence> evidence;
+};
+
+std::string op_text(const std::pair<long, std::string>& op) {
+  return fmt::format("SeqNum {}{}", op.first, op.second.empty() ? "" : " (" + op.second + ")");
 }
 
-void merge_into(Proc& to, const Proc& from) {
-  for (auto [a, b] : {std::pair{&to.own, &from.own},
-                      {&to.downstream, &from.downstream},
-                      {&to.waiting, &from.waiting},
-                      {&to.died, &from.died},
-                      {&to.timeout, &from.timeout}}) {
-    if (*b && (!*a || earlier(**b, **a))) *a = *b;
-  }
-  if (to.exit <= 0) to.exit = from.exit;
-  if (to.signal <= 0) to.signal = from.signal;
-  if (to.pid < 0) to.pid = from.pid;
-  if (to.local_rank < 0) to.local_rank = from.local_rank;
-  if (to.host.empty()) to.host = from.host;
-  if (to.seq_no < 0) {
-    to.seq_no = from.seq_no;
-    to.op = from.op;
-    to.enqueued = from.enqueued;
-  }
+// 1. rankcheck's own verdict leads the report: it was decided already.
+void add_verdict(Builder& b, const Knowledge& k) {
+  if (!k.rankcheck) return;
+  const FindingKind* kind = find_finding_kind(k.rankcheck->first);
+  DiagFinding& f = b.add(kind->id, "rankcheck reported: " + k.rankcheck->second.detail, true,
+                         k.rankcheck->second);
+  f.order = 0;
 }
 
-}  // namespace
+// 1. Ranks that waited for different world sizes are a setup error of their own,
+// unless a line said so already.
+void group_world_sizes(Knowledge& k) {
+  if (k.world_by_rank.size() <= 1) return;
+  std::map<long, std::vector<long>> by_world;
+  for (auto [rank, w] : k.world_by_rank)
+    by_world[w].push_back(rank);
+  if (by_world.size() <= 1 || k.setup.count(FindingId::kWorldSizeMismatch)) return;
+  std::vector<std::string> parts;
+  for (const auto& [w, ranks] : by_world)
+    parts.push_back(fmt::format("{} {} waited for {}", ranks.size() == 1 ? "rank" : "ranks",
+                                format_ranks(ranks), w));
+  Group& g = k.setup[FindingId::kWorldSizeMismatch];
+  g.id = FindingId::kWorldSizeMismatch;
+  g.detail = format_list(parts, 8);
+  g.first = *k.absent_first;
+  g.count = 1;
+  for (auto [rank, w] : k.world_by_rank)
+    g.ranks.insert(rank);
+}
 
-Diagnosis Knowledge::conclude() {
-  // -- one process, one entry: local ranks and pids mapped to global ranks -------
-  bool identity = !rank_of_local.empty() && hosts_seen.size() <= 1 &&
-                  std::all_of(rank_of_local.begin(), rank_of_local.end(), [](const auto& kv) {
-                    return kv.first.substr(kv.first.find('|') + 1) == std::to_string(kv.second);
-                  });
-  std::map<std::string, Proc> merged;
-  for (auto& [key, p] : procs) {
-    long rank = p.rank;
-    if (rank < 0 && p.local_rank >= 0) {
-      auto it = rank_of_local.find(fmt::format("{}|{}", p.host, p.local_rank));
-      if (it == rank_of_local.end()) it = rank_of_local.find(fmt::format("|{}", p.local_rank));
-      if (it != rank_of_local.end())
-        rank = it->second;
-      else if (identity)
-        rank = p.local_rank;
-    }
-    if (rank < 0 && p.pid >= 0 && rank_of_pid.count(p.pid)) rank = rank_of_pid[p.pid];
-    std::string k = rank >= 0 ? fmt::format("r{}", rank) : key;
-    Proc& to = merged[k];
-    if (rank >= 0) {
-      to.rank = rank;
-      ranks_seen.insert(rank);
-    }
-    to.unattributed = p.unattributed;
-    merge_into(to, p);
-    if (to.rank < 0) to.rank = p.rank;
-  }
-  procs.swap(merged);
-  for (auto& [key, p] : procs) {
-    if ((p.pid >= 0 && killed_pids.count(p.pid)) || p.signal == 15) p.killed_by_launcher = true;
-  }
-  place_unattributed(procs);
-
-  Builder b;
-  // 1. rankcheck's own verdict, and the setup errors.
-  if (rankcheck) {
-    const FindingKind* kind = find_finding_kind(rankcheck->first);
-    DiagFinding& f =
-        b.add(kind->id, "rankcheck reported: " + rankcheck->second.detail, true, rankcheck->second);
-    f.order = 0;
-  }
-  if (world_by_rank.size() > 1) {
-    std::map<long, std::vector<long>> by_world;
-    for (auto [rank, w] : world_by_rank)
-      by_world[w].push_back(rank);
-    if (by_world.size() > 1 && !setup.count(FindingId::kWorldSizeMismatch)) {
-      std::vector<std::string> parts;
-      for (const auto& [w, ranks] : by_world)
-        parts.push_back(fmt::format("{} {} waited for {}", ranks.size() == 1 ? "rank" : "ranks",
-                                    format_ranks(ranks), w));
-      Group& g = setup[FindingId::kWorldSizeMismatch];
-      g.id = FindingId::kWorldSizeMismatch;
-      g.detail = format_list(parts, 8);
-      g.first = *absent_first;
-      g.count = 1;
-      for (auto [rank, w] : world_by_rank)
-        g.ranks.insert(rank);
-    }
-  }
+// 1. The setup errors: initiating wherever they appear.
+void add_setup_errors(Builder& b, const std::map<FindingId, Group>& setup) {
   for (const auto& [id, g] : setup) {
     DiagFinding& f = b.add(id, setup_message(g), true, g.first);
     attach(f, g.ranks, g.hosts, g.evidence);
   }
+}
 
-  // 6. The scheduler's end of the job. One with Slurm's reason (time limit,
-  // pre-emption, node failure) initiates. "DUE TO TASK FAILURE" is a consequence, and
-  // so is a cancel without a reason after a task had ended: srun --kill-on-bad-exit
-  // stopping the others (it prints that cancel right after the task's exit), or a
-  // user's scancel when the job had already failed.
+// 6. The scheduler's end of the job. One with Slurm's reason (time limit,
+// pre-emption, node failure) initiates. "DUE TO TASK FAILURE" is a consequence, and
+// so is a cancel without a reason after a task had ended: srun --kill-on-bad-exit
+// stopping the others (it prints that cancel right after the task's exit), or a
+// user's scancel when the job had already failed. True when one initiates.
+bool add_job_ends(Builder& b, const Knowledge& k) {
   std::optional<Note> first_end;
-  for (const auto& [key, p] : procs) {
+  for (const auto& [key, p] : k.procs) {
     if (p.died && !p.killed_by_launcher && (!first_end || earlier(*p.died, *first_end)))
       first_end = *p.died;
   }
   bool ended_outside = false;
-  for (const External& e : external) {
+  for (const Knowledge::External& e : k.external) {
     bool after_task = e.reason.empty() && first_end && earlier(*first_end, e.note);
     bool consequence = e.reason == "TASK FAILURE" || after_task;
     ended_outside |= !consequence;
@@ -266,63 +197,13 @@ Diagnosis Knowledge::conclude() {
                      : e.note.detail,
           !consequence, e.note);
   }
+  return ended_outside;
+}
 
-  // 2. Deaths. One that left no message of its own initiates only when nothing
-  // else explains it, and only the first such record (srun prints exits as they
-  // come: the first is the best candidate; later ones are mostly peers it took down).
-  bool explained_elsewhere = !setup.empty() || ended_outside || rankcheck;
-  for (const auto& [key, p] : procs) {
-    bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
-    if (p.own && !setup_error && !p.killed_by_launcher) explained_elsewhere = true;
-  }
-  std::optional<Note> first_silent;
-  for (const auto& [key, p] : procs) {
-    bool silent =
-        p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
-    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = *p.died;
-  }
-  std::set<long> down_ranks;
-  std::set<std::string> down_hosts;
-  std::vector<Evidence> down_evidence;
-  std::optional<Note> down_first;
-  std::vector<std::string> down_why;
-  std::map<uint64_t, std::vector<const Proc*>> silent_deaths;  // by the record that says so
-  for (auto& [key, p] : procs) {
-    bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
-    if (setup_error) continue;
-    if (p.own && !p.killed_by_launcher) {
-      std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
-                        : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
-                                       : std::string();
-      DiagFinding& f =
-          b.add(FindingId::kProcessDied,
-                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
-      if (p.died) attach(f, {}, {}, {p.died->evidence});
-      if (p.rank >= 0) f.finding.ranks = {p.rank};
-      if (!p.host.empty()) f.finding.hosts = {p.host};
-      continue;
-    }
-    if (!p.died) continue;
-    const Slot& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
-    bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere && first_silent &&
-                      p.died->seq == first_silent->seq;
-    if (initiating) {
-      silent_deaths[p.died->seq].push_back(&p);
-      continue;
-    }
-    if (p.rank >= 0) down_ranks.insert(p.rank);
-    if (!p.host.empty()) down_hosts.insert(p.host);
-    const Note& n = cause ? *cause : *p.died;
-    if (!down_first || earlier(n, *down_first)) down_first = n;
-    if (down_evidence.size() < 3) down_evidence.push_back(n.evidence);
-    std::string why = p.killed_by_launcher ? "stopped by its launcher after another failure"
-                      : cause              ? cause->detail
-                      : ended_outside      ? "ended with the job"
-                      : !setup.empty()     ? "exited after the setup error above"
-                                           : "exited after the failure above";
-    if (down_why.size() < 3 && std::find(down_why.begin(), down_why.end(), why) == down_why.end())
-      down_why.push_back(why);
-  }
+// 2. Processes that ended without an error of their own, grouped by the record
+// that says so: one finding each.
+void add_silent_deaths(Builder& b,
+                       const std::map<uint64_t, std::vector<const Proc*>>& silent_deaths) {
   for (const auto& [seq, list] : silent_deaths) {
     const Proc& p = *list.front();
     std::set<long> ranks;
@@ -345,60 +226,124 @@ Diagnosis Knowledge::conclude() {
               true, *p.died);
     attach(f, ranks, hosts, {});
   }
+}
 
-  // 3. Peers that never came.
-  if (absent_first) {
-    std::set<long> silent;
-    std::set<long> waiting;
-    bool explained = b.any_initiating();
-    for (const auto& [key, p] : procs) {
-      if (p.waiting && p.rank >= 0) waiting.insert(p.rank);
-      bool quiet = !p.own && !p.downstream && !p.waiting && !p.timeout;
-      if (quiet && p.rank >= 0 && !p.unattributed) silent.insert(p.rank);
-    }
-    if (world > 0 && world <= (1 << 16)) {
-      for (long r = 0; r < world; ++r)
-        if (!procs.count(fmt::format("r{}", r))) silent.insert(r);
-    }
-    for (long r : waiting)
-      silent.erase(r);
-    std::string waiters = waiting.empty() ? std::string("a rank") : ranks_text(waiting);
-    std::string counts =
-        world > 0 && joined >= 0 ? fmt::format(" ({} of {} joined)", joined, world) : "";
-    if (!silent.empty()) {
-      DiagFinding& f = b.add(
-          FindingId::kMissingRank,
-          fmt::format("{} never joined: {} waited for its peers{} ({}); {} {} no error of its own",
-                      ranks_text(silent), waiters, counts, absent_first->detail, ranks_text(silent),
-                      silent.size() == 1 ? "shows" : "show"),
-          !explained, *absent_first);
-      f.finding.ranks.assign(silent.begin(), silent.end());
-    } else if (world > 0 && joined >= 0 && joined < world) {
-      b.add(FindingId::kMissingRank,
-            fmt::format("{} of {} ranks never joined: {} waited ({})", world - joined, world,
-                        waiters, absent_first->detail),
-            !explained, *absent_first);
-    } else {
-      DiagFinding& f = b.add(
-          FindingId::kMissingRank,
-          fmt::format("{} waited for peers that never came ({})", waiters, absent_first->detail),
-          !explained, *absent_first);
-      f.finding.ranks.assign(waiting.begin(), waiting.end());
-    }
+// 2. Deaths. One that left no message of its own initiates only when nothing
+// else explains it, and only the first such record (srun prints exits as they
+// come: the first is the best candidate; later ones are mostly peers it took down).
+// The rest are consequences, returned for one finding after the missing ranks.
+Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
+  bool explained_elsewhere = !k.setup.empty() || ended_outside || k.rankcheck;
+  for (const auto& [key, p] : k.procs) {
+    bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
+    if (p.own && !setup_error && !p.killed_by_launcher) explained_elsewhere = true;
   }
-  if (!down_ranks.empty() || down_first) {
-    DiagFinding& f = b.add(FindingId::kProcessDied,
-                           fmt::format("{} exited as a consequence: {}",
-                                       down_ranks.empty() ? "processes" : ranks_text(down_ranks),
-                                       format_list(down_why, 3)),
-                           false, *down_first);
-    attach(f, down_ranks, down_hosts, down_evidence);
+  std::optional<Note> first_silent;
+  for (const auto& [key, p] : k.procs) {
+    bool silent =
+        p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
+    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = *p.died;
   }
+  Consequences down;
+  std::map<uint64_t, std::vector<const Proc*>> silent_deaths;  // by the record that says so
+  for (const auto& [key, p] : k.procs) {
+    bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
+    if (setup_error) continue;
+    if (p.own && !p.killed_by_launcher) {
+      std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
+                        : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
+                                       : std::string();
+      DiagFinding& f =
+          b.add(FindingId::kProcessDied,
+                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
+      if (p.died) attach(f, {}, {}, {p.died->evidence});
+      if (p.rank >= 0) f.finding.ranks = {p.rank};
+      if (!p.host.empty()) f.finding.hosts = {p.host};
+      continue;
+    }
+    if (!p.died) continue;
+    const Slot& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
+    bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere && first_silent &&
+                      p.died->seq == first_silent->seq;
+    if (initiating) {
+      silent_deaths[p.died->seq].push_back(&p);
+      continue;
+    }
+    if (p.rank >= 0) down.ranks.insert(p.rank);
+    if (!p.host.empty()) down.hosts.insert(p.host);
+    const Note& n = cause ? *cause : *p.died;
+    if (!down.first || earlier(n, *down.first)) down.first = n;
+    if (down.evidence.size() < 3) down.evidence.push_back(n.evidence);
+    std::string why = p.killed_by_launcher ? "stopped by its launcher after another failure"
+                      : cause              ? cause->detail
+                      : ended_outside      ? "ended with the job"
+                      : !k.setup.empty()   ? "exited after the setup error above"
+                                           : "exited after the failure above";
+    if (down.why.size() < 3 && std::find(down.why.begin(), down.why.end(), why) == down.why.end())
+      down.why.push_back(why);
+  }
+  add_silent_deaths(b, silent_deaths);
+  return down;
+}
 
-  // 4. Collective timeouts.
-  std::map<std::pair<long, std::string>, std::set<long>> by_op;
-  std::optional<Note> timeout_first;
-  std::vector<Evidence> timeout_evidence;
+// 3. Peers that never came: the ranks that show no error of their own and no
+// wait, or that never printed at all.
+void add_missing_ranks(Builder& b, const Knowledge& k) {
+  if (!k.absent_first) return;
+  std::set<long> silent;
+  std::set<long> waiting;
+  bool explained = b.any_initiating();
+  for (const auto& [key, p] : k.procs) {
+    if (p.waiting && p.rank >= 0) waiting.insert(p.rank);
+    bool quiet = !p.own && !p.downstream && !p.waiting && !p.timeout;
+    if (quiet && p.rank >= 0 && !p.unattributed) silent.insert(p.rank);
+  }
+  if (k.world > 0 && k.world <= (1 << 16)) {
+    for (long r = 0; r < k.world; ++r)
+      if (!k.procs.count(fmt::format("r{}", r))) silent.insert(r);
+  }
+  for (long r : waiting)
+    silent.erase(r);
+  const Note& first = *k.absent_first;
+  std::string waiters = waiting.empty() ? std::string("a rank") : ranks_text(waiting);
+  std::string counts =
+      k.world > 0 && k.joined >= 0 ? fmt::format(" ({} of {} joined)", k.joined, k.world) : "";
+  if (!silent.empty()) {
+    DiagFinding& f = b.add(
+        FindingId::kMissingRank,
+        fmt::format("{} never joined: {} waited for its peers{} ({}); {} {} no error of its own",
+                    ranks_text(silent), waiters, counts, first.detail, ranks_text(silent),
+                    silent.size() == 1 ? "shows" : "show"),
+        !explained, first);
+    f.finding.ranks.assign(silent.begin(), silent.end());
+  } else if (k.world > 0 && k.joined >= 0 && k.joined < k.world) {
+    b.add(FindingId::kMissingRank,
+          fmt::format("{} of {} ranks never joined: {} waited ({})", k.world - k.joined, k.world,
+                      waiters, first.detail),
+          !explained, first);
+  } else {
+    DiagFinding& f =
+        b.add(FindingId::kMissingRank,
+              fmt::format("{} waited for peers that never came ({})", waiters, first.detail),
+              !explained, first);
+    f.finding.ranks.assign(waiting.begin(), waiting.end());
+  }
+}
+
+// 2. The processes that ended as a consequence of a failure: one finding.
+void add_consequences(Builder& b, const Consequences& down) {
+  if (down.ranks.empty() && !down.first) return;
+  DiagFinding& f = b.add(FindingId::kProcessDied,
+                         fmt::format("{} exited as a consequence: {}",
+                                     down.ranks.empty() ? "processes" : ranks_text(down.ranks),
+                                     format_list(down.why, 3)),
+                         false, *down.first);
+  attach(f, down.ranks, down.hosts, down.evidence);
+}
+
+// 4. What the timeouts said, a process at a time.
+Timeouts gather_timeouts(const std::map<std::string, Proc>& procs) {
+  Timeouts t;
   std::map<long, std::string> op_of_seq;  // a progress line names no OpType: take its peers'
   for (const auto& [key, p] : procs) {
     if (p.timeout && !p.op.empty()) op_of_seq.emplace(p.seq_no, p.op);
@@ -406,69 +351,73 @@ Diagnosis Knowledge::conclude() {
   for (const auto& [key, p] : procs) {
     if (!p.timeout) continue;
     std::string op = p.op.empty() && op_of_seq.count(p.seq_no) ? op_of_seq[p.seq_no] : p.op;
-    by_op[{p.seq_no, op}].insert(p.rank);
-    if (!timeout_first || earlier(*p.timeout, *timeout_first)) timeout_first = *p.timeout;
-    if (timeout_evidence.size() < 3) timeout_evidence.push_back(p.timeout->evidence);
+    t.by_op[{p.seq_no, op}].insert(p.rank);
+    if (!t.first || earlier(*p.timeout, *t.first)) t.first = *p.timeout;
+    if (t.evidence.size() < 3) t.evidence.push_back(p.timeout->evidence);
   }
-  if (timeout_first) {
-    std::set<long> all;
-    for (const auto& [k, r] : by_op)
-      all.insert(r.begin(), r.end());
-    bool explained = b.any_initiating();
-    auto op_text = [](const std::pair<long, std::string>& k) {
-      return fmt::format("SeqNum {}{}", k.first, k.second.empty() ? "" : " (" + k.second + ")");
-    };
-    if (explained) {
-      DiagFinding& f =
-          b.add(FindingId::kCollectiveTimeout,
-                fmt::format("{} timed out in a collective, waiting for the failure above",
-                            ranks_text(all)),
-                false, *timeout_first);
-      attach(f, all, {}, timeout_evidence);
-    } else if (by_op.size() > 1) {
-      auto most = std::max_element(by_op.begin(), by_op.end(), [](const auto& a, const auto& c) {
-        return a.second.size() < c.second.size();
-      });
-      // With no majority, every side is named.
-      bool tie = std::count_if(by_op.begin(), by_op.end(), [&](const auto& kv) {
-                   return kv.second.size() == most->second.size();
-                 }) > 1;
-      std::set<long> odd;
-      std::vector<std::string> parts;
-      for (const auto& [k, ranks] : by_op) {
-        if (!tie && &k == &most->first) continue;
-        odd.insert(ranks.begin(), ranks.end());
-        parts.push_back(fmt::format("{} in {}", ranks_text(ranks), op_text(k)));
-      }
-      DiagFinding& f = b.add(
-          FindingId::kCollectiveDesync,
-          tie ? fmt::format("the ranks timed out in different collectives: {}",
-                            format_list(parts, 4))
-              : fmt::format(
-                    "the ranks timed out in different collectives: {}, while {} timed out in {}",
-                    format_list(parts, 4), ranks_text(most->second), op_text(most->first)),
-          true, *timeout_first);
-      attach(f, odd, {}, timeout_evidence);
-    } else if (all.size() == 1 && (ranks_seen.size() > 1 || world > 1)) {
-      DiagFinding& f = b.add(
-          FindingId::kCollectiveDesync,
-          fmt::format("only {} timed out, in {}: the other ranks did not enter that collective "
-                      "(or left it)",
-                      ranks_text(all), op_text(by_op.begin()->first)),
-          true, *timeout_first);
-      attach(f, all, {}, timeout_evidence);
-    } else {
-      DiagFinding& f = b.add(
-          FindingId::kCollectiveTimeout,
-          fmt::format("{} timed out in the same collective, {}, and no rank shows an error of its "
-                      "own: a hang in the network or NCCL",
-                      ranks_text(all), op_text(by_op.begin()->first)),
-          true, *timeout_first);
-      attach(f, all, {}, timeout_evidence);
-    }
-  }
+  return t;
+}
 
-  // 5. Pointers to peers.
+// 4. Collective timeouts: downstream of a failure above; else ranks in different
+// collectives, or one rank alone, are a desync, and all alike a hang.
+void add_timeouts(Builder& b, const Knowledge& k) {
+  Timeouts t = gather_timeouts(k.procs);
+  if (!t.first) return;
+  std::set<long> all;
+  for (const auto& [key, r] : t.by_op)
+    all.insert(r.begin(), r.end());
+  bool explained = b.any_initiating();
+  if (explained) {
+    DiagFinding& f = b.add(
+        FindingId::kCollectiveTimeout,
+        fmt::format("{} timed out in a collective, waiting for the failure above", ranks_text(all)),
+        false, *t.first);
+    attach(f, all, {}, t.evidence);
+  } else if (t.by_op.size() > 1) {
+    auto most = std::max_element(t.by_op.begin(), t.by_op.end(), [](const auto& a, const auto& c) {
+      return a.second.size() < c.second.size();
+    });
+    // With no majority, every side is named.
+    bool tie = std::count_if(t.by_op.begin(), t.by_op.end(), [&](const auto& kv) {
+                 return kv.second.size() == most->second.size();
+               }) > 1;
+    std::set<long> odd;
+    std::vector<std::string> parts;
+    for (const auto& [key, ranks] : t.by_op) {
+      if (!tie && &key == &most->first) continue;
+      odd.insert(ranks.begin(), ranks.end());
+      parts.push_back(fmt::format("{} in {}", ranks_text(ranks), op_text(key)));
+    }
+    DiagFinding& f = b.add(
+        FindingId::kCollectiveDesync,
+        tie ? fmt::format("the ranks timed out in different collectives: {}", format_list(parts, 4))
+            : fmt::format(
+                  "the ranks timed out in different collectives: {}, while {} timed out in {}",
+                  format_list(parts, 4), ranks_text(most->second), op_text(most->first)),
+        true, *t.first);
+    attach(f, odd, {}, t.evidence);
+  } else if (all.size() == 1 && (k.ranks_seen.size() > 1 || k.world > 1)) {
+    DiagFinding& f =
+        b.add(FindingId::kCollectiveDesync,
+              fmt::format("only {} timed out, in {}: the other ranks did not enter that collective "
+                          "(or left it)",
+                          ranks_text(all), op_text(t.by_op.begin()->first)),
+              true, *t.first);
+    attach(f, all, {}, t.evidence);
+  } else {
+    DiagFinding& f = b.add(
+        FindingId::kCollectiveTimeout,
+        fmt::format("{} timed out in the same collective, {}, and no rank shows an error of its "
+                    "own: a hang in the network or NCCL",
+                    ranks_text(all), op_text(t.by_op.begin()->first)),
+        true, *t.first);
+    attach(f, all, {}, t.evidence);
+  }
+}
+
+// 5. Pointers to peers: downstream of any initiating finding; alone, a peer that
+// failed without a trace (or the network).
+void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers) {
   for (const auto& [id, g] : pointers) {
     bool explained = b.any_initiating();
     std::string who = g.ranks.empty() ? std::string("a rank") : ranks_text(g.ranks);
@@ -485,48 +434,83 @@ Diagnosis Knowledge::conclude() {
     DiagFinding& f = b.add(id, message, !explained, g.first);
     attach(f, g.ranks, {}, g.evidence);
   }
+}
 
-  // Initiating first, each part in the order it was first seen (by time across
-  // files: earlier()); the setup errors and rankcheck's verdict lead their part.
+// Initiating first, each part in the order it was first seen (by time across
+// files: earlier()); the setup errors and rankcheck's verdict lead their part.
+void sort_findings(std::vector<DiagFinding>& findings, const std::map<FindingId, Group>& setup) {
   auto rank_of = [](const DiagFinding& f) { return f.initiating ? (f.order == 0 ? 0 : 1) : 2; };
-  std::stable_sort(b.out.begin(), b.out.end(), [&](const DiagFinding& x, const DiagFinding& y) {
-    bool sx = x.initiating && setup.count(find_finding_kind(x.finding.id)->id);
-    bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);
-    if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
-    if (sx != sy) return sx;
-    return x.stamp != y.stamp ? x.stamp < y.stamp : x.order < y.order;
-  });
+  std::stable_sort(findings.begin(), findings.end(),
+                   [&](const DiagFinding& x, const DiagFinding& y) {
+                     bool sx = x.initiating && setup.count(find_finding_kind(x.finding.id)->id);
+                     bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);
+                     if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
+                     if (sx != sy) return sx;
+                     return x.stamp != y.stamp ? x.stamp < y.stamp : x.order < y.order;
+                   });
+}
 
-  Diagnosis d;
-  d.findings = std::move(b.out);
-  d.ranks_seen.assign(ranks_seen.begin(), ranks_seen.end());
-  d.hosts_seen.assign(hosts_seen.begin(), hosts_seen.end());
-  d.launcher = launchers & Prefix::kTorchrun ? "torchrun"
-               : launchers & Prefix::kMpirun ? "mpirun"
-               : launchers & Prefix::kSrun   ? "slurm"
-               : launchers & Prefix::kPdsh   ? "pdsh"
-                                             : "";
-  long n = world > 0 ? world : ranks_seen.empty() ? -1 : *ranks_seen.rbegin() + 1;
+// The launcher whose prefixes the lines carry, the most telling first.
+std::string launcher_name(uint8_t launchers) {
+  return launchers & Prefix::kTorchrun ? "torchrun"
+         : launchers & Prefix::kMpirun ? "mpirun"
+         : launchers & Prefix::kSrun   ? "slurm"
+         : launchers & Prefix::kPdsh   ? "pdsh"
+                                       : "";
+}
+
+// The rankcheck command that checks the fix, under the job's own launcher: `n`
+// processes (-1: not known) on `hosts` hosts.
+std::string verify_command(const std::string& launcher, long n, size_t hosts) {
   std::string run = "rankcheck run --timeout 120";
-  if (d.launcher == "torchrun") {
-    d.verify_with = fmt::format("torchrun {} --no_python {}",
-                                hosts_seen.size() <= 1 && n > 0
-                                    ? fmt::format("--nnodes 1 --nproc_per_node {}", n)
-                                    : std::string("<the job's --nnodes, --nproc_per_node, "
-                                                  "--node_rank, --master_addr, --master_port>"),
-                                run);
-  } else if (d.launcher == "slurm") {
-    std::string nodes = hosts_seen.empty() ? "" : fmt::format("--nodes {} ", hosts_seen.size());
-    d.verify_with = fmt::format("srun {} {}",
-                                n > 0 ? fmt::format("{}--ntasks {}", nodes, n)
-                                      : std::string("<the training step's options>"),
-                                run);
-  } else if (d.launcher == "mpirun") {
-    d.verify_with = fmt::format("mpirun {} {}", n > 0 ? fmt::format("-np {}", n) : "-np <N>", run);
-  } else {
-    d.verify_with = run + " (in every process of the job, with the training job's environment)";
+  if (launcher == "torchrun") {
+    return fmt::format("torchrun {} --no_python {}",
+                       hosts <= 1 && n > 0
+                           ? fmt::format("--nnodes 1 --nproc_per_node {}", n)
+                           : std::string("<the job's --nnodes, --nproc_per_node, "
+                                         "--node_rank, --master_addr, --master_port>"),
+                       run);
   }
+  if (launcher == "slurm") {
+    std::string nodes = hosts == 0 ? "" : fmt::format("--nodes {} ", hosts);
+    return fmt::format("srun {} {}",
+                       n > 0 ? fmt::format("{}--ntasks {}", nodes, n)
+                             : std::string("<the training step's options>"),
+                       run);
+  }
+  if (launcher == "mpirun")
+    return fmt::format("mpirun {} {}", n > 0 ? fmt::format("-np {}", n) : "-np <N>", run);
+  return run + " (in every process of the job, with the training job's environment)";
+}
+
+// The findings in report order, with what was seen and how to check the fix.
+Diagnosis diagnosis_of(std::vector<DiagFinding> findings, const Knowledge& k) {
+  Diagnosis d;
+  d.findings = std::move(findings);
+  d.ranks_seen.assign(k.ranks_seen.begin(), k.ranks_seen.end());
+  d.hosts_seen.assign(k.hosts_seen.begin(), k.hosts_seen.end());
+  d.launcher = launcher_name(k.launchers);
+  long n = k.world > 0 ? k.world : k.ranks_seen.empty() ? -1 : *k.ranks_seen.rbegin() + 1;
+  d.verify_with = verify_command(d.launcher, n, k.hosts_seen.size());
   return d;
+}
+
+}  // namespace
+
+Diagnosis Knowledge::conclude() {
+  merge_processes();  // one process, one entry
+  Builder b;
+  add_verdict(b, *this);                                    // 1. rankcheck's own verdict,
+  group_world_sizes(*this);                                 //    world sizes that differ,
+  add_setup_errors(b, setup);                               //    the setup errors
+  bool ended_outside = add_job_ends(b, *this);              // 6. the scheduler's end of the job
+  Consequences down = add_deaths(b, *this, ended_outside);  // 2. deaths
+  add_missing_ranks(b, *this);                              // 3. peers that never came
+  add_consequences(b, down);                                // 2. the deaths that followed
+  add_timeouts(b, *this);                                   // 4. collective timeouts
+  add_pointers(b, pointers);                                // 5. pointers to peers
+  sort_findings(b.out, setup);                              // initiating first
+  return diagnosis_of(std::move(b.out), *this);
 }
 
 }  // namespace rankcheck::diagnose

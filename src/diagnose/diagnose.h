@@ -40,8 +40,9 @@ enum class MessageClass {
 /// Whether a message is usually the cause, or a consequence seen elsewhere.
 enum class Role { kInitiating, kDownstream, kEither };
 
-/// What a row pulls out of its line, by capture group.
-enum class Field : uint8_t {
+/// The fields a catalogue row pulls out of its line, by capture group (the names
+/// its `extracts` lists).
+enum class LineField : uint8_t {
   kRank,
   kRank2,
   kWorld,
@@ -60,7 +61,7 @@ enum class Field : uint8_t {
   kId,
   kCount,
 };
-inline constexpr size_t kFieldCount = static_cast<size_t>(Field::kCount);
+inline constexpr size_t kLineFieldCount = static_cast<size_t>(LineField::kCount);
 
 /// One message of the catalogue.
 struct Pattern {
@@ -78,7 +79,7 @@ struct Pattern {
 /// The catalogue, most specific rows first: a line takes the first row that matches.
 std::span<const Pattern> catalogue();
 /// The fields a row's `extracts` names; throws std::invalid_argument on an unknown name.
-std::vector<Field> parse_extracts(std::string_view extracts);
+std::vector<LineField> parse_extracts(std::string_view extracts);
 
 /// Who printed a line, as far as its prefixes (and its file's path) say.
 struct Origin {

@@ -45,7 +45,7 @@ inline constexpr size_t kFieldBytes = 400;
 /// One matched message: its row, what it pulled out, who printed it, where.
 struct Match {
   size_t row = 0;
-  std::array<std::string, kFieldCount> field;
+  std::array<std::string, kLineFieldCount> field;
   Origin origin;
   uint32_t source = 0;  ///< index into the sources' names
   uint64_t line = 0;
@@ -53,7 +53,7 @@ struct Match {
   int64_t stamp = -1;  ///< time_key of the line's stamp, or of the last one before it in its file
   std::string text;    ///< the line, printable, cut
 
-  const std::string& get(Field f) const { return field[static_cast<size_t>(f)]; }
+  const std::string& get(LineField f) const { return field[static_cast<size_t>(f)]; }
 };
 
 /// A number from a field, or -1.
@@ -165,6 +165,22 @@ struct Knowledge {
   void seen(const Origin& o);
   void add(const Match& m);
   Diagnosis conclude();
+
+ private:
+  // What add does with each kind of message (reason.cc).
+  /// The entry of the process at `at`, made on first sight; null past the bound on
+  /// processes (counted in `dropped`).
+  Proc* proc_at(const Origin& at, uint32_t source);
+  Note note_of(const Match& m, const Origin& o);
+  void on_verdict(const Match& m, Note note);
+  void on_setup_error(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_job_end(const Match& m, const Pattern& row, Note note);
+  void on_death(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_wait(const Match& m, const Origin& o, const Note& note);
+  void on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_timeout(const Match& m, const Origin& o, const Note& note);
+  /// conclude's first phase: one process, one entry (merge.cc).
+  void merge_processes();
 };
 
 }  // namespace rankcheck::diagnose

@@ -1,6 +1,7 @@
-// From what the lines said to findings, once the input has ended.
-//
-// The rules, in the order they decide:
+// What each matched line says, noted in the Knowledge as it is read: add, by the
+// kind of message. Once the input has ended, conclude.cc turns it into findings,
+// after merge.cc has made one entry per process, by these rules in the order
+// they decide:
 // 1. An error about a rank's own setup (a shared GPU, no socket interface, a port
 //    in use) is initiating wherever and whenever it appears: no peer can cause it.
 // 2. A process that died of an error of its own is initiating; one that died after
@@ -74,6 +75,41 @@ void add_evidence(Group& g, const Note& n, const std::string& detail) {
   if (g.evidence.size() < kMaxEvidence) g.evidence.push_back(n.evidence);
 }
 
+// Who printed the line: its prefixes, then what the message itself names. A
+// launcher's record of a death names the dead process, not the launcher.
+Origin origin_of(const Match& m, const Pattern& row) {
+  Origin o = m.origin;
+  bool about_the_dead = row.cls == MessageClass::kProcessDied;
+  auto take = [&](LineField f, long& slot) {
+    long v = number(m.get(f));
+    if (v >= 0 && (about_the_dead || slot < 0)) slot = v;
+  };
+  take(LineField::kRank, o.rank);
+  take(LineField::kLocalRank, o.local_rank);
+  take(LineField::kPid, o.pid);
+  if (!m.get(LineField::kHost).empty() && (about_the_dead || o.host.empty()) &&
+      row.cls != MessageClass::kPeerPointer)
+    o.host = m.get(LineField::kHost);
+  if (about_the_dead) {  // a launcher's line is not the dead process's own
+    if (number(m.get(LineField::kRank)) < 0 && number(m.get(LineField::kLocalRank)) >= 0)
+      o.rank = -1;
+  }
+  return o;
+}
+
+// What the message says, in a few words for the report.
+std::string detail_of(const Match& m, const Pattern& row) {
+  std::string detail = m.get(LineField::kDetail);
+  if (row.name == "python_exception") detail = m.get(LineField::kId) + ": " + detail;
+  if (row.name == "gloo_address_size")
+    detail = fmt::format(
+        "gloo's address exchange got a peer's list of {} bytes where {} were "
+        "expected, so the ranks count different peers",
+        m.get(LineField::kId), detail);
+  if (detail.empty()) detail = std::string(row.literal);
+  return printable(detail, 200);
+}
+
 }  // namespace
 
 long number(const std::string& s) {
@@ -98,25 +134,27 @@ void Knowledge::seen(const Origin& o) {
   if (p.host.empty()) p.host = o.host;
 }
 
-void Knowledge::add(const Match& m) {
-  const Pattern& row = catalogue()[m.row];
-  Origin o = m.origin;
-  auto field = [&](Field f) -> const std::string& { return m.get(f); };
-  bool about_the_dead = row.cls == MessageClass::kProcessDied;
-  auto take = [&](Field f, long& slot) {
-    long v = number(field(f));
-    if (v >= 0 && (about_the_dead || slot < 0)) slot = v;
-  };
-  take(Field::kRank, o.rank);
-  take(Field::kLocalRank, o.local_rank);
-  take(Field::kPid, o.pid);
-  if (!field(Field::kHost).empty() && (about_the_dead || o.host.empty()) &&
-      row.cls != MessageClass::kPeerPointer)
-    o.host = field(Field::kHost);
-  if (about_the_dead) {  // a launcher's line is not the dead process's own
-    if (number(field(Field::kRank)) < 0 && number(field(Field::kLocalRank)) >= 0) o.rank = -1;
+// The entry of the process a line is about, its rank, local rank, pid and host
+// noted on first sight.
+Proc* Knowledge::proc_at(const Origin& at, uint32_t source) {
+  std::string key = key_of(at, source);
+  if (procs.size() >= kMaxProcs && !procs.count(key)) {
+    ++dropped;
+    return nullptr;
   }
+  Proc& p = procs[key];
+  if (at.rank >= 0) p.rank = at.rank;
+  if (at.local_rank >= 0) p.local_rank = at.local_rank;
+  if (at.pid >= 0) p.pid = at.pid;
+  if (p.host.empty()) p.host = at.host;
+  p.unattributed = key[0] == '?';
+  if (at.rank >= 0) ranks_seen.insert(at.rank);
+  return &p;
+}
 
+// The line as the report keeps it: where, when, what it said. Long lines are kept
+// whole until kLongTextBudget is spent, then cut.
+Note Knowledge::note_of(const Match& m, const Origin& o) {
   Note note;
   note.row = m.row;
   note.evidence = {sources[m.source], m.line, m.text};
@@ -130,31 +168,14 @@ void Knowledge::add(const Match& m) {
   note.seq = m.seq;
   note.stamp = m.stamp;
   note.time = o.time;
-  std::string detail = field(Field::kDetail);
-  if (row.name == "python_exception") detail = field(Field::kId) + ": " + detail;
-  if (row.name == "gloo_address_size")
-    detail = fmt::format(
-        "gloo's address exchange got a peer's list of {} bytes where {} were "
-        "expected, so the ranks count different peers",
-        field(Field::kId), detail);
-  if (detail.empty()) detail = std::string(row.literal);
-  note.detail = printable(detail, 200);
+  note.detail = detail_of(m, catalogue()[m.row]);
+  return note;
+}
 
-  auto proc = [&](const Origin& at) -> Proc* {
-    std::string key = key_of(at, m.source);
-    if (procs.size() >= kMaxProcs && !procs.count(key)) {
-      ++dropped;
-      return nullptr;
-    }
-    Proc& p = procs[key];
-    if (at.rank >= 0) p.rank = at.rank;
-    if (at.local_rank >= 0) p.local_rank = at.local_rank;
-    if (at.pid >= 0) p.pid = at.pid;
-    if (p.host.empty()) p.host = at.host;
-    p.unattributed = key[0] == '?';
-    if (at.rank >= 0) ranks_seen.insert(at.rank);
-    return &p;
-  };
+void Knowledge::add(const Match& m) {
+  const Pattern& row = catalogue()[m.row];
+  Origin o = origin_of(m, row);
+  Note note = note_of(m, o);
   if (row.component == "torchrun") launchers |= Prefix::kTorchrun;
   if (row.component == "Slurm") launchers |= Prefix::kSrun;
   if (row.component == "Open MPI") launchers |= Prefix::kMpirun;
@@ -163,115 +184,29 @@ void Knowledge::add(const Match& m) {
 
   using enum MessageClass;
   switch (row.cls) {
-    case kRankcheck: {
-      rankcheck_seen = true;
-      std::string id = field(Field::kId);
-      if (id.empty()) id = "missing-rank";
-      if (!find_finding_kind(id) || rankcheck) break;
-      note.detail = printable(field(Field::kDetail), 400);
-      rankcheck = std::make_pair(id, note);
+    case kRankcheck:
+      on_verdict(m, std::move(note));
       break;
-    }
-    case kSetup: {
-      Group& g = setup[row.finding];
-      g.id = row.finding;
-      if (o.rank >= 0) g.ranks.insert(o.rank);
-      for (Field f : {Field::kRank, Field::kRank2}) {
-        if (row.finding == FindingId::kDuplicateGpu && number(field(f)) >= 0)
-          g.ranks.insert(number(field(f)));
-      }
-      if (!o.host.empty()) g.hosts.insert(o.host);
-      add_evidence(g, note, note.detail);
-      if (row.name == "torch_address_in_use" && !field(Field::kPort).empty() && g.count == 1)
-        g.detail = field(Field::kPort);
-      if (Proc* p = proc(o)) keep_first(p->own, note);
+    case kSetup:
+      on_setup_error(m, row, o, note);
       break;
-    }
-    case kExternalEnd: {
-      if (row.name == "slurm_cancelled") {
-        // Without a reason, srun may have cancelled it (conclude decides): no "scheduler".
-        note.detail =
-            fmt::format("{} {} on {} at {}{}",
-                        field(Field::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
-                        field(Field::kId), field(Field::kHost), field(Field::kDetail),
-                        field(Field::kOp).empty() ? "" : " " + field(Field::kOp));
-        note.detail = printable(note.detail, 200);
-        if (note.time.empty()) note.time = field(Field::kDetail);
-        std::string reason = field(Field::kOp);
-        if (reason.rfind("DUE ", 0) == 0)
-          reason = reason.substr(std::min(reason.size(), size_t{7}));
-        if (external.size() < 16) external.push_back({note, reason});
-      } else {
-        note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
-                                  field(Field::kSignal));
-        if (external.size() < 16) external.push_back({note, "signal"});
-      }
+    case kExternalEnd:
+      on_job_end(m, row, std::move(note));
       break;
-    }
-    case kProcessDied: {
-      std::vector<long> ranks = expand_tasks(field(Field::kTasks));
-      if (ranks.empty()) ranks.push_back(o.rank);
-      long exit = number(field(Field::kExit));
-      long sig = number(field(Field::kSignal));
-      if (exit < -1) {  // torchrun: -N is signal N
-        sig = -exit;
-        exit = -1;
-      }
-      std::string what = field(Field::kDetail);
-      if (row.name == "srun_task_exit" && what.rfind("Exited", 0) != 0) {
-        if (what.find("Killed") != std::string::npos) sig = 9;
-        if (what.find("Segmentation") != std::string::npos) sig = 11;
-        if (what.find("Aborted") != std::string::npos) sig = 6;
-        if (what.find("Terminated") != std::string::npos) sig = 15;  // srun stopping the rest
-      }
-      if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
-        if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;
-        if (o.local_rank >= 0 && rank_of_local.size() < kMaxPids) {
-          rank_of_local[fmt::format("{}|{}", o.host, o.local_rank)] = o.rank;
-          rank_of_local[fmt::format("|{}", o.local_rank)] = o.rank;
-        }
-      }
-      for (long r : ranks) {
-        Origin at = o;
-        at.rank = r;
-        Proc* p = proc(at);
-        if (!p) continue;
-        keep_first(p->died, note);
-        if (exit > 0 && p->exit <= 0) p->exit = exit;
-        if (sig > 0 && p->signal <= 0) p->signal = sig;
-      }
+    case kProcessDied:
+      on_death(m, row, o, note);
       break;
-    }
     case kOwnError:
-      if (Proc* p = proc(o)) keep_first(p->own, note);
+      if (Proc* p = proc_at(o, m.source)) keep_first(p->own, note);
       break;
-    case kPeersAbsent: {
-      long world_n = number(field(Field::kWorld));
-      long joined_n = number(field(Field::kJoined));
-      if (world_n > 0) world = std::max(world, world_n);
-      if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
-      if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
-        world_by_rank[o.rank] = world_n;
-      keep_first(absent_first, note);
-      if (Proc* p = proc(o)) keep_first(p->waiting, note);
+    case kPeersAbsent:
+      on_wait(m, o, note);
       break;
-    }
-    case kPeerPointer: {
-      Group& g = pointers[row.finding];
-      g.id = row.finding;
-      if (o.rank >= 0) g.ranks.insert(o.rank);
-      if (!field(Field::kHost).empty()) g.hosts.insert(field(Field::kHost));
-      add_evidence(g, note, note.detail);
-      if (Proc* p = proc(o)) keep_first(p->downstream, note);
+    case kPeerPointer:
+      on_pointer(m, row, o, note);
       break;
-    }
     case kCollectiveTimeout:
-      if (Proc* p = proc(o)) {
-        keep_first(p->timeout, note);
-        if (number(field(Field::kSeq)) >= 0) p->seq_no = number(field(Field::kSeq));
-        if (!field(Field::kOp).empty()) p->op = field(Field::kOp);
-        if (number(field(Field::kEnqueued)) >= 0) p->enqueued = number(field(Field::kEnqueued));
-      }
+      on_timeout(m, o, note);
       break;
     case kKilledByLauncher:
       if (o.pid >= 0 && killed_pids.size() < kMaxPids) killed_pids.insert(o.pid);
@@ -279,6 +214,122 @@ void Knowledge::add(const Match& m) {
     case kContext:
       break;
   }
+}
+
+// rankcheck's own verdict: the first one that names a known finding.
+void Knowledge::on_verdict(const Match& m, Note note) {
+  rankcheck_seen = true;
+  std::string id = m.get(LineField::kId);
+  if (id.empty()) id = "missing-rank";
+  if (!find_finding_kind(id) || rankcheck) return;
+  note.detail = printable(m.get(LineField::kDetail), 400);
+  rankcheck = std::make_pair(id, std::move(note));
+}
+
+// A rank's own setup is wrong: grouped by finding, with every rank it names.
+void Knowledge::on_setup_error(const Match& m, const Pattern& row, const Origin& o,
+                               const Note& note) {
+  Group& g = setup[row.finding];
+  g.id = row.finding;
+  if (o.rank >= 0) g.ranks.insert(o.rank);
+  for (LineField f : {LineField::kRank, LineField::kRank2}) {
+    if (row.finding == FindingId::kDuplicateGpu && number(m.get(f)) >= 0)
+      g.ranks.insert(number(m.get(f)));
+  }
+  if (!o.host.empty()) g.hosts.insert(o.host);
+  add_evidence(g, note, note.detail);
+  if (row.name == "torch_address_in_use" && !m.get(LineField::kPort).empty() && g.count == 1)
+    g.detail = m.get(LineField::kPort);
+  if (Proc* p = proc_at(o, m.source)) keep_first(p->own, note);
+}
+
+// The scheduler (or torchrun's agent, on a signal) ended the job.
+void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
+  if (row.name == "slurm_cancelled") {
+    // Without a reason, srun may have cancelled it (conclude decides): no "scheduler".
+    note.detail =
+        fmt::format("{} {} on {} at {}{}",
+                    m.get(LineField::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
+                    m.get(LineField::kId), m.get(LineField::kHost), m.get(LineField::kDetail),
+                    m.get(LineField::kOp).empty() ? "" : " " + m.get(LineField::kOp));
+    note.detail = printable(note.detail, 200);
+    if (note.time.empty()) note.time = m.get(LineField::kDetail);
+    std::string reason = m.get(LineField::kOp);
+    if (reason.rfind("DUE ", 0) == 0) reason = reason.substr(std::min(reason.size(), size_t{7}));
+    if (external.size() < 16) external.push_back({note, reason});
+  } else {
+    note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
+                              m.get(LineField::kSignal));
+    if (external.size() < 16) external.push_back({note, "signal"});
+  }
+}
+
+// A launcher's record of a process's end (or of several: Slurm's "0-3,5"), with its
+// exit code or signal; torchrun's failure table also maps pids and local ranks to ranks.
+void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, const Note& note) {
+  std::vector<long> ranks = expand_tasks(m.get(LineField::kTasks));
+  if (ranks.empty()) ranks.push_back(o.rank);
+  long exit = number(m.get(LineField::kExit));
+  long sig = number(m.get(LineField::kSignal));
+  if (exit < -1) {  // torchrun: -N is signal N
+    sig = -exit;
+    exit = -1;
+  }
+  std::string what = m.get(LineField::kDetail);
+  if (row.name == "srun_task_exit" && what.rfind("Exited", 0) != 0) {
+    if (what.find("Killed") != std::string::npos) sig = 9;
+    if (what.find("Segmentation") != std::string::npos) sig = 11;
+    if (what.find("Aborted") != std::string::npos) sig = 6;
+    if (what.find("Terminated") != std::string::npos) sig = 15;  // srun stopping the rest
+  }
+  if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
+    if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;
+    if (o.local_rank >= 0 && rank_of_local.size() < kMaxPids) {
+      rank_of_local[fmt::format("{}|{}", o.host, o.local_rank)] = o.rank;
+      rank_of_local[fmt::format("|{}", o.local_rank)] = o.rank;
+    }
+  }
+  for (long r : ranks) {
+    Origin at = o;
+    at.rank = r;
+    Proc* p = proc_at(at, m.source);
+    if (!p) continue;
+    keep_first(p->died, note);
+    if (exit > 0 && p->exit <= 0) p->exit = exit;
+    if (sig > 0 && p->signal <= 0) p->signal = sig;
+  }
+}
+
+// A rank waited for peers: the world size it expected, and how many had joined.
+void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
+  long world_n = number(m.get(LineField::kWorld));
+  long joined_n = number(m.get(LineField::kJoined));
+  if (world_n > 0) world = std::max(world, world_n);
+  if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
+  if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
+    world_by_rank[o.rank] = world_n;
+  keep_first(absent_first, note);
+  if (Proc* p = proc_at(o, m.source)) keep_first(p->waiting, note);
+}
+
+// A rank reports a peer gone: grouped by finding, with the peers' hosts it names.
+void Knowledge::on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note) {
+  Group& g = pointers[row.finding];
+  g.id = row.finding;
+  if (o.rank >= 0) g.ranks.insert(o.rank);
+  if (!m.get(LineField::kHost).empty()) g.hosts.insert(m.get(LineField::kHost));
+  add_evidence(g, note, note.detail);
+  if (Proc* p = proc_at(o, m.source)) keep_first(p->downstream, note);
+}
+
+// A watchdog's timeout of one collective: which one (SeqNum, OpType), on which rank.
+void Knowledge::on_timeout(const Match& m, const Origin& o, const Note& note) {
+  Proc* p = proc_at(o, m.source);
+  if (!p) return;
+  keep_first(p->timeout, note);
+  if (number(m.get(LineField::kSeq)) >= 0) p->seq_no = number(m.get(LineField::kSeq));
+  if (!m.get(LineField::kOp).empty()) p->op = m.get(LineField::kOp);
+  if (number(m.get(LineField::kEnqueued)) >= 0) p->enqueued = number(m.get(LineField::kEnqueued));
 }
 
 }  // namespace rankcheck::diagnose

@@ -79,7 +79,7 @@ struct TableEntry {
 struct Scanner::State {
   std::span<const Pattern> rows = catalogue();
   Prefilter prefilter{rows};
-  std::vector<std::vector<Field>> extracts;
+  std::vector<std::vector<LineField>> extracts;
   std::vector<std::optional<std::regex>> regex;  // compiled on first use
   Knowledge k;
   uint32_t source = 0;
@@ -130,13 +130,14 @@ struct Scanner::State {
     if (entry.open && (entry.rank >= 0 || entry.pid >= 0)) {
       Match m;
       m.row = entry_row;
-      m.field[static_cast<size_t>(Field::kRank)] =
+      m.field[static_cast<size_t>(LineField::kRank)] =
           entry.rank >= 0 ? std::to_string(entry.rank) : "";
-      m.field[static_cast<size_t>(Field::kLocalRank)] =
+      m.field[static_cast<size_t>(LineField::kLocalRank)] =
           entry.local_rank >= 0 ? std::to_string(entry.local_rank) : "";
-      m.field[static_cast<size_t>(Field::kHost)] = entry.host;
-      m.field[static_cast<size_t>(Field::kExit)] = std::to_string(entry.exit);
-      m.field[static_cast<size_t>(Field::kPid)] = entry.pid >= 0 ? std::to_string(entry.pid) : "";
+      m.field[static_cast<size_t>(LineField::kHost)] = entry.host;
+      m.field[static_cast<size_t>(LineField::kExit)] = std::to_string(entry.exit);
+      m.field[static_cast<size_t>(LineField::kPid)] =
+          entry.pid >= 0 ? std::to_string(entry.pid) : "";
       m.origin.rank = entry.rank;
       m.origin.local_rank = entry.local_rank;
       m.origin.host = entry.host;

@@ -396,7 +396,7 @@ class FindingDocs(unittest.TestCase):
     ROOT = os.path.join(os.path.dirname(__file__), "../..")
     # Kebab-case strings in src/ that are not finding ids: GPU probe states, a peer
     # label, the report's reasons to decide, an example host name in a comment.
-    NOT_IDS = {"in-process", "not-built", "no-driver", "no-device", "init-failed", "gpu-02",
+    NOT_IDS = {"in-process", "not-built", "no-driver", "no-device", "init-failed", "gpu-01", "gpu-02",
                "all-joined", "member-lost"}
 
     def read(self, path):

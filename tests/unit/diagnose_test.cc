@@ -36,7 +36,7 @@ TEST_CASE("diagnose: every catalogue row compiles, and names a field per capture
     CHECK(p.name.find('-') == std::string_view::npos);  // row keys are not finding ids
     CHECK(!p.component.empty());
     CHECK(!p.source.empty());
-    std::vector<Field> fields = parse_extracts(p.extracts);
+    std::vector<LineField> fields = parse_extracts(p.extracts);
     if (p.regex.empty()) continue;
     std::regex re(std::string(p.regex), std::regex::ECMAScript);
     CHECK(re.mark_count() == fields.size());
