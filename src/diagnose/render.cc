@@ -105,12 +105,8 @@ std::string render_text(const Diagnosis& d, bool color) {
 }
 
 std::string render_json(const Diagnosis& d) {
-  nlohmann::json j;
-  j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kRankcheckVersion;
-  j["role"] = "diagnose";
-  j["verdict"] = d.findings.empty() ? "nothing found" : "fail";
-  j["exit_code"] = d.exit_code();
+  nlohmann::json j =
+      json_envelope("diagnose", d.findings.empty() ? "nothing found" : "fail", d.exit_code());
   j["launcher"] = d.launcher;
   j["verify_with"] = d.verify_with;
   j["inputs"] = {{"files", d.files},

@@ -167,171 +167,231 @@ void check_master_addr_form(Identity& id) {
   }
 }
 
-// Picks each field's value by precedence and lists the disagreements.
-void resolve(Identity& id) {
+// What resolve has learnt so far of each field: whether it has a value, and
+// whether a problem already names the value given (so that "none is set" is not
+// said of it too).
+struct Resolved {
   bool have[kFieldCount] = {};
-  bool reported[kFieldCount] = {};  // a problem already names the value given
-  bool world_from_implausible = false;
-  bool skip_nproc = inherited_nproc(id);
-  for (int fi = 0; fi < kFieldCount; ++fi) {
-    auto field = static_cast<Field>(fi);
-    if (field == Field::kNprocPerNode && skip_nproc) continue;
-    std::vector<const Observation*> valid;
-    std::vector<const Observation*> unparsable;
-    const Observation* empty = nullptr;  // a MASTER_ADDR or job id set to ""
-    bool strong =
-        std::any_of(id.observations.begin(), id.observations.end(),
-                    [field](const Observation& o) { return o.field == field && !o.weak; });
-    for (const Observation& o : id.observations) {
-      if (o.field != field || (strong && o.weak)) continue;
-      if (is_numeric_field(field) && !parse_long(o.value)) {
-        unparsable.push_back(&o);
-        continue;
-      }
-      if (!is_numeric_field(field) && o.value.empty()) {
-        if (empty == nullptr) empty = &o;
-        continue;
-      }
-      valid.push_back(&o);
+  bool reported[kFieldCount] = {};
+  bool world_from_implausible = false;  // world size from an implausible node count
+
+  bool has(Field f) const { return have[int(f)]; }
+  void give(Field f) { have[int(f)] = true; }
+  bool named(Field f) const { return reported[int(f)]; }
+};
+
+// One field's observations, sorted into what can be done with them. Weak ones count
+// only when no strong one gives the field.
+struct Candidates {
+  std::vector<const Observation*> valid;
+  std::vector<const Observation*> unparsable;
+  const Observation* empty = nullptr;  // a MASTER_ADDR or job id set to ""
+};
+
+Candidates candidates(const Identity& id, Field field) {
+  Candidates c;
+  bool strong = std::any_of(id.observations.begin(), id.observations.end(),
+                            [field](const Observation& o) { return o.field == field && !o.weak; });
+  for (const Observation& o : id.observations) {
+    if (o.field != field || (strong && o.weak)) continue;
+    if (is_numeric_field(field) && !parse_long(o.value)) {
+      c.unparsable.push_back(&o);
+      continue;
     }
-    // An unparsable value stops the run unless another source gives the field.
-    for (const Observation* o : unparsable) {
-      std::string what = not_whole(*o, describe(o->launcher));
-      reported[fi] = reported[fi] || valid.empty();
-      if (!valid.empty()) {
-        id.notes.push_back(
-            fmt::format("{}; using {}={}", what, valid.front()->variable, valid.front()->value));
-      } else if (field == Field::kNprocPerNode) {
-        id.problems.push_back(what +
-                              ": torchrun's auto/gpu are not known before the GPUs are "
-                              "probed; pass --nproc-per-node N");
-      } else if (field == Field::kNnodes && o->value.find(':') != std::string::npos) {
-        id.problems.push_back(what +
-                              ": an elastic range; rankcheck checks a job of a fixed size, "
-                              "pass --nnodes N");
-      } else {
-        id.problems.push_back(what);
-      }
+    if (!is_numeric_field(field) && o.value.empty()) {
+      if (c.empty == nullptr) c.empty = &o;
+      continue;
     }
-    if (valid.empty() && empty != nullptr && field == Field::kMasterAddr) {
-      id.problems.push_back(fmt::format("{} is set but empty (set by {}): give it rank 0's host",
-                                        empty->variable, describe(empty->launcher)));
-      reported[fi] = true;
-    }
-    if (valid.empty()) continue;
-    have[fi] = true;
-    const Observation& chosen = *valid.front();
-    id.source_index[size_t(fi)] = static_cast<int>(&chosen - id.observations.data());
-    if (long* slot = numeric_slot(id, field)) {
-      *slot = *parse_long(chosen.value);
-    } else if (field == Field::kMasterAddr) {
-      id.master_addr = chosen.value;
+    c.valid.push_back(&o);
+  }
+  return c;
+}
+
+// An unparsable value stops the run unless another source gives the field.
+// Returns whether a problem names it.
+bool report_unparsable(Identity& id, Field field, const Candidates& c) {
+  bool reported = false;
+  for (const Observation* o : c.unparsable) {
+    std::string what = not_whole(*o, describe(o->launcher));
+    reported = reported || c.valid.empty();
+    if (!c.valid.empty()) {
+      id.notes.push_back(
+          fmt::format("{}; using {}={}", what, c.valid.front()->variable, c.valid.front()->value));
+    } else if (field == Field::kNprocPerNode) {
+      id.problems.push_back(what +
+                            ": torchrun's auto/gpu are not known before the GPUs are "
+                            "probed; pass --nproc-per-node N");
+    } else if (field == Field::kNnodes && o->value.find(':') != std::string::npos) {
+      id.problems.push_back(what +
+                            ": an elastic range; rankcheck checks a job of a fixed size, "
+                            "pass --nnodes N");
     } else {
-      id.job_id = chosen.value;
-    }
-    if (field == Field::kRank) id.launcher = chosen.launcher;
-    // Job ids naturally differ between launchers (a Slurm job id, a torchrun run id).
-    if (field == Field::kJobId) continue;
-    Conflict c{field, {}};
-    for (const Observation* o : valid) {
-      bool same = is_numeric_field(field) ? parse_long(o->value) == parse_long(chosen.value)
-                                          : o->value == chosen.value;
-      if (!same) c.values.push_back(*o);
-    }
-    if (!c.values.empty()) {
-      c.values.insert(c.values.begin(), chosen);
-      id.conflicts.push_back(std::move(c));
+      id.problems.push_back(what);
     }
   }
+  return reported;
+}
 
-  // Node mode: one member stands for nproc-per-node consecutive ranks.
-  if (have[int(Field::kNprocPerNode)]) {
-    if (id.nranks < 1 || id.nranks > kMaxRanksPerMember) {
-      id.problems.push_back(
-          fmt::format("nproc per node {} is outside 1..{}", id.nranks, kMaxRanksPerMember));
-      id.nranks = 1;
-    } else if (!have[int(Field::kRank)]) {
-      if (!have[int(Field::kNodeRank)]) {
-        id.problems.push_back(fmt::format("node mode needs the node rank: none of {} is set",
-                                          sources_for(Field::kNodeRank)));
-      } else if (!plausible(id.node_rank)) {
-        // Not multiplied (it could overflow): reported with the other implausible values.
-        have[int(Field::kRank)] = true;
-      } else {
-        id.rank = id.node_rank * id.nranks;
-        have[int(Field::kRank)] = true;
-        if (const Observation* o = id.source(Field::kNodeRank)) id.launcher = o->launcher;
-        id.notes.push_back(fmt::format("node mode: node {} stands for ranks {}-{}", id.node_rank,
-                                       id.rank, id.rank + id.nranks - 1));
-      }
-      if (!have[int(Field::kWorldSize)] && have[int(Field::kNnodes)]) {
-        have[int(Field::kWorldSize)] = true;
-        if (plausible(id.nnodes)) {
-          id.world_size = id.nnodes * id.nranks;
-        } else {
-          world_from_implausible = true;  // not multiplied: reported below
-        }
-      }
-      if (!have[int(Field::kLocalWorldSize)]) id.local_world_size = id.nranks;
-      id.local_rank = 0;
+// The first valid observation is the field's value.
+void take_value(Identity& id, Field field, const Observation& chosen) {
+  id.source_index[size_t(field)] = static_cast<int>(&chosen - id.observations.data());
+  if (long* slot = numeric_slot(id, field)) {
+    *slot = *parse_long(chosen.value);
+  } else if (field == Field::kMasterAddr) {
+    id.master_addr = chosen.value;
+  } else {
+    id.job_id = chosen.value;
+  }
+  if (field == Field::kRank) id.launcher = chosen.launcher;
+}
+
+// The sources that give the field another value than the chosen one, listed with it.
+void note_conflict(Identity& id, Field field, const std::vector<const Observation*>& valid) {
+  const Observation& chosen = *valid.front();
+  Conflict c{field, {}};
+  for (const Observation* o : valid) {
+    bool same = is_numeric_field(field) ? parse_long(o->value) == parse_long(chosen.value)
+                                        : o->value == chosen.value;
+    if (!same) c.values.push_back(*o);
+  }
+  if (!c.values.empty()) {
+    c.values.insert(c.values.begin(), chosen);
+    id.conflicts.push_back(std::move(c));
+  }
+}
+
+// Picks one field's value by precedence and lists the disagreements.
+void resolve_field(Identity& id, Field field, Resolved& r) {
+  Candidates c = candidates(id, field);
+  r.reported[int(field)] = report_unparsable(id, field, c);
+  if (c.valid.empty() && c.empty != nullptr && field == Field::kMasterAddr) {
+    id.problems.push_back(fmt::format("{} is set but empty (set by {}): give it rank 0's host",
+                                      c.empty->variable, describe(c.empty->launcher)));
+    r.reported[int(field)] = true;
+  }
+  if (c.valid.empty()) return;
+  r.give(field);
+  take_value(id, field, *c.valid.front());
+  // Job ids naturally differ between launchers (a Slurm job id, a torchrun run id).
+  if (field == Field::kJobId) return;
+  note_conflict(id, field, c.valid);
+}
+
+// Node mode: one member stands for nproc-per-node consecutive ranks.
+void apply_node_mode(Identity& id, Resolved& r) {
+  if (!r.has(Field::kNprocPerNode)) return;
+  if (id.nranks < 1 || id.nranks > kMaxRanksPerMember) {
+    id.problems.push_back(
+        fmt::format("nproc per node {} is outside 1..{}", id.nranks, kMaxRanksPerMember));
+    id.nranks = 1;
+    return;
+  }
+  if (r.has(Field::kRank)) return;
+  if (!r.has(Field::kNodeRank)) {
+    id.problems.push_back(fmt::format("node mode needs the node rank: none of {} is set",
+                                      sources_for(Field::kNodeRank)));
+  } else if (!plausible(id.node_rank)) {
+    // Not multiplied (it could overflow): reported with the other implausible values.
+    r.give(Field::kRank);
+  } else {
+    id.rank = id.node_rank * id.nranks;
+    r.give(Field::kRank);
+    if (const Observation* o = id.source(Field::kNodeRank)) id.launcher = o->launcher;
+    id.notes.push_back(fmt::format("node mode: node {} stands for ranks {}-{}", id.node_rank,
+                                   id.rank, id.rank + id.nranks - 1));
+  }
+  if (!r.has(Field::kWorldSize) && r.has(Field::kNnodes)) {
+    r.give(Field::kWorldSize);
+    if (plausible(id.nnodes)) {
+      id.world_size = id.nnodes * id.nranks;
+    } else {
+      r.world_from_implausible = true;  // not multiplied: reported below
     }
   }
+  if (!r.has(Field::kLocalWorldSize)) id.local_world_size = id.nranks;
+  id.local_rank = 0;
+}
 
+// The ranks and counts: plausible, and given at all.
+void check_counts(Identity& id, const Resolved& r) {
   for (long v : {id.rank, id.local_rank, id.local_world_size, id.node_rank, id.nnodes}) {
     if (!plausible(v)) {
       id.problems.push_back(
           fmt::format("{} is not a plausible rank or count (limit {})", v, kMaxWorldSize));
     }
   }
-  if (!have[int(Field::kRank)] && !reported[int(Field::kRank)] &&
-      !reported[int(Field::kNodeRank)]) {
+  if (!r.has(Field::kRank) && !r.named(Field::kRank) && !r.named(Field::kNodeRank)) {
     id.problems.push_back(fmt::format("cannot tell this process's rank: none of {} is set",
                                       sources_for(Field::kRank)));
   }
-  if (!have[int(Field::kWorldSize)] && reported[int(Field::kWorldSize)]) {
+  if (!r.has(Field::kWorldSize) && r.named(Field::kWorldSize)) {
     // Named above.
-  } else if (!have[int(Field::kWorldSize)]) {
+  } else if (!r.has(Field::kWorldSize)) {
     id.problems.push_back(fmt::format("cannot tell the world size: none of {} is set",
                                       sources_for(Field::kWorldSize)));
-  } else if (world_from_implausible) {
+  } else if (r.world_from_implausible) {
     // Left unset: the node count it would come from is reported above.
   } else if (id.world_size < 1 || id.world_size > kMaxWorldSize) {
     id.problems.push_back(
         fmt::format("world size {} is outside 1..{}", id.world_size, kMaxWorldSize));
   }
-  if (have[int(Field::kLocalWorldSize)] && id.local_world_size < 1) {
+  if (r.has(Field::kLocalWorldSize) && id.local_world_size < 1) {
     id.problems.push_back(fmt::format("local world size {} is below 1", id.local_world_size));
   }
-  if (!have[int(Field::kMasterPort)]) {
+}
+
+// MASTER_PORT: the default when unset, a problem when it is not a port.
+void check_master_port(Identity& id, const Resolved& r) {
+  if (!r.has(Field::kMasterPort)) {
     id.notes.push_back(fmt::format("MASTER_PORT not set: using {}", kDefaultMasterPort));
   } else if (id.master_port < 1 || id.master_port > 65535) {
     id.problems.push_back(fmt::format("master port {} is outside 1..65535", id.master_port));
   }
-  if (id.master_addr.empty()) {
-    if (!id.node_list.empty()) {
-      auto hosts = expand_hostlist(id.node_list);
-      if (hosts) {
-        id.master_addr = hosts->front();
-        id.notes.push_back(
-            fmt::format("MASTER_ADDR not set: using {}, the first host of the Slurm node list",
-                        id.master_addr));
-      }
-    } else if (id.world_size == 1) {
-      id.master_addr = "127.0.0.1";
-      id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
-    }
-    if (id.master_addr.empty() && !reported[int(Field::kMasterAddr)]) {
-      bool under_mpirun = std::any_of(id.observations.begin(), id.observations.end(),
-                                      [](const Observation& o) { return o.launcher == "openmpi"; });
-      id.problems.push_back(fmt::format(
-          "{}: none of {} is set{}", kNoMaster, sources_for(Field::kMasterAddr),
-          under_mpirun ? ". Under mpirun, use rankcheck-mpi --bootstrap mpi (the records travel "
-                         "over MPI), or pass the master with -x MASTER_ADDR=HOST -x MASTER_PORT"
-                       : ""));
-    }
-  } else {
+}
+
+// Without MASTER_ADDR: the first host of a Slurm node list, or loopback for a job
+// of one rank; else a problem. With it: its form.
+void choose_master_addr(Identity& id, const Resolved& r) {
+  if (!id.master_addr.empty()) {
     check_master_addr_form(id);
+    return;
   }
+  if (!id.node_list.empty()) {
+    auto hosts = expand_hostlist(id.node_list);
+    if (hosts) {
+      id.master_addr = hosts->front();
+      id.notes.push_back(fmt::format(
+          "MASTER_ADDR not set: using {}, the first host of the Slurm node list", id.master_addr));
+    }
+  } else if (id.world_size == 1) {
+    id.master_addr = "127.0.0.1";
+    id.notes.push_back("MASTER_ADDR not set: a job of one rank uses 127.0.0.1");
+  }
+  if (id.master_addr.empty() && !r.named(Field::kMasterAddr)) {
+    bool under_mpirun = std::any_of(id.observations.begin(), id.observations.end(),
+                                    [](const Observation& o) { return o.launcher == "openmpi"; });
+    id.problems.push_back(fmt::format(
+        "{}: none of {} is set{}", kNoMaster, sources_for(Field::kMasterAddr),
+        under_mpirun ? ". Under mpirun, use rankcheck-mpi --bootstrap mpi (the records travel "
+                       "over MPI), or pass the master with -x MASTER_ADDR=HOST -x MASTER_PORT"
+                     : ""));
+  }
+}
+
+// Picks each field's value by precedence and lists the disagreements, then
+// derives what node mode implies and checks what came out.
+void resolve(Identity& id) {
+  Resolved r;
+  bool skip_nproc = inherited_nproc(id);
+  for (int fi = 0; fi < kFieldCount; ++fi) {
+    auto field = static_cast<Field>(fi);
+    if (field == Field::kNprocPerNode && skip_nproc) continue;
+    resolve_field(id, field, r);
+  }
+  apply_node_mode(id, r);
+  check_counts(id, r);
+  check_master_port(id, r);
+  choose_master_addr(id, r);
 }
 
 // How many members the launcher started, as it counts them itself (SLURM_NTASKS,

@@ -201,137 +201,213 @@ void PathListener::serve() {
     ::close(p.fd);
 }
 
+namespace {
+
+// One connection in flight: its target, its own deadline, the nonce it asks with
+// and what has come back so far.
+struct Probe {
+  size_t target = 0;
+  int fd = -1;  // -1 once finished
+  Clock::time_point start, until;
+  bool connected = false;
+  std::array<uint8_t, kNonce> nonce{};
+  std::vector<uint8_t> rx;
+};
+
+// One run of probe_paths: the targets, at most `in_flight` probes at a time, and
+// what each found.
+class Prober {
+ public:
+  Prober(uint32_t self_host, const std::string& self_identity,
+         const std::vector<PathTarget>& targets, Millis per_conn, size_t in_flight, Deadline by,
+         const JobToken* token);
+  /// Probes until every target has its result or `by` passes; those still in
+  /// flight then timed out.
+  std::vector<PathResult> run();
+
+ private:
+  void start_probes();
+  bool serve_probes();
+  void ask(Probe& a);
+  void read_answer(Probe& a);
+  void judge(Probe& a, size_t id_len);
+  void finish(Probe& a, PathOutcome o, std::string detail);
+
+  uint32_t self_host_;
+  const std::string& self_identity_;
+  const std::vector<PathTarget>& targets_;
+  Millis per_conn_;
+  size_t in_flight_;
+  Deadline by_;
+  const JobToken* token_;
+  std::vector<PathResult> results_;
+  std::vector<Probe> active_;
+  size_t next_ = 0;  // the first target not yet started
+};
+
+Prober::Prober(uint32_t self_host, const std::string& self_identity,
+               const std::vector<PathTarget>& targets, Millis per_conn, size_t in_flight,
+               Deadline by, const JobToken* token)
+    : self_host_(self_host),
+      self_identity_(self_identity),
+      targets_(targets),
+      per_conn_(per_conn),
+      in_flight_(std::max<size_t>(in_flight, 1)),
+      by_(by),
+      token_(token),
+      results_(targets.size()) {
+  for (size_t i = 0; i < targets.size(); ++i)
+    results_[i].edge = {self_host, targets[i].host};
+}
+
+std::vector<PathResult> Prober::run() {
+  while (next_ < targets_.size() || !active_.empty()) {
+    start_probes();
+    if (active_.empty()) {
+      if (by_.expired()) break;
+      continue;
+    }
+    if (!serve_probes()) break;
+    std::erase_if(active_, [](const Probe& a) { return a.fd < 0; });
+  }
+  for (Probe& a : active_) {
+    if (a.fd >= 0) finish(a, PathOutcome::kTimeout, "");
+  }
+  return std::move(results_);
+}
+
+// Connects to the next targets, up to in_flight at once, each within its own
+// deadline and the run's. A target that cannot be tried is answered at once.
+void Prober::start_probes() {
+  while (active_.size() < in_flight_ && next_ < targets_.size() && !by_.expired()) {
+    const PathTarget& t = targets_[next_];
+    Probe a;
+    a.target = next_++;
+    a.fd = -1;
+    a.start = Clock::now();
+    a.until = std::min(a.start + per_conn_, by_.when());
+    auto addr = to_addr(t.address, t.ifname, t.port);
+    if (!addr) {
+      results_[a.target] = {{self_host_, t.host}, PathOutcome::kOther, 0, "not an address"};
+      continue;
+    }
+    a.fd = ::socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (a.fd < 0) {
+      results_[a.target] = {{self_host_, t.host}, PathOutcome::kOther, 0, std::strerror(errno)};
+      continue;
+    }
+    (void)fill_random(a.nonce);
+    if (::connect(a.fd, reinterpret_cast<sockaddr*>(&addr->ss), addr->len) != 0 &&
+        errno != EINPROGRESS) {
+      int err = errno;
+      finish(a, classify(err), std::strerror(err));
+      continue;
+    }
+    active_.push_back(std::move(a));
+  }
+}
+
+// Waits until a probe can move on (at most a second, or the soonest deadline) and
+// moves each on: a connection asks, an answer is judged, a probe past its
+// deadline timed out. False when poll itself failed.
+bool Prober::serve_probes() {
+  std::vector<pollfd> fds;
+  auto soonest = active_.front().until;
+  for (const Probe& a : active_) {
+    fds.push_back({a.fd, static_cast<short>(a.connected ? POLLIN : POLLOUT), 0});
+    soonest = std::min(soonest, a.until);
+  }
+  auto ms = std::chrono::duration_cast<Millis>(soonest - Clock::now()).count();
+  int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long>(ms, 0, 1000)));
+  if (n < 0 && errno != EINTR) return false;
+  auto now = Clock::now();
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Probe& a = active_[i];
+    if (fds[i].revents != 0 && !a.connected) {
+      ask(a);
+    } else if (fds[i].revents != 0) {
+      read_answer(a);
+    }
+    if (a.fd >= 0 && now >= a.until) finish(a, PathOutcome::kTimeout, "");
+  }
+  return true;
+}
+
+// The connection is made (or failed): send the question, "RKNP" and the nonce.
+void Prober::ask(Probe& a) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    finish(a, classify(err), std::strerror(err));
+    return;
+  }
+  a.connected = true;
+  std::vector<uint8_t> req(kMagic, kMagic + 4);
+  req.insert(req.end(), a.nonce.begin(), a.nonce.end());
+  if (::send(a.fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
+    finish(a, PathOutcome::kOther, "the connection closed before the question");
+  }
+}
+
+// Reads what the listener sent; once its answer is whole ("RKNP" u8 n, id(n),
+// mac), judges it.
+void Prober::read_answer(Probe& a) {
+  uint8_t buf[512];
+  ssize_t got = ::recv(a.fd, buf, sizeof buf, 0);
+  if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) {
+    finish(a, got == 0 ? PathOutcome::kOther : classify(errno),
+           got == 0 ? "closed without an answer" : std::strerror(errno));
+    return;
+  }
+  if (got > 0) a.rx.insert(a.rx.end(), buf, buf + got);
+  if (a.rx.size() < 5) return;
+  size_t id_len = a.rx[4];
+  if (a.rx.size() < 5 + id_len + kMacSize) return;
+  judge(a, id_len);
+}
+
+// An answer without this job's token proves nothing; with it, it names who
+// answered: this host itself, another host than the target, or the target.
+void Prober::judge(Probe& a, size_t id_len) {
+  std::string id(a.rx.begin() + 5, a.rx.begin() + 5 + static_cast<long>(id_len));
+  Mac mac{};
+  std::copy(a.rx.begin() + 5 + static_cast<long>(id_len),
+            a.rx.begin() + 5 + static_cast<long>(id_len + kMacSize), mac.begin());
+  bool magic = std::equal(kMagic, kMagic + 4, a.rx.begin());
+  bool proven =
+      magic && (token_ == nullptr ||
+                token_->verify(mac, kPathLabel, a.nonce, {},
+                               std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
+  const PathTarget& t = targets_[a.target];
+  if (!proven) {
+    finish(a, PathOutcome::kWrongHost, "an answer without this job's token");
+  } else if (id == self_identity_) {
+    finish(a, PathOutcome::kSelf, "");
+  } else if (id != t.identity) {
+    finish(a, PathOutcome::kWrongHost, fmt::format("answered by {}", id.substr(0, id.find('\n'))));
+  } else {
+    finish(a, PathOutcome::kOk, "");
+  }
+}
+
+// What the probe found, and how long it took; its socket closed.
+void Prober::finish(Probe& a, PathOutcome o, std::string detail) {
+  PathResult& r = results_[a.target];
+  r.outcome = o;
+  r.detail = std::move(detail);
+  r.connect_us = static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.start).count());
+  ::close(a.fd);
+  a.fd = -1;
+}
+
+}  // namespace
+
 std::vector<PathResult> probe_paths(uint32_t self_host, const std::string& self_identity,
                                     const std::vector<PathTarget>& targets, Millis per_conn,
                                     size_t in_flight, Deadline by, const JobToken* token) {
-  struct Active {
-    size_t target = 0;
-    int fd = -1;
-    Clock::time_point start, until;
-    bool connected = false;
-    std::array<uint8_t, kNonce> nonce{};
-    std::vector<uint8_t> rx;
-  };
-  std::vector<PathResult> results(targets.size());
-  for (size_t i = 0; i < targets.size(); ++i)
-    results[i].edge = {self_host, targets[i].host};
-  std::vector<Active> active;
-  size_t next = 0;
-  auto finish = [&](Active& a, PathOutcome o, std::string detail) {
-    PathResult& r = results[a.target];
-    r.outcome = o;
-    r.detail = std::move(detail);
-    r.connect_us = static_cast<uint32_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.start).count());
-    ::close(a.fd);
-    a.fd = -1;
-  };
-  in_flight = std::max<size_t>(in_flight, 1);
-  while (next < targets.size() || !active.empty()) {
-    while (active.size() < in_flight && next < targets.size() && !by.expired()) {
-      const PathTarget& t = targets[next];
-      Active a;
-      a.target = next++;
-      a.fd = -1;
-      a.start = Clock::now();
-      a.until = std::min(a.start + per_conn, by.when());
-      auto addr = to_addr(t.address, t.ifname, t.port);
-      if (!addr) {
-        results[a.target] = {{self_host, t.host}, PathOutcome::kOther, 0, "not an address"};
-        continue;
-      }
-      a.fd = ::socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (a.fd < 0) {
-        results[a.target] = {{self_host, t.host}, PathOutcome::kOther, 0, std::strerror(errno)};
-        continue;
-      }
-      (void)fill_random(a.nonce);
-      if (::connect(a.fd, reinterpret_cast<sockaddr*>(&addr->ss), addr->len) != 0 &&
-          errno != EINPROGRESS) {
-        int err = errno;
-        finish(a, classify(err), std::strerror(err));
-        continue;
-      }
-      active.push_back(std::move(a));
-    }
-    if (active.empty()) {
-      if (by.expired()) break;
-      continue;
-    }
-    std::vector<pollfd> fds;
-    auto soonest = active.front().until;
-    for (const Active& a : active) {
-      fds.push_back({a.fd, static_cast<short>(a.connected ? POLLIN : POLLOUT), 0});
-      soonest = std::min(soonest, a.until);
-    }
-    auto ms = std::chrono::duration_cast<Millis>(soonest - Clock::now()).count();
-    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long>(ms, 0, 1000)));
-    if (n < 0 && errno != EINTR) break;
-    auto now = Clock::now();
-    for (size_t i = 0; i < active.size(); ++i) {
-      Active& a = active[i];
-      if (fds[i].revents != 0 && !a.connected) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        ::getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err != 0) {
-          finish(a, classify(err), std::strerror(err));
-          continue;
-        }
-        a.connected = true;
-        std::vector<uint8_t> req(kMagic, kMagic + 4);
-        req.insert(req.end(), a.nonce.begin(), a.nonce.end());
-        if (::send(a.fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
-          finish(a, PathOutcome::kOther, "the connection closed before the question");
-          continue;
-        }
-      } else if (fds[i].revents != 0) {
-        uint8_t buf[512];
-        ssize_t got = ::recv(a.fd, buf, sizeof buf, 0);
-        if (got <= 0 && !(got < 0 && (errno == EAGAIN || errno == EINTR))) {
-          finish(a, got == 0 ? PathOutcome::kOther : classify(errno),
-                 got == 0 ? "closed without an answer" : std::strerror(errno));
-          continue;
-        }
-        if (got > 0) a.rx.insert(a.rx.end(), buf, buf + got);
-        if (a.rx.size() >= 5) {
-          size_t id_len = a.rx[4];
-          if (a.rx.size() >= 5 + id_len + kMacSize) {
-            std::string id(a.rx.begin() + 5, a.rx.begin() + 5 + static_cast<long>(id_len));
-            Mac mac{};
-            std::copy(a.rx.begin() + 5 + static_cast<long>(id_len),
-                      a.rx.begin() + 5 + static_cast<long>(id_len + kMacSize), mac.begin());
-            bool magic = std::equal(kMagic, kMagic + 4, a.rx.begin());
-            bool proven =
-                magic &&
-                (token == nullptr ||
-                 token->verify(mac, kPathLabel, a.nonce, {},
-                               std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
-            const PathTarget& t = targets[a.target];
-            if (!proven) {
-              finish(a, PathOutcome::kWrongHost, "an answer without this job's token");
-            } else if (id == self_identity) {
-              finish(a, PathOutcome::kSelf, "");
-            } else if (id != t.identity) {
-              finish(a, PathOutcome::kWrongHost,
-                     fmt::format("answered by {}", id.substr(0, id.find('\n'))));
-            } else {
-              finish(a, PathOutcome::kOk, "");
-            }
-            continue;
-          }
-        }
-      }
-      if (a.fd >= 0 && now >= a.until) finish(a, PathOutcome::kTimeout, "");
-    }
-    active.erase(
-        std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.fd < 0; }),
-        active.end());
-  }
-  for (Active& a : active) {
-    if (a.fd >= 0) finish(a, PathOutcome::kTimeout, "");
-  }
-  return results;
+  return Prober(self_host, self_identity, targets, per_conn, in_flight, by, token).run();
 }
 
 }  // namespace rankcheck

@@ -6,13 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <future>
 #include <thread>
 #include <unordered_map>
 
 #include <asio.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include "base/text.h"
 #include "host/interfaces.h"
 #include "host/resolve.h"
+#include "rendezvous/asio_io.h"
 #include "rendezvous/socket.h"
 #include "rules/rules.h"
 
@@ -29,72 +28,31 @@ namespace {
 using asio::awaitable;
 using asio::ip::tcp;
 using Local = asio::local::stream_protocol;
-constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
-using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 
-// Frames waiting for a socket, written one at a time in order.
+// One end the relay writes to (a member's, or the master's): frames waiting for
+// its socket, written one at a time in order.
 template <class Sock>
-struct Outbox {
-  explicit Outbox(Sock s) : sock(std::move(s)) {}
+struct Peer {
+  explicit Peer(Sock s) : sock(std::move(s)) {}
   Sock sock;
-  std::deque<Bytes> queue;
-  bool writing = false;
+  Outbox outbox;
   bool close_after = false;
   bool shutdown_after = false;  // once written, no more: half-close
 
-  void send(std::vector<uint8_t> frame) {
-    queue.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(frame)));
-  }
+  void send(std::vector<uint8_t> frame) { outbox.push(std::move(frame)); }
 };
 
 template <class Sock, class Self>
 void pump(const std::shared_ptr<Self>& self) {
-  Outbox<Sock>& o = *self;
-  if (o.writing) return;
-  if (o.queue.empty()) {
+  Peer<Sock>& p = *self;
+  if (p.outbox.writing()) return;
+  if (p.outbox.empty()) {
     std::error_code ignored;
-    if (o.close_after) o.sock.close(ignored);
-    if (o.shutdown_after) o.sock.shutdown(Sock::shutdown_send, ignored);
+    if (p.close_after) p.sock.close(ignored);
+    if (p.shutdown_after) p.sock.shutdown(Sock::shutdown_send, ignored);
     return;
   }
-  o.writing = true;
-  Bytes next = o.queue.front();
-  asio::async_write(o.sock, asio::buffer(*next), [self, next](std::error_code ec, size_t) {
-    Outbox<Sock>& b = *self;
-    b.writing = false;
-    // (Cleared meanwhile when the relay let its members go.)
-    if (!b.queue.empty() && b.queue.front() == next) b.queue.pop_front();
-    if (ec) b.queue.clear();
-    pump<Sock>(self);
-  });
-}
-
-template <class Sock>
-awaitable<std::optional<Frame>> read_frame(Sock& s, Error* why = nullptr) {
-  auto io_error = [](std::error_code ec, bool mid) {
-    if (ec == asio::error::eof) {
-      return Error{mid ? "connection closed mid-frame" : "connection closed", Fault::kClosed};
-    }
-    return Error{fmt::format("recv: {}", ec.message()), Fault::kSystem};
-  };
-  std::array<uint8_t, kHeaderSize> hdr{};
-  auto [ec, n] = co_await asio::async_read(s, asio::buffer(hdr), kAwait);
-  if (ec) {
-    if (why) *why = io_error(ec, n > 0);
-    co_return std::nullopt;
-  }
-  auto h = decode_header(hdr);
-  if (!h) {
-    if (why) *why = h.error();
-    co_return std::nullopt;
-  }
-  Frame f{*h, std::vector<uint8_t>(h->length)};
-  auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(f.payload), kAwait);
-  if (ec2) {
-    if (why) *why = io_error(ec2, true);
-    co_return std::nullopt;
-  }
-  co_return f;
+  p.outbox.write_next(p.sock, 1, [self](std::error_code) { pump<Sock>(self); });
 }
 
 std::vector<uint8_t> whole(const Frame& f) {
@@ -105,8 +63,8 @@ std::vector<uint8_t> whole(const Frame& f) {
 }  // namespace
 
 struct Relay::Impl {
-  struct Member : Outbox<Local::socket> {
-    using Outbox::Outbox;
+  struct Member : Peer<Local::socket> {
+    using Peer::Peer;
     uint32_t channel = 0;
     bool opened = false;      // the master knows of it
     bool hello_seen = false;  // what follows the hello is forwarded as it comes
@@ -115,8 +73,8 @@ struct Relay::Impl {
     bool read_closed = false;
   };
   using MemberPtr = std::shared_ptr<Member>;
-  struct Upstream : Outbox<tcp::socket> {
-    using Outbox::Outbox;
+  struct Upstream : Peer<tcp::socket> {
+    using Peer::Peer;
   };
 
   explicit Impl(RelayOptions opts)
@@ -184,7 +142,7 @@ struct Relay::Impl {
     auto all = std::move(members);
     members.clear();
     for (auto& [id, m] : all) {
-      m->queue.clear();
+      m->outbox.clear();
       m->sock.close(ignored);
     }
     maybe_stop();
@@ -291,21 +249,21 @@ struct Relay::Impl {
       }
       set_cloexec(up->sock.native_handle());
       up->sock.set_option(tcp::no_delay(true), ec);
-      Error why;
+      ReadError why;
       auto challenge = co_await read_frame(up->sock, &why);
-      if (expired) why = Error{"recv: timed out", Fault::kTimeout};
+      if (expired) why.error = Error{"recv: timed out", Fault::kTimeout};
       std::optional<Challenge> c;
       if (!challenge) {
         timer.cancel();
-        if (why.fault == Fault::kOtherVersion) {
+        if (why.error.fault == Fault::kOtherVersion) {
           stand_down(fmt::format("the master at {} speaks another protocol version", where));
           co_return false;
         }
-        status =
-            !is_io_fault(why.fault)
-                ? fmt::format("{} answered, but is not a rankcheck master ({})", where, why.message)
-                : fmt::format("{} accepted the connection but sent no challenge ({})", where,
-                              why.message);
+        status = !is_io_fault(why.error.fault)
+                     ? fmt::format("{} answered, but is not a rankcheck master ({})", where,
+                                   why.error.message)
+                     : fmt::format("{} accepted the connection but sent no challenge ({})", where,
+                                   why.error.message);
         continue;
       }
       if (challenge->header.type != uint16_t(MsgType::kChallenge)) {
@@ -336,7 +294,7 @@ struct Relay::Impl {
       // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
       std::optional<Frame> reply;
       if (!wec) reply = co_await read_frame(up->sock, &why);
-      if (expired) why = Error{"recv: timed out", Fault::kTimeout};
+      if (expired) why.error = Error{"recv: timed out", Fault::kTimeout};
       timer.cancel();
       if (reply && reply->header.type == uint16_t(MsgType::kAdmit)) co_return true;
       if (reply && reply->header.type == uint16_t(MsgType::kReject)) {
@@ -349,7 +307,7 @@ struct Relay::Impl {
       stand_down(fmt::format("the master at {} did not take the relay ({})", where,
                              wec     ? wec.message()
                              : reply ? fmt::format("a {} frame", type_name(reply->header.type))
-                                     : why.message));
+                                     : why.error.message));
       co_return false;
     }
     co_return false;
@@ -387,7 +345,7 @@ struct Relay::Impl {
         // (The NCCL roots: one frame the master sends a relay once, for all.)
         auto frame = std::make_shared<const std::vector<uint8_t>>(std::move(ch->frame));
         for (auto& [id, m] : members) {
-          m->queue.push_back(frame);
+          m->outbox.push(frame);
           pump<Local::socket>(m);
         }
         continue;

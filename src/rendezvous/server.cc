@@ -25,8 +25,8 @@ void Server::Impl::send(const ConnPtr& c, Bytes frame) {
     if (link == nullptr || link->closed) return;
     return send(link, encode_channel(c->channel, ChannelOp::kData, *frame));
   }
-  c->outbox.push_back(std::move(frame));
-  if (c->link != nullptr && !c->writing) {
+  c->outbox.push(std::move(frame));
+  if (c->link != nullptr && !c->outbox.writing()) {
     // A relay's: written once this handler is done, with whatever else it queues
     // for the same host (the burst of challenges, admits, verdicts), in one writev.
     // Counted as a write in flight meanwhile: the run is not done with it queued.
@@ -45,27 +45,17 @@ void Server::Impl::send(const ConnPtr& c, Bytes frame) {
 }
 
 void Server::Impl::pump(const ConnPtr& c) {
-  if (c->writing) return;
+  if (c->outbox.writing()) return;
   if (c->outbox.empty()) {
     if (c->close_after_write) close(c);
     check_done();
     return;
   }
-  c->writing = true;
   ++writes_in_flight;
   // What is queued goes in one write (writev): a relay's connection carries its
   // members' frames together, and a send each would be a system call each.
-  size_t n = std::min(c->outbox.size(), kMaxGather);
-  std::vector<asio::const_buffer> pieces;
-  pieces.reserve(n);
-  for (size_t i = 0; i < n; ++i)
-    pieces.emplace_back(asio::buffer(*c->outbox[i]));
-  asio::async_write(c->sock, pieces, [this, c, n](std::error_code ec, size_t) {
+  c->outbox.write_next(c->sock, kMaxGather, [this, c](std::error_code) {
     --writes_in_flight;
-    c->writing = false;
-    c->outbox.erase(c->outbox.begin(), c->outbox.begin() + static_cast<std::ptrdiff_t>(n));
-    if (ec) c->outbox.clear();
-    if (c->outbox.empty()) std::vector<Bytes>().swap(c->outbox);
     pump(c);
   });
 }
@@ -131,20 +121,18 @@ void Server::Impl::watch(const ConnPtr& c) {
 
 awaitable<void> Server::Impl::read_stage_result(ConnPtr c) {
   c->reported = true;
-  std::array<uint8_t, kHeaderSize> hdr{};
-  auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-  auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
-  if (!header) {
-    co_return stage_result_in(c, 0, {}, ec ? std::string() : header.error().message);
-  }
+  // A closed connection is no result, without a word; another frame's payload is not read.
+  ReadError why;
+  auto header = co_await read_header(c->sock, &why);
+  if (!header) co_return stage_result_in(c, 0, {}, why.io() ? std::string() : why.error.message);
   std::vector<uint8_t> payload;
   if (header->type == uint16_t(MsgType::kStageResult)) {
-    payload.resize(header->length);
-    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
-    if (ec2) {
+    auto got = co_await read_payload(c->sock, *header, &why);
+    if (!got) {
       co_return stage_result_in(
-          c, 0, {}, fmt::format("closed mid-frame ({} of {} bytes)", n2, payload.size()));
+          c, 0, {}, fmt::format("closed mid-frame ({} of {} bytes)", why.got, header->length));
     }
+    payload = std::move(*got);
   }
   stage_result_in(c, header->type, payload, {});
 }

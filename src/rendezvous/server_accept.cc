@@ -160,26 +160,26 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   }
   send(c, challenge_for(*c));
 
-  std::array<uint8_t, kHeaderSize> hdr{};
-  auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-  if (ec || c->handshake_expired) {
+  // The header first: a frame that is not a hello is refused before its payload.
+  ReadError why;
+  uint16_t peer_version = 0;
+  auto header = co_await read_header(c->sock, &why, &peer_version);
+  if (c->handshake_expired || (!header && why.io())) {
     refuse(c, peer, RefusalKind::kMalformed,
            c->handshake_expired ? fmt::format("no hello within the handshake deadline of {}",
                                               format_seconds(double(cfg.handshake_timeout.count())))
-           : n == 0             ? std::string("closed without a hello")
-                                : fmt::format("closed after {} bytes, mid-header", n));
+           : why.got == 0       ? std::string("closed without a hello")
+                                : fmt::format("closed after {} bytes, mid-header", why.got));
     co_return;
   }
-  uint16_t peer_version = 0;
-  auto header = decode_header(hdr, &peer_version);
   if (!header) {
-    if (header.error().fault == Fault::kOtherVersion) {
+    if (why.error.fault == Fault::kOtherVersion) {
       refuse(c, peer, RefusalKind::kVersion,
              fmt::format("peer speaks rankcheck protocol version {}, this master speaks {}",
                          peer_version, kProtocolVersion),
              std::nullopt, RejectCode::kVersion);
     } else {
-      refuse(c, peer, RefusalKind::kMalformed, header.error().message);
+      refuse(c, peer, RefusalKind::kMalformed, why.error.message);
     }
     co_return;
   }
@@ -196,21 +196,20 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
            fmt::format("sent a {} frame before its hello", type_name(header->type)));
     co_return;
   }
-  std::vector<uint8_t> payload(header->length);  // within its cap
-  auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
-  if (ec2 || c->handshake_expired) {
+  auto payload = co_await read_payload(c->sock, *header, &why);
+  if (!payload || c->handshake_expired) {
     refuse(c, peer, RefusalKind::kMalformed,
            c->handshake_expired
                ? std::string("hello not complete within the handshake deadline")
-               : fmt::format("closed mid-hello ({} of {} bytes)", n2, payload.size()));
+               : fmt::format("closed mid-hello ({} of {} bytes)", why.got, header->length));
     co_return;
   }
   if (relay) {
     timer.cancel();  // the relay's own handshake is over; its channels have none of their own
-    co_return co_await serve_relay(std::move(c), std::move(peer), std::move(payload));
+    co_return co_await serve_relay(std::move(c), std::move(peer), std::move(*payload));
   }
   // Nothing from here on waits: the handshake is still in time.
-  on_hello(c, std::move(peer), payload);
+  on_hello(c, std::move(peer), *payload);
   if (c->admitted) timer.cancel();
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // The master's server, inside: its state, its connections and the steps that
-// move them. Private to server.cc (deciding, sending, the GPU stage) and
-// server_accept.cc (accepting, the handshake, fairness between sources).
+// move them. Private to server.cc (deciding, sending, the GPU stage),
+// server_accept.cc (accepting, the handshake, fairness between sources),
+// server_relay.cc (host relays' connections and their channels) and
+// server_rehearsal.cc (the rehearsal of NCCL's connections).
 
 #include <algorithm>
 #include <array>
@@ -17,14 +19,14 @@
 #include <vector>
 
 #include <asio.hpp>
-#include <asio/experimental/as_tuple.hpp>
 #include <fmt/format.h>
 
-#include "base/version.h"  // after server.h: its enums have a kRankcheckVersion of their own
+#include "base/version.h"
 #include "host/interfaces.h"
 #include "model/path.h"
 #include "rehearsal/plan.h"
 #include "rehearsal/probe.h"
+#include "rendezvous/asio_io.h"
 #include "rendezvous/relay.h"
 #include "rendezvous/server.h"
 #include "rendezvous/socket.h"
@@ -33,7 +35,6 @@ namespace rankcheck {
 
 using asio::awaitable;
 using asio::ip::tcp;
-inline constexpr auto kAwait = asio::experimental::as_tuple(asio::use_awaitable);
 // Refusals logged to stderr one by one before they are only counted.
 inline constexpr size_t kMaxRefusalsLogged = 8;
 // How long past the stage deadline the master waits for results before its final
@@ -58,9 +59,6 @@ struct Server::Impl {
   // Frames written at once on one connection, at most (pump).
   static constexpr size_t kMaxGather = 256;
 
-  // One verdict frame is shared by every member it is the same for.
-  using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
-
   // Bound to the io_context's own executor rather than the type-erased default:
   // 40 bytes instead of 88 per member, and as much again in its pending wait.
   using Socket = tcp::socket::rebind_executor<asio::io_context::executor_type>::other;
@@ -73,10 +71,9 @@ struct Server::Impl {
     Socket sock;
     int slot = -1;        // the member's index in the master state
     uint32_t source = 0;  // index into sources: the address it came from
+    Outbox outbox;        // frames not yet written, oldest first
     bool admitted = false;
     bool handshake_expired = false;
-    std::vector<Bytes> outbox;  // frames not yet written, oldest first
-    bool writing = false;
     bool pump_posted = false;  // a relay's: its frames go out after the current handler
     bool close_after_write = false;
     bool pending = false;   // counted among connections not yet admitted
@@ -173,7 +170,7 @@ struct Server::Impl {
   bool done_set = false;
   bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
 
-  // The rehearsal of NCCL's connections (netpath.h), between the identity checks
+  // The rehearsal of NCCL's connections (rehearsal/plan.h), between the identity checks
   // and the verdict: one member per host probes, the master collects.
   struct Rehearsal {
     bool running = false;
@@ -297,7 +294,7 @@ struct Server::Impl {
 
   void schedule_progress();
 
-  // ----- rehearsing NCCL's connections (server_paths.cc) -----------------------
+  // ----- rehearsing NCCL's connections (server_rehearsal.cc) -------------------
 
   // Starts the rehearsal when it is wanted (every rank in, no error so far, hosts
   // to connect); false when the decision goes on without one.

@@ -115,15 +115,12 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
 awaitable<void> Server::Impl::read_path_report(ConnPtr c) {
   size_t host = size_t(c->path_host);
   c->path_host = -1;
-  std::array<uint8_t, kHeaderSize> hdr{};
   std::optional<PathReport> got;
-  auto [ec, n] = co_await asio::async_read(c->sock, asio::buffer(hdr), kAwait);
-  auto header = ec ? Result<FrameHeader>(Error{ec.message()}) : decode_header(hdr);
+  auto header = co_await read_header(c->sock);
   if (header && header->type == uint16_t(MsgType::kPathReport)) {
-    std::vector<uint8_t> payload(header->length);
-    auto [ec2, n2] = co_await asio::async_read(c->sock, asio::buffer(payload), kAwait);
-    if (!ec2) {
-      if (auto r = decode_path_report(payload)) got = std::move(*r);
+    auto payload = co_await read_payload(c->sock, *header);
+    if (payload) {
+      if (auto r = decode_path_report(*payload)) got = std::move(*r);
     }
   }
   path_report_in(c, host, std::move(got));

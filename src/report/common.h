@@ -1,6 +1,7 @@
 #pragma once
-// What the text and JSON renderers share: colour, wrapping, the JSON of a record
-// and a finding. Private to report.cc, report_env.cc and report_table.cc.
+// What the text and JSON renderers share: colour, wrapping, the JSON envelope,
+// the JSON of a record and a finding. Private to the report layer (report.cc,
+// env.cc, table.cc) and the diagnosis's renderer (diagnose/render.cc).
 
 #include <string>
 #include <string_view>
@@ -26,11 +27,16 @@ struct Paint {
 std::string wrap(std::string_view text, size_t first_col, size_t indent);
 /// "H100" from "NVIDIA H100 80GB HBM3": the model, short enough for a table.
 std::string short_gpu_name(const std::string& name);
+/// The keys every JSON document starts with: schema_version, rankcheck_version and
+/// its role ("master", "member", "env", "diagnose").
+nlohmann::json json_envelope(std::string_view role);
+/// The same, and the verdict and exit code of a document that has them.
+nlohmann::json json_envelope(std::string_view role, std::string_view verdict, int exit_code);
 nlohmann::json finding_json(const Finding& f);
 nlohmann::json record_json(const Record& r);
 /// The interface NCCL's rules pick: state, name, address, rule, the socket list.
 nlohmann::json nccl_if_json(const NcclIfFacts& f);
-/// The text report's table of members (report_table.cc).
+/// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
 /// The document as text, indented, with a final newline unless asked not to.
 std::string dump(const nlohmann::json& j, bool final_newline = true);

@@ -131,10 +131,7 @@ std::string render_env_text(const Identity& id, const Record& self,
 
 std::string render_env_json(const Identity& id, const Record& self,
                             const std::vector<Finding>& local) {
-  nlohmann::json j;
-  j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kRankcheckVersion;
-  j["role"] = "env";
+  nlohmann::json j = json_envelope("env");
   j["usable"] = id.usable();
   j["self"] = record_json(self);
   j["launchers"] = id.launchers;

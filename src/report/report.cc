@@ -172,6 +172,21 @@ nlohmann::json nccl_if_json(const NcclIfFacts& f) {
   return j;
 }
 
+nlohmann::json json_envelope(std::string_view role) {
+  nlohmann::json j;
+  j["schema_version"] = kSchemaVersion;
+  j["rankcheck_version"] = kRankcheckVersion;
+  j["role"] = role;
+  return j;
+}
+
+nlohmann::json json_envelope(std::string_view role, std::string_view verdict, int exit_code) {
+  nlohmann::json j = json_envelope(role);
+  j["verdict"] = verdict;
+  j["exit_code"] = exit_code;
+  return j;
+}
+
 std::string dump(const nlohmann::json& j, bool final_newline) {
   // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
@@ -332,12 +347,7 @@ std::string render_text(const Report& r, RenderStyle style) {
 }
 
 void write_json(const Report& r, const JsonSink& sink) {
-  nlohmann::json j;
-  j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kRankcheckVersion;
-  j["role"] = "master";
-  j["verdict"] = r.exit_code() == 0 ? "pass" : "fail";
-  j["exit_code"] = r.exit_code();
+  nlohmann::json j = json_envelope("master", r.exit_code() == 0 ? "pass" : "fail", r.exit_code());
   j["job_id"] = r.job_id;
   j["world_size"] = r.world_size;
   j["ranks_joined"] = rank_count(r.members);
@@ -451,12 +461,7 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
 }
 
 std::string render_member_json(const MemberReport& r) {
-  nlohmann::json j;
-  j["schema_version"] = kSchemaVersion;
-  j["rankcheck_version"] = kRankcheckVersion;
-  j["role"] = "member";
-  j["verdict"] = r.exit_code == 0 ? "pass" : "fail";
-  j["exit_code"] = r.exit_code;
+  nlohmann::json j = json_envelope("member", r.exit_code == 0 ? "pass" : "fail", r.exit_code);
   j["verdict_received"] = r.verdict_received;
   j["job_id"] = r.self.job_id;
   j["headline"] = r.headline;

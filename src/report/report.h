@@ -18,7 +18,6 @@ struct RenderStyle {
   bool color = false;
 };
 
-/// What the master knows at the end of a run.
 /// One connection of the rehearsal of NCCL's connections, as the report shows it.
 struct PathTried {
   std::string from, to;  ///< host names
@@ -26,6 +25,7 @@ struct PathTried {
   double connect_ms = 0;
 };
 
+/// What the master knows at the end of a run.
 struct Report {
   std::string job_id;
   long world_size = 0;

@@ -1,7 +1,9 @@
 #pragma once
 // What the rules share: the per-decision context, the helpers that name ranks and
-// hosts, and each rule's entry point (the table that orders them is in checks.cc).
-// Private to the rule files.
+// hosts, and each rule's entry point (the table that orders them is in rules.cc).
+// Included only inside src/rules/: by the rule files, by rules.cc, and by the join
+// tracker (join_tracker.cc), which mirrors some rules with the same predicates
+// (peer_host, ifname_selects_nothing). Everything else goes through rules.h.
 
 #include <optional>
 #include <string>
@@ -14,6 +16,8 @@
 namespace rankcheck {
 
 using Records = std::vector<const Record*>;
+
+// Naming ranks and hosts, and the predicates more than one rule asks (context.cc).
 
 /// Every rank the records hold, sorted, unique.
 std::vector<long> ranks_of(const Records& rs);
@@ -34,8 +38,8 @@ std::string_view peer_host(std::string_view peer);
 /// of its host's interfaces.
 bool ifname_selects_nothing(const Record& r, const EnvVar& e);
 
-// Built once per decision: at 16k members, rules that each rebuilt maps of ranks
-// and hosts took longer than the target for the whole decision.
+// Built once per decision (context.cc): at 16k members, rules that each rebuilt
+// maps of ranks and hosts took longer than the target for the whole decision.
 struct CheckContext {
   explicit CheckContext(const JobView& v);
 
@@ -50,8 +54,7 @@ struct CheckContext {
   bool multi_host = false;
 };
 
-// Rules over the records (rules_records.cc).
-void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out);
+// Rules over the records and the master's refusals and departures (records.cc).
 void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out);
 void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out);
 void check_world_size(const CheckContext& ctx, std::vector<Finding>& out);
@@ -61,29 +64,36 @@ void check_launcher_conflicts(const CheckContext& ctx, std::vector<Finding>& out
 void check_local_rank_collision(const CheckContext& ctx, std::vector<Finding>& out);
 void check_local_world_size(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ifname(const CheckContext& ctx, std::vector<Finding>& out);
-void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out);
 void check_departed(const CheckContext& ctx, std::vector<Finding>& out);
 void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
-void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
-void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
-void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out);
+
+// The environment every rank must share (env.cc).
+void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+
+// MASTER_ADDR on the master and on each member (master_addr.cc).
+void check_master_addr_loopback(const CheckContext& ctx, std::vector<Finding>& out);
+void check_master_addr_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 /// The loopback warning of a member away from the master's node.
 void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
 
-// The network NCCL will use, before any NCCL call (rules_network.cc).
+// What the master saw of its own connections (master_connections.cc).
+void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
+void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out);
+
+// The network NCCL will use, before any NCCL call (network.cc).
 void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Finding>& out);
 
-// Where the missing ranks were expected (rules_missing.cc).
+// Where the missing ranks were expected (missing.cc).
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out);
 
-// GPUs, decided before any NCCL call (rules_gpu.cc).
+// GPUs, decided before any NCCL call (gpu.cc).
 void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_version(const CheckContext& ctx, std::vector<Finding>& out);
 void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out);

@@ -122,9 +122,9 @@ std::string_view short_name(std::string_view host) {
   return host.substr(0, host.find('.'));
 }
 
-}  // namespace
-
-void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
+// The ranks no member claims, in order, less those another finding explains:
+// those are not reported twice.
+std::vector<long> unexplained_missing(const CheckContext& ctx) {
   const JobView& v = ctx.view;
   long world = ctx.expected_world;
   std::vector<char> accounted(static_cast<size_t>(world), 0);
@@ -135,7 +135,6 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
       accounted[size_t(k)] = 1;
     }
   };
-  // Ranks explained by another finding are not reported twice.
   for (const Departure& d : v.departed)
     mark(d.record);
   for (const Refusal& r : v.refused) {
@@ -146,164 +145,252 @@ void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
   for (long k = 0; k < world; ++k) {
     if (!accounted[size_t(k)]) missing.push_back(k);
   }
-  if (missing.empty()) return;
+  return missing;
+}
 
-  std::map<std::string_view, const Records*> sent;        // host -> members that joined from it
-  std::map<std::string_view, std::string_view> by_short;  // short name -> host; "": several
-  for (const auto& [host, rs] : ctx.hosts) {
-    sent[host] = &rs;
-    auto [it, fresh] = by_short.try_emplace(short_name(host), host);
-    if (!fresh && it->second != host) it->second = {};
+// The hosts members joined from, under the names they joined with.
+class JoinedHosts {
+ public:
+  explicit JoinedHosts(const CheckContext& ctx) {
+    for (const auto& [host, rs] : ctx.hosts) {
+      sent_[host] = &rs;
+      auto [it, fresh] = by_short_.try_emplace(short_name(host), host);
+      if (!fresh && it->second != host) it->second = {};
+    }
   }
-  // The name members joined under for a host the layout names: the same name, or the
-  // one with the same short name ("gpu-02" in the node list, "gpu-02.example.com").
-  auto joined_as = [&](std::string_view host) -> std::string_view {
-    if (host.empty() || sent.count(host)) return host;
-    auto it = by_short.find(short_name(host));
-    return it == by_short.end() || it->second.empty() ? host : it->second;
-  };
-  Layout layout(v, world);
-  // Ranks at or past the launcher's task count were never processes at all: no
-  // node failed to start them (WORLD_SIZE=8 exported over a step of 4 tasks).
+  /// The members that joined from `host`, or nullptr when none did.
+  const Records* sent(std::string_view host) const {
+    auto it = sent_.find(host);
+    return it == sent_.end() ? nullptr : it->second;
+  }
+  /// The name members joined under for a host the layout names: the same name, or
+  /// the one with the same short name ("gpu-02" in the node list,
+  /// "gpu-02.example.com").
+  std::string_view joined_as(std::string_view host) const {
+    if (host.empty() || sent_.count(host)) return host;
+    auto it = by_short_.find(short_name(host));
+    return it == by_short_.end() || it->second.empty() ? host : it->second;
+  }
+
+ private:
+  std::map<std::string_view, const Records*> sent_;        // host -> members that joined from it
+  std::map<std::string_view, std::string_view> by_short_;  // short name -> host; "": several
+};
+
+// Where the missing ranks were expected: past the launcher's processes, or on a
+// host ("" when nothing tells which).
+struct Expected {
   std::vector<long> never_started;
   std::map<std::string_view, std::vector<std::pair<long, long>>> by_host;  // (rank, local)
+};
+
+Expected place_missing(const std::vector<long>& missing, const Layout& layout,
+                       const JoinedHosts& joined, long world) {
+  Expected e;
+  // Ranks at or past the launcher's task count were never processes at all: no
+  // node failed to start them (WORLD_SIZE=8 exported over a step of 4 tasks).
   for (long k : missing) {
     long local = -1;
     if (layout.launcher_tasks() > 0 && layout.launcher_tasks() < world &&
         k >= layout.launcher_tasks()) {
-      never_started.push_back(k);
+      e.never_started.push_back(k);
       continue;
     }
-    by_host[joined_as(layout.host_of(k, &local))].push_back({k, local});
+    e.by_host[joined.joined_as(layout.host_of(k, &local))].push_back({k, local});
   }
+  return e;
+}
 
+// What every missing-rank finding of one decision says alike.
+struct Wording {
+  long world = 0;
+  size_t mpi_processes = 0;  // the members, when the world was gathered over MPI
+  bool over_mpi = false;
+  const char* verb = "";
+  std::string reach;  // the master's address
+  std::string also;   // the members that may be the missing ones, or ""
+};
+
+Wording wording(const CheckContext& ctx) {
+  const JobView& v = ctx.view;
+  Wording w;
+  w.world = ctx.expected_world;
+  w.mpi_processes = v.members.size();
+  w.over_mpi = v.master_addr == kMpiMasterAddr;
+  w.verb = v.timed_out ? "never joined" : "did not join";
+  w.reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
   // Members that claimed a rank twice or out of range may be the missing ones.
   long misplaced = 0;
   std::map<long, int> claims;
   for (const Member& m : v.members) {
-    if (!m.record.in_range() || m.record.world_size != world) misplaced += m.record.nranks;
+    if (!m.record.in_range() || m.record.world_size != w.world) misplaced += m.record.nranks;
     for (long k = m.record.rank; k <= m.record.last_rank(); ++k) {
       if (++claims[k] > 1) ++misplaced;
     }
   }
-  std::string also =
-      misplaced > 0 ? fmt::format(
-                          "; {} claimed a rank twice or out of range (see the findings above): the "
-                          "missing ranks were probably given the wrong RANK",
-                          plural(size_t(misplaced), "member", "members"))
-                    : std::string();
-  std::string reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
-  const char* verb = v.timed_out ? "never joined" : "did not join";
-  bool over_mpi = v.master_addr == kMpiMasterAddr;
-
-  if (!never_started.empty()) {
-    auto nodes = expand_hostlist(layout.launcher_nodes());
-    size_t node_count = nodes ? nodes->size() : 0;
-    Finding f = make_finding(
-        FindingId::kMissingRank,
-        fmt::format("{} {}: the launcher started {} on {} ({}), for a world size of {}",
-                    ranks_word(never_started), verb,
-                    plural(size_t(layout.launcher_tasks()), "process", "processes"),
-                    plural(node_count, "node", "nodes"), printable(layout.launcher_nodes(), 80),
-                    world),
-        fmt::format("nothing started {}: launch {} processes (srun --ntasks={}), or drop the "
-                    "WORLD_SIZE exported to every process so that the launcher's count is used{}",
-                    format_ranks(never_started), world, world, also));
-    f.ranks = never_started;
-    out.push_back(std::move(f));
+  if (misplaced > 0) {
+    w.also = fmt::format(
+        "; {} claimed a rank twice or out of range (see the findings above): the "
+        "missing ranks were probably given the wrong RANK",
+        plural(size_t(misplaced), "member", "members"));
   }
-  std::vector<std::pair<std::string, std::vector<long>>> whole_hosts;
-  for (const auto& [host, items] : by_host) {
+  return w;
+}
+
+Finding never_started_finding(const std::vector<long>& ranks, const Layout& layout,
+                              const Wording& w) {
+  auto nodes = expand_hostlist(layout.launcher_nodes());
+  size_t node_count = nodes ? nodes->size() : 0;
+  Finding f = make_finding(
+      FindingId::kMissingRank,
+      fmt::format(
+          "{} {}: the launcher started {} on {} ({}), for a world size of {}", ranks_word(ranks),
+          w.verb, plural(size_t(layout.launcher_tasks()), "process", "processes"),
+          plural(node_count, "node", "nodes"), printable(layout.launcher_nodes(), 80), w.world),
+      fmt::format("nothing started {}: launch {} processes (srun --ntasks={}), or drop the "
+                  "WORLD_SIZE exported to every process so that the launcher's count is used{}",
+                  format_ranks(ranks), w.world, w.world, w.also));
+  f.ranks = ranks;
+  return f;
+}
+
+// Every process of the MPI world was gathered: the missing ranks were never
+// processes at all, whatever the hosts.
+Finding mpi_world_finding(const std::vector<long>& ranks, const Wording& w) {
+  Finding f = make_finding(FindingId::kMissingRank, "");
+  f.ranks = ranks;
+  f.message = fmt::format("{} {}: the MPI world has {} processes, the job's world size is {}",
+                          ranks_word(ranks), w.verb, w.mpi_processes, w.world);
+  f.hint = fmt::format(
+      "start as many processes as the world size (mpirun -np {}), or drop the WORLD_SIZE "
+      "given to every process (-x WORLD_SIZE){}",
+      w.world, w.also);
+  return f;
+}
+
+// No member names the host of these ranks; whole nodes' worth of them says so.
+Finding unnamed_host_finding(const std::vector<long>& ranks, long per_node, const Wording& w) {
+  Finding f = make_finding(FindingId::kMissingRank, "");
+  f.ranks = ranks;
+  bool whole_nodes =
+      per_node > 0 && ranks.size() % size_t(per_node) == 0 && ranks.front() % per_node == 0;
+  for (size_t i = 1; whole_nodes && i < ranks.size(); ++i) {
+    whole_nodes = ranks[i] == ranks[i - 1] + 1 || ranks[i] % per_node == 0;
+  }
+  f.message = fmt::format(
+      "{} {}{}", ranks_word(ranks), w.verb,
+      whole_nodes
+          ? fmt::format(": {} of {} ranks, as if {} never started",
+                        ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes", per_node,
+                        ranks.size() == size_t(per_node)
+                            ? fmt::format("node {}", ranks.front() / per_node)
+                            : std::string("those nodes"))
+          : std::string());
+  f.hint = fmt::format(
+      "no member names their host: check that those processes were "
+      "started, and that their hosts resolve and reach {}{}",
+      w.reach, w.also);
+  return f;
+}
+
+// A host that sent some of its ranks but not these.
+Finding partial_host_finding(std::string_view host, const std::vector<std::pair<long, long>>& items,
+                             const std::vector<long>& ranks, const Records& sent,
+                             const Wording& w) {
+  Finding f = make_finding(FindingId::kMissingRank, "");
+  f.ranks = ranks;
+  std::vector<long> got = ranks_of(sent);
+  std::string locals;
+  if (items.size() <= 4 && items.front().second >= 0) {
+    for (const auto& item : items) {
+      locals += fmt::format("{}{}", locals.empty() ? ", local rank " : ",", item.second);
+    }
+  }
+  f.message =
+      fmt::format("{} {} (expected on {}{}): {} sent {} but not {}", ranks_word(ranks), w.verb,
+                  printable(host), locals, printable(host), ranks_word(got), format_ranks(ranks));
+  f.hint = fmt::format(
+      "the process for {} on {} was not started or died early: compare the "
+      "launcher's task count on {} with --ntasks-per-node / "
+      "--nproc-per-node, and check its log{}",
+      ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host), w.also);
+  f.hosts = {std::string(host)};
+  return f;
+}
+
+using WholeHosts = std::vector<std::pair<std::string, std::vector<long>>>;
+
+// The findings of the ranks expected on hosts, in host order; the hosts that sent
+// nothing at all are left in `whole_hosts`, to be reported together.
+void host_findings(const Expected& expected, const JoinedHosts& joined, const Layout& layout,
+                   const Wording& w, std::vector<Finding>& out, WholeHosts& whole_hosts) {
+  for (const auto& [host, items] : expected.by_host) {
     std::vector<long> ranks;
     for (const auto& item : items)
       ranks.push_back(item.first);
-    Finding f = make_finding(FindingId::kMissingRank, "");
-    f.ranks = ranks;
-    if (over_mpi) {
-      // Every process of the MPI world was gathered: the missing ranks were never
-      // processes at all, whatever the hosts.
-      f.message = fmt::format("{} {}: the MPI world has {} processes, the job's world size is {}",
-                              ranks_word(ranks), verb, v.members.size(), world);
-      f.hint = fmt::format(
-          "start as many processes as the world size (mpirun -np {}), or drop the WORLD_SIZE "
-          "given to every process (-x WORLD_SIZE){}",
-          world, also);
+    if (w.over_mpi) {
+      out.push_back(mpi_world_finding(ranks, w));
     } else if (host.empty()) {
-      long per_node = layout.ranks_per_node();
-      bool whole_nodes =
-          per_node > 0 && ranks.size() % size_t(per_node) == 0 && ranks.front() % per_node == 0;
-      for (size_t i = 1; whole_nodes && i < ranks.size(); ++i) {
-        whole_nodes = ranks[i] == ranks[i - 1] + 1 || ranks[i] % per_node == 0;
-      }
-      f.message = fmt::format(
-          "{} {}{}", ranks_word(ranks), verb,
-          whole_nodes
-              ? fmt::format(": {} of {} ranks, as if {} never started",
-                            ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes",
-                            per_node,
-                            ranks.size() == size_t(per_node)
-                                ? fmt::format("node {}", ranks.front() / per_node)
-                                : std::string("those nodes"))
-              : std::string());
-      f.hint = fmt::format(
-          "no member names their host: check that those processes were "
-          "started, and that their hosts resolve and reach {}{}",
-          reach, also);
-    } else if (sent.count(host)) {
-      std::vector<long> got = ranks_of(*sent[host]);
-      std::string locals;
-      if (items.size() <= 4 && items.front().second >= 0) {
-        for (const auto& item : items) {
-          locals += fmt::format("{}{}", locals.empty() ? ", local rank " : ",", item.second);
-        }
-      }
-      f.message = fmt::format("{} {} (expected on {}{}): {} sent {} but not {}", ranks_word(ranks),
-                              verb, printable(host), locals, printable(host), ranks_word(got),
-                              format_ranks(ranks));
-      f.hint = fmt::format(
-          "the process for {} on {} was not started or died early: compare the "
-          "launcher's task count on {} with --ntasks-per-node / "
-          "--nproc-per-node, and check its log{}",
-          ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host), also);
-      f.hosts = {std::string(host)};
+      out.push_back(unnamed_host_finding(ranks, layout.ranks_per_node(), w));
+    } else if (const Records* sent = joined.sent(host)) {
+      out.push_back(partial_host_finding(host, items, ranks, *sent, w));
     } else {
       whole_hosts.emplace_back(host, ranks);
-      continue;
     }
-    out.push_back(std::move(f));
   }
-  // A host that sent nothing is one finding; many such hosts share one.
+}
+
+// A host that sent nothing is one finding; many such hosts share one.
+void whole_host_findings(const WholeHosts& whole_hosts, const Wording& w,
+                         std::vector<Finding>& out) {
   auto host_hint = [&](const std::string& hosts) {
     return fmt::format(
         "{} did not start the job, or cannot reach the master at {}: check that "
         "it is up, resolves MASTER_ADDR and reaches that port{}",
-        hosts, reach, also);
+        hosts, w.reach, w.also);
   };
   if (whole_hosts.size() <= 4) {
     for (const auto& [host, ranks] : whole_hosts) {
       Finding f =
           make_finding(FindingId::kMissingRank,
                        fmt::format("{} {}: all {} of its ranks ({}) are missing", printable(host),
-                                   verb, ranks.size(), format_ranks(ranks)),
+                                   w.verb, ranks.size(), format_ranks(ranks)),
                        host_hint(printable(host)));
       f.ranks = ranks;
       f.hosts = {std::string(host)};
       out.push_back(std::move(f));
     }
-  } else {
-    Finding f = make_finding(FindingId::kMissingRank, "");
-    std::vector<std::string> parts;
-    for (const auto& [host, ranks] : whole_hosts) {
-      f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
-      f.hosts.push_back(host);
-      parts.push_back(fmt::format("{} ({})", host, format_ranks(ranks)));
-    }
-    std::sort(f.ranks.begin(), f.ranks.end());
-    f.message = fmt::format("{} hosts {}, with all their ranks: {}", whole_hosts.size(), verb,
-                            format_list(parts, 6));
-    f.hint = host_hint("those hosts");
-    out.push_back(std::move(f));
+    return;
   }
+  Finding f = make_finding(FindingId::kMissingRank, "");
+  std::vector<std::string> parts;
+  for (const auto& [host, ranks] : whole_hosts) {
+    f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
+    f.hosts.push_back(host);
+    parts.push_back(fmt::format("{} ({})", host, format_ranks(ranks)));
+  }
+  std::sort(f.ranks.begin(), f.ranks.end());
+  f.message = fmt::format("{} hosts {}, with all their ranks: {}", whole_hosts.size(), w.verb,
+                          format_list(parts, 6));
+  f.hint = host_hint("those hosts");
+  out.push_back(std::move(f));
+}
+
+}  // namespace
+
+void check_missing(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<long> missing = unexplained_missing(ctx);
+  if (missing.empty()) return;
+  JoinedHosts joined(ctx);
+  Layout layout(ctx.view, ctx.expected_world);
+  Expected expected = place_missing(missing, layout, joined, ctx.expected_world);
+  Wording w = wording(ctx);
+  if (!expected.never_started.empty()) {
+    out.push_back(never_started_finding(expected.never_started, layout, w));
+  }
+  WholeHosts whole_hosts;
+  host_findings(expected, joined, layout, w, out, whole_hosts);
+  whole_host_findings(whole_hosts, w, out);
 }
 
 }  // namespace rankcheck

@@ -1,5 +1,5 @@
 // The network NCCL will use, decided before any NCCL call: the interface NCCL's
-// own rules pick on each host (sent in each record, see nccl_if.h), and
+// own rules pick on each host (sent in each record, see host/nccl_socket_if.h), and
 // NCCL_COMM_ID.
 
 #include <map>

@@ -11,37 +11,37 @@ namespace rankcheck {
 namespace {
 
 constexpr Rule kRules[] = {
-    {"master-out-of-fds", check_master_out_of_fds},  // what kept the missing ranks out
-    {"connection-flood", check_connection_flood},
-    {"foreign-job", check_foreign_job},
-    {"auth-failed", check_auth_failed},
-    {"launcher-env-conflict", check_launcher_conflicts},  // a stale RANK causes duplicates
-    {"world-size-mismatch", check_world_size},
-    {"duplicate-rank", check_duplicate_rank},
-    {"rank-out-of-range", check_rank_range},
-    {"master-addr-loopback", check_master_addr_loopback},  // before the ranks it leaves out
-    {"local-rank-collision", check_local_rank_collision},
-    {"local-world-size-mismatch", check_local_world_size},
-    {"nccl-ifname-missing", check_ifname},
-    {"nccl-comm-id-mismatch", check_nccl_comm_id},  // before the hosts it leaves without one
-    {"nccl-no-interface", check_nccl_no_interface},
-    {"nccl-interface-loopback", check_nccl_interface_loopback},
-    {"nccl-interface-shared-address", check_nccl_interface_shared_address},
-    {"nccl-interface-link-local", check_nccl_interface_link_local},
-    {"duplicate-gpu", check_duplicate_gpu},
-    {"nccl-version-mismatch", check_nccl_version},
-    {"cuda-driver-missing", check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
-    {"nccl-missing", check_nccl_missing},
-    {"master-addr-mismatch", check_master_addr_mismatch},
-    {"protocol-mismatch", check_protocol_mismatch},
-    {"relay-lost", check_relay_lost},
-    {"member-disconnected", check_departed},
-    {"late-start", check_late_start},  // before the ranks a late rank 0 left missing
-    {"missing-rank", check_missing},
-    {"env-mismatch", check_env_mismatch},
-    {"cuda-driver-mismatch", check_cuda_driver_mismatch},
-    {"gpu-unavailable", check_gpu_unavailable},
-    {"stray-connection", check_stray_connections},
+    {FindingId::kMasterOutOfFds, check_master_out_of_fds},  // what kept the missing ranks out
+    {FindingId::kConnectionFlood, check_connection_flood},
+    {FindingId::kForeignJob, check_foreign_job},
+    {FindingId::kAuthFailed, check_auth_failed},
+    {FindingId::kLauncherEnvConflict, check_launcher_conflicts},  // a stale RANK causes duplicates
+    {FindingId::kWorldSizeMismatch, check_world_size},
+    {FindingId::kDuplicateRank, check_duplicate_rank},
+    {FindingId::kRankOutOfRange, check_rank_range},
+    {FindingId::kMasterAddrLoopback, check_master_addr_loopback},  // before the ranks it leaves out
+    {FindingId::kLocalRankCollision, check_local_rank_collision},
+    {FindingId::kLocalWorldSizeMismatch, check_local_world_size},
+    {FindingId::kNcclIfnameMissing, check_ifname},
+    {FindingId::kNcclCommIdMismatch, check_nccl_comm_id},  // before the hosts it leaves without one
+    {FindingId::kNcclNoInterface, check_nccl_no_interface},
+    {FindingId::kNcclInterfaceLoopback, check_nccl_interface_loopback},
+    {FindingId::kNcclInterfaceSharedAddress, check_nccl_interface_shared_address},
+    {FindingId::kNcclInterfaceLinkLocal, check_nccl_interface_link_local},
+    {FindingId::kDuplicateGpu, check_duplicate_gpu},
+    {FindingId::kNcclVersionMismatch, check_nccl_version},
+    {FindingId::kCudaDriverMissing, check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
+    {FindingId::kNcclMissing, check_nccl_missing},
+    {FindingId::kMasterAddrMismatch, check_master_addr_mismatch},
+    {FindingId::kProtocolMismatch, check_protocol_mismatch},
+    {FindingId::kRelayLost, check_relay_lost},
+    {FindingId::kMemberDisconnected, check_departed},
+    {FindingId::kLateStart, check_late_start},  // before the ranks a late rank 0 left missing
+    {FindingId::kMissingRank, check_missing},
+    {FindingId::kEnvMismatch, check_env_mismatch},
+    {FindingId::kCudaDriverMismatch, check_cuda_driver_mismatch},
+    {FindingId::kGpuUnavailable, check_gpu_unavailable},
+    {FindingId::kStrayConnection, check_stray_connections},
 };
 
 std::vector<Finding> order(std::vector<Finding> findings) {

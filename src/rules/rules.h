@@ -33,10 +33,10 @@ std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members)
 /// What the rules share, built once per decision (claims per rank, members per host).
 struct CheckContext;
 
-/// One rule: a table row, like a launcher. `id` names the catalogue row of the
-/// findings it leads with.
+/// One rule: a table row, like a launcher. `id` is the catalogue row of the
+/// findings it leads with: a FindingId, so that the compiler checks it names one.
 struct Rule {
-  std::string_view id;
+  FindingId id;
   void (*check)(const CheckContext&, std::vector<Finding>&);
 };
 

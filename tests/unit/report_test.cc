@@ -1,9 +1,11 @@
 #include "report/report.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
+#include "rules/rules.h"
 
 using namespace rankcheck;
 
@@ -192,4 +194,37 @@ TEST_CASE("report: a passing job names no suspect host") {
   Report r = report_of(test::healthy_job(2, 2));
   CHECK(render_text(r, {}).find("suspect hosts") == std::string::npos);
   CHECK(nlohmann::json::parse(render_json(r))["suspect_hosts"] == "");
+}
+
+TEST_CASE("report: a member prints nothing its master sent raw to the terminal") {
+  MemberReport m;
+  m.self = test::member(1, 2, "gpu-01");
+  m.exit_code = exit_code::kMismatch;
+  m.verdict_received = true;
+  m.headline = "\x1b]0;pwned\x07 and \x1b[2J";
+  m.findings.push_back(
+      Finding{"dup\x1b[31m", Severity::kError, 3, "msg \x1b[2J", "fix \x07", {1}, {"gpu-01"}});
+  std::string text = render_member_text(m, {});
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\x07') == std::string::npos);
+  CHECK(text.find("\\x1b]0;pwned\\x07 and \\x1b[2J") != std::string::npos);
+}
+
+TEST_CASE("report: members with many odd variables give a bounded report") {
+  // 199 members, each with 128 NCCL_* variables no other member has: without a
+  // cap, 25,000 findings and seconds to decide.
+  JobView v = test::healthy_job(199, 8);
+  for (Member& m : v.members) {
+    std::vector<EnvVar> env;
+    for (int k = 0; k < 128; ++k)
+      env.push_back({fmt::format("NCCL_X_{}_{:03d}", m.record.rank, k), "1"});
+    test::set_env(m.record, env);
+  }
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 17);
+  for (size_t i = 0; i < 16; ++i)
+    CHECK(fs[i].id == "env-mismatch");
+  CHECK(fs.back().message ==
+        fmt::format("and {} more variables differ between the members (not itemised)",
+                    199 * 128 - 16));
 }

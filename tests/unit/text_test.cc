@@ -48,3 +48,12 @@ TEST_CASE("text: seconds") {
   CHECK(format_seconds(1330) == "1.33 s");
   CHECK(format_seconds(41000) == "41 s");
 }
+
+TEST_CASE("text: bidi controls and zero-width characters are shown, not obeyed") {
+  // U+202E RIGHT-TO-LEFT OVERRIDE would make "gpu-01<RLO>10-upg" read as another host.
+  CHECK(printable("gpu-01\xe2\x80\xae"
+                  "10-upg") == "gpu-01\\u{202e}10-upg");
+  CHECK(printable("gpu\xe2\x80\x8b-01") == "gpu\\u{200b}-01");  // zero-width space
+  CHECK(printable("\xef\xbb\xbfgpu") == "\\u{feff}gpu");        // byte-order mark
+  CHECK(printable("Grüße ✓") == "Grüße ✓");                     // the rest stays readable
+}
