@@ -26,14 +26,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA_DIR = os.path.join(ROOT, "src", "diagnose", "data")
 
-CLASSES = {"setup", "peers-absent", "own-error", "peer-pointer", "network", "context", "internal"}
+# The classes src/diagnose/sources.cc reads (class_of), and the finding ids of the
+# catalogue (docs/findings.md's table, which a test keeps equal to the code's).
+CLASSES = {"setup", "peers-absent", "process-died", "own-error", "network", "internal",
+           "desync", "peer-pointer", "collective-timeout", "killed-by-launcher",
+           "external-end", "context"}
 ROLES = {"initiating", "downstream", "either", "context"}
-FINDINGS = {
-    "duplicate-gpu", "world-size-mismatch", "duplicate-rank", "nccl-version-mismatch",
-    "nccl-no-interface", "nccl-init-failed", "gpu-out-of-memory", "cuda-error",
-    "nccl-network-error", "shared-memory-exhausted", "peer-failed", "process-died",
-    "collective-timeout", "master-unreachable", "-",
-}
+with open(os.path.join(ROOT, "docs", "findings.md"), encoding="utf-8") as _f:
+    FINDINGS = set(re.findall(r"^\| \[`([a-z0-9-]+)`\]", _f.read(), re.M)) | {"-"}
 COLUMNS = 7
 VERSIONS_RE = re.compile(r"(\d+)\.(\d+)(?:-(\d+)\.(\d+))?")
 

@@ -622,6 +622,9 @@ Diagnosis diagnosis_of(std::vector<DiagFinding> findings, const Knowledge& k) {
   d.launcher = launcher_name(k.launchers);
   long n = k.world > 0 ? k.world : k.ranks_seen.empty() ? -1 : *k.ranks_seen.rbegin() + 1;
   d.verify_with = verify_command(d.launcher, n, k.hosts_seen.size());
+  for (const auto& [host, h] : k.host_logs) {
+    if (!h.network.empty()) d.networks[host] = h.network;
+  }
   return d;
 }
 

@@ -146,9 +146,21 @@ struct Diagnosis {
   std::vector<std::string> hosts_seen;
   uint64_t files = 0, lines = 0, bytes = 0, matched = 0;
   uint64_t skipped_files = 0;  ///< binary files left out
+  /// The network NCCL chose on each host that said ("IB", "Socket", a plugin's name).
+  std::map<std::string, std::string> networks;
   /// The initiating finding's exit code, or 0 when nothing was recognised.
   int exit_code() const;
 };
+
+/// What NCCL said in its own words in one process (the lines of its NCCL_DEBUG_FILE,
+/// read by the GPU stage): the first warning the catalogue reads as a cause, and the
+/// network NCCL chose there. Empty fields where NCCL said nothing of the kind.
+struct NcclWords {
+  std::string warn;     ///< "NET/IB : ibv_modify_qp failed with 110 ..." (printable, cut)
+  std::string finding;  ///< the finding id the catalogue gives it ("nccl-network-error")
+  std::string network;  ///< "IB", "Socket", "AWS Libfabric", ...
+};
+NcclWords read_nccl_words(std::span<const std::string> lines);
 
 class Scanner {
  public:

@@ -64,6 +64,8 @@ class SourceIndex {
 
  private:
   static constexpr size_t kMinKey = 4;
+  /// A template with less fixed text than this is too vague to find in any line.
+  static constexpr size_t kMinWeight = 8;
   std::span<const SourceRow> rows_;
   std::vector<uint8_t> first_;  ///< keys' first two bytes
   std::unordered_map<uint32_t, std::vector<uint32_t>> by_head_;  ///< keys' first four bytes

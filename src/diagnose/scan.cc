@@ -322,7 +322,8 @@ struct Scanner::State {
     if (!hand || rows[m.row].name == "python_exception" ||
         rows[m.row].cls == MessageClass::kErrorLine) {
       Match src;
-      if (match_source(seg, src)) {
+      // A context row (a banner) says less than the generic row it would replace.
+      if (match_source(seg, src) && !(hand && rows[src.row].cls == MessageClass::kContext)) {
         m = std::move(src);
         hand = true;
       }
@@ -422,6 +423,26 @@ Diagnosis Scanner::finish() {
   d.matched = s_->matched;
   d.skipped_files = s_->skipped;
   return d;
+}
+
+NcclWords read_nccl_words(std::span<const std::string> lines) {
+  Scanner scanner;
+  scanner.begin_source("NCCL_DEBUG_FILE");
+  for (const std::string& line : lines)
+    scanner.line(line);
+  Diagnosis d = scanner.finish();
+  NcclWords w;
+  for (const DiagFinding& f : d.findings) {
+    if (f.evidence.empty() || f.evidence.front().text.find("NCCL WARN") == std::string::npos)
+      continue;
+    const std::string& text = f.evidence.front().text;
+    size_t at = text.find("NCCL WARN ");
+    w.warn = printable(text.substr(at + 10), 300);
+    w.finding = f.finding.id;
+    break;
+  }
+  if (!d.networks.empty()) w.network = d.networks.begin()->second;
+  return w;
 }
 
 }  // namespace rankcheck::diagnose

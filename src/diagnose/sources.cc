@@ -161,10 +161,20 @@ struct Store {
       r.program = cols[0];
       r.versions = cols[1];
       r.source = cols[2];
-      // "\n" in a template: the message goes on on the next line, which this row
-      // does not see; "\t" is a tab, "\\" a backslash.
+      // "\n" in a template: the message goes on on the next line, and a row sees one
+      // line: its longest. "\t" is a tab, "\\" a backslash.
       std::string_view raw = cols[6];
-      if (size_t nl = raw.find("\\n"); nl != std::string_view::npos) raw = raw.substr(0, nl);
+      if (raw.find("\\n") != std::string_view::npos) {
+        std::string_view longest;
+        for (size_t from = 0;;) {
+          size_t nl = raw.find("\\n", from);
+          std::string_view part = raw.substr(from, nl == std::string_view::npos ? nl : nl - from);
+          if (part.size() > longest.size()) longest = part;
+          if (nl == std::string_view::npos) break;
+          from = nl + 2;
+        }
+        raw = longest;
+      }
       if (raw.find('\\') != std::string_view::npos) {
         std::string t;
         for (size_t i = 0; i < raw.size(); ++i) {
@@ -253,7 +263,7 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
       by_file_[r.source].push_back(static_cast<uint32_t>(i));
       continue;  // met through its file's WARN lines
     }
-    if (key.size() < kMinKey) continue;  // too short to find: an empty or "%s" template
+    if (key.size() < kMinKey || r.weight < kMinWeight) continue;  // too vague to find
     first_[uint16_t(uint8_t(key[0]) << 8 | uint8_t(key[1]))] = 1;
     uint32_t head;
     std::memcpy(&head, key.data(), 4);

@@ -397,7 +397,9 @@ class FindingDocs(unittest.TestCase):
     # Kebab-case strings in src/ that are not finding ids: GPU probe states, a peer
     # label, the report's reasons to decide, an example host name in a comment.
     NOT_IDS = {"in-process", "not-built", "no-driver", "no-device", "init-failed", "gpu-01", "gpu-02",
-               "all-joined", "member-lost"}
+               "all-joined", "member-lost",
+               # the classes of diagnose's data rows (src/diagnose/sources.cc)
+               "external-end", "peers-absent", "own-error", "peer-pointer", "killed-by-launcher"}
 
     def read(self, path):
         with open(os.path.join(self.ROOT, path)) as f:

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/text.h"
+#include "diagnose/internal.h"
 
 using namespace rankcheck;
 using namespace rankcheck::diagnose;
@@ -30,7 +31,7 @@ Diagnosis diagnose_lines(const std::vector<std::string>& lines,
 }  // namespace
 
 TEST_CASE("diagnose: every catalogue row compiles, and names a field per capture group") {
-  for (const Pattern& p : catalogue()) {
+  for (const Pattern& p : hand_rows()) {
     INFO(p.name);
     CHECK(!p.name.empty());
     CHECK(p.name.find('-') == std::string_view::npos);  // row keys are not finding ids
@@ -42,6 +43,82 @@ TEST_CASE("diagnose: every catalogue row compiles, and names a field per capture
     CHECK(re.mark_count() == fields.size());
   }
   CHECK_THROWS_AS(parse_extracts("rank,nonsense"), std::invalid_argument);
+}
+
+TEST_CASE("diagnose: every row read from a program's source has its program, source and text") {
+  REQUIRE(source_rows().size() > 1000);
+  size_t nccl = 0;
+  for (const SourceRow& r : source_rows()) {
+    INFO(r.source << ": " << r.text);
+    CHECK(!r.program.empty());
+    CHECK(!r.source.empty());
+    CHECK(!r.versions.empty());
+    CHECK(r.weight > 0);
+    nccl += r.program == "NCCL";
+  }
+  CHECK(nccl > 500);
+}
+
+TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its file's subsystem") {
+  Diagnosis d = diagnose_lines({
+      "gpu-07:4242:4260 [3] transport/net_ib.cc:1480 NCCL WARN NET/IB : Got completion from "
+      "peer 10.0.0.9<48211> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.id == "nccl-network-error");
+  // A WARN text no tag of NCCL has, from the IB transport: still the network.
+  d = diagnose_lines({
+      "gpu-07:4242:4260 [3] transport/net_ib.cc:99 NCCL WARN NET/IB : something new happened",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.id == "nccl-network-error");
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-07"});
+}
+
+TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
+  Diagnosis d = diagnose_lines({
+      "[rank2]: Traceback (most recent call last):",
+      "[rank2]:   File \"train.py\", line 3, in <module>",
+      "[rank2]: frobnicate()",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.id == "unexplained-error");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
+  CHECK(d.exit_code() != 0);
+  // A log that shows no failure at all is still a pass.
+  d = diagnose_lines({"step 1 loss 2.3", "step 2 loss 2.1"});
+  CHECK(d.findings.empty());
+  CHECK(d.exit_code() == 0);
+}
+
+TEST_CASE("diagnose: a host whose NCCL or network differs from the others' is named") {
+  Diagnosis d = diagnose_lines({
+      "h1:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+      "h2:22:22 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+      "h3:33:33 [0] NCCL INFO NCCL version 2.18.3+cuda12.1",
+      "h1:11:11 [0] NCCL INFO Using network IB",
+      "h2:22:22 [0] NCCL INFO Using network IB",
+      "h3:33:33 [0] NCCL INFO Using network Socket",
+  });
+  REQUIRE(d.findings.size() == 2);
+  CHECK(d.findings[0].finding.id == "nccl-version-mismatch");
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"h3"});
+  CHECK(d.findings[1].finding.id == "env-mismatch");
+  CHECK(d.findings[1].finding.hosts == std::vector<std::string>{"h3"});
+  CHECK(d.networks.at("h3") == "Socket");
+}
+
+TEST_CASE("diagnose: NCCL's own words in a process's debug file") {
+  std::vector<std::string> lines = {
+      "gpu-01:77:77 [0] NCCL INFO Using network IB",
+      "",
+      "gpu-01:77:90 [0] transport/net_ib.cc:777 NCCL WARN NET/IB : ibv_modify_qp failed with 110 "
+      "Connection timed out, on dev mlx5_0:1, curr state INIT, next state RTR, local GID index 3",
+  };
+  NcclWords w = read_nccl_words(lines);
+  CHECK(w.network == "IB");
+  CHECK(w.finding == "nccl-network-error");
+  CHECK(w.warn.rfind("NET/IB : ibv_modify_qp failed with 110", 0) == 0);
 }
 
 TEST_CASE("diagnose: prefixes name the process") {
