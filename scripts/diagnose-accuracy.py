@@ -44,7 +44,9 @@ def cases(which):
 
 def judge(binary, folder, case):
     """(first finding id, finding right, ranks/hosts right, the report's first finding)."""
-    r = subprocess.run([binary, "diagnose", "--json", folder], capture_output=True, text=True,
+    # The logs only: case.json holds the answer.
+    logs = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n != "case.json"]
+    r = subprocess.run([binary, "diagnose", "--json"] + logs, capture_output=True, text=True,
                        timeout=60)
     try:
         report = json.loads(r.stdout)

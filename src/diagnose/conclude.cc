@@ -570,11 +570,18 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers) {
 // files: earlier()); the setup errors and rankcheck's verdict lead their part.
 void sort_findings(std::vector<DiagFinding>& findings, const std::map<FindingId, Group>& setup) {
   auto rank_of = [](const DiagFinding& f) { return f.initiating ? (f.order == 0 ? 0 : 1) : 2; };
+  // NCCL's generic result ("ncclInvalidUsage: This usually reflects invalid usage", an
+  // internal check) and a failure no row explains say less than a cause in words of
+  // its own: PyTorch prints NCCL's result before NCCL's "Last error:" that says why.
+  auto generic = [](const DiagFinding& f) {
+    return f.finding.id == "nccl-init-failed" || f.finding.id == "unexplained-error";
+  };
   std::stable_sort(findings.begin(), findings.end(),
                    [&](const DiagFinding& x, const DiagFinding& y) {
                      bool sx = x.initiating && setup.count(find_finding_kind(x.finding.id)->id);
                      bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);
                      if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
+                     if (x.initiating && generic(x) != generic(y)) return !generic(x);
                      if (sx != sy) return sx;
                      return x.stamp != y.stamp ? x.stamp < y.stamp : x.order < y.order;
                    });

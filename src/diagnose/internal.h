@@ -46,7 +46,7 @@ std::span<const SourceRow> source_rows();
 /// The rows an NCCL WARN falls back to when no template of its file matches: one per
 /// subsystem, found by the file's path (nccl_subsystem_of), the last for any file.
 std::span<const Pattern> nccl_subsystem_rows();
-size_t nccl_subsystem_of(std::string_view file);
+size_t nccl_subsystem_of(std::string_view file, std::string_view text);
 /// The hand-written rows (catalogue.cc): the first rows of catalogue().
 std::span<const Pattern> hand_rows();
 /// Whether `text` holds the template: its fixed pieces in order.
@@ -70,6 +70,9 @@ class SourceIndex {
   std::vector<uint8_t> first_;  ///< keys' first two bytes
   std::unordered_map<uint32_t, std::vector<uint32_t>> by_head_;  ///< keys' first four bytes
   std::map<std::string_view, std::vector<uint32_t>, std::less<>> by_file_;
+  std::vector<uint32_t> all_warns_;  ///< every NCCL WARN row, for a file no tag has
+  std::optional<size_t> best_of(const std::vector<uint32_t>& candidates,
+                                std::string_view text) const;
 };
 
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of

@@ -297,7 +297,7 @@ struct Scanner::State {
       if (auto r = sources.match_warn(file, text)) {
         row = source_base + *r;
       } else {
-        row = subsystem_base + nccl_subsystem_of(file);
+        row = subsystem_base + nccl_subsystem_of(file, text);
       }
     } else if (auto r = sources.match(seg)) {
       row = source_base + *r;

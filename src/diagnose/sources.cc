@@ -32,34 +32,32 @@ using F = FindingId;
 // Where an NCCL WARN comes from when no template of its file matches: the
 // subsystem its file belongs to, as a row of its own.
 struct Subsystem {
-  std::string_view prefix;  ///< of the file's path under NCCL's src/
+  std::string_view stem;  ///< in the file's path (a name that outlived moves between folders)
   Pattern row;
 };
 constexpr Subsystem kNcclSubsystems[] = {
-    {"transport/net_ib", {"nccl_warn_ib", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
+    {"net_ib", {"nccl_warn_ib", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
                           "", "NCCL src/transport/net_ib*: the IB/RoCE transport"}},
-    {"misc/ibvwrap", {"nccl_warn_ibverbs", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "",
+    {"ibvwrap", {"nccl_warn_ibverbs", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "",
                       "", "", "NCCL src/misc/ibvwrap.cc: libibverbs calls"}},
-    {"transport/net_socket", {"nccl_warn_net_socket", "NCCL", kOwnError, kEither,
+    {"net_socket", {"nccl_warn_net_socket", "NCCL", kOwnError, kEither,
                               F::kNcclNetworkError, "", "", "",
                               "NCCL src/transport/net_socket.cc: the socket transport"}},
-    {"misc/socket", {"nccl_warn_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
+    {"socket", {"nccl_warn_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
                      "", "NCCL src/misc/socket.cc: sockets"}},
     {"os/", {"nccl_warn_os_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
              "NCCL src/os/: sockets (2.29+)"}},
-    {"plugin/", {"nccl_warn_plugin", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+    {"plugin", {"nccl_warn_plugin", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
                  "NCCL src/plugin/: network plugins"}},
-    {"net.cc", {"nccl_warn_net", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+    {"net.c", {"nccl_warn_net", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
                 "NCCL src/net.cc: network plugins"}},
-    {"transport/coll_net", {"nccl_warn_collnet", "NCCL", kOwnError, kEither, F::kNcclNetworkError,
+    {"coll_net", {"nccl_warn_collnet", "NCCL", kOwnError, kEither, F::kNcclNetworkError,
                             "", "", "", "NCCL src/transport/coll_net.cc: CollNet/SHARP"}},
-    {"misc/shmutils", {"nccl_warn_shm", "NCCL", kOwnError, kInitiating,
+    {"shm", {"nccl_warn_shm", "NCCL", kOwnError, kInitiating,
                        F::kSharedMemoryExhausted, "", "", "", "NCCL src/misc/shmutils.cc"}},
-    {"transport/shm", {"nccl_warn_shm_transport", "NCCL", kOwnError, kInitiating,
-                       F::kSharedMemoryExhausted, "", "", "", "NCCL src/transport/shm.cc"}},
-    {"misc/cudawrap", {"nccl_warn_cuda", "NCCL", kOwnError, kInitiating, F::kCudaError, "", "", "",
+    {"cudawrap", {"nccl_warn_cuda", "NCCL", kOwnError, kInitiating, F::kCudaError, "", "", "",
                        "NCCL src/misc/cudawrap.cc: the CUDA driver"}},
-    {"include/alloc", {"nccl_warn_alloc", "NCCL", kOwnError, kInitiating, F::kGpuOutOfMemory, "",
+    {"alloc", {"nccl_warn_alloc", "NCCL", kOwnError, kInitiating, F::kGpuOutOfMemory, "",
                        "", "", "NCCL src/include/alloc.h: allocations"}},
     {"bootstrap", {"nccl_warn_bootstrap", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "",
                    "", "NCCL src/bootstrap.cc: the bootstrap between ranks"}},
@@ -234,9 +232,15 @@ std::span<const Pattern> nccl_subsystem_rows() {
   return rows;
 }
 
-size_t nccl_subsystem_of(std::string_view file) {
-  for (size_t i = 0; i < std::size(kNcclSubsystems); ++i) {
-    if (file.rfind(kNcclSubsystems[i].prefix, 0) == 0) return i;
+size_t nccl_subsystem_of(std::string_view file, std::string_view text) {
+  // The text first where it names its trouble outright: shared memory is shared
+  // memory, whichever file reports it.
+  if (text.find("shared memory") != std::string_view::npos ||
+      text.find("/dev/shm") != std::string_view::npos) {
+    file = "shm";
+  }
+  for (size_t i = 0; i + 1 < std::size(kNcclSubsystems); ++i) {
+    if (file.find(kNcclSubsystems[i].stem) != std::string_view::npos) return i;
   }
   return std::size(kNcclSubsystems) - 1;
 }
@@ -261,6 +265,7 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
     std::string_view key = r.pattern.literal;
     if (r.nccl_warn) {
       by_file_[r.source].push_back(static_cast<uint32_t>(i));
+      all_warns_.push_back(static_cast<uint32_t>(i));
       continue;  // met through its file's WARN lines
     }
     if (key.size() < kMinKey || r.weight < kMinWeight) continue;  // too vague to find
@@ -294,10 +299,24 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
   return best;
 }
 
+std::optional<size_t> SourceIndex::best_of(const std::vector<uint32_t>& candidates,
+                                           std::string_view text) const {
+  std::optional<size_t> best;
+  size_t best_weight = 0;
+  for (uint32_t row : candidates) {
+    const SourceRow& r = rows_[row];
+    if ((!best || r.weight > best_weight) && template_match(r, text)) {
+      best = row;
+      best_weight = r.weight;
+    }
+  }
+  return best;
+}
+
 std::optional<size_t> SourceIndex::match_warn(std::string_view file, std::string_view text) const {
   auto it = by_file_.find(file);
   if (it == by_file_.end()) {
-    // Built from another folder: the same file by its last two parts.
+    // Built from another folder: the same file by its name.
     size_t slash = file.rfind('/');
     std::string_view base = slash == std::string_view::npos ? file : file.substr(slash + 1);
     for (auto f = by_file_.begin(); f != by_file_.end() && it == by_file_.end(); ++f) {
@@ -306,19 +325,13 @@ std::optional<size_t> SourceIndex::match_warn(std::string_view file, std::string
           (name.size() == base.size() || name[name.size() - base.size() - 1] == '/'))
         it = f;
     }
-    if (it == by_file_.end()) return std::nullopt;
   }
-  std::optional<size_t> best;
-  size_t best_weight = 0;
-  for (uint32_t row : it->second) {
-    const SourceRow& r = rows_[row];
-    size_t w = r.weight;
-    if ((!best || w > best_weight) && template_match(r, text)) {
-      best = row;
-      best_weight = w;
-    }
+  if (it != by_file_.end()) {
+    if (auto row = best_of(it->second, text)) return row;
   }
-  return best;
+  // A file this catalogue's tags do not have (an older or newer NCCL moved the text):
+  // the wording, which outlives the file, against every WARN of every file.
+  return best_of(all_warns_, text);
 }
 
 }  // namespace rankcheck::diagnose
