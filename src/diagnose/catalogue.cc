@@ -173,7 +173,8 @@ constexpr Pattern kCatalogue[] = {
     // -- collective timeouts --------------------------------------------------------
     {"watchdog_timeout", "PyTorch", kCollectiveTimeout, kEither, F::kCollectiveTimeout,
      "Watchdog caught collective operation timeout",
-     R"((?:Rank (\d+)\]\s*)?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+))",
+     // PyTorch 1.x printed no SeqNum.
+     R"((?:Rank (\d+)\]\s*)?Watchdog caught collective operation timeout: WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+))",
      "rank,seq,op", "ProcessGroupNCCL.cpp WorkNCCL::checkTimeout"},
     {"watchdog_progress", "PyTorch", kCollectiveTimeout, kEither, F::kCollectiveTimeout,
      "detected by watchdog at work",

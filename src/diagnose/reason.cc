@@ -197,7 +197,17 @@ void Knowledge::add(const Match& m) {
       on_death(m, row, o, note);
       break;
     case kOwnError:
-      if (Proc* p = proc_at(o, m.source)) keep_first(p->own, note);
+      if (Proc* p = proc_at(o, m.source)) {
+        // NCCL's generic result (an internal check) gives way to a cause in words of
+        // its own that the same process prints next ("Last error: ...").
+        bool generic = p->own && catalogue()[p->own->row].finding == FindingId::kNcclInitFailed &&
+                       row.finding != FindingId::kNcclInitFailed;
+        if (generic) {
+          p->own = note;
+        } else {
+          keep_first(p->own, note);
+        }
+      }
       break;
     case kPeersAbsent:
       on_wait(m, o, note);

@@ -47,6 +47,26 @@ std::string_view warn_file(std::string_view before) {
   return src == std::string_view::npos ? file : file.substr(src + 4);
 }
 
+// Where an NCCL WARN's marker starts in a line: " NCCL WARN " (or at the start of the
+// text, its prefixes peeled), or an old NCCL's bare "file.h:LINE WARN "; npos if none.
+size_t nccl_warn_at(std::string_view seg) {
+  size_t at = seg.find(" NCCL WARN ");
+  if (at != std::string_view::npos) return at;
+  std::string_view t = trim(seg);
+  if (t.rfind("NCCL WARN ", 0) == 0) return static_cast<size_t>(t.data() - seg.data());
+  for (size_t w = seg.find(" WARN "); w != std::string_view::npos; w = seg.find(" WARN ", w + 1)) {
+    size_t colon = w;
+    while (colon > 0 && digit(seg[colon - 1]))
+      --colon;
+    if (colon == w || colon == 0 || seg[colon - 1] != ':') continue;
+    std::string_view file = seg.substr(0, colon - 1);
+    if (file.ends_with(".h") || file.ends_with(".cc") || file.ends_with(".c") ||
+        file.ends_with(".cpp"))
+      return w;
+  }
+  return std::string_view::npos;
+}
+
 // NCCL's "ADDR<port>" (an IPv4 or IPv6 address, or a host name) in a message.
 std::string_view peer_address(std::string_view text) {
   size_t lt = text.find('<');
@@ -289,11 +309,11 @@ struct Scanner::State {
   // file its prefix names (or that file's subsystem), any other line by the index.
   bool match_source(std::string_view seg, Match& m) {
     std::string_view text = trim(seg);
-    size_t warn = seg.find(" NCCL WARN ");
+    size_t warn = nccl_warn_at(seg);
     std::optional<size_t> row;
     if (warn != std::string_view::npos) {
       std::string_view file = warn_file(seg.substr(0, warn));
-      text = trim(seg.substr(warn + 11));
+      text = trim(seg.substr(seg.find("WARN ", warn) + 5));
       if (auto r = sources.match_warn(file, text)) {
         row = source_base + *r;
       } else {
