@@ -66,6 +66,9 @@ class SourceIndex {
   static constexpr size_t kMinKey = 4;
   /// A template with less fixed text than this is too vague to find in any line.
   static constexpr size_t kMinWeight = 8;
+  /// An NCCL WARN that holds this much of a template's start, and most of it, is
+  /// that template's (another version's fields).
+  static constexpr size_t kMinPrefix = 24;
   std::span<const SourceRow> rows_;
   std::vector<uint8_t> first_;  ///< keys' first two bytes
   std::unordered_map<uint32_t, std::vector<uint32_t>> by_head_;  ///< keys' first four bytes

@@ -238,6 +238,14 @@ size_t nccl_subsystem_of(std::string_view file, std::string_view text) {
   if (text.find("shared memory") != std::string_view::npos ||
       text.find("/dev/shm") != std::string_view::npos) {
     file = "shm";
+  } else if (text.rfind("NET/IB", 0) == 0) {
+    file = "net_ib";  // the transports name themselves at the start of their texts
+  } else if (text.rfind("NET/Socket", 0) == 0) {
+    file = "net_socket";
+  } else if (text.rfind("NET/", 0) == 0) {
+    file = "plugin";
+  } else if (text.rfind("Cuda failure", 0) == 0) {
+    file = "cudawrap";
   }
   for (size_t i = 0; i + 1 < std::size(kNcclSubsystems); ++i) {
     if (file.find(kNcclSubsystems[i].stem) != std::string_view::npos) return i;
@@ -299,6 +307,21 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
   return best;
 }
 
+// How much of a template `text` holds from its start: the fixed text of the pieces
+// that occur in order, until the first that does not (a newer NCCL appends fields,
+// an older one lacks the last).
+size_t prefix_weight(const SourceRow& r, std::string_view text) {
+  size_t at = 0, n = 0;
+  for (std::string_view piece : r.pieces) {
+    if (piece.empty()) continue;
+    size_t found = text.find(piece, at);
+    if (found == std::string_view::npos) break;
+    at = found + piece.size();
+    n += piece.size();
+  }
+  return n;
+}
+
 std::optional<size_t> SourceIndex::best_of(const std::vector<uint32_t>& candidates,
                                            std::string_view text) const {
   std::optional<size_t> best;
@@ -308,6 +331,17 @@ std::optional<size_t> SourceIndex::best_of(const std::vector<uint32_t>& candidat
     if ((!best || r.weight > best_weight) && template_match(r, text)) {
       best = row;
       best_weight = r.weight;
+    }
+  }
+  if (best) return best;
+  // No template whole: the one whose start the text holds most of, when that is
+  // most of the template and long enough not to be chance.
+  for (uint32_t row : candidates) {
+    const SourceRow& r = rows_[row];
+    size_t w = prefix_weight(r, text);
+    if (w >= kMinPrefix && 2 * w >= r.weight && w > best_weight) {
+      best = row;
+      best_weight = w;
     }
   }
   return best;
