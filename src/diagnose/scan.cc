@@ -307,7 +307,7 @@ struct Scanner::State {
 
   // The row read from a program's source that a segment holds: an NCCL WARN by the
   // file its prefix names (or that file's subsystem), any other line by the index.
-  bool match_source(std::string_view seg, Match& m) {
+  bool match_source(std::string_view seg, std::string_view whole, Match& m) {
     std::string_view text = trim(seg);
     size_t warn = nccl_warn_at(seg);
     std::optional<size_t> row;
@@ -321,6 +321,10 @@ struct Scanner::State {
       }
     } else if (auto r = sources.match(seg)) {
       row = source_base + *r;
+    } else if (whole.size() > seg.size()) {
+      // A program's text that begins with what looks like a prefix ("slurmstepd: ",
+      // "srun: "): the line before its prefixes were peeled.
+      if (auto w = sources.match(whole)) row = source_base + *w;
     }
     if (!row) return false;
     m.row = *row;
@@ -343,7 +347,10 @@ struct Scanner::State {
         rows[m.row].cls == MessageClass::kErrorLine) {
       Match src;
       // A context row (a banner) says less than the generic row it would replace.
-      if (match_source(seg, src) && !(hand && rows[src.row].cls == MessageClass::kContext)) {
+      std::string_view whole =
+          trim(line.substr(0, static_cast<size_t>(seg.data() + seg.size() - line.data())));
+      if (match_source(seg, whole, src) &&
+          !(hand && rows[src.row].cls == MessageClass::kContext)) {
         m = std::move(src);
         hand = true;
       }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <deque>
 #include <cstring>
 #include <stdexcept>
@@ -123,6 +124,11 @@ std::vector<std::string_view> pieces_of(std::string_view t, std::deque<std::stri
     while (j < t.size() && std::strchr("-+ #0123456789.*hlLqjzt", t[j]) != nullptr)
       ++j;
     i = j;  // the letter (or the end)
+    // Slurm's own %ps (a step id) and the kernel's %pI4: letters after a %p belong to it.
+    if (i < t.size() && t[i] == 'p') {
+      while (i + 1 < t.size() && std::isalnum(static_cast<unsigned char>(t[i + 1])))
+        ++i;
+    }
     start = i + 1;
   }
   close(t.size());
