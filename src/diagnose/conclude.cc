@@ -420,6 +420,16 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
 // wait, or that never printed at all.
 void add_missing_ranks(Builder& b, const Knowledge& k) {
   if (!k.absent_first) return;
+  if (k.world > 0 && k.most_joined > k.world) {
+    // More came than the world holds: not a rank that is missing, but processes that
+    // were never part of this job's count (a second launch, a wrong --nnodes).
+    b.add(FindingId::kWorldSizeMismatch,
+          fmt::format("{} processes joined a world of {}: more than the world size ({}); a "
+                      "second launch of the job, or ranks that count another world size",
+                      k.most_joined, k.world, k.absent_first->detail),
+          !b.any_initiating(), *k.absent_first);
+    return;
+  }
   std::set<long> silent;
   std::set<long> waiting;
   bool explained = b.any_initiating();

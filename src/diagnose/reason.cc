@@ -345,6 +345,7 @@ void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
   long joined_n = number(m.get(LineField::kJoined));
   if (world_n > 0) world = std::max(world, world_n);
   if (joined_n >= 0 && (joined < 0 || joined_n < joined)) joined = joined_n;
+  most_joined = std::max(most_joined, joined_n);
   if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
     world_by_rank[o.rank] = world_n;
   keep_first(absent_first, note);

@@ -504,3 +504,13 @@ TEST_CASE("diagnose: long lines are kept whole only up to a budget") {
   CHECK(d.findings[0].evidence[0].text.size() > 2000);  // whole, before the budget ran out
   CHECK(d.findings[0].evidence[1].text.size() <= 303);  // cut, after
 }
+
+TEST_CASE("diagnose: more joiners than the world size is not a missing rank") {
+  Diagnosis d = diagnose_lines({
+      "[I socket.cpp:494] [c10d] The server socket has started to listen on [::]:29500.",
+      "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 5/4 "
+      "clients joined.",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.id == "world-size-mismatch");
+}
