@@ -70,7 +70,11 @@ class SourceIndex {
   /// that template's (another version's fields).
   static constexpr size_t kMinPrefix = 24;
   std::span<const SourceRow> rows_;
-  std::vector<uint8_t> first_;  ///< keys' first two bytes
+  /// A bit per hash of a key's first four bytes: 8 KiB, in the cache, so that a byte
+  /// that starts no key costs one load and a test.
+  static constexpr uint32_t kFilterBits = 1u << 16;
+  static uint32_t filter_bit(uint32_t head) { return (head * 0x9E3779B1u) >> 16; }
+  std::vector<uint64_t> filter_;
   std::unordered_map<uint32_t, std::vector<uint32_t>> by_head_;  ///< keys' first four bytes
   std::map<std::string_view, std::vector<uint32_t>, std::less<>> by_file_;
   std::vector<uint32_t> all_warns_;  ///< every NCCL WARN row, for a file no tag has

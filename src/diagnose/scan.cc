@@ -47,6 +47,12 @@ std::string_view warn_file(std::string_view before) {
   return src == std::string_view::npos ? file : file.substr(src + 4);
 }
 
+// Whether what was peeled off a line is a program's name ("slurmstepd: ", "srun: "),
+// which its own texts include, rather than a rank, host or time (which hold digits).
+bool named_prefix(std::string_view peeled) {
+  return !peeled.empty() && std::none_of(peeled.begin(), peeled.end(), digit);
+}
+
 // Where an NCCL WARN's marker starts in a line: " NCCL WARN " (or at the start of the
 // text, its prefixes peeled), or an old NCCL's bare "file.h:LINE WARN "; npos if none.
 size_t nccl_warn_at(std::string_view seg) {
@@ -139,7 +145,7 @@ struct Scanner::State {
   std::span<const Pattern> rows = catalogue();
   Prefilter prefilter{hand_rows()};
   SourceIndex sources{source_rows()};
-  size_t source_base = hand_rows().size();                  // rows() index of source row 0
+  size_t source_base = hand_rows().size();                     // rows() index of source row 0
   size_t subsystem_base = source_base + source_rows().size();  // and of NCCL's subsystems
   std::vector<std::vector<LineField>> extracts;
   std::vector<std::optional<std::regex>> regex;  // compiled on first use
@@ -321,7 +327,8 @@ struct Scanner::State {
       }
     } else if (auto r = sources.match(seg)) {
       row = source_base + *r;
-    } else if (whole.size() > seg.size()) {
+    } else if (whole.size() > seg.size() &&
+               named_prefix(whole.substr(0, whole.size() - seg.size()))) {
       // A program's text that begins with what looks like a prefix ("slurmstepd: ",
       // "srun: "): the line before its prefixes were peeled.
       if (auto w = sources.match(whole)) row = source_base + *w;
@@ -349,8 +356,7 @@ struct Scanner::State {
       // A context row (a banner) says less than the generic row it would replace.
       std::string_view whole =
           trim(line.substr(0, static_cast<size_t>(seg.data() + seg.size() - line.data())));
-      if (match_source(seg, whole, src) &&
-          !(hand && rows[src.row].cls == MessageClass::kContext)) {
+      if (match_source(seg, whole, src) && !(hand && rows[src.row].cls == MessageClass::kContext)) {
         m = std::move(src);
         hand = true;
       }

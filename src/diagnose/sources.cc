@@ -273,7 +273,7 @@ bool template_match(const SourceRow& r, std::string_view text) {
 }
 
 SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
-  first_.assign(size_t{1} << 16, 0);
+  filter_.assign(kFilterBits / 64, 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const SourceRow& r = rows[i];
     std::string_view key = r.pattern.literal;
@@ -283,9 +283,10 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
       continue;  // met through its file's WARN lines
     }
     if (key.size() < kMinKey || r.weight < kMinWeight) continue;  // too vague to find
-    first_[uint16_t(uint8_t(key[0]) << 8 | uint8_t(key[1]))] = 1;
     uint32_t head;
     std::memcpy(&head, key.data(), 4);
+    uint32_t bit = filter_bit(head);
+    filter_[bit / 64] |= uint64_t{1} << (bit % 64);
     by_head_[head].push_back(static_cast<uint32_t>(i));
   }
 }
@@ -294,9 +295,10 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
   std::optional<size_t> best;
   size_t best_weight = 0;
   for (size_t i = 0; i + kMinKey <= text.size(); ++i) {
-    if (!first_[uint16_t(uint8_t(text[i]) << 8 | uint8_t(text[i + 1]))]) continue;
     uint32_t head;
     std::memcpy(&head, text.data() + i, 4);
+    uint32_t bit = filter_bit(head);
+    if ((filter_[bit / 64] >> (bit % 64) & 1) == 0) continue;  // most bytes stop here
     auto it = by_head_.find(head);
     if (it == by_head_.end()) continue;
     for (uint32_t row : it->second) {
