@@ -248,32 +248,18 @@ class WhatUsersTrippedOver(RankcheckTest):
     def refused_late(self, reason):
         """A member meeting a master that refuses it as late, with `reason`."""
         import struct
-        import threading
         import wire
-        srv = socket.create_server(("127.0.0.1", self.port))
-        srv.settimeout(5)
 
-        def serve():
-            # Every connection, as a master would: the host relay's (which stands down
-            # on the refusal), then the member's own.
-            for _ in range(2):
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") +
-                                            wire.s("") + b"\0"))
-                    wire.read_frame(conn)  # the hello
-                    conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
-                    time.sleep(0.3)
+        def refuse(conn):
+            conn.sendall(wire.challenge())
+            wire.read_frame(conn)  # the hello
+            conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
 
-        t = threading.Thread(target=serve)
-        t.start()
-        member = self.rank(3, 4)
-        self.finish([member])
-        t.join()
-        srv.close()
+        # Both connections, as a master would answer them: the host relay's (which stands
+        # down on the refusal), then the member's own.
+        with wire.FakeMaster(self.port, refuse, connections=2):
+            member = self.rank(3, 4)
+            self.finish([member])
         self.assertEqual(member.rc, 4)
         return member.finding("late-join")
 
