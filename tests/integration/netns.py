@@ -4,10 +4,15 @@ over /etc/hosts). No route leads anywhere else. Everything made here is removed
 again, also when a test fails.
 """
 
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+import unittest
+
+from harness import GRACE, free_port, save_reports
 
 SUBNET = "198.18.0"
 
@@ -121,3 +126,53 @@ class Cluster:
         left += [l for l in ip("-o", "link").stdout.splitlines() if self.tag in l]
         left += [d for d in (f"/etc/netns/{ns}" for ns in self.ns) if os.path.exists(d)]
         return left
+
+
+WHY_NOT = can_make_namespaces()
+
+
+@unittest.skipIf(WHY_NOT, WHY_NOT or "")
+class ClusterCase(unittest.TestCase):
+    """A test on HOSTS namespace hosts, PER_HOST ranks each: a folder for its reports, a
+    free MASTER_PORT, and the hosts taken down afterwards, with nothing of them left
+    behind. Skipped, with the reason, where namespaces cannot be made."""
+
+    HOSTS = 3
+    PER_HOST = 2
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.port = free_port()
+        self.cluster = Cluster(self.HOSTS)
+        self.procs = {}
+        self.addCleanup(self.cleanup)
+
+    def slurm_env(self, rank, **extra):
+        """The environment Slurm gives task `rank` of a step over the hosts (see slurm_step_env)."""
+        return slurm_step_env(rank, self.cluster.n, self.PER_HOST, self.port, **extra)
+
+    def json(self, name):
+        """Where the process `name` (a rank, say) writes its JSON report."""
+        return os.path.join(self.tmp.name, f"r{name}.json")
+
+    def wait_all(self, procs, timeout):
+        """Waits for `procs` ({rank: (process, start)}), each of which must end within
+        `timeout` + GRACE of its start; {rank: (exit code, JSON report, stdout, stderr)}."""
+        out = {}
+        for r, (p, t0) in procs.items():
+            stdout, stderr = p.communicate(timeout=timeout + GRACE + 2)
+            elapsed = time.monotonic() - t0
+            self.assertLessEqual(elapsed, timeout + GRACE, f"rank {r} took {elapsed:.2f} s")
+            with open(self.json(r)) as f:
+                out[r] = (p.returncode, json.load(f), stdout, stderr)
+        return out
+
+    def cleanup(self):
+        for p, _ in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.cluster.down()
+        self.assertEqual(self.cluster.leftovers(), [])
+        save_reports(self, self.tmp.name)
+        self.tmp.cleanup()

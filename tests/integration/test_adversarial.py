@@ -278,58 +278,23 @@ class Adversarial(RankcheckTest):
         self.assertIn("protocol-mismatch", ids)
 
     def test_a_member_meeting_a_newer_master_exits_6(self):
-        srv = socket.create_server(("127.0.0.1", self.port))
-        srv.settimeout(5)
-        member = self.rank(1, 2)
-
-        def serve():
-            # Every connection, as a master would: the host relay's, which stands down,
-            # then the member's own.
-            for _ in range(2):
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("9.9") +
-                                            wire.s("") + b"\0", version=2))
-                    time.sleep(0.3)
-
-        t = threading.Thread(target=serve)
-        t.start()
-        self.finish([member])
-        t.join()
-        srv.close()
+        # Both connections, as a master would answer them: the host relay's, which stands
+        # down, then the member's own.
+        with wire.FakeMaster(self.port, lambda conn: conn.sendall(wire.challenge("9.9", version=2)),
+                             connections=2):
+            member = self.rank(1, 2)
+            self.finish([member])
         self.assertEqual(member.rc, 6)
         f = member.finding("protocol-mismatch")
         self.assertIn("speaks rankcheck protocol version 2, this rankcheck speaks 1", f["message"])
 
     def test_a_challenge_the_member_cannot_read_is_named(self):
         # Something that speaks the framing but sends a challenge too short to decode.
-        srv = socket.create_server(("127.0.0.1", self.port))
-        stop = threading.Event()
-
-        def serve():
-            srv.settimeout(0.2)
-            while not stop.is_set():
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    continue
-                with conn:
-                    conn.sendall(wire.frame(wire.CHALLENGE, b"\1\2\3\4\5"))
-                    time.sleep(0.05)
-
-        t = threading.Thread(target=serve)
-        t.start()
-        try:
+        with wire.FakeMaster(self.port, lambda conn: conn.sendall(
+                wire.frame(wire.CHALLENGE, b"\1\2\3\4\5")), linger=0.05):
             self.timeout = 2.0
             member = self.rank(1, 2)
             self.finish([member])
-        finally:
-            stop.set()
-            t.join()
-            srv.close()
         self.assertEqual(member.rc, 4)
         f = member.finding("master-unreachable")
         self.assertIn(f"127.0.0.1:{self.port} sent a challenge this member cannot read "
@@ -346,29 +311,9 @@ class Adversarial(RankcheckTest):
 
     def squatter(self, job_id, auth):
         """Something that holds MASTER_PORT first and answers like a master."""
-        srv = socket.create_server(("127.0.0.1", self.port))
-        stop = threading.Event()
-
-        def serve():
-            srv.settimeout(0.1)
-            while not stop.is_set():
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    continue
-                with conn:
-                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") +
-                                            wire.s(job_id) + (b"\1" if auth else b"\0")))
-                    time.sleep(0.3)
-
-        t = threading.Thread(target=serve)
-        t.start()
-
-        def stop_it():
-            stop.set()
-            t.join()
-            srv.close()
-        self.addCleanup(stop_it)
+        fake = wire.FakeMaster(self.port, lambda conn: conn.sendall(
+            wire.challenge(job_id=job_id, auth=auth)))
+        self.addCleanup(fake.close)
 
     def test_rank_0_warns_once_of_a_job_across_hosts_without_a_token(self):
         procs = self.job(4, per_host=2)
@@ -594,25 +539,23 @@ class Adversarial(RankcheckTest):
         self.gpu = True
         return [self.rank(r, 2, local=(r, 2), **env) for r in range(2)]
 
-    def test_sigterm_in_nccl_init(self):
+    def sigterm_in_the_gpu_stage(self, **fake):
+        """SIGTERM to the master of a GPU job whose fake NCCL does as `fake` says, then to the
+        member of another such job."""
         for victim in (0, 1):
             with self.subTest(victim="master" if victim == 0 else "member"):
                 self.port = free_port()
-                procs = self.gpu_job(FAKE_NCCL_INIT="hang")
+                procs = self.gpu_job(**fake)
                 self.sigterm(procs[victim], 1.5)
                 self.assertIn("go: NCCL init", procs[victim].err)
                 self.finish(procs)
                 self.procs.clear()
 
+    def test_sigterm_in_nccl_init(self):
+        self.sigterm_in_the_gpu_stage(FAKE_NCCL_INIT="hang")
+
     def test_sigterm_in_the_allreduce(self):
-        for victim in (0, 1):
-            with self.subTest(victim="master" if victim == 0 else "member"):
-                self.port = free_port()
-                procs = self.gpu_job(FAKE_NCCL_ALLREDUCE="hang")
-                self.sigterm(procs[victim], 1.5)
-                self.assertIn("go: NCCL init", procs[victim].err)
-                self.finish(procs)
-                self.procs.clear()
+        self.sigterm_in_the_gpu_stage(FAKE_NCCL_ALLREDUCE="hang")
 
 
 if __name__ == "__main__":

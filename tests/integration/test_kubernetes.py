@@ -138,6 +138,28 @@ def gpus(container):
 # The pods the controllers would create
 
 
+def controller_pod(template, name, n):
+    """The n-th pod of a recipe, made from `template`: named `name` in NAMESPACE, scheduled on
+    gpu-node-<n>, with the n-th pod IP."""
+    pod = copy.deepcopy(template)
+    meta = pod.setdefault("metadata", {})
+    meta["name"] = name
+    meta["namespace"] = NAMESPACE
+    pod["spec"]["nodeName"] = f"gpu-node-{n}"
+    pod["status"] = {"podIP": POD_IPS[n]}
+    return pod
+
+
+def inject_completion_index(pod):
+    """What the Job controller injects into every container of an Indexed Job's pod, init
+    containers included: JOB_COMPLETION_INDEX, from the completion-index annotation."""
+    index_ref = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    injected = [{"name": "JOB_COMPLETION_INDEX",
+                 "valueFrom": {"fieldRef": {"fieldPath": index_ref}}}]
+    for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
+        c["_injected"] = injected
+
+
 def pytorchjob_pods(job):
     """training-operator v1: pods <job>-master-0, <job>-worker-<i>; labels; the env its
     setPodEnv gives spec.containers (not init containers)."""
@@ -152,10 +174,9 @@ def pytorchjob_pods(job):
     pods = []
     for rtype in ("Master", "Worker"):
         for index in range(int(specs[rtype].get("replicas", 1))):
-            pod = copy.deepcopy(specs[rtype]["template"])
-            meta = pod.setdefault("metadata", {})
-            meta["name"] = f"{name}-{rtype.lower()}-{index}"
-            meta["namespace"] = NAMESPACE
+            pod = controller_pod(specs[rtype]["template"], f"{name}-{rtype.lower()}-{index}",
+                                 len(pods))
+            meta = pod["metadata"]
             meta.setdefault("labels", {}).update({
                 "training.kubeflow.org/job-name": name,
                 "training.kubeflow.org/operator-name": "pytorchjob-controller",
@@ -165,8 +186,6 @@ def pytorchjob_pods(job):
             if rtype == "Master":
                 meta["labels"]["training.kubeflow.org/job-role"] = "master"
             pod["spec"]["restartPolicy"] = specs[rtype].get("restartPolicy", "OnFailure")
-            pod["spec"]["nodeName"] = f"gpu-node-{len(pods)}"
-            pod["status"] = {"podIP": POD_IPS[len(pods)]}
             rank = index + (1 if rtype == "Worker" else 0)
             operator_env = [
                 {"name": "PYTHONUNBUFFERED", "value": "0"},
@@ -196,10 +215,9 @@ def jobset_pods(jobset):
             job_name = f"{name}-{rjob['name']}-{job_index}"
             job = rjob["template"]["spec"]
             for index in range(int(job["completions"])):
-                pod = copy.deepcopy(job["template"])
-                meta = pod.setdefault("metadata", {})
-                meta["name"] = f"{job_name}-{index}-x{len(pods)}k9q"
-                meta["namespace"] = NAMESPACE
+                pod = controller_pod(job["template"], f"{job_name}-{index}-x{len(pods)}k9q",
+                                     len(pods))
+                meta = pod["metadata"]
                 meta.setdefault("labels", {}).update({
                     "jobset.sigs.k8s.io/jobset-name": name,
                     "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
@@ -213,13 +231,7 @@ def jobset_pods(jobset):
                 })
                 pod["spec"]["hostname"] = f"{job_name}-{index}"
                 pod["spec"]["subdomain"] = subdomain
-                pod["spec"]["nodeName"] = f"gpu-node-{len(pods)}"
-                pod["status"] = {"podIP": POD_IPS[len(pods)]}
-                index_ref = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-                injected = [{"name": "JOB_COMPLETION_INDEX",
-                             "valueFrom": {"fieldRef": {"fieldPath": index_ref}}}]
-                for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
-                    c["_injected"] = injected
+                inject_completion_index(pod)
                 pods.append(pod)
     return pods
 
@@ -232,10 +244,8 @@ def job_pods(job, uid="6d1f0a3c-2b9e-4c41-9b6a-0f3e5c7d8a21"):
     spec = job["spec"]
     pods = []
     for index in range(int(spec["completions"])):
-        pod = copy.deepcopy(spec["template"])
-        meta = pod.setdefault("metadata", {})
-        meta["name"] = f"{name}-{index}-q{len(pods)}x7z"
-        meta["namespace"] = NAMESPACE
+        pod = controller_pod(spec["template"], f"{name}-{index}-q{len(pods)}x7z", len(pods))
+        meta = pod["metadata"]
         meta.setdefault("labels", {}).update({
             "batch.kubernetes.io/job-name": name,
             "job-name": name,
@@ -245,13 +255,7 @@ def job_pods(job, uid="6d1f0a3c-2b9e-4c41-9b6a-0f3e5c7d8a21"):
         })
         meta.setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(index)
         pod["spec"]["hostname"] = f"{name}-{index}"
-        pod["spec"]["nodeName"] = f"gpu-node-{len(pods)}"
-        pod["status"] = {"podIP": POD_IPS[len(pods)]}
-        index_ref = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-        injected = [{"name": "JOB_COMPLETION_INDEX",
-                     "valueFrom": {"fieldRef": {"fieldPath": index_ref}}}]
-        for c in pod["spec"]["containers"] + pod["spec"].get("initContainers", []):
-            c["_injected"] = injected
+        inject_completion_index(pod)
         pods.append(pod)
     return pods
 
@@ -461,6 +465,13 @@ class KubernetesTest(unittest.TestCase):
         self.tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self.tmp.cleanup)
 
+    def hosts_file(self, pod, cluster_domain):
+        """A file holding the /etc/hosts the kubelet writes for `pod`; its path."""
+        hosts = os.path.join(self.tmp.name, f"{pod['metadata']['name']}.hosts")
+        with open(hosts, "w") as f:
+            f.write(kubelet_hosts(pod, cluster_domain))
+        return hosts
+
     def recipe(self, name):
         if name == "pytorchjob":
             docs = load("pytorchjob.yaml")
@@ -605,9 +616,7 @@ class Identity(KubernetesTest):
         """Runs `cmd` as in the pod: with the hosts file the kubelet writes and no DNS when
         namespaces can be made, else here (names then go to this machine's resolver)."""
         if self.sandbox.why is None:
-            hosts = os.path.join(self.tmp.name, f"{pod['metadata']['name']}.hosts")
-            with open(hosts, "w") as f:
-                f.write(kubelet_hosts(pod, "cluster.local"))
+            hosts = self.hosts_file(pod, "cluster.local")
             r = self.sandbox.run(hosts, cmd, env=dict(env, PATH=SANDBOX_PATH), timeout=20)
         else:
             r = subprocess.run(cmd, env=dict(env, PATH=SANDBOX_PATH), capture_output=True,
@@ -644,6 +653,16 @@ class Identity(KubernetesTest):
             # for the cluster DNS (none here).
             self.assertEqual(me["master_resolved"], [pod["status"]["podIP"]] if node == 0 else [])
 
+    def assertTrainerMeets(self, pod, node, addr):
+        """torchrun in the pod's trainer container is node `node` of 2 (4 processes each),
+        meeting at addr:29500."""
+        main = by_name(pod["spec"]["containers"], "trainer")
+        args = argv(main, container_env(pod, main))
+        for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "4"),
+                            ("--node-rank", str(node)), ("--master-addr", addr),
+                            ("--master-port", "29500")):
+            self.assertIn(f"{flag}={value}", args)
+
     def test_pytorchjob_pods(self):
         recipe = self.recipe("pytorchjob")
         self.assertEqual([p["metadata"]["name"] for p in recipe.pods],
@@ -670,12 +689,7 @@ class Identity(KubernetesTest):
             self.assertEqual(report["self"]["launcher"], "jobset")
             self.assertEqual(addr, fqdn(recipe.pods[0], env["CLUSTER_DOMAIN"]))
             # torchrun in the trainer container gets the same numbers.
-            main = by_name(pod["spec"]["containers"], "trainer")
-            args = argv(main, container_env(pod, main))
-            for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "4"),
-                                ("--node-rank", str(node)), ("--master-addr", addr),
-                                ("--master-port", "29500")):
-                self.assertIn(f"{flag}={value}", args)
+            self.assertTrainerMeets(pod, node, addr)
 
 
     def test_job_pods(self):
@@ -689,12 +703,7 @@ class Identity(KubernetesTest):
             # Every pod of the Job carries its uid as the job id; torchrun gets the same ranks.
             self.assertEqual(report["self"]["job_id"], pod["metadata"]["labels"][
                 "batch.kubernetes.io/controller-uid"])
-            main = by_name(pod["spec"]["containers"], "trainer")
-            args = argv(main, container_env(pod, main))
-            for flag, value in (("--nnodes", "2"), ("--nproc-per-node", "4"),
-                                ("--node-rank", str(node)), ("--master-addr", addr),
-                                ("--master-port", "29500")):
-                self.assertIn(f"{flag}={value}", args)
+            self.assertTrainerMeets(pod, node, addr)
 
 
 class LateName(KubernetesTest):
@@ -716,9 +725,7 @@ class LateName(KubernetesTest):
         for i, pod in enumerate(recipe.pods):
             cmd, env = recipe.command(pod, shim)
             master_addr = env["MASTER_ADDR"]
-            hosts = os.path.join(self.tmp.name, f"{pod['metadata']['name']}.hosts")
-            with open(hosts, "w") as f:
-                f.write(kubelet_hosts(pod, env["CLUSTER_DOMAIN"]))
+            hosts = self.hosts_file(pod, env["CLUSTER_DOMAIN"])
             if i > 0:
                 late_hosts.append(hosts)
             p = self.sandbox.popen(hosts, cmd, env, stdout=subprocess.PIPE,

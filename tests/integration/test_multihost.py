@@ -2,40 +2,21 @@
 them: two ranks per host, identity from SLURM_* (MASTER_ADDR: the first host of the
 node list), members on their own host names and addresses."""
 
-import json
-import os
 import subprocess
-import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, free_port, save_reports
-from netns import Cluster, can_make_namespaces, slurm_step_env
+from harness import BIN
+from netns import ClusterCase
 
-WHY_NOT = can_make_namespaces()
 TIMEOUT = 4.0
 HOSTS = 3
 PER_HOST = 2
 WORLD = HOSTS * PER_HOST
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class MultiHost(unittest.TestCase):
-
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.port = free_port()
-        self.cluster = Cluster(HOSTS)
-        self.addCleanup(self.cleanup)
-
-    def cleanup(self):
-        self.cluster.down()
-        self.assertEqual(self.cluster.leftovers(), [])
-        save_reports(self, self.tmp.name)
-        self.tmp.cleanup()
-
-    def slurm_env(self, rank, **extra):
-        return slurm_step_env(rank, HOSTS, PER_HOST, self.port, **extra)
+class MultiHost(ClusterCase):
+    HOSTS, PER_HOST = HOSTS, PER_HOST
 
     def start(self, ranks, overrides=None, extra_env=None):
         """Builds the hosts, then starts `ranks` on them; extra_env={rank: {var: value}}."""
@@ -45,20 +26,13 @@ class MultiHost(unittest.TestCase):
         for r in ranks:
             host = r // PER_HOST
             argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--progress-interval", "1",
-                    "--host-name", f"h{host}", "--json", os.path.join(self.tmp.name, f"r{r}.json")]
+                    "--host-name", f"h{host}", "--json", self.json(r)]
             procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, **extra_env.get(r, {}))),
                         time.monotonic())
         return procs
 
     def finish(self, procs):
-        out = {}
-        for r, (p, t0) in procs.items():
-            stdout, stderr = p.communicate(timeout=TIMEOUT + GRACE + 2)
-            elapsed = time.monotonic() - t0
-            self.assertLessEqual(elapsed, TIMEOUT + GRACE, f"rank {r} took {elapsed:.2f} s")
-            with open(os.path.join(self.tmp.name, f"r{r}.json")) as f:
-                out[r] = (p.returncode, json.load(f), stdout, stderr)
-        return out
+        return self.wait_all(procs, TIMEOUT)
 
     def test_healthy_three_hosts(self):
         res = self.finish(self.start(range(WORLD)))
@@ -147,7 +121,7 @@ class MultiHost(unittest.TestCase):
         procs = {}
         for r in range(WORLD):
             argv = [BIN, "run", "--no-gpu", "--no-relay", "--timeout", str(TIMEOUT), "--host-name",
-                    f"h{r // PER_HOST}", "--json", os.path.join(self.tmp.name, f"r{r}.json")]
+                    f"h{r // PER_HOST}", "--json", self.json(r)]
             procs[r] = (self.cluster.spawn(r // PER_HOST, argv, self.slurm_env(r)),
                         time.monotonic())
         res = self.finish(procs)

@@ -3,40 +3,22 @@
 about it, decided before any NCCL call. Decoy interfaces are bridges and veths made
 inside the hosts' namespaces (removed with them); addresses from 198.18.0.0/15 only."""
 
-import json
 import os
 import subprocess
-import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, free_port, save_reports
-from netns import Cluster, can_make_namespaces, ip, slurm_step_env
+from harness import BIN, free_port
+from netns import Cluster, ClusterCase, ip
 
-WHY_NOT = can_make_namespaces()
 TIMEOUT = 4.0
 HOSTS = 3
 PER_HOST = 2
 WORLD = HOSTS * PER_HOST
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class NcclInterfaces(unittest.TestCase):
-
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.port = free_port()
-        self.cluster = Cluster(HOSTS)
-        self.addCleanup(self.cleanup)
-
-    def cleanup(self):
-        self.cluster.down()
-        self.assertEqual(self.cluster.leftovers(), [])
-        save_reports(self, self.tmp.name)
-        self.tmp.cleanup()
-
-    def slurm_env(self, rank, extra):
-        return slurm_step_env(rank, self.cluster.n, PER_HOST, self.port, **extra)
+class NcclInterfaces(ClusterCase):
+    HOSTS, PER_HOST = HOSTS, PER_HOST
 
     def run_job(self, host_env=None, decorate=None):
         """Builds the hosts, lets `decorate(ns_name, host)` add interfaces, runs the job;
@@ -50,17 +32,11 @@ class NcclInterfaces(unittest.TestCase):
         for r in range(self.cluster.n * PER_HOST):
             host = r // PER_HOST
             argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{host}",
-                    "--json", os.path.join(self.tmp.name, f"r{r}.json")]
-            procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, host_env.get(host, {}))),
+                    "--json", self.json(r)]
+            procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, **host_env.get(host, {}))),
                         time.monotonic())
-        out = {}
-        for r, (p, t0) in procs.items():
-            stdout, stderr = p.communicate(timeout=TIMEOUT + GRACE + 2)
-            elapsed = time.monotonic() - t0
-            self.assertLessEqual(elapsed, TIMEOUT + GRACE, f"rank {r} took {elapsed:.2f} s")
-            with open(os.path.join(self.tmp.name, f"r{r}.json")) as f:
-                out[r] = (p.returncode, json.load(f), stdout + stderr)
-        return out
+        res = self.wait_all(procs, TIMEOUT)
+        return {r: (rc, rep, out + err) for r, (rc, rep, out, err) in res.items()}
 
     def ids(self, res):
         return [f["id"] for f in res[0][1]["findings"]]
@@ -197,7 +173,6 @@ def firewall(ns, *rules, tool="nft"):
                        text=True, timeout=10)
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
 class Rehearsal(NcclInterfaces):
     """The rehearsal of NCCL's connections: firewalls and routes inside the hosts."""
 

@@ -13,39 +13,21 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, clean_env, free_port, save_reports
-from netns import Cluster, can_make_namespaces, slurm_step_env
+from harness import BIN, GRACE, clean_env
+from netns import ClusterCase
 
-WHY_NOT = can_make_namespaces()
 TIMEOUT = 8.0
 HOSTS = 4
 PER_HOST = 8
 WORLD = HOSTS * PER_HOST
 
 
-@unittest.skipIf(WHY_NOT, WHY_NOT or "")
-class Relays(unittest.TestCase):
+class Relays(ClusterCase):
+    HOSTS, PER_HOST = HOSTS, PER_HOST
 
     def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.port = free_port()
-        self.cluster = Cluster(HOSTS)
+        super().setUp()
         self.cluster.up()
-        self.procs = {}
-        self.addCleanup(self.cleanup)
-
-    def cleanup(self):
-        for p, _ in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-        self.cluster.down()
-        self.assertEqual(self.cluster.leftovers(), [])
-        save_reports(self, self.tmp.name)
-        self.tmp.cleanup()
-
-    def env(self, rank, **extra):
-        return slurm_step_env(rank, HOSTS, PER_HOST, self.port, **extra)
 
     def start(self, rank, host=None, name=None, args=(), **env):
         """Starts `rank` on its host (or `host`), as `name` (default: the rank)."""
@@ -53,11 +35,8 @@ class Relays(unittest.TestCase):
         name = rank if name is None else name
         argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--progress-interval", "1",
                 "--host-name", f"h{host}", "--json", self.json(name), *args]
-        self.procs[name] = (self.cluster.spawn(host, argv, self.env(rank, **env)),
+        self.procs[name] = (self.cluster.spawn(host, argv, self.slurm_env(rank, **env)),
                             time.monotonic())
-
-    def json(self, name):
-        return os.path.join(self.tmp.name, f"r{name}.json")
 
     def finish(self):
         out = {}
@@ -235,21 +214,21 @@ class Relays(unittest.TestCase):
 
 class LocalRelays(unittest.TestCase):
 
+    def local(self, path, *extra):
+        """The report of a passing `rankcheck local -n 8 --no-gpu`, written to `path`."""
+        p = subprocess.run([BIN, "local", "-n", "8", "--no-gpu", *extra, "--json", path],
+                           capture_output=True, text=True, timeout=30, env=clean_env())
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        with open(path) as f:
+            return json.load(f)
+
     def test_relays_under_rankcheck_local(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "r.json")
-            p = subprocess.run([BIN, "local", "-n", "8", "--no-gpu", "--json", path],
-                               capture_output=True, text=True, timeout=30, env=clean_env())
-            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-            with open(path) as f:
-                rep = json.load(f)
+            rep = self.local(path)
             self.assertEqual(rep["connections"]["relays"], 1)
             self.assertEqual(rep["connections"]["relayed_members"], 7)
-            p = subprocess.run([BIN, "local", "-n", "8", "--no-gpu", "--no-relay", "--json", path],
-                               capture_output=True, text=True, timeout=30, env=clean_env())
-            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
-            with open(path) as f:
-                rep = json.load(f)
+            rep = self.local(path, "--no-relay")
             self.assertEqual(rep["connections"]["relays"], 0)
             self.assertEqual(rep["connections"]["peak"], 7)
 

@@ -14,6 +14,8 @@ from harness import BIN, GRACE, Proc, RankcheckTest, clean_env, free_port
 class Rendezvous(RankcheckTest):
 
     def test_healthy_job_of_eight(self):
+        # A deadline far from what is measured: "decided before it" holds on a busy machine.
+        self.timeout = 30.0
         procs = self.job(8, per_host=4)
         self.finish()
         self.assertExit(procs.values(), 0)
@@ -25,7 +27,7 @@ class Rendezvous(RankcheckTest):
         self.assertEqual(master["decided"], "all-joined")
         # Nobody waited for the deadline.
         for p in procs.values():
-            self.assertLess(p.elapsed, self.timeout / 2, p.name)
+            self.assertLess(p.elapsed, self.timeout / 3, p.name)
         self.assertIn("PASS — 8 ranks of 8 joined", procs[0].out)
         self.assertRegex(procs[5].out, r"rankcheck: PASS: 8 ranks joined; this is rank 5 on h1")
         self.assertEqual(procs[5].report["role"], "member")
@@ -41,13 +43,14 @@ class Rendezvous(RankcheckTest):
     def test_a_too_big_world_size_is_decided_without_waiting(self):
         # WORLD_SIZE=8 exported over Slurm's 4 tasks: all 4 are here, and every member's
         # launcher says 4, so the master decides at once instead of at the deadline.
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         procs = {r: self.rank(r, 8, SLURM_PROCID=r, SLURM_NTASKS=4, SLURM_JOB_ID=77)
                  for r in range(4)}
         self.finish()
         self.assertExit(procs.values(), 3)
         master = procs[0].report
         self.assertEqual(master["decided"], "all-joined")
-        self.assertLess(procs[0].elapsed, self.timeout / 2)
+        self.assertLess(procs[0].elapsed, self.timeout / 3)
         self.assertEqual([f["id"] for f in master["findings"]],
                          ["launcher-env-conflict", "missing-rank"])
         self.assertIn("WORLD_SIZE=8 but SLURM_NTASKS=4", master["findings"][0]["message"])
@@ -248,32 +251,18 @@ class WhatUsersTrippedOver(RankcheckTest):
     def refused_late(self, reason):
         """A member meeting a master that refuses it as late, with `reason`."""
         import struct
-        import threading
         import wire
-        srv = socket.create_server(("127.0.0.1", self.port))
-        srv.settimeout(5)
 
-        def serve():
-            # Every connection, as a master would: the host relay's (which stands down
-            # on the refusal), then the member's own.
-            for _ in range(2):
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") +
-                                            wire.s("") + b"\0"))
-                    wire.read_frame(conn)  # the hello
-                    conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
-                    time.sleep(0.3)
+        def refuse(conn):
+            conn.sendall(wire.challenge())
+            wire.read_frame(conn)  # the hello
+            conn.sendall(wire.frame(wire.REJECT, struct.pack("<H", 5) + wire.s(reason)))
 
-        t = threading.Thread(target=serve)
-        t.start()
-        member = self.rank(3, 4)
-        self.finish([member])
-        t.join()
-        srv.close()
+        # Both connections, as a master would answer them: the host relay's (which stands
+        # down on the refusal), then the member's own.
+        with wire.FakeMaster(self.port, refuse, connections=2):
+            member = self.rank(3, 4)
+            self.finish([member])
         self.assertEqual(member.rc, 4)
         return member.finding("late-join")
 
@@ -317,6 +306,7 @@ class WhatTheLauncherStarted(RankcheckTest):
         def start(r):
             return self.rank(r, 2, OMPI_COMM_WORLD_RANK=r, OMPI_COMM_WORLD_SIZE=4,
                              OMPI_COMM_WORLD_LOCAL_RANK=r, OMPI_COMM_WORLD_LOCAL_SIZE=4)
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         procs = [start(0), start(1)]
         time.sleep(0.5)
         procs += [start(2), start(3)]
@@ -324,7 +314,7 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertExit(procs, 3)
         master = procs[0].report
         self.assertEqual(master["decided"], "all-joined")
-        self.assertLess(procs[0].elapsed, self.timeout / 2, "all four joined: no deadline")
+        self.assertLess(procs[0].elapsed, self.timeout / 3, "all four joined: no deadline")
         self.assertEqual(procs[0].ids(), ["launcher-env-conflict", "rank-out-of-range"])
         self.assertEqual(procs[0].finding("rank-out-of-range")["ranks"], [2, 3])
         self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])

@@ -1,10 +1,13 @@
 """rankcheck's wire format, written again from its description (DESIGN.md section 3,
 src/protocol/record_codec.cc), for tests that must speak to a master the way no rankcheck would:
 hostile strings, replays, broken frames. Independent of the C++ encoder on purpose.
+And the other side: a fake master, for tests of what a member makes of one.
 """
 
 import socket
 import struct
+import threading
+import time
 
 MAGIC = b"RKCK"
 VERSION = 1
@@ -73,6 +76,13 @@ def hello(record_bytes, client_nonce=bytes(16), mac=bytes(32), version=VERSION):
     return frame(HELLO, record_bytes + b"\0" + client_nonce + mac, version)
 
 
+def challenge(version_text="0.1.0", job_id="", auth=False, version=VERSION):
+    """A master's challenge: a nonce (zeros), the master's version and job id, and whether
+    it wants a token; in frame version `version`."""
+    return frame(CHALLENGE, bytes(16) + s(version_text) + s(job_id) + (b"\1" if auth else b"\0"),
+                 version)
+
+
 def read_exact(sock, n):
     data = b""
     while len(data) < n:
@@ -104,3 +114,44 @@ def challenge_nonce(payload):
 def connect(port, timeout=5.0):
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     return sock
+
+
+class FakeMaster:
+    """Something that holds 127.0.0.1:`port` and answers every connection to it as a master
+    would: `answer(conn)`, then the connection held open `linger` s before it is closed.
+    On a thread of its own, until close(); given `connections`, until that many have come
+    (or none for 5 s), which close() waits for. A context manager: close() on leaving."""
+
+    def __init__(self, port, answer, linger=0.3, connections=None):
+        self.srv = socket.create_server(("127.0.0.1", port))
+        self.srv.settimeout(0.1)
+        self.connections = connections
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, args=(answer, linger))
+        self.thread.start()
+
+    def _serve(self, answer, linger):
+        served, quiet_since = 0, time.monotonic()
+        while not self.stopping.is_set() and served != self.connections:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                if self.connections is not None and time.monotonic() - quiet_since > 5:
+                    return
+                continue
+            with conn:
+                answer(conn)
+                time.sleep(linger)
+            served, quiet_since = served + 1, time.monotonic()
+
+    def close(self):
+        if self.connections is None:
+            self.stopping.set()
+        self.thread.join()
+        self.srv.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -8,11 +8,12 @@
 #include "base/text.h"
 #include "helpers.h"
 #include "protocol/messages.h"
-#include "rules/join_tracker.h"
 #include "rules/rules.h"
 
 using namespace rankcheck;
 using test::find;
+using test::sole;
+using test::tracker_clean;
 using Ranks = std::vector<long>;
 using Hosts = std::vector<std::string>;
 
@@ -43,15 +44,21 @@ JobView gpu_job(int world, int per_host) {
   return v;
 }
 
+// The one finding of `v`: ranks 2 and 3 use one GPU.
+Finding ranks_2_3_share_a_gpu(const JobView& v) {
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "duplicate-gpu");
+  CHECK(f.exit_code == 3);
+  CHECK(f.ranks == Ranks{2, 3});
+  return f;
+}
+
 }  // namespace
 
 TEST_CASE("gpu rules: a healthy GPU job has no findings, and the tracker agrees") {
   JobView v = gpu_job(16, 8);
   CHECK(run_checks(v).empty());
-  JoinTracker t(v.world_size, v.master_resolved, true);
-  for (const Member& m : v.members)
-    t.add(m.record, m.peer);
-  CHECK(t.clean());
+  CHECK(tracker_clean(v));
   CHECK(!gpu_stage_blocker(v.members));
 }
 
@@ -61,12 +68,8 @@ TEST_CASE("duplicate-gpu: two ranks on one host, one UUID, and how they got ther
   v.members[3].record.gpu.devices[0].rank = 3;
   v.members[2].record.gpu.visible_devices = "2";
   v.members[3].record.gpu.visible_devices = "2";
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "duplicate-gpu");
-  CHECK(fs[0].exit_code == 3);
-  CHECK(fs[0].ranks == Ranks{2, 3});
-  CHECK(fs[0].message ==
+  Finding f = ranks_2_3_share_a_gpu(v);
+  CHECK(f.message ==
         "ranks 2-3 on gpu-01 use the same GPU GPU-00020000-0000-0000-0000-000000000000: rank 2 "
         "(LOCAL_RANK=2, CUDA_VISIBLE_DEVICES=2, device 2); rank 3 (LOCAL_RANK=3, "
         "CUDA_VISIBLE_DEVICES=2, device 2)");
@@ -85,24 +88,17 @@ TEST_CASE("duplicate-gpu: MIG slices of one GPU share its bus id, under UUIDs of
     d.pci_bus_id = "00000000:1A:00.0";
     d.uuid = fmt::format("MIG-{}1111111-2222-3333-4444-555555555555", k);
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "duplicate-gpu");
-  CHECK(fs[0].exit_code == 3);
-  CHECK(fs[0].ranks == Ranks{2, 3});
-  CHECK(fs[0].message ==
+  Finding f = ranks_2_3_share_a_gpu(v);
+  CHECK(f.message ==
         "ranks 2-3 on gpu-01 use the same GPU 00000000:1A:00.0 through different MIG slices "
         "(MIG-21111111-2222-3333-4444-555555555555 and MIG-31111111-2222-3333-4444-555555555555): "
         "rank 2 (LOCAL_RANK=2, CUDA_VISIBLE_DEVICES unset, device 2); rank 3 (LOCAL_RANK=3, "
         "CUDA_VISIBLE_DEVICES unset, device 3)");
-  CHECK(fs[0].hint ==
+  CHECK(f.hint ==
         "NCCL refuses two ranks on one GPU at init, and MIG slices of one GPU are one GPU to it: "
         "give each rank a slice of a different GPU, or a whole GPU");
   // The tracker agrees: not clean.
-  JoinTracker t(v.world_size, v.master_resolved, true);
-  for (const Member& m : v.members)
-    t.add(m.record, m.peer);
-  CHECK(!t.clean());
+  CHECK(!tracker_clean(v));
 }
 
 TEST_CASE("nccl-version-mismatch groups hosts by the NCCL they load") {
@@ -113,12 +109,11 @@ TEST_CASE("nccl-version-mismatch groups hosts by the NCCL they load") {
       m.record.gpu.nccl_path = "/opt/nccl/lib/libnccl.so.2";
     }
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-version-mismatch");
-  CHECK(fs[0].exit_code == 3);
-  CHECK(fs[0].hosts == Hosts{"gpu-02"});
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "nccl-version-mismatch");
+  CHECK(f.exit_code == 3);
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.message ==
         "hosts load different NCCL versions: ranks 0-7 on gpu-01 loads NCCL 2.28.9 "
         "(/usr/lib/x86_64-linux-gnu/libnccl.so.2) but ranks 8-15 on gpu-02 loads NCCL 2.21.5 "
         "(/opt/nccl/lib/libnccl.so.2)");
@@ -134,11 +129,10 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
           "libcuda.so.1: cannot open shared object file: No such file or directory";
     }
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "cuda-driver-missing");
-  CHECK(fs[0].exit_code == 5);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "cuda-driver-missing");
+  CHECK(f.exit_code == 5);
+  CHECK(f.message ==
         "no CUDA driver for ranks 8-15 on gpu-02, while the other ranks have GPUs: libcuda.so.1: "
         "cannot open shared object file: No such file or directory");
 
@@ -146,10 +140,9 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
   w.members[1].record.gpu.state = GpuState::kNoDevice;
   w.members[1].record.gpu.error = "no GPU visible (CUDA_VISIBLE_DEVICES=)";
   w.members[1].record.gpu.devices.clear();
-  fs = run_checks(w);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "gpu-missing");
-  CHECK(fs[0].ranks == Ranks{1});
+  f = sole(run_checks(w));
+  CHECK(f.id == "gpu-missing");
+  CHECK(f.ranks == Ranks{1});
 
   JobView n = gpu_job(8, 4);
   n.members.resize(2);  // node mode: two members of 4 ranks each
@@ -173,29 +166,26 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
     n.members[0].record.gpu.devices[size_t(k)].pci_bus_id =
         fmt::format("00000000:{:02X}:00.0", 0x18 + k);
   }
-  fs = run_checks(n);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "gpu-count-mismatch");
-  CHECK(fs[0].ranks == Ranks{4, 5, 6, 7});
+  f = sole(run_checks(n));
+  CHECK(f.id == "gpu-count-mismatch");
+  CHECK(f.ranks == Ranks{4, 5, 6, 7});
 }
 
 TEST_CASE("nccl-missing and cuda-driver-mismatch") {
   JobView v = gpu_job(4, 2);
   v.members[3].record.gpu.nccl_version = 0;
   v.members[3].record.gpu.nccl_error = "libnccl.so.2: cannot open shared object file";
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-missing");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "nccl-missing");
+  CHECK(f.message ==
         "NCCL not found for rank 3 on gpu-02: libnccl.so.2: cannot open shared object file");
 
   JobView d = gpu_job(4, 2);
   d.members[2].record.gpu.driver = "550.54.15";
   d.members[3].record.gpu.driver = "550.54.15";
-  fs = run_checks(d);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "cuda-driver-mismatch");
-  CHECK(fs[0].severity == Severity::kWarning);
+  f = sole(run_checks(d));
+  CHECK(f.id == "cuda-driver-mismatch");
+  CHECK(f.severity == Severity::kWarning);
 }
 
 TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
@@ -206,12 +196,12 @@ TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
     m.record.gpu.error = "libcuda.so.1: cannot open shared object file: No such file or directory";
   }
   auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "gpu-unavailable");
-  CHECK(fs[0].message ==
+  Finding f = sole(fs);
+  CHECK(f.id == "gpu-unavailable");
+  CHECK(f.message ==
         "no member has a usable GPU, so the NCCL stage did not run; ranks 0-3 on gpu-01: no "
         "CUDA driver (libcuda.so.1: cannot open shared object file: No such file or directory)");
-  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(f.severity == Severity::kWarning);
   CHECK(exit_code_for(fs) == 0);
   CHECK(*gpu_stage_blocker(v.members) == "no member has a usable GPU");
   v.gpu_stage = false;  // --no-gpu on the master: the GPUs are not looked at
@@ -229,24 +219,29 @@ RankResult good(int rank, int world) {
   r.allreduce_us = 40;
   return r;
 }
+
+// The GPU stage of the first `world` members of `v`, each of whom reported good results.
+StageView all_good(const JobView& v, int world) {
+  StageView sv;
+  sv.world_size = world;
+  sv.members = &v.members;
+  for (int k = 0; k < world; ++k)
+    sv.results.push_back(good(k, world));
+  return sv;
+}
 }  // namespace
 
 TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
   JobView v = gpu_job(4, 2);
-  StageView sv;
-  sv.world_size = 4;
-  sv.members = &v.members;
+  StageView sv = all_good(v, 4);
   sv.stage_ms = 12000;
-  for (int k = 0; k < 4; ++k)
-    sv.results.push_back(good(k, 4));
   CHECK(stage_checks(sv).empty());
 
   sv.results[1].init_ok = false;
   sv.results[1].init_error = "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-  auto fs = stage_checks(sv);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-init-failed");
-  CHECK(fs[0].message ==
+  Finding f = sole(stage_checks(sv));
+  CHECK(f.id == "nccl-init-failed");
+  CHECK(f.message ==
         "NCCL init failed for rank 1 on gpu-01: unhandled system error (run with "
         "NCCL_DEBUG=INFO for details)");
 
@@ -254,23 +249,18 @@ TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
   sv.results[2].init_ok = false;
   sv.results[2].init_timed_out = true;
   sv.results.pop_back();  // rank 3 never reported
-  fs = stage_checks(sv);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-init-timeout");
-  CHECK(fs[0].ranks == Ranks{2, 3});
-  CHECK(fs[0].hosts == Hosts{"gpu-02"});
-  CHECK(fs[0].message ==
+  f = sole(stage_checks(sv));
+  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.ranks == Ranks{2, 3});
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.message ==
         "NCCL init did not finish within 12 s for ranks 2-3 on gpu-02 (rank 3 sent no result: "
         "the process died or lost its connection); ranks 0-1 finished");
 }
 
 TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   JobView v = gpu_job(4, 2);
-  StageView sv;
-  sv.world_size = 4;
-  sv.members = &v.members;
-  for (int k = 0; k < 4; ++k)
-    sv.results.push_back(good(k, 4));
+  StageView sv = all_good(v, 4);
   sv.results[0].got = 11;
   sv.results[1].allreduce_done = sv.results[1].allreduce_ok = false;
   sv.results[1].allreduce_error = "cuStreamQuery: an illegal memory access was encountered";
@@ -288,28 +278,20 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   CHECK(fs[2].id == "allreduce-timeout");
   CHECK(fs[2].ranks == Ranks{2});
 
-  StageView bw;
-  bw.world_size = 2;
-  bw.members = &v.members;
+  StageView bw = all_good(v, 2);
   bw.min_busbw_gbps = 100;
-  for (int k = 0; k < 2; ++k) {
-    bw.results.push_back(good(k, 2));
-    bw.results.back().bandwidth_bytes = 1 << 28;
-    bw.results.back().busbw_gbps = k == 0 ? 150 : 12.5;
+  for (RankResult& r : bw.results) {
+    r.bandwidth_bytes = 1 << 28;
+    r.busbw_gbps = r.rank == 0 ? 150 : 12.5;
   }
-  fs = stage_checks(bw);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "bandwidth-low");
-  CHECK(fs[0].message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
+  Finding f = sole(stage_checks(bw));
+  CHECK(f.id == "bandwidth-low");
+  CHECK(f.message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
 }
 
 TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
   JobView v = gpu_job(4, 2);
-  StageView sv;
-  sv.world_size = 4;
-  sv.members = &v.members;
-  for (int k = 0; k < 4; ++k)
-    sv.results.push_back(good(k, 4));
+  StageView sv = all_good(v, 4);
   // A failure of the timed all-reduce is a failure, not a wrong total.
   for (int k : {0, 1}) {
     RankResult& r = sv.results[size_t(k)];
@@ -331,16 +313,12 @@ TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
         "rank 1 on gpu-01");
 
   // A world of one whose receive buffer still holds the sentinel: never written.
-  StageView one;
-  one.world_size = 1;
-  one.members = &v.members;
-  one.results.push_back(good(0, 1));
+  StageView one = all_good(v, 1);
   one.results[0].allreduce_ok = false;
   one.results[0].got = kAllreduceSentinel;
-  fs = stage_checks(one);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "allreduce-wrong-result");
-  CHECK(fs[0].message ==
+  Finding f = sole(stage_checks(one));
+  CHECK(f.id == "allreduce-wrong-result");
+  CHECK(f.message ==
         "the all-reduce of one value per rank gave a wrong total: rank 0 expected 1, got nothing "
         "(buffer never written)");
 }
@@ -415,7 +393,7 @@ TEST_CASE("bytes as the timed all-reduce names them") {
 
 TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find something") {
   std::minstd_rand rng(777);
-  int clean_and_silent = 0;
+  int harmless = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     JobView v = gpu_job(8, 4);
     for (int c = 0; c < 1 + int(rng() % 2); ++c) {
@@ -452,13 +430,8 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
           break;
       }
     }
-    JoinTracker t(v.world_size, v.master_resolved, true);
-    for (const Member& m : v.members)
-      t.add(m.record, m.peer);
-    auto fs = run_checks(v);
     INFO("trial " << trial);
-    if (t.clean()) CHECK(fs.empty());
-    if (t.clean() && fs.empty()) ++clean_and_silent;
+    if (test::clean_and_silent(v)) ++harmless;
   }
-  CHECK(clean_and_silent > 0);
+  CHECK(harmless > 0);
 }

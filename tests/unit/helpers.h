@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/env.h"
+#include "rules/join_tracker.h"
 #include "rules/rules.h"
 
 namespace rankcheck::test {
@@ -72,6 +73,31 @@ inline const Finding* find(const std::vector<Finding>& fs, const std::string& id
     if (f.id == id) return &f;
   }
   return nullptr;
+}
+
+/// The one finding in `fs`, which must hold exactly one.
+inline Finding sole(const std::vector<Finding>& fs) {
+  REQUIRE(fs.size() == 1);
+  return fs[0];
+}
+
+/// Whether the join tracker, fed the members of `v` as the master feeds it (and told of
+/// any refused or departed), calls the job clean: the decision then skips the rules.
+inline bool tracker_clean(const JobView& v) {
+  JoinTracker t(v.world_size, v.master_resolved, v.gpu_stage);
+  for (const Member& m : v.members)
+    t.add(m.record, m.peer);
+  if (!v.refused.empty() || !v.departed.empty()) t.taint();
+  return t.clean();
+}
+
+/// Whether the tracker calls `v` clean and the rules find nothing in it; checks on the way
+/// that the tracker never calls clean a job the rules find something in.
+inline bool clean_and_silent(const JobView& v) {
+  bool clean = tracker_clean(v);
+  auto fs = run_checks(v);
+  if (clean) CHECK(fs.empty());
+  return clean && fs.empty();
 }
 
 }  // namespace rankcheck::test

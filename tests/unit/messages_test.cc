@@ -18,6 +18,20 @@ std::span<const uint8_t> payload_of(const std::vector<uint8_t>& frame) {
   REQUIRE(frame.size() == kHeaderSize + h->length);
   return std::span(frame).subspan(kHeaderSize);
 }
+
+// What a signed message is signed with: the job's token (`other` is another job's) and the
+// nonces of its connection, the master's and the member's.
+struct SignedConnection {
+  static Nonce nonce(uint8_t first) {
+    Nonce n{};
+    n[0] = first;
+    return n;
+  }
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  JobToken other = JobToken::from_secret("0123456789abcdef-other-one");
+  Nonce server = nonce(1);
+  Nonce client = nonce(2);
+};
 }  // namespace
 
 TEST_CASE("protocol: a hello carries the whole record") {
@@ -175,13 +189,8 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   CHECK((*vb->nccl_id)[127] == 1);
 }
 
-TEST_CASE("protocol: a signed hello and verdict verify only with the token and the nonces") {
-  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
-  JobToken other = JobToken::from_secret("0123456789abcdef-other-one");
-  Nonce server{};
-  server[0] = 1;
-  Nonce client{};
-  client[0] = 2;
+TEST_CASE_METHOD(SignedConnection,
+                 "protocol: a signed hello and verdict verify only with the token and the nonces") {
   Hello h{test::member(1, 2, "gpu-01"), client, {}, {}};
   auto frame = encode_signed(h, token, server);
   auto payload = std::span<const uint8_t>(frame).subspan(kHeaderSize);
@@ -205,12 +214,8 @@ TEST_CASE("protocol: a signed hello and verdict verify only with the token and t
   CHECK(decode_verdict(vp).ok());
 }
 
-TEST_CASE("protocol: a go verdict's MAC does not pass for a final verdict's") {
-  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
-  Nonce server{};
-  server[0] = 1;
-  Nonce client{};
-  client[0] = 2;
+TEST_CASE_METHOD(SignedConnection,
+                 "protocol: a go verdict's MAC does not pass for a final verdict's") {
   Verdict go;
   go.final = false;
   go.run_gpu = true;
@@ -226,13 +231,9 @@ TEST_CASE("protocol: a go verdict's MAC does not pass for a final verdict's") {
   CHECK(!verify_verdict(lp, token, server, client, false));
 }
 
-TEST_CASE("protocol: a stage report verifies only with the token and its connection's nonces") {
-  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
-  JobToken other = JobToken::from_secret("0123456789abcdef-other-one");
-  Nonce server{};
-  server[0] = 1;
-  Nonce client{};
-  client[0] = 2;
+TEST_CASE_METHOD(
+    SignedConnection,
+    "protocol: a stage report verifies only with the token and its connection's nonces") {
   RankResult r;
   r.rank = 3;
   r.init_ok = r.allreduce_ok = r.allreduce_done = true;

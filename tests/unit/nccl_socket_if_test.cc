@@ -368,6 +368,13 @@ JobView job_with(int hosts, const std::function<std::string(int)>& addr,
   return v;
 }
 
+// Puts every host of `v` in one network stack: hosts simulated on one machine, under names
+// of their own.
+void share_one_stack(JobView& v) {
+  for (Member& m : v.members)
+    m.record.nccl_if.netns = "boot/1";
+}
+
 }  // namespace
 
 TEST_CASE("nccl interface rules: a healthy job across hosts has no findings") {
@@ -378,18 +385,16 @@ TEST_CASE("nccl interface rules: a healthy job across hosts has no findings") {
 TEST_CASE("nccl-interface-shared-address: a bridge with one address on every host") {
   JobView v = job_with(
       3, [](int) { return std::string("172.18.0.1"); }, "br-5f2a");
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-interface-shared-address");
-  CHECK(fs[0].exit_code == 3);
-  CHECK(fs[0].message ==
+  Finding f = test::sole(run_checks(v));
+  CHECK(f.id == "nccl-interface-shared-address");
+  CHECK(f.exit_code == 3);
+  CHECK(f.message ==
         "gpu-01, gpu-02 and gpu-03 would bootstrap NCCL from the same address 172.18.0.1 "
         "(interface br-5f2a, by default order: ^docker,lo,virbr): each host that connects to it "
         "reaches itself, and NCCL's init hangs");
 
   // One network stack under several names (hosts simulated on one machine) is no finding.
-  for (Member& m : v.members)
-    m.record.nccl_if.netns = "boot/1";
+  share_one_stack(v);
   CHECK(run_checks(v).empty());
 }
 
@@ -398,26 +403,23 @@ TEST_CASE("nccl-interface-loopback: a job across hosts on lo") {
       3, [](int) { return std::string("127.0.0.1"); }, "lo");
   for (Member& m : v.members)
     m.record.nccl_if.rule = "NCCL_SOCKET_IFNAME=lo";
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-interface-loopback");
-  CHECK(fs[0].message ==
+  Finding f = test::sole(run_checks(v));
+  CHECK(f.id == "nccl-interface-loopback");
+  CHECK(f.message ==
         "NCCL would bootstrap from loopback (lo 127.0.0.1, by NCCL_SOCKET_IFNAME=lo) on gpu-01, "
         "gpu-02 and gpu-03, in a job across 3 hosts: the address it gives the other hosts leads "
         "back to themselves");
-  for (Member& m : v.members)
-    m.record.nccl_if.netns = "boot/1";
+  share_one_stack(v);
   CHECK(run_checks(v).empty());
 }
 
 TEST_CASE("nccl-interface-link-local: fe80:: or 169.254/16 chosen") {
   JobView v = job_with(
       2, [](int h) { return h == 1 ? std::string("169.254.3.1") : std::string("198.18.0.1"); });
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-interface-link-local");
-  CHECK(fs[0].hosts == std::vector<std::string>{"gpu-02"});
-  CHECK(fs[0].message ==
+  Finding f = test::sole(run_checks(v));
+  CHECK(f.id == "nccl-interface-link-local");
+  CHECK(f.hosts == std::vector<std::string>{"gpu-02"});
+  CHECK(f.message ==
         "NCCL would bootstrap from the link-local address eth0 169.254.3.1 on gpu-02 (ranks 2-3, "
         "by default order: ^docker,lo,virbr): other hosts reach it only on that link, if at all");
 }
@@ -460,23 +462,21 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
     m.record.nccl_if.flags |= NcclIfFacts::kCommIdLocal;
   }
   v.members[3].record.env_sources = {{"NCCL_COMM_ID", "/etc/nccl.conf"}};
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);  // not env-mismatch as well
-  CHECK(fs[0].id == "nccl-comm-id-mismatch");
-  CHECK(fs[0].message ==
+  Finding f = test::sole(run_checks(v));  // not env-mismatch as well
+  CHECK(f.id == "nccl-comm-id-mismatch");
+  CHECK(f.message ==
         "NCCL_COMM_ID differs: 198.18.0.1:29501 for ranks 0-2 on gpu-01 and gpu-02; "
         "198.18.0.9:29501 for rank 3 on gpu-02 (from /etc/nccl.conf); NCCL's ranks would look "
         "for different bootstrap roots and wait for each other");
-  CHECK(fs[0].ranks == std::vector<long>{3});
+  CHECK(f.ranks == std::vector<long>{3});
 
   for (Member& m : v.members) {
     test::set_env(m.record, {{"NCCL_COMM_ID", "198.18.0.2:29501"}});
     m.record.env_sources = {};
     m.record.nccl_if.flags = 0;
   }
-  fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  f = test::sole(run_checks(v));
+  CHECK(f.message ==
         "NCCL_COMM_ID=198.18.0.2:29501 is not an address of rank 0's host gpu-01 (which would "
         "use eth0 198.18.0.1): rank 0 creates NCCL's bootstrap root there, and no rank can "
         "reach it");

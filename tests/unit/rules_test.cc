@@ -4,12 +4,13 @@
 #include <fmt/format.h>
 
 #include "helpers.h"
-#include "rules/join_tracker.h"
 #include "rules/rules.h"
 
 using namespace rankcheck;
 using test::find;
 using test::healthy_job;
+using test::sole;
+using test::tracker_clean;
 using Ranks = std::vector<long>;
 using Hosts = std::vector<std::string>;
 
@@ -21,9 +22,7 @@ TEST_CASE("missing-rank: a rank absent from a host that sent the others") {
   JobView v = healthy_job(16, 8);
   v.members.erase(v.members.begin() + 9);
   v.timed_out = true;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  const Finding& f = fs[0];
+  Finding f = sole(run_checks(v));
   CHECK(f.id == "missing-rank");
   CHECK(f.exit_code == 4);
   CHECK(f.ranks == Ranks{9});
@@ -45,12 +44,11 @@ TEST_CASE("missing-rank: a whole host is one finding that names it (Slurm node l
     m.record.node_list = "gpu-[01-02]";
     m.record.tasks_per_node = "8(x2)";
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message == "gpu-02 never joined: all 8 of its ranks (8-15) are missing");
-  CHECK(fs[0].hosts == Hosts{"gpu-02"});
-  CHECK(fs[0].ranks == Ranks{8, 9, 10, 11, 12, 13, 14, 15});
-  CHECK(fs[0].hint ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.message == "gpu-02 never joined: all 8 of its ranks (8-15) are missing");
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.ranks == Ranks{8, 9, 10, 11, 12, 13, 14, 15});
+  CHECK(f.hint ==
         "gpu-02 did not start the job, or cannot reach the master at node01:29500: check that it "
         "is up, resolves MASTER_ADDR and reaches that port");
 }
@@ -63,19 +61,17 @@ TEST_CASE("missing-rank: Slurm cyclic distribution attributes ranks round-robin"
     m.record.distribution = uint8_t(Distribution::kCyclic);
   }
   v.members.erase(v.members.begin() + 3);  // rank 3: cyclic puts it on n2
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].hosts == Hosts{"n2"});
+  Finding f = sole(run_checks(v));
+  CHECK(f.hosts == Hosts{"n2"});
 }
 
 TEST_CASE("missing-rank: without a node list, a node's worth of ranks is named as such") {
   JobView v = healthy_job(16, 8);
   v.members.resize(8);
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.message ==
         "ranks 8-15 did not join: a whole node of 8 ranks, as if node 1 never started");
-  CHECK(fs[0].hosts.empty());
+  CHECK(f.hosts.empty());
 }
 
 TEST_CASE("missing-rank: many missing hosts share one finding") {
@@ -85,10 +81,9 @@ TEST_CASE("missing-rank: many missing hosts share one finding") {
     m.record.node_list = "g[1-6]";
     m.record.tasks_per_node = "8(x6)";
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].hosts == Hosts{"g2", "g3", "g4", "g5", "g6"});
-  CHECK(fs[0].message.rfind("5 hosts did not join, with all their ranks: g2 (8-15), ", 0) == 0);
+  Finding f = sole(run_checks(v));
+  CHECK(f.hosts == Hosts{"g2", "g3", "g4", "g5", "g6"});
+  CHECK(f.message.rfind("5 hosts did not join, with all their ranks: g2 (8-15), ", 0) == 0);
 }
 
 TEST_CASE("duplicate-rank leads, and the missing rank it caused follows") {
@@ -132,22 +127,20 @@ TEST_CASE("rank-out-of-range") {
 TEST_CASE("world-size-mismatch names who says what") {
   JobView v = healthy_job(8, 8);
   v.members[7].record.world_size = 16;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "world-size-mismatch");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "world-size-mismatch");
+  CHECK(f.message ==
         "members disagree on the world size: ranks 0-6 on gpu-01 say 8; rank 7 on gpu-01 says 16");
-  CHECK(fs[0].ranks == Ranks{7});
+  CHECK(f.ranks == Ranks{7});
 }
 
 TEST_CASE("world-size-mismatch: a master with the wrong size is the odd one, nothing missing") {
   JobView v = healthy_job(8, 8);
   v.world_size = 16;
   v.members[0].record.world_size = 16;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].ranks == Ranks{0});
-  CHECK(fs[0].hint.find("most say 8 (the master says 16)") != std::string::npos);
+  Finding f = sole(run_checks(v));
+  CHECK(f.ranks == Ranks{0});
+  CHECK(f.hint.find("most say 8 (the master says 16)") != std::string::npos);
 }
 
 TEST_CASE("launcher-env-conflict: a conflict without sources is skipped, not read") {
@@ -165,22 +158,20 @@ TEST_CASE("launcher-env-conflict gathers members with the same disagreement") {
                  {{Field::kRank, "torch", "RANK", std::to_string(k)},
                   {Field::kRank, "slurm", "SLURM_PROCID", std::to_string(k + 4)}}});
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "launcher-env-conflict");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "launcher-env-conflict");
+  CHECK(f.message ==
         "2 members have conflicting rank: ranks 1-2 on gpu-01; e.g. rank 1 (gpu-01, pid 1001): "
         "RANK=1 but SLURM_PROCID=5 (rankcheck used RANK)");
-  CHECK(fs[0].ranks == Ranks{1, 2});
+  CHECK(f.ranks == Ranks{1, 2});
 
   JobView one = healthy_job(4, 4);
   one.members[3].record.conflicts.push_back(
       Conflict{Field::kWorldSize,
                {{Field::kWorldSize, "torch", "WORLD_SIZE", "4"},
                 {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "8"}}});
-  fs = run_checks(one);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  f = sole(run_checks(one));
+  CHECK(f.message ==
         "rank 3 (gpu-01, pid 1003): WORLD_SIZE=4 but OMPI_COMM_WORLD_SIZE=8 (rankcheck used "
         "WORLD_SIZE)");
 }
@@ -188,11 +179,10 @@ TEST_CASE("launcher-env-conflict gathers members with the same disagreement") {
 TEST_CASE("local-rank-collision") {
   JobView v = healthy_job(4, 4);
   v.members[3].record.local_rank = 1;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "local-rank-collision");
-  CHECK(fs[0].message == "on gpu-01, 2 members share a local rank: local rank 1 by ranks 1,3");
-  CHECK(fs[0].ranks == Ranks{1, 3});
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "local-rank-collision");
+  CHECK(f.message == "on gpu-01, 2 members share a local rank: local rank 1 by ranks 1,3");
+  CHECK(f.ranks == Ranks{1, 3});
 }
 
 TEST_CASE("local-world-size-mismatch: disagreement and too many ranks on a host") {
@@ -215,20 +205,18 @@ TEST_CASE("local-world-size-mismatch: disagreement and too many ranks on a host"
 TEST_CASE("master-addr-loopback: a multi-host job whose master resolves to 127.0.1.1") {
   JobView v = healthy_job(16, 8);
   v.master_resolved = {"127.0.1.1"};
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "master-addr-loopback");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "master-addr-loopback");
+  CHECK(f.message ==
         "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on the master's host gpu-01, but the "
         "job spans more than one host: ranks on other hosts cannot reach a master there");
-  CHECK(fs[0].ranks == Ranks{0});
+  CHECK(f.ranks == Ranks{0});
   // When rankcheck listened on every interface instead, the report says so: the
   // port was open to more than the training job's would be.
   v.master_bound = {"0.0.0.0"};
-  fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message.find("rankcheck's master listened on all interfaces, 0.0.0.0, so that this "
-                           "report hears from them; the training job's would not") !=
+  f = sole(run_checks(v));
+  CHECK(f.message.find("rankcheck's master listened on all interfaces, 0.0.0.0, so that this "
+                       "report hears from them; the training job's would not") !=
         std::string::npos);
   // Members that came in over loopback share the master's machine: loopback works
   // for them, whatever host names they report.
@@ -254,11 +242,10 @@ TEST_CASE("master-addr-loopback leads the missing ranks it causes") {
 TEST_CASE("master-addr-mismatch: different names, and one name resolving differently") {
   JobView v = healthy_job(4, 2);
   v.members[3].record.master_addr = "10.0.0.11";
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "master-addr-mismatch");
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "master-addr-mismatch");
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(f.message ==
         "members were given different master addresses: 10.0.0.11:29500 for rank 3 on gpu-02; "
         "node01:29500 for ranks 0-2 on gpu-01 and gpu-02. All reached this master, but the "
         "training job may not");
@@ -266,9 +253,9 @@ TEST_CASE("master-addr-mismatch: different names, and one name resolving differe
   JobView r = healthy_job(4, 2);
   r.members[2].record.master_resolved = {"10.0.1.11"};
   r.members[3].record.master_resolved = {"10.0.1.11"};
-  fs = run_checks(r);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  auto fs = run_checks(r);
+  f = sole(fs);
+  CHECK(f.message ==
         "MASTER_ADDR node01 resolves to 10.0.0.11 for ranks 0-1 on gpu-01 but to 10.0.1.11 for "
         "ranks 2-3 on gpu-02");
   CHECK(exit_code_for(fs) == 0);
@@ -280,20 +267,17 @@ TEST_CASE("env-mismatch says which ranks and hosts have which value") {
     test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", m.record.host == "gpu-01" ? "ib0" : "eth0"}});
     m.record.interfaces = {"eth0", "ib0", "lo"};
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "env-mismatch");
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "env-mismatch");
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(f.message ==
         "NCCL_SOCKET_IFNAME differs: eth0 for ranks 8-15 on gpu-02; ib0 for ranks 0-7 on gpu-01");
-  CHECK(fs[0].ranks == Ranks{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(f.ranks == Ranks{0, 1, 2, 3, 4, 5, 6, 7});
 
   JobView u = healthy_job(2, 2);
   test::set_env(u.members[0].record, {{"NCCL_IB_DISABLE", "1"}});
-  fs = run_checks(u);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
-        "NCCL_IB_DISABLE differs: 1 for rank 0 on gpu-01; unset for rank 1 on gpu-01");
+  f = sole(run_checks(u));
+  CHECK(f.message == "NCCL_IB_DISABLE differs: 1 for rank 0 on gpu-01; unset for rank 1 on gpu-01");
 }
 
 TEST_CASE("nccl-ifname-missing") {
@@ -302,13 +286,12 @@ TEST_CASE("nccl-ifname-missing") {
     test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "ib"}});
   v.members[0].record.interfaces = {"lo", "eth0", "ib0"};
   v.members[1].record.interfaces = {"lo", "eth0", "ib0"};
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-ifname-missing");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "nccl-ifname-missing");
+  CHECK(f.message ==
         "NCCL_SOCKET_IFNAME=ib selects no interface with an address on gpu-02 (ranks 2-3); it "
         "has lo and eth0");
-  CHECK(fs[0].hosts == Hosts{"gpu-02"});
+  CHECK(f.hosts == Hosts{"gpu-02"});
 }
 
 TEST_CASE("NCCL_SOCKET_IFNAME syntax: prefixes, exact names, exclusion") {
@@ -328,31 +311,28 @@ TEST_CASE("foreign-job: a refused member of another job explains its missing ran
   stray.job_id = "99999";
   v.members.erase(v.members.begin() + 2);
   v.refused.push_back(Refusal{RefusalKind::kForeignJob, "10.0.0.12:4242", "job", stray, 5});
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);  // rank 2 is explained, not also "missing"
-  CHECK(fs[0].id == "foreign-job");
-  CHECK(fs[0].exit_code == 6);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));  // rank 2 is explained, not also "missing"
+  CHECK(f.id == "foreign-job");
+  CHECK(f.exit_code == 6);
+  CHECK(f.message ==
         "rank 2 (gpu-01, pid 1002) from 10.0.0.12:4242 was refused: it says job '99999', this "
         "master serves job '48213', so its rank is missing here");
 
   // A stray from another job whose rank is present is a warning.
   JobView w = healthy_job(4, 4);
   w.refused.push_back(Refusal{RefusalKind::kForeignJob, "10.0.0.12:4242", "job", stray, 5});
-  fs = run_checks(w);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].severity == Severity::kWarning);
+  f = sole(run_checks(w));
+  CHECK(f.severity == Severity::kWarning);
 }
 
 TEST_CASE("member-disconnected: joined, then gone before the verdict") {
   JobView v = healthy_job(4, 4);
   v.departed.push_back(Departure{v.members[1].record, 210, 930});
   v.members.erase(v.members.begin() + 1);
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "member-disconnected");
-  CHECK(fs[0].exit_code == 4);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "member-disconnected");
+  CHECK(f.exit_code == 4);
+  CHECK(f.message ==
         "rank 1 (gpu-01, pid 1001) joined at +0.21 s and its connection closed at +0.93 s, "
         "before the verdict");
 }
@@ -361,10 +341,9 @@ TEST_CASE("stray connections are one warning") {
   JobView v = healthy_job(2, 2);
   v.refused.push_back(Refusal{RefusalKind::kMalformed, "127.0.0.1:5000", "bad magic", {}, 1});
   v.refused_total = 3;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "stray-connection");
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "stray-connection");
+  CHECK(f.message ==
         "3 connections to the master port were not a member of this job and were closed (2 not "
         "itemised): first from 127.0.0.1:5000: bad magic");
 }
@@ -383,12 +362,11 @@ TEST_CASE("local checks: the rules one record can answer") {
 
   Record away = test::member(9, 16, "gpu-02", 1, 8);
   away.master_resolved = {"127.0.1.1"};
-  fs = local_checks(away);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  Finding f = sole(local_checks(away));
+  CHECK(f.message ==
         "MASTER_ADDR node01 resolves to 127.0.1.1 (loopback) on gpu-02, which is not the master's "
         "node: unless rank 0 runs on this machine, this process cannot reach it");
-  CHECK(fs[0].severity == Severity::kWarning);
+  CHECK(f.severity == Severity::kWarning);
 }
 
 TEST_CASE("every rule has an entry in docs/findings.md") {
@@ -402,16 +380,6 @@ TEST_CASE("every rule has an entry in docs/findings.md") {
     CHECK(ss.str().find(fmt::format("## `{}`", name)) != std::string::npos);
   }
 }
-
-namespace {
-bool tracker_clean(const JobView& v) {
-  JoinTracker t(v.world_size, v.master_resolved);
-  for (const Member& m : v.members)
-    t.add(m.record, m.peer);
-  if (!v.refused.empty() || !v.departed.empty()) t.taint();
-  return t.clean();
-}
-}  // namespace
 
 TEST_CASE("join tracker: a healthy job is clean, so the decision skips the rules") {
   CHECK(tracker_clean(healthy_job(16, 4)));
@@ -428,7 +396,7 @@ TEST_CASE("join tracker: a healthy job is clean, so the decision skips the rules
 
 TEST_CASE("join tracker: never clean when the rules would find something (random perturbations)") {
   std::minstd_rand rng(12345);
-  int clean_and_silent = 0;
+  int harmless = 0;
   for (int trial = 0; trial < 3000; ++trial) {
     JobView v = healthy_job(16, 4);
     for (Member& m : v.members)
@@ -480,13 +448,10 @@ TEST_CASE("join tracker: never clean when the rules would find something (random
           break;
       }
     }
-    bool clean = tracker_clean(v);
-    auto fs = run_checks(v);
     INFO("trial " << trial);
-    if (clean) CHECK(fs.empty());
-    if (clean && fs.empty()) ++clean_and_silent;
+    if (test::clean_and_silent(v)) ++harmless;
   }
-  CHECK(clean_and_silent > 0);  // some perturbations are harmless, and the tracker sees that
+  CHECK(harmless > 0);  // some perturbations are harmless, and the tracker sees that
 }
 
 TEST_CASE("nccl-ifname-missing: a value NCCL ignores (one character or none) selects nothing") {
@@ -498,10 +463,7 @@ TEST_CASE("nccl-ifname-missing: a value NCCL ignores (one character or none) sel
       test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", value}});
     CHECK(run_checks(v).empty());
     CHECK(local_checks(v.members[1].record).empty());
-    JoinTracker t(v.world_size, v.master_resolved);
-    for (const Member& m : v.members)
-      t.add(m.record, m.peer);
-    CHECK(t.clean());
+    CHECK(tracker_clean(v));
   }
 }
 
@@ -513,18 +475,16 @@ TEST_CASE("missing-rank: node list names and FQDN host names are matched by shor
     m.record.tasks_per_node = "8(x2)";
   }
   v.members.erase(v.members.begin() + 9);
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.message ==
         "rank 9 did not join (expected on gpu-02.example.com): gpu-02.example.com sent ranks "
         "8,10-15 but not 9");
-  CHECK(fs[0].hosts == Hosts{"gpu-02.example.com"});
+  CHECK(f.hosts == Hosts{"gpu-02.example.com"});
 
   // A host that sent nothing keeps the node list's name.
   v.members.resize(8);
-  fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message == "gpu-02 did not join: all 8 of its ranks (8-15) are missing");
+  f = sole(run_checks(v));
+  CHECK(f.message == "gpu-02 did not join: all 8 of its ranks (8-15) are missing");
 }
 
 TEST_CASE("missing-rank: ranks a launcher dealt in an unknown way are not placed by guess") {
@@ -535,18 +495,16 @@ TEST_CASE("missing-rank: ranks a launcher dealt in an unknown way are not placed
     m.record.distribution = uint8_t(Distribution::kUnknown);
   }
   v.members.erase(v.members.begin() + 9);
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message == "rank 9 did not join");
-  CHECK(fs[0].hosts.empty());
+  Finding f = sole(run_checks(v));
+  CHECK(f.message == "rank 9 did not join");
+  CHECK(f.hosts.empty());
 
   JobView w = healthy_job(16, 8);
   for (Member& m : w.members)
     m.record.distribution = uint8_t(Distribution::kUnknown);
   w.members.resize(8);
-  fs = run_checks(w);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].message == "ranks 8-15 did not join");  // not "a whole node of 8 ranks"
+  f = sole(run_checks(w));
+  CHECK(f.message == "ranks 8-15 did not join");  // not "a whole node of 8 ranks"
 }
 
 TEST_CASE("missing-rank: whole nodes are named only when the members agree on their size") {
@@ -655,22 +613,19 @@ TEST_CASE("gpu rules: a build without the GPU stage, and --no-gpu on one member"
   unbuilt.members[3].record.gpu = GpuFacts{};
   unbuilt.members[3].record.gpu.state = GpuState::kUnavailable;
   unbuilt.members[3].record.gpu.error = "built without CUDA/NCCL headers";
-  auto fs = run_checks(unbuilt);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "cuda-driver-missing");
-  CHECK(fs[0].hint ==
+  Finding f = sole(run_checks(unbuilt));
+  CHECK(f.id == "cuda-driver-missing");
+  CHECK(f.hint ==
         "the rankcheck on that host was built without the CUDA and NCCL headers, so it cannot "
         "probe GPUs: run the same GPU-enabled build on every host (rebuild with cuda.h and "
         "nccl.h installed), or pass --no-gpu to every process");
 
   JobView skipped = v;
   skipped.members[3].record.gpu = GpuFacts{};  // --no-gpu
-  fs = run_checks(skipped);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "gpu-missing");
-  CHECK(fs[0].message ==
-        "skipped (--no-gpu) for rank 3 on gpu-02, while the other ranks have GPUs");
-  CHECK(fs[0].hint ==
+  f = sole(run_checks(skipped));
+  CHECK(f.id == "gpu-missing");
+  CHECK(f.message == "skipped (--no-gpu) for rank 3 on gpu-02, while the other ranks have GPUs");
+  CHECK(f.hint ==
         "pass --no-gpu to every process or to none: the NCCL stage runs only when every rank "
         "probes its GPUs");
 }
@@ -698,11 +653,10 @@ TEST_CASE("master-addr-loopback: a one-node step's node list outweighs a larger 
     if (m.peer != "in-process") m.peer = "127.0.0.1:50000";
   }
   CHECK(!spans_hosts(v.members[1].record));
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "missing-rank");
-  CHECK(fs[0].ranks == Ranks{4, 5, 6, 7});
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "missing-rank");
+  CHECK(f.ranks == Ranks{4, 5, 6, 7});
+  CHECK(f.message ==
         "ranks 4-7 did not join: the launcher started 4 processes on 1 node (gpu-01), for a "
         "world size of 8");
   // A node list of two hosts spans them; without a node list, the world size tells.
@@ -721,20 +675,18 @@ TEST_CASE("foreign-job: the processes of another job are one finding") {
     v.refused.push_back(
         Refusal{RefusalKind::kForeignJob, fmt::format("10.0.0.19:{}", 4240 + k), "job", r, 5});
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].ranks == Ranks{1, 2, 3});
-  CHECK(fs[0].hosts == Hosts{"gpu-09"});
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(f.ranks == Ranks{1, 2, 3});
+  CHECK(f.hosts == Hosts{"gpu-09"});
+  CHECK(f.message ==
         "3 processes of job 'other' (ranks 1-3 on gpu-09, from 10.0.0.19:4241, 10.0.0.19:4242 "
         "and 10.0.0.19:4243) reached this master (job '48213') and were refused");
   // Their ranks missing here: one error that says so.
   v.members.resize(1);
-  fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].exit_code == 6);
-  CHECK(fs[0].message ==
+  f = sole(run_checks(v));
+  CHECK(f.exit_code == 6);
+  CHECK(f.message ==
         "3 processes (ranks 1-3 on gpu-09, from 10.0.0.19:4241, 10.0.0.19:4242 and "
         "10.0.0.19:4243) were refused: they say job 'other', this master serves job '48213', so "
         "their ranks are missing here");
@@ -747,12 +699,11 @@ TEST_CASE("late-start: a process that started well after the first is named") {
         uint64_t{1'700'000'000'000} + 100 * static_cast<uint64_t>(m.record.rank);
   CHECK(run_checks(v).empty());  // 0.3 s apart: a launcher's spread
   v.members[0].record.started_unix_ms += 8000;
-  auto fs = run_checks(v);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "late-start");
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].ranks == Ranks{0});
-  CHECK(fs[0].message ==
+  Finding f = sole(run_checks(v));
+  CHECK(f.id == "late-start");
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(f.ranks == Ranks{0});
+  CHECK(f.message ==
         "rank 0 (gpu-01, pid 1000) started 7.90 s after the first process (rank 1 (gpu-01, pid "
         "1001)): the others waited for rank 0 within their own deadline, and any that gave up "
         "before it listened are reported missing");
@@ -780,9 +731,9 @@ TEST_CASE("master-out-of-fds: leads the ranks it left out; a warning when all go
   JobView all = healthy_job(16, 8);
   all.accept_failures = AcceptFailures{3, "Too many open files", 80.0, 14, 30, -1};
   fs = run_checks(all);
-  REQUIRE(fs.size() == 1);
-  CHECK(fs[0].severity == Severity::kWarning);
-  CHECK(fs[0].message.find("hard limit unlimited or unknown); every rank got in after all") !=
+  Finding f = sole(fs);
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(f.message.find("hard limit unlimited or unknown); every rank got in after all") !=
         std::string::npos);
   CHECK(exit_code_for(fs) == exit_code::kPass);
 }
