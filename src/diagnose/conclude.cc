@@ -7,16 +7,11 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
+#include "diagnose/builder.h"
 #include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
 namespace {
-
-std::string where(const Note& n) {
-  std::string s = fmt::format("{}:{}", n.evidence.file, n.evidence.line);
-  if (!n.time.empty()) s += fmt::format(" ({})", n.time);
-  return s;
-}
 
 std::string name_of(const Proc& p) {
   std::string who = p.rank >= 0         ? fmt::format("rank {}", p.rank)
@@ -44,38 +39,6 @@ std::string signal_text(long sig) {
       return "signal 15 (SIGTERM)";
     default:
       return fmt::format("signal {}", sig);
-  }
-}
-
-struct Builder {
-  std::vector<DiagFinding> out;
-
-  DiagFinding& add(FindingId id, std::string message, bool initiating, const Note& first,
-                   std::string fix = {}) {
-    DiagFinding f;
-    f.finding = make_finding(id, std::move(message), std::move(fix));
-    f.initiating = initiating;
-    f.first_seen = where(first);
-    f.order = first.seq;
-    f.stamp = first.stamp;
-    f.evidence.push_back(first.evidence);
-    out.push_back(std::move(f));
-    return out.back();
-  }
-  bool any_initiating() const {
-    return std::any_of(out.begin(), out.end(), [](const DiagFinding& f) { return f.initiating; });
-  }
-};
-
-void attach(DiagFinding& f, const std::set<long>& ranks, const std::set<std::string>& hosts,
-            const std::vector<Evidence>& evidence) {
-  f.finding.ranks.assign(ranks.begin(), ranks.end());
-  f.finding.hosts.assign(hosts.begin(), hosts.end());
-  for (const Evidence& e : evidence) {
-    if (f.evidence.size() >= 3) break;
-    bool dup = std::any_of(f.evidence.begin(), f.evidence.end(),
-                           [&](const Evidence& x) { return x.file == e.file && x.line == e.line; });
-    if (!dup) f.evidence.push_back(e);
   }
 }
 
@@ -200,96 +163,6 @@ bool add_job_ends(Builder& b, const Knowledge& k) {
   return ended_outside;
 }
 
-// Hosts grouped by what they say of one fact: value -> hosts, the hosts that said
-// nothing left out.
-using ByValue = std::map<std::string, std::set<std::string>>;
-
-// "2.21.5 on h3; 2.18.3 on h1 and h2": the rarest value first (the odd host).
-std::string values_text(const ByValue& by) {
-  std::vector<std::pair<size_t, std::string>> order;
-  for (const auto& [value, hosts] : by)
-    order.emplace_back(hosts.size(), value);
-  std::sort(order.begin(), order.end());
-  std::vector<std::string> parts;
-  for (const auto& [n, value] : order) {
-    const std::set<std::string>& hosts = by.at(value);
-    parts.push_back(fmt::format("{} on {}", printable(value, 80),
-                                format_list({hosts.begin(), hosts.end()}, 4)));
-  }
-  return fmt::format("{}", fmt::join(parts, "; "));
-}
-
-// The hosts of the values fewer hosts share than the most common one's: the odd
-// ones out (with two values on as many hosts each, all of them).
-std::set<std::string> odd_hosts(const ByValue& by) {
-  size_t most = 0;
-  for (const auto& [value, hosts] : by)
-    most = std::max(most, hosts.size());
-  size_t at_most = 0;
-  for (const auto& [value, hosts] : by)
-    at_most += hosts.size() == most;
-  std::set<std::string> out;
-  for (const auto& [value, hosts] : by) {
-    if (hosts.size() < most || at_most > 1) out.insert(hosts.begin(), hosts.end());
-  }
-  return out;
-}
-
-// 1. What the hosts say of themselves, compared: an NCCL version or a network that
-// one host has and the others do not is a cause of its own (a host on NET/Socket
-// beside hosts on NET/IB hangs or crawls); NCCL_* values that differ, a warning.
-void add_host_differences(Builder& b, const Knowledge& k) {
-  ByValue versions, networks;
-  std::map<std::string, ByValue> env;
-  for (const auto& [host, h] : k.host_logs) {
-    if (!h.nccl_version.empty()) versions[h.nccl_version].insert(host);
-    if (!h.network.empty()) networks[h.network].insert(host);
-    for (const auto& [name, value] : h.env)
-      env[name][value].insert(host);
-  }
-  // The line shown: the first an odd host printed of the fact.
-  auto first_of = [&k](const std::set<std::string>& hosts, std::optional<Note> HostLog::*which) {
-    const Note* first = nullptr;
-    for (const std::string& host : hosts) {
-      const std::optional<Note>& n = k.host_logs.at(host).*which;
-      if (n && (!first || earlier(*n, *first))) first = &*n;
-    }
-    return first;
-  };
-  if (versions.size() > 1) {
-    std::set<std::string> odd = odd_hosts(versions);
-    DiagFinding& f = b.add(FindingId::kNcclVersionMismatch,
-                           fmt::format("the hosts load different NCCL versions: {}",
-                                       values_text(versions)),
-                           true, *first_of(odd, &HostLog::version_note));
-    attach(f, {}, odd, {});
-  }
-  if (networks.size() > 1) {
-    std::set<std::string> odd = odd_hosts(networks);
-    DiagFinding& f =
-        b.add(FindingId::kEnvMismatch,
-              fmt::format("NCCL chose different networks on the hosts: {}; a host that falls "
-                          "back to NET/Socket hangs or crawls against the others",
-                          values_text(networks)),
-              true, *first_of(odd, &HostLog::network_note),
-              "give the odd host what the others have (the IB devices, /dev/infiniband in its "
-              "container, the same network plugin), or set NCCL_NET alike everywhere");
-    f.finding.severity = Severity::kError;
-    attach(f, {}, odd, {});
-  }
-  for (const auto& [name, by] : env) {
-    if (by.size() < 2) continue;
-    std::set<std::string> odd = odd_hosts(by);
-    const Note* note = first_of(odd, &HostLog::env_note);
-    if (!note) continue;
-    DiagFinding& f = b.add(FindingId::kEnvMismatch,
-                           fmt::format("{} differs between the hosts: {}", printable(name, 64),
-                                       values_text(by)),
-                           false, *note);
-    attach(f, {}, odd, {});
-  }
-}
-
 // The finding an error of a process's own leads to: its row's, where the row names
 // a cause (out of memory, a CUDA or network error), else that the process died of it.
 FindingId own_finding(const Pattern& row) {
@@ -383,9 +256,9 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
       std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
                         : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
                                        : std::string();
-      DiagFinding& f = b.add(own_finding(catalogue()[p.own->row]),
-                             fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true,
-                             *p.own);
+      DiagFinding& f =
+          b.add(own_finding(catalogue()[p.own->row]),
+                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
       if (p.died) attach(f, {}, {}, {p.died->evidence});
       if (p.rank >= 0) f.finding.ranks = {p.rank};
       if (!p.host.empty()) f.finding.hosts = {p.host};

@@ -297,9 +297,11 @@ void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
                               m.get(LineField::kSignal));
     if (external.size() < 16) external.push_back({note, "signal"});
   } else if (external.size() < 16) {
-    // A row read from the scheduler's or orchestrator's own words: it says why.
+    // A row read from the scheduler's or orchestrator's own words. Like a cancel
+    // without a reason, one that follows a task's end is that end's consequence
+    // (srun's "Force Terminated" after a task failed): conclude.cc decides.
     note.detail = fmt::format("{}: {}", row.component, note.detail);
-    external.push_back({note, std::string(row.component)});
+    external.push_back({note, ""});
   }
 }
 

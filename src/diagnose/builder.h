@@ -1,0 +1,59 @@
+#pragma once
+// How conclude.cc and the comparisons across hosts (hosts.cc) make their findings.
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "diagnose/internal.h"
+
+namespace rankcheck::diagnose {
+
+/// "file:line (time)" of a note.
+inline std::string where(const Note& n) {
+  std::string s = fmt::format("{}:{}", n.evidence.file, n.evidence.line);
+  if (!n.time.empty()) s += fmt::format(" ({})", n.time);
+  return s;
+}
+
+/// The findings of a diagnosis as they are made, each with its first evidence line.
+struct Builder {
+  std::vector<DiagFinding> out;
+
+  DiagFinding& add(FindingId id, std::string message, bool initiating, const Note& first,
+                   std::string fix = {}) {
+    DiagFinding f;
+    f.finding = make_finding(id, std::move(message), std::move(fix));
+    f.initiating = initiating;
+    f.first_seen = where(first);
+    f.order = first.seq;
+    f.stamp = first.stamp;
+    f.evidence.push_back(first.evidence);
+    out.push_back(std::move(f));
+    return out.back();
+  }
+  bool any_initiating() const {
+    return std::any_of(out.begin(), out.end(), [](const DiagFinding& f) { return f.initiating; });
+  }
+};
+
+/// Names the ranks and hosts of `f`, and adds evidence lines (three at most).
+inline void attach(DiagFinding& f, const std::set<long>& ranks, const std::set<std::string>& hosts,
+                   const std::vector<Evidence>& evidence) {
+  f.finding.ranks.assign(ranks.begin(), ranks.end());
+  f.finding.hosts.assign(hosts.begin(), hosts.end());
+  for (const Evidence& e : evidence) {
+    if (f.evidence.size() >= 3) break;
+    bool dup = std::any_of(f.evidence.begin(), f.evidence.end(),
+                           [&](const Evidence& x) { return x.file == e.file && x.line == e.line; });
+    if (!dup) f.evidence.push_back(e);
+  }
+}
+
+/// 1. What the hosts say of themselves, compared (hosts.cc).
+void add_host_differences(Builder& b, const Knowledge& k);
+
+}  // namespace rankcheck::diagnose

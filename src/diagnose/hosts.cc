@@ -1,0 +1,108 @@
+// What the hosts say of themselves, compared across hosts: the NCCL version each
+// loads, the network NCCL chose there, the NCCL_* values it read from the environment.
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/text.h"
+#include "diagnose/builder.h"
+
+namespace rankcheck::diagnose {
+namespace {
+
+// Hosts grouped by what they say of one fact: value -> hosts, the hosts that said
+// nothing left out.
+using ByValue = std::map<std::string, std::set<std::string>>;
+
+// "2.21.5 on h3; 2.18.3 on h1 and h2": the rarest value first (the odd host).
+std::string values_text(const ByValue& by) {
+  std::vector<std::pair<size_t, std::string>> order;
+  for (const auto& [value, hosts] : by)
+    order.emplace_back(hosts.size(), value);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> parts;
+  for (const auto& [n, value] : order) {
+    const std::set<std::string>& hosts = by.at(value);
+    parts.push_back(fmt::format("{} on {}", printable(value, 80),
+                                format_list({hosts.begin(), hosts.end()}, 4)));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+// The hosts of the values fewer hosts share than the most common one's: the odd
+// ones out (with two values on as many hosts each, all of them).
+std::set<std::string> odd_hosts(const ByValue& by) {
+  size_t most = 0;
+  for (const auto& [value, hosts] : by)
+    most = std::max(most, hosts.size());
+  size_t at_most = 0;
+  for (const auto& [value, hosts] : by)
+    at_most += hosts.size() == most;
+  std::set<std::string> out;
+  for (const auto& [value, hosts] : by) {
+    if (hosts.size() < most || at_most > 1) out.insert(hosts.begin(), hosts.end());
+  }
+  return out;
+}
+
+// 1. What the hosts say of themselves, compared: an NCCL version or a network that
+// one host has and the others do not is a cause of its own (a host on NET/Socket
+// beside hosts on NET/IB hangs or crawls); NCCL_* values that differ, a warning.
+}  // namespace
+
+void add_host_differences(Builder& b, const Knowledge& k) {
+  ByValue versions, networks;
+  std::map<std::string, ByValue> env;
+  for (const auto& [host, h] : k.host_logs) {
+    if (!h.nccl_version.empty()) versions[h.nccl_version].insert(host);
+    if (!h.network.empty()) networks[h.network].insert(host);
+    for (const auto& [name, value] : h.env)
+      env[name][value].insert(host);
+  }
+  // The line shown: the first an odd host printed of the fact.
+  auto first_of = [&k](const std::set<std::string>& hosts, std::optional<Note> HostLog::*which) {
+    const Note* first = nullptr;
+    for (const std::string& host : hosts) {
+      const std::optional<Note>& n = k.host_logs.at(host).*which;
+      if (n && (!first || earlier(*n, *first))) first = &*n;
+    }
+    return first;
+  };
+  if (versions.size() > 1) {
+    std::set<std::string> odd = odd_hosts(versions);
+    DiagFinding& f =
+        b.add(FindingId::kNcclVersionMismatch,
+              fmt::format("the hosts load different NCCL versions: {}", values_text(versions)),
+              true, *first_of(odd, &HostLog::version_note));
+    attach(f, {}, odd, {});
+  }
+  if (networks.size() > 1) {
+    std::set<std::string> odd = odd_hosts(networks);
+    DiagFinding& f =
+        b.add(FindingId::kEnvMismatch,
+              fmt::format("NCCL chose different networks on the hosts: {}; a host that falls "
+                          "back to NET/Socket hangs or crawls against the others",
+                          values_text(networks)),
+              true, *first_of(odd, &HostLog::network_note),
+              "give the odd host what the others have (the IB devices, /dev/infiniband in its "
+              "container, the same network plugin), or set NCCL_NET alike everywhere");
+    f.finding.severity = Severity::kError;
+    attach(f, {}, odd, {});
+  }
+  for (const auto& [name, by] : env) {
+    if (by.size() < 2) continue;
+    std::set<std::string> odd = odd_hosts(by);
+    const Note* note = first_of(odd, &HostLog::env_note);
+    if (!note) continue;
+    DiagFinding& f =
+        b.add(FindingId::kEnvMismatch,
+              fmt::format("{} differs between the hosts: {}", printable(name, 64), values_text(by)),
+              false, *note);
+    attach(f, {}, odd, {});
+  }
+}
+
+}  // namespace rankcheck::diagnose
