@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <strings.h>
 
 #include <fmt/format.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "app/output.h"
