@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <strings.h>
 #include <unistd.h>
@@ -133,7 +134,7 @@ NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why) : plan_(std::
     // Made here, private and new, before NCCL opens it: NCCL's fopen(path, "w")
     // follows a link that someone else could have left at a guessable name in /tmp.
     std::string name = plan_.path;
-    int fd = ::mkstemps(name.data(), 4);
+    int fd = ::mkostemps(name.data(), 4, O_CLOEXEC);
     if (fd < 0) {
       if (why != nullptr) {
         *why = fmt::format("cannot make a file for NCCL's messages ({}): {}", plan_.path,
@@ -141,10 +142,20 @@ NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why) : plan_(std::
       }
       return;
     }
-    ::close(fd);
-    plan_.path = name;
-    plan_.set.emplace_back("NCCL_DEBUG_FILE", escape_percent(name));
-    remove_at_watchdog_exit(name);
+    // Unlinked at once, so that nothing is left on disk however the process ends (a
+    // SIGKILL too): NCCL opens it through this descriptor, and it is read back so.
+    // Without /proc the name stays, removed at the end and by the watchdog's exit.
+    std::string via = fmt::format("/proc/self/fd/{}", fd);
+    if (::access(via.c_str(), R_OK | W_OK) == 0 && ::unlink(name.c_str()) == 0) {
+      fd_ = fd;
+      plan_.path = via;
+    } else {
+      ::close(fd);
+      plan_.path = name;
+      named_ = true;
+      remove_at_watchdog_exit(name);
+    }
+    plan_.set.emplace_back("NCCL_DEBUG_FILE", escape_percent(plan_.path));
   }
   // NCCL reads these once, at its first message (debug.cc ncclDebugInit), from the
   // process's environment: set before NCCL is loaded, they hold for the whole stage.
@@ -155,9 +166,11 @@ NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why) : plan_(std::
 }
 
 NcclDebugFile::~NcclDebugFile() {
-  if (!active_ || plan_.users_file) return;
-  ::unlink(plan_.path.c_str());
-  remove_at_watchdog_exit("");
+  if (fd_ >= 0) ::close(fd_);
+  if (named_) {
+    ::unlink(plan_.path.c_str());
+    remove_at_watchdog_exit("");
+  }
 }
 
 diagnose::NcclWords NcclDebugFile::read() const {

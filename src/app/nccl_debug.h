@@ -20,7 +20,8 @@ namespace rankcheck {
 struct NcclDebugPlan {
   std::vector<std::pair<std::string, std::string>> set;  ///< to setenv, in order
   /// The file NCCL writes (the user's with %h and %p expanded as NCCL does); for a
-  /// file of our own, a mkstemps template ("...-XXXXXX.log") until it is made.
+  /// file of our own, a mkstemps template ("...-XXXXXX.log") until it is made, then
+  /// "/proc/self/fd/N".
   std::string path;
   bool users_file = false;  ///< the user's NCCL_DEBUG_FILE: read, never removed
   /// The user set NCCL_DEBUG but no file: NCCL would have printed its lines on
@@ -51,7 +52,9 @@ std::vector<std::string> read_bounded_lines(const std::string& path,
 
 /// A plan applied to this process: the file made and the variables set (NCCL reads
 /// them once, at its first message: they must be set before NCCL is loaded). A file
-/// of our own is removed when this ends, or by the watchdog's exit.
+/// of our own has no name once made: NCCL writes it, and it is read, through
+/// /proc/self/fd (where there is no /proc, it keeps its name and is removed when this
+/// ends, or by the watchdog's exit).
 class NcclDebugFile {
  public:
   /// Applies `plan`; where no file of our own can be made, sets nothing and says why
@@ -71,6 +74,8 @@ class NcclDebugFile {
  private:
   NcclDebugPlan plan_;
   bool active_ = false;
+  int fd_ = -1;         // our file, unlinked, while NCCL and the reading need it
+  bool named_ = false;  // our file kept its name (no /proc): removed at the end
 };
 
 }  // namespace rankcheck

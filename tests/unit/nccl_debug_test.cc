@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,16 @@ std::string value_of(const NcclDebugPlan& p, const std::string& key) {
     if (k == key) return v;
   }
   return "(unset)";
+}
+
+size_t entries(const std::string& dir) {
+  size_t n = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d))
+      n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
 }
 
 bool exists(const std::string& path) {
@@ -130,7 +141,7 @@ TEST_CASE("nccl debug: a long file is read bounded, its start and its end, whole
   ::rmdir(dir);
 }
 
-TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and removed at the end") {
+TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and never left behind") {
   KeepNcclEnv keep;
   char dir[] = "/tmp/rankcheck-unit-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
@@ -141,11 +152,15 @@ TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and remove
     CHECK(why.empty());
     REQUIRE(f.active());
     made = f.plan().path;
-    CHECK(made.rfind(std::string(dir) + "/rankcheck-nccl-31-", 0) == 0);
+    // Unlinked at once: a SIGKILL leaves nothing in TMPDIR; NCCL opens it through
+    // this process's descriptor.
+    CHECK(made.rfind("/proc/self/fd/", 0) == 0);
+    CHECK(entries(dir) == 0);
     CHECK(exists(made));
     CHECK(std::string(std::getenv("NCCL_DEBUG_FILE")) == made);
     CHECK(std::string(std::getenv("NCCL_DEBUG")) == "INFO");
-    std::ofstream(made) << "h:31:31 [0] NCCL INFO Using network Socket\n";
+    CHECK(std::string(std::getenv("NCCL_DEBUG_SUBSYS")) == "INIT,NET");
+    std::ofstream(made) << "h:31:31 [0] NCCL INFO Using network Socket\n";  // as NCCL's fopen
     CHECK(f.read().network == "Socket");
   }
   CHECK(!exists(made));
