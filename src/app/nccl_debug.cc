@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,7 +14,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "app/output.h"
 #include "app/watchdog.h"
 
 namespace rankcheck {
@@ -177,8 +177,13 @@ diagnose::NcclWords NcclDebugFile::read() const {
   if (!active_) return {};
   std::vector<std::string> lines = read_bounded_lines(plan_.path);
   if (plan_.echo) {
-    for (const std::string& line : lines)
-      Log::error(line);
+    // As NCCL would have printed them (their own prefixes, its blank line before a
+    // WARN), on stderr: stdout carries the report.
+    for (const std::string& line : lines) {
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fputc('\n', stderr);
+    }
+    std::fflush(stderr);
   }
   return diagnose::read_nccl_words(lines);
 }

@@ -10,9 +10,12 @@ communicator returns ncclInProgress and is launched only while rankcheck polls
 ncclCommGetAsyncError; 2.22 sets up connections in the caller's thread. Misuse of
 the API (a call on a communicator in progress or destroyed, an abort left in an
 open group, a communicator never released) is printed by the fake on stderr, and
-every test here fails on it. What is real: everything in rankcheck, the processes,
-the rendezvous, and (in test_real_nccl_library_is_loaded) the NCCL library on this
-machine where there is one.
+every test here fails on it. NCCL's own words go where NCCL's would (NCCL_DEBUG,
+NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE), in its format: "Using network Socket" at init
+(FAKE_NCCL_NET), and FAKE_NCCL_INIT=fail-ib's WARN, NCCL 2.28's text for an IB queue
+pair that cannot reach its peer. What is real: everything in rankcheck, the
+processes, the rendezvous, and (in RealLibraries) the NCCL library on this machine
+where there is one.
 """
 
 import os
@@ -659,6 +662,32 @@ class RealLibraries(unittest.TestCase):
         j = json.loads(r.stdout)
         self.assertGreater(j["self"]["gpu"]["nccl_version"], 21400)
         self.assertEqual(j["self"]["gpu"]["nccl_error"], "")
+
+    @unittest.skipUnless(REAL_NCCL and os.path.exists(REAL_NCCL), "no NCCL library on this machine")
+    @unittest.skipIf(os.path.exists("/proc/driver/nvidia/version"),
+                     "a real driver here: the real NCCL's init could succeed")
+    def test_real_nccls_own_warning_is_quoted(self):
+        """The real NCCL writes its words where rankcheck told it (/proc/self/fd/N), in its
+        own format: with the fake CUDA for the inventory and no driver for NCCL's own CUDA
+        runtime, its init fails and says why, and the finding quotes it."""
+        tmp = tempfile.mkdtemp(prefix="rankcheck-gpu-test-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        report = os.path.join(tmp, "r.json")
+        port = free_port()
+        r = subprocess.run([BIN, "run", "--timeout", "8", "--json", report, "--nccl-lib", REAL_NCCL],
+                           env=clean_env(RANKCHECK_CUDA_LIB=FAKE, FAKE_GPUS=gpus(0, 1), RANK=0,
+                                         WORLD_SIZE=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                                         TMPDIR=tmp),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 5, r.stderr)
+        import json
+        with open(report) as f:
+            rep = json.load(f)
+        f = [x for x in rep["findings"] if x["id"] == "nccl-init-failed"][0]
+        r0 = rep["stage_results"][0]
+        self.assertNotEqual(r0.get("nccl_warn", ""), "", r.stderr)
+        self.assertIn(r0["nccl_warn"].split("'")[0], f["message"])  # "Cuda failure ..."
+        self.assertEqual(os.listdir(tmp), ["r.json"])  # nothing of NCCL's left behind
 
     def test_binary_needs_no_cuda_nccl_fmt_or_libstdcxx(self):
         out = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout
