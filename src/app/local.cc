@@ -364,6 +364,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, job.child_env);
   s.token = std::move(token->token);
+  capture_nccl_words(s, env);  // the members, already started, capture their own
   Record self = build_self(id, o.host_name, job.child_env, Deadline::after(kLocalResolve),
                            probe_gpus(s), &host);
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report

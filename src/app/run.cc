@@ -279,6 +279,7 @@ int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* h
   s.stage = make_gpu_stage(stage_options(o, env));
   s.plan = gpu_plan(id, o, env);
   s.token = std::move(*token);
+  capture_nccl_words(s, env);
   Record self = make_self(id, s, env, host);
   // Checked once {rank} and {host} are filled in, before any rendezvous.
   s.out.set_self(self.rank, self.host);

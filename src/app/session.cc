@@ -11,6 +11,7 @@
 
 #include "base/interrupt.h"
 #include "base/text.h"
+#include "host/interfaces.h"
 #include "host/self_record.h"
 #include "protocol/messages.h"
 #include "rendezvous/member.h"
@@ -95,6 +96,17 @@ GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env) {
   return plan;
 }
 
+void capture_nccl_words(Session& s, const EnvMap& env) {
+  if (s.o.no_gpu) return;
+  // NCCL names the host in its file's %h as gethostname() up to its first '.'.
+  std::string host = local_host_name();
+  host = host.substr(0, host.find('.'));
+  std::string why;
+  auto file = std::make_unique<NcclDebugFile>(nccl_debug_plan(env, host, long(::getpid())), &why);
+  if (!why.empty()) s.log.error("warning: " + why + ": the GPU stage's findings cannot quote NCCL");
+  if (file->active()) s.nccl_debug = std::move(file);
+}
+
 GpuFacts probe_gpus(Session& s) {
   if (s.o.no_gpu) return GpuFacts{};  // kSkipped
   auto t0 = Clock::now();
@@ -115,7 +127,16 @@ StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
   Deadline by = Deadline::after(std::max(Millis(0), Millis(go.stage_ms) - margin)).sooner(s.end);
   s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
   NcclInit init = go.nccl_roots > 0 ? NcclInit{go.roots, true} : NcclInit{{*go.nccl_id}, false};
-  return StageReport{s.stage->run(init, world_size, s.plan, by)};
+  StageReport report{s.stage->run(init, world_size, s.plan, by)};
+  if (!s.nccl_debug) return report;
+  // One process, one file: its words go with each of its ranks.
+  diagnose::NcclWords words = s.nccl_debug->read();
+  for (RankResult& r : report.ranks) {
+    r.nccl_warn = words.warn;
+    r.nccl_finding = words.finding;
+    r.nccl_net = words.network;
+  }
+  return report;
 }
 
 std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {

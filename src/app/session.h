@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/nccl_debug.h"
 #include "app/output.h"
 #include "app/run.h"
 #include "app/watchdog.h"
@@ -50,6 +51,7 @@ struct Session {
   std::unique_ptr<GpuStage> stage;  // set once the identity is known
   GpuPlan plan;
   std::optional<JobToken> token;
+  std::unique_ptr<NcclDebugFile> nccl_debug;  // where NCCL writes its words, once set up
 };
 
 /// The job token from --token-fd, --token-file or RANKCHECK_TOKEN_FILE, if one is given.
@@ -63,6 +65,10 @@ Record build_self(const Identity& id, const std::optional<std::string>& host_nam
 
 StageOptions stage_options(const RunOptions& o, const EnvMap& env);
 GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env);
+/// Has NCCL write its own words to a file of this process (or the user's
+/// NCCL_DEBUG_FILE), unless --no-gpu: before the inventory loads NCCL. `env`: the
+/// environment NCCL will see, this process's.
+void capture_nccl_words(Session& s, const EnvMap& env);
 /// The inventory of this member's GPUs, unless --no-gpu.
 GpuFacts probe_gpus(Session& s);
 
@@ -75,7 +81,7 @@ PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log);
 
 /// This member's GPU stage on the master's go: NCCL init and the all-reduce for
 /// each of its ranks, ended in time to send the results before the master's
-/// stage deadline.
+/// stage deadline, with what NCCL said in this process.
 StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size);
 
 }  // namespace rankcheck

@@ -21,6 +21,9 @@ namespace {
 std::atomic<int>* watchdog_code = nullptr;
 char watchdog_text[128];
 size_t watchdog_len = 0;
+// The file to remove first, when watchdog_remove_set says the path is whole.
+char watchdog_remove[4096];
+std::atomic<bool> watchdog_remove_set{false};
 
 extern "C" void on_watchdog(int /*signal*/) {
   int code = watchdog_code != nullptr ? watchdog_code->load() : exit_code::kInternal;
@@ -38,6 +41,7 @@ extern "C" void on_watchdog(int /*signal*/) {
     line[n++] = digits[--d];
   line[n++] = '\n';
   [[maybe_unused]] ssize_t w = ::write(2, line, n);
+  if (watchdog_remove_set.load()) ::unlink(watchdog_remove);
   ::_exit(code);
 }
 
@@ -63,6 +67,13 @@ Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code) {
   when.it_value.tv_sec = static_cast<time_t>(us / 1000000);
   when.it_value.tv_usec = static_cast<suseconds_t>(us % 1000000);
   ::setitimer(ITIMER_REAL, &when, nullptr);
+}
+
+void remove_at_watchdog_exit(const std::string& path) {
+  watchdog_remove_set.store(false);
+  if (path.empty() || path.size() >= sizeof watchdog_remove) return;
+  std::memcpy(watchdog_remove, path.c_str(), path.size() + 1);
+  watchdog_remove_set.store(true);
 }
 
 Watchdog::~Watchdog() {

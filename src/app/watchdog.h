@@ -2,6 +2,7 @@
 // Ends the process if the run outlives its deadline.
 
 #include <atomic>
+#include <string>
 
 #include "base/deadline.h"
 
@@ -19,5 +20,9 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 };
+
+/// A file of this process's own that the watchdog removes before it ends the
+/// process ("" for none): its destructor will not run then.
+void remove_at_watchdog_exit(const std::string& path);
 
 }  // namespace rankcheck

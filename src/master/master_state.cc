@@ -475,12 +475,16 @@ const Verdict& MasterState::finalize() {
     ar_max = std::max(ar_max, r.allreduce_us);
     if (r.bandwidth_bytes > 0) busbw = r.busbw_gbps;
   }
+  // Hosts that chose different networks are a finding of the stage, not its failure.
+  bool failed = std::any_of(found.begin(), found.end(), [](const Finding& f) {
+    return f.id != finding_kind(FindingId::kEnvMismatch).name;
+  });
   report_.gpu_stage =
-      found.empty() ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
-                                  format_seconds(init_max), ar_max,
-                                  busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
-                                            : std::string())
-                    : "failed";
+      !failed ? fmt::format(
+                    "passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
+                    format_seconds(init_max), ar_max,
+                    busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw) : std::string())
+              : "failed";
   verdict_ = verdict_base();
   cfg_.log(fmt::format(
       "GPU stage over at +{}: {}", format_seconds(now_ms()),

@@ -99,6 +99,11 @@ struct RankResult {
   uint64_t bandwidth_bytes = 0;  ///< 0: no bandwidth test
   double algbw_gbps = 0;
   double busbw_gbps = 0;
+  // NCCL's own words in this rank's process (its NCCL_DEBUG_FILE, read after the
+  // stage); the same for every rank a member stands for.
+  std::string nccl_warn;     ///< the first warning that reads as a cause ("Call to ibv_...")
+  std::string nccl_finding;  ///< what that warning reads as ("nccl-network-error"), or ""
+  std::string nccl_net;      ///< the network NCCL chose ("IB", "Socket", a plugin's name)
 };
 
 }  // namespace rankcheck

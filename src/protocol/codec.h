@@ -1,9 +1,11 @@
 #pragma once
 // What the encoders and decoders of protocol/ share.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,6 +30,19 @@ inline std::string_view cut(std::string_view s, size_t n) {
     --k;
   if ((static_cast<uint8_t>(s[k]) & 0xC0) == 0x80) k = n;  // not UTF-8: cut where asked
   return s.substr(0, k);
+}
+
+// The largest length L such that the texts, each cut to L, take at most `budget`
+// bytes in all: a shared budget, given first to the shortest.
+inline size_t water_level(std::vector<size_t> lens, size_t budget) {
+  std::sort(lens.begin(), lens.end());
+  size_t used = 0;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    size_t rest = lens.size() - i;
+    if (used + lens[i] * rest > budget) return (budget - used) / rest;
+    used += lens[i];
+  }
+  return lens.empty() ? 0 : lens.back();
 }
 
 /// The part of a signed payload that its trailing MAC covers: all of it but the MAC.

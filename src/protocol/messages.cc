@@ -24,19 +24,6 @@ bool cut_in_place(SharedString& s, size_t n) {
   return true;
 }
 
-// The largest length L such that the texts, each cut to L, take at most `budget`
-// bytes in all: a shared budget, given first to the shortest.
-size_t water_level(std::vector<size_t> lens, size_t budget) {
-  std::sort(lens.begin(), lens.end());
-  size_t used = 0;
-  for (size_t i = 0; i < lens.size(); ++i) {
-    size_t rest = lens.size() - i;
-    if (used + lens[i] * rest > budget) return (budget - used) / rest;
-    used += lens[i];
-  }
-  return lens.empty() ? 0 : lens.back();
-}
-
 }  // namespace
 
 std::vector<uint8_t> encode(const Challenge& m) {
@@ -411,76 +398,6 @@ std::vector<uint8_t> encode(const Verdict& m) {
   w.bytes(tail.data());
   assert(w.data().size() <= cap);
   return encode_frame(MsgType::kVerdict, w.data());
-}
-
-namespace {
-
-constexpr size_t kStageErrorMax = 256;
-
-void put_result(Writer& w, const RankResult& r, size_t error_len) {
-  w.i32(r.rank);
-  w.u8(static_cast<uint8_t>(r.init_ok | r.init_timed_out << 1 | r.allreduce_ok << 2 |
-                            r.allreduce_done << 3 | r.allreduce_timed_out << 4));
-  w.str(cut(r.init_error, error_len));
-  w.f64(r.init_ms);
-  w.str(cut(r.allreduce_error, error_len));
-  w.u64(static_cast<uint64_t>(r.expected));
-  w.u64(static_cast<uint64_t>(r.got));
-  w.f64(r.allreduce_us);
-  w.u64(r.bandwidth_bytes);
-  w.f64(r.algbw_gbps);
-  w.f64(r.busbw_gbps);
-}
-
-}  // namespace
-
-std::vector<uint8_t> encode(const StageReport& m) {
-  // A member of 64 ranks with long NCCL errors would pass the cap: the error texts
-  // share what the fixed fields leave, evenly.
-  size_t n = std::min<size_t>(m.ranks.size(), size_t(kMaxRanksPerMember));
-  Writer fixed;
-  fixed.u32(static_cast<uint32_t>(n));
-  std::vector<size_t> lens;
-  for (size_t i = 0; i < n; ++i) {
-    put_result(fixed, m.ranks[i], 0);
-    lens.push_back(std::min(m.ranks[i].init_error.size(), kStageErrorMax));
-    lens.push_back(std::min(m.ranks[i].allreduce_error.size(), kStageErrorMax));
-  }
-  size_t cap = payload_cap(uint16_t(MsgType::kStageResult));
-  size_t level = std::min(kStageErrorMax, water_level(lens, cap - fixed.data().size() - kMacSize));
-  Writer w;
-  w.u32(static_cast<uint32_t>(n));
-  for (size_t i = 0; i < n; ++i)
-    put_result(w, m.ranks[i], level);
-  w.bytes(m.mac);
-  assert(w.data().size() <= cap);
-  return encode_frame(MsgType::kStageResult, w.data());
-}
-
-Result<StageReport> decode_stage_report(std::span<const uint8_t> payload) {
-  Reader r(payload);
-  StageReport m;
-  m.ranks.resize(r.count(kMaxRanksPerMember, "rank result"));
-  for (RankResult& x : m.ranks) {
-    x.rank = r.i32();
-    uint8_t flags = r.u8();
-    x.init_ok = flags & 1;
-    x.init_timed_out = flags & 2;
-    x.allreduce_ok = flags & 4;
-    x.allreduce_done = flags & 8;
-    x.allreduce_timed_out = flags & 16;
-    x.init_error = r.str(kStageErrorMax, "init error");
-    x.init_ms = r.f64();
-    x.allreduce_error = r.str(kStageErrorMax, "all-reduce error");
-    x.expected = static_cast<int64_t>(r.u64());
-    x.got = static_cast<int64_t>(r.u64());
-    x.allreduce_us = r.f64();
-    x.bandwidth_bytes = r.u64();
-    x.algbw_gbps = r.f64();
-    x.busbw_gbps = r.f64();
-  }
-  r.bytes(m.mac);
-  return finish(r, std::move(m), "stage result");
 }
 
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload) {

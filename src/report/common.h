@@ -3,6 +3,7 @@
 // the JSON of a record and a finding. Private to the report layer (report.cc,
 // env.cc, table.cc) and the diagnosis's renderer (diagnose/render.cc).
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,11 @@ nlohmann::json finding_json(const Finding& f);
 nlohmann::json record_json(const Record& r);
 /// The interface NCCL's rules pick: state, name, address, rule, the socket list.
 nlohmann::json nccl_if_json(const NcclIfFacts& f);
+/// The network NCCL chose ("IB", "Socket", a plugin's name) for each rank that said,
+/// from the stage's results; empty when none did.
+std::map<long, std::string> nccl_net_by_rank(const Report& r);
+/// The same by host (a host whose ranks chose differently: "IB,Socket").
+std::map<std::string, std::string> nccl_networks(const Report& r);
 /// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
 /// The document as text, indented, with a final newline unless asked not to.

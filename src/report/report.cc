@@ -113,10 +113,41 @@ nlohmann::json stage_json(const RankResult& r) {
     j["bandwidth"] = {
         {"bytes", r.bandwidth_bytes}, {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps}};
   }
+  // What NCCL said in the rank's process (its NCCL_DEBUG_FILE), where it said anything.
+  if (!r.nccl_warn.empty()) j["nccl_warn"] = r.nccl_warn;
+  if (!r.nccl_finding.empty()) j["nccl_finding"] = r.nccl_finding;
+  if (!r.nccl_net.empty()) j["nccl_net"] = r.nccl_net;
   return j;
 }
 
 }  // namespace
+
+std::map<long, std::string> nccl_net_by_rank(const Report& r) {
+  std::map<long, std::string> out;
+  for (const RankResult& x : r.stage_results) {
+    if (!x.nccl_net.empty()) out[x.rank] = x.nccl_net;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> nccl_networks(const Report& r) {
+  std::map<long, std::string> by_rank = nccl_net_by_rank(r);
+  if (by_rank.empty()) return {};
+  std::map<std::string, std::set<std::string>> nets;
+  for (const Member& m : r.members) {
+    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) {
+      if (auto it = by_rank.find(k); it != by_rank.end()) nets[m.record.host].insert(it->second);
+    }
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [host, names] : nets) {
+    std::string joined;
+    for (const std::string& n : names)
+      joined += (joined.empty() ? "" : ",") + n;
+    out[host] = joined;
+  }
+  return out;
+}
 
 nlohmann::json finding_json(const Finding& f) {
   return {{"id", f.id},
@@ -390,6 +421,8 @@ void write_json(const Report& r, const JsonSink& sink) {
   j["stage_results"] = nlohmann::json::array();
   for (const RankResult& x : r.stage_results)
     j["stage_results"].push_back(stage_json(x));
+  // The network NCCL chose on each host, where its processes said (NCCL_DEBUG=INFO).
+  if (auto nets = nccl_networks(r); !nets.empty()) j["nccl_networks"] = nets;
   // The document without its members, cut where they go; they follow one at a
   // time, so that no string holds them all.
   std::string frame = dump(j);

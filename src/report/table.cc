@@ -29,6 +29,27 @@ std::string gpu_cell(const GpuFacts& g, const Record& rec) {
   return fmt::format("{} {} {}", d.ordinal, short_gpu_name(d.name), printable(d.uuid, 12));
 }
 
+// The rows as aligned columns, two spaces in, three between.
+std::string render_rows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], display_width(row[c]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(width[c] - display_width(row[c]) + 3, ' ');
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string member_table(const Report& r) {
@@ -37,11 +58,15 @@ std::string member_table(const Report& r) {
   // The interface NCCL's rules pick on each host, once members say.
   bool nccl_ifs = std::any_of(r.members.begin(), r.members.end(),
                               [](const Member& m) { return m.record.nccl_if.known(); });
+  // The network NCCL chose, once the stage's results say (NCCL_DEBUG=INFO's words).
+  std::map<long, std::string> nets = nccl_net_by_rank(r);
+  std::map<std::string, std::string> host_nets = nccl_networks(r);
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
     rows.push_back({"rank", "host", "local", "pid", "launcher"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpu", "nccl"});
     if (nccl_ifs) rows.back().push_back("nccl if");
+    if (!nets.empty()) rows.back().push_back("nccl net");
     rows.back().push_back("joined");
     std::vector<const Member*> sorted;
     for (const Member& m : r.members)
@@ -65,6 +90,10 @@ std::string member_table(const Report& r) {
                                                     : "-");
       }
       if (nccl_ifs) rows.back().push_back(printable(rec.nccl_if.text(), 48));
+      if (!nets.empty()) {
+        auto it = nets.find(rec.rank);
+        rows.back().push_back(it != nets.end() ? printable(it->second, 24) : "-");
+      }
       rows.back().push_back(fmt::format("+{}", format_seconds(m->joined_ms)));
     }
   } else {
@@ -106,6 +135,7 @@ std::string member_table(const Report& r) {
     rows.push_back({"host", "ranks", "members"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpus", "nccl", "driver"});
     if (nccl_ifs) rows.back().push_back("nccl if");
+    if (!host_nets.empty()) rows.back().push_back("nccl net");
     rows.back().push_back("joined");
     size_t shown = 0;
     for (const auto* entry : sorted) {
@@ -123,26 +153,14 @@ std::string member_table(const Report& r) {
             h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
       }
       if (nccl_ifs) rows.back().push_back(format_list({h.nccl_if.begin(), h.nccl_if.end()}, 2));
+      if (!host_nets.empty()) {
+        auto it = host_nets.find(host);
+        rows.back().push_back(it != host_nets.end() ? printable(it->second, 24) : "-");
+      }
       rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));
     }
   }
-  std::vector<size_t> width(rows.front().size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c)
-      width[c] = std::max(width[c], display_width(row[c]));
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line = "  ";
-    for (size_t c = 0; c < row.size(); ++c) {
-      line += row[c];
-      if (c + 1 < row.size()) line.append(width[c] - display_width(row[c]) + 3, ' ');
-    }
-    while (!line.empty() && line.back() == ' ')
-      line.pop_back();
-    out += line + "\n";
-  }
-  return out;
+  return render_rows(rows);
 }
 
 }  // namespace rankcheck

@@ -23,7 +23,8 @@ struct StageView {
   double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
 };
 
-/// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor.
+/// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor (with what NCCL
+/// itself said), and the networks NCCL chose on each host.
 std::vector<Finding> stage_checks(const StageView& view);
 
 /// Whether the GPU stage can run at all: some member has a usable GPU and none

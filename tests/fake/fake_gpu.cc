@@ -25,8 +25,14 @@
 //             (NCCL_RUNTIME_CONNECT) blocks the caller until every rank has arrived.
 //       2.18-2.21: collectives are launched in the call and return at once; the
 //             kernel waits on the stream for the other ranks.
-//   FAKE_NCCL_INIT=fail|fail-now|hang   communicators fail later, fail at once with no
-//                             communicator, or never finish init
+//   FAKE_NCCL_INIT=fail|fail-now|hang|fail-ib   communicators fail later, fail at once
+//                             with no communicator, never finish init, or fail later the
+//                             way an InfiniBand queue pair that cannot reach its peer
+//                             does: NCCL 2.28's WARN of misc/ibvwrap.cc ("Call to
+//                             ibv_modify_qp failed with 110 Connection timed out, ..."),
+//                             which is also the last error
+//   FAKE_NCCL_NET=Socket      the network init picks and says ("Using network Socket";
+//                             IB under fail-ib)
 //   FAKE_NCCL_ALLREDUCE=MODE  the one-element (int64) all-reduce: wrong (a total one too
 //                             high), hang (this rank never arrives), fail-now (the call
 //                             fails), neterr (this rank connects but its data never arrives,
@@ -38,6 +44,12 @@
 //                             these global ranks only (default: all of this process's)
 //   FAKE_NCCL_ABORT=hang      ncclCommAbort never returns (NVIDIA/nccl#863, #1777)
 //   FAKE_NCCL_BUSBW=100       the bus bandwidth a collective's kernel runs at, in GB/s
+//
+// NCCL's own words go where NCCL's go (src/debug.cc of 2.28): NCCL_DEBUG's level,
+// NCCL_DEBUG_SUBSYS's subsystems, NCCL_DEBUG_FILE with %h and %p expanded (else
+// stdout), each line in NCCL's format: "host:pid:tid [dev] NCCL INFO text", and a
+// WARN after a blank line, with the time from 2.26: "[%F %T] host:pid:tid [dev]
+// file.cc:LINE NCCL WARN text". Every WARN is the last error too, whatever the level.
 //
 // ncclCommInitRankScalable (NCCL 2.23 and newer; refused by a fake that is older)
 // checks that every root's id is one ncclGetUniqueId made (its directory exists),
@@ -78,7 +90,9 @@
 #include <vector>
 
 #include <dirent.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -181,6 +195,127 @@ std::mutex g_mu;  // everything below; never held while a call waits
 bool g_init = false;
 std::vector<FakeDevice> g_visible;
 std::string g_last_error;  // ncclGetLastError: one buffer per process, as in NCCL
+
+// ----- NCCL's own words -------------------------------------------------------
+// As NCCL 2.28 prints them (src/debug.cc, tag v2.28.9-1): NCCL_DEBUG (VERSION,
+// WARN, INFO, ABORT, TRACE) and NCCL_DEBUG_SUBSYS (default INIT,BOOTSTRAP,ENV; "^"
+// inverts) read once, at the first message; NCCL_DEBUG_FILE, with %h (the host up
+// to its first '.'), %p (the pid) and %% expanded, opened with fopen(path, "w") only
+// above VERSION, stdout otherwise. A WARN starts with a newline and, from 2.26, the
+// time ("[%F %T] "); every WARN is also the process's last error (ncclGetLastError),
+// whatever the level.
+enum LogLevel {
+  kLogNone = 0,
+  kLogVersion = 1,
+  kLogWarn = 2,
+  kLogInfo = 3,
+  kLogAbort = 4,
+  kLogTrace = 5
+};
+constexpr unsigned kSubInit = 1, kSubBootstrap = 1u << 12, kSubEnv = 1u << 9, kSubNet = 1u << 4;
+
+struct DebugOut {
+  int level = kLogNone;
+  unsigned mask = kSubInit | kSubBootstrap | kSubEnv;
+  FILE* file = stdout;
+  std::string host;
+};
+std::mutex g_log_mu;            // never held with g_mu taken after it
+thread_local int t_device = 0;  // what cudaGetDevice would say: the current context's
+
+unsigned subsys_mask(const std::string& spec) {
+  bool invert = !spec.empty() && spec[0] == '^';
+  unsigned mask = invert ? ~0u : 0u;
+  for (const std::string& name : split(invert ? spec.substr(1) : spec)) {
+    unsigned bit = name == "INIT"        ? kSubInit
+                   : name == "NET"       ? kSubNet
+                   : name == "BOOTSTRAP" ? kSubBootstrap
+                   : name == "ENV"       ? kSubEnv
+                   : name == "ALL"       ? ~0u
+                                         : 0u;
+    mask = invert ? mask & ~bit : mask | bit;
+  }
+  return mask;
+}
+
+DebugOut& debug_out() {
+  static DebugOut* d = [] {
+    auto* o = new DebugOut;
+    std::string level = env("NCCL_DEBUG");
+    const char* names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+    for (int l = 1; l <= kLogTrace; ++l) {
+      if (::strcasecmp(level.c_str(), names[l]) == 0) o->level = l;
+    }
+    if (std::getenv("NCCL_DEBUG_SUBSYS") != nullptr)
+      o->mask = subsys_mask(env("NCCL_DEBUG_SUBSYS"));
+    char host[1024] = {};
+    ::gethostname(host, sizeof host - 1);
+    o->host = std::string(host).substr(0, std::string(host).find('.'));
+    std::string pattern = env("NCCL_DEBUG_FILE");
+    if (o->level > kLogVersion && !pattern.empty()) {
+      std::string path;
+      for (size_t i = 0; i < pattern.size(); ++i) {
+        char c = pattern[i];
+        if (c != '%' || i + 1 == pattern.size()) {
+          path += c;
+          continue;
+        }
+        char n = pattern[++i];
+        path += n == '%'   ? std::string("%")
+                : n == 'h' ? o->host
+                : n == 'p' ? std::to_string(::getpid())
+                           : std::string("%") + n;
+      }
+      if (FILE* f = std::fopen(path.c_str(), "w")) {
+        ::setlinebuf(f);
+        o->file = f;
+      }
+    }
+    return o;
+  }();
+  return *d;
+}
+
+// NCCL's prefix of a line: "host:pid:tid [dev] file.cc:LINE NCCL WARN ", or
+// "host:pid:tid [dev] NCCL INFO ".
+std::string line_prefix(int level, const std::string& host, const std::string& where) {
+  std::string p;
+  if (level == kLogWarn) {
+    p += "\n";
+    if (nccl_version() >= 22600) {
+      time_t now = ::time(nullptr);
+      tm t{};
+      ::localtime_r(&now, &t);
+      char stamp[64];
+      std::strftime(stamp, sizeof stamp, "[%F %T] ", &t);
+      p += stamp;
+    }
+  }
+  p += host + ":" + std::to_string(::getpid()) + ":" + std::to_string(::syscall(SYS_gettid)) +
+       " [" + std::to_string(t_device) + "] ";
+  p += level == kLogWarn ? where + " NCCL WARN " : std::string("NCCL INFO ");
+  return p;
+}
+
+void log_line(int level, unsigned subsys, const std::string& where, const std::string& text) {
+  std::lock_guard lock(g_log_mu);
+  DebugOut& d = debug_out();
+  if (d.level < level || (level == kLogInfo && (subsys & d.mask) == 0)) return;
+  std::string line = line_prefix(level, d.host, where) + text + "\n";
+  std::fwrite(line.data(), 1, line.size(), d.file);
+  std::fflush(d.file);
+}
+
+// NCCL's WARN(...) at `file`:`line` of its sources. Called with g_mu held (it sets
+// the last error, as NCCL does).
+void nccl_warn(const char* file, int line, const std::string& text) {
+  g_last_error = text;
+  log_line(kLogWarn, 0, std::string(file) + ":" + std::to_string(line), text);
+}
+// NCCL's INFO(subsys, ...).
+void nccl_info(unsigned subsys, const std::string& text) {
+  log_line(kLogInfo, subsys, "", text);
+}
 
 std::vector<FakeDevice> all_devices() {
   std::vector<FakeDevice> out;
@@ -323,6 +458,7 @@ struct ncclComm {
   int rank = 0;
   bool init_hang = false;
   bool init_failed = false;
+  bool init_ib_error = false;  // FAKE_NCCL_INIT=fail-ib: the failure is an IB QP's
   bool initialized = false;
   int seq = 0;                    // collectives issued
   bool connected = false;         // the first collective met every rank
@@ -495,7 +631,16 @@ bool in_progress(const ncclComm* c) {
 // What ncclCommGetAsyncError sees: moves `c` forward first.
 ncclResult_t progress(ncclComm* c) {
   if (!c->initialized && c->error == kNcclOk) {
-    if (c->init_failed) {
+    if (c->init_failed && c->init_ib_error) {
+      c->error = kNcclSystemError;
+      // NCCL 2.28's words when a queue pair cannot reach its peer (src/misc/ibvwrap.cc:307
+      // at tag v2.28.9-1, wrap_ibv_modify_qp; src/diagnose/data/nccl.tsv's "Call to
+      // ibv_modify_qp failed with %d %s, %s", the last %s from ibvModifyQpLog).
+      nccl_warn("misc/ibvwrap.cc", 307,
+                "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
+                "curr state INIT, next state RTR, local GID index 3, local GID "
+                "::ffff:10.0.0.1, remote GID ::ffff:10.0.0.2");
+    } else if (c->init_failed) {
       c->error = kNcclSystemError;
       g_last_error =
           "fake: init failed as asked (FAKE_NCCL_INIT=fail) on rank " + std::to_string(c->rank);
@@ -701,7 +846,8 @@ CUresult cuDevicePrimaryCtxRetain(CUctx_st** ctx, CUdevice d) {
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) {
   return kOk;
 }
-CUresult cuCtxSetCurrent(CUctx_st*) {
+CUresult cuCtxSetCurrent(CUctx_st* ctx) {
+  t_device = ctx != nullptr ? ctx->device : 0;
   return kOk;
 }
 CUresult cuStreamCreate(CUstream_st** s, unsigned) {
@@ -862,8 +1008,16 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   g_comms.push_back(c);
   *comm = c;
   if (t_group.depth > 0) t_group.inits = true;
-  if (mode == "fail") {
+  // The network NCCL's init picks (src/init.cc: "Using network %s"; the transport's
+  // own line first), IB where a QP is to fail.
+  std::string net = mode == "fail-ib" ? "IB" : env("FAKE_NCCL_NET", "Socket");
+  nccl_info(kSubInit | kSubNet, net == "IB"
+                                    ? "NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>"
+                                    : "NET/" + net + " : Using [0]eth0:10.0.0.1<0>");
+  nccl_info(kSubInit, "Using network " + net);
+  if (mode == "fail" || mode == "fail-ib") {
     c->init_failed = true;
+    c->init_ib_error = mode == "fail-ib";
     return kNcclInProgress;
   }
   c->init_hang = mode == "hang";

@@ -105,12 +105,17 @@ int main(int argc, char** argv) {
   RankResult rr;
   rr.rank = 1;
   rr.init_ok = true;
+  rr.nccl_warn = "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1";
+  rr.nccl_finding = "nccl-network-error";
+  rr.nccl_net = "IB";
+  RankResult same = rr;  // the same process's words: said once
+  same.rank = 2;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> frames = {
       {"challenge", encode(c)},
       {"admit", encode(Admit{3, 8})},
       {"reject", encode(Reject{RejectCode::kForeignJob, "job 'x'"})},
       {"verdict", encode(v)},
-      {"stage", encode(StageReport{{rr}})},
+      {"stage", encode(StageReport{{rr, same}})},
   };
   for (auto& [name, bytes] : frames) {
     write(out / "frame" / name, prefixed(3, bytes));  // first byte: the piece size

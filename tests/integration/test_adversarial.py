@@ -240,8 +240,8 @@ class Adversarial(RankcheckTest):
             "bad magic": b"XXXX" + bytes(20),
             "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
             "tls": tls,
-            "huge length": wire.MAGIC + struct.pack("<HHI", 1, wire.HELLO, 0xFFFFFFFF),
-            "truncated": wire.MAGIC + struct.pack("<HHI", 1, wire.HELLO, 200) + bytes(10),
+            "huge length": wire.MAGIC + struct.pack("<HHI", wire.VERSION, wire.HELLO, 0xFFFFFFFF),
+            "truncated": wire.MAGIC + struct.pack("<HHI", wire.VERSION, wire.HELLO, 200) + bytes(10),
             "unknown type": wire.frame(99, b""),
         }
         for name, data in cases.items():
@@ -252,13 +252,17 @@ class Adversarial(RankcheckTest):
                     s.shutdown(socket.SHUT_WR)
                 s.settimeout(3)
                 self.assertEqual(s.recv(100), b"", f"{name}: the master kept the connection")
-        with wire.connect(self.port) as s:  # a peer from the future
-            wire.read_frame(s)
-            s.sendall(wire.hello(wire.record(3, 4), version=2))
-            version, msg_type, payload = wire.read_frame(s)
-            self.assertEqual(msg_type, wire.REJECT)
-            code, reason = wire.reject_reason(payload)
-            self.assertEqual(reason, "peer speaks rankcheck protocol version 2, this master speaks 1")
+        # A peer from the future, and one from the past (before a stage result carried
+        # NCCL's words): each told which version it speaks, neither called malformed.
+        for theirs in (wire.VERSION + 1, wire.VERSION - 1):
+            with wire.connect(self.port) as s:
+                wire.read_frame(s)
+                s.sendall(wire.hello(wire.record(3, 4), version=theirs))
+                version, msg_type, payload = wire.read_frame(s)
+                self.assertEqual(msg_type, wire.REJECT)
+                code, reason = wire.reject_reason(payload)
+                self.assertEqual(reason, f"peer speaks rankcheck protocol version {theirs}, "
+                                         f"this master speaks {wire.VERSION}")
         # A "conflict" with no sources: once admitted, it would have the rules read a
         # source that is not there (found by the hello fuzzer).
         for sources in ([], [(b"torch", b"RANK", b"3")]):
@@ -280,13 +284,14 @@ class Adversarial(RankcheckTest):
     def test_a_member_meeting_a_newer_master_exits_6(self):
         # Both connections, as a master would answer them: the host relay's, which stands
         # down, then the member's own.
-        with wire.FakeMaster(self.port, lambda conn: conn.sendall(wire.challenge("9.9", version=2)),
-                             connections=2):
+        newer = wire.challenge("9.9", version=wire.VERSION + 1)
+        with wire.FakeMaster(self.port, lambda conn: conn.sendall(newer), connections=2):
             member = self.rank(1, 2)
             self.finish([member])
         self.assertEqual(member.rc, 6)
         f = member.finding("protocol-mismatch")
-        self.assertIn("speaks rankcheck protocol version 2, this rankcheck speaks 1", f["message"])
+        self.assertIn(f"speaks rankcheck protocol version {wire.VERSION + 1}, this rankcheck speaks "
+                      f"{wire.VERSION}", f["message"])
 
     def test_a_challenge_the_member_cannot_read_is_named(self):
         # Something that speaks the framing but sends a challenge too short to decode.

@@ -10,9 +10,12 @@ communicator returns ncclInProgress and is launched only while rankcheck polls
 ncclCommGetAsyncError; 2.22 sets up connections in the caller's thread. Misuse of
 the API (a call on a communicator in progress or destroyed, an abort left in an
 open group, a communicator never released) is printed by the fake on stderr, and
-every test here fails on it. What is real: everything in rankcheck, the processes,
-the rendezvous, and (in test_real_nccl_library_is_loaded) the NCCL library on this
-machine where there is one.
+every test here fails on it. NCCL's own words go where NCCL's would (NCCL_DEBUG,
+NCCL_DEBUG_SUBSYS, NCCL_DEBUG_FILE), in its format: "Using network Socket" at init
+(FAKE_NCCL_NET), and FAKE_NCCL_INIT=fail-ib's WARN, NCCL 2.28's text for an IB queue
+pair that cannot reach its peer. What is real: everything in rankcheck, the
+processes, the rendezvous, and (in RealLibraries) the NCCL library on this machine
+where there is one.
 """
 
 import os
@@ -514,6 +517,99 @@ class GpuStage(RankcheckTest):
         self.assertEqual(gpu["state"], "usable")
         self.assertEqual(gpu["driver"], "580.65.06")
 
+    # ----- NCCL's own words (NCCL_DEBUG_FILE), read back after the stage -----
+
+    def two_hosts(self, per_rank=None, **env):
+        """Ranks 0-1 on host h0 and 2-3 on h1, two fake GPUs each; per_rank={rank: {env}}."""
+        per_rank = per_rank or {}
+        return {r: self.rank(r, 4, local=(r % 2, 2), host=f"h{r // 2}",
+                             **self.fake(host=r // 2, ngpus=2, **env, **per_rank.get(r, {})))
+                for r in range(4)}
+
+    def left_behind(self):
+        """rankcheck's own NCCL debug files still in the fake's TMPDIR."""
+        return [n for n in os.listdir(self.fake_dir) if n.startswith("rankcheck-nccl-")]
+
+    def test_init_failing_on_an_ib_queue_pair_is_told_in_nccls_words(self):
+        procs = self.two_hosts({3: {"FAKE_NCCL_INIT": "fail-ib"}}, FAKE_NCCL_NET="IB")
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["nccl-init-failed", "nccl-init-timeout"])
+        f = procs[0].finding("nccl-init-failed")
+        self.assertEqual((f["ranks"], f["hosts"]), ([3], ["h1"]))
+        self.assertEqual(
+            f["message"],
+            "NCCL init failed for rank 3 on h1: unhandled system error (run with NCCL_DEBUG=INFO "
+            "for details) (Call to ibv_modify_qp failed with 110 Connection timed out, on dev "
+            "mlx5_0:1, curr state INIT, next state RTR, local GID index 3, local GID "
+            "::ffff:10.0.0.1, remote GID ::ffff:10.0.0.2); NCCL's warning reads as a network "
+            "error (nccl-network-error)")
+        # The fix is a network error's: NCCL already said why, no rerun is asked for.
+        self.assertNotIn("NCCL_DEBUG", f["hint"])
+        r3 = [r for r in procs[0].report["stage_results"] if r["rank"] == 3][0]
+        self.assertEqual(r3["nccl_warn"],
+                         "Call to ibv_modify_qp failed with 110 Connection timed out, on dev "
+                         "mlx5_0:1, curr state INIT, next state RTR, local GID index 3, local GID "
+                         "::ffff:10.0.0.1, remote GID ::ffff:10.0.0.2")
+        self.assertEqual((r3["nccl_finding"], r3["nccl_net"]), ("nccl-network-error", "IB"))
+        # Rank 3's own line says so too, and no process left its file behind.
+        self.assertIn("nccl-init-failed", procs[3].out)
+        self.assertEqual(self.left_behind(), [])
+
+    def test_users_nccl_debug_file_is_kept_and_read(self):
+        user_file = os.path.join(self.fake_dir, "user-nccl.%h.%p.log")
+        procs = self.two_hosts(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=user_file, FAKE_NCCL_NET="IB")
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        theirs = sorted(n for n in os.listdir(self.fake_dir) if n.startswith("user-nccl."))
+        self.assertEqual(len(theirs), 4)  # one a process, where NCCL put it, not removed
+        pids = {str(p.popen.pid) for p in procs.values()}
+        self.assertEqual({n.split(".")[-2] for n in theirs}, pids)
+        with open(os.path.join(self.fake_dir, theirs[0])) as f:
+            self.assertIn("NCCL INFO Using network IB", f.read())
+        rep = procs[0].report
+        self.assertEqual([r["nccl_net"] for r in rep["stage_results"]], ["IB"] * 4)
+        self.assertEqual(rep["nccl_networks"], {"h0": "IB", "h1": "IB"})
+        for p in procs.values():  # their file has NCCL's lines: stderr does not repeat them
+            self.assertNotIn("NCCL INFO", p.err)
+        self.assertEqual(self.left_behind(), [])
+
+    def test_users_nccl_debug_without_a_file_is_printed_after_the_stage(self):
+        procs = self.two_hosts(NCCL_DEBUG="INFO")
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        for p in procs.values():
+            self.assertIn("NCCL INFO Using network Socket", p.err)
+            self.assertNotIn("NCCL INFO", p.out)  # not on stdout, among the report's lines
+        self.assertEqual(procs[0].report["nccl_networks"], {"h0": "Socket", "h1": "Socket"})
+        self.assertEqual(self.left_behind(), [])
+
+    def test_hosts_whose_nccl_chose_different_networks(self):
+        procs = self.two_hosts({r: {"FAKE_NCCL_NET": "IB" if r < 2 else "Socket"}
+                                for r in range(4)})
+        self.finish()
+        rep = procs[0].report
+        self.assertEqual(rep["nccl_networks"], {"h0": "IB", "h1": "Socket"})
+        f = procs[0].finding("env-mismatch")
+        self.assertEqual((f["severity"], f["ranks"], f["hosts"]), ("error", [2, 3], ["h1"]))
+        self.assertEqual(f["message"], "NCCL chose different networks: IB for ranks 0-1 on h0 but "
+                                       "Socket for ranks 2-3 on h1")
+        self.assertExit(procs.values(), 3)
+        self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
+        # The member table's column, one network a member.
+        self.assertRegex(procs[0].out, r"rank +host +local .*nccl net +joined")
+        self.assertRegex(procs[0].out, r"\n  3 +h1 .* Socket +\+")
+
+    def test_the_stages_nccl_file_is_gone_after_the_run(self):
+        procs = self.job4()
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        # NCCL wrote there (the network it chose was read back), and the file is gone.
+        rep = procs[0].report
+        self.assertEqual({r["nccl_net"] for r in rep["stage_results"]}, {"Socket"})
+        self.assertEqual(self.left_behind(), [])
+        self.assertEqual(rep["findings"], [])
+
     def node(self, node, env, *extra):
         args = ["run", "--timeout", str(self.timeout), "--nproc-per-node", "4", "--nnodes", "2",
                 "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port",
@@ -566,6 +662,32 @@ class RealLibraries(unittest.TestCase):
         j = json.loads(r.stdout)
         self.assertGreater(j["self"]["gpu"]["nccl_version"], 21400)
         self.assertEqual(j["self"]["gpu"]["nccl_error"], "")
+
+    @unittest.skipUnless(REAL_NCCL and os.path.exists(REAL_NCCL), "no NCCL library on this machine")
+    @unittest.skipIf(os.path.exists("/proc/driver/nvidia/version"),
+                     "a real driver here: the real NCCL's init could succeed")
+    def test_real_nccls_own_warning_is_quoted(self):
+        """The real NCCL writes its words where rankcheck told it (/proc/self/fd/N), in its
+        own format: with the fake CUDA for the inventory and no driver for NCCL's own CUDA
+        runtime, its init fails and says why, and the finding quotes it."""
+        tmp = tempfile.mkdtemp(prefix="rankcheck-gpu-test-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        report = os.path.join(tmp, "r.json")
+        port = free_port()
+        r = subprocess.run([BIN, "run", "--timeout", "8", "--json", report, "--nccl-lib", REAL_NCCL],
+                           env=clean_env(RANKCHECK_CUDA_LIB=FAKE, FAKE_GPUS=gpus(0, 1), RANK=0,
+                                         WORLD_SIZE=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                                         TMPDIR=tmp),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 5, r.stderr)
+        import json
+        with open(report) as f:
+            rep = json.load(f)
+        f = [x for x in rep["findings"] if x["id"] == "nccl-init-failed"][0]
+        r0 = rep["stage_results"][0]
+        self.assertNotEqual(r0.get("nccl_warn", ""), "", r.stderr)
+        self.assertIn(r0["nccl_warn"].split("'")[0], f["message"])  # "Cuda failure ..."
+        self.assertEqual(os.listdir(tmp), ["r.json"])  # nothing of NCCL's left behind
 
     def test_binary_needs_no_cuda_nccl_fmt_or_libstdcxx(self):
         out = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout

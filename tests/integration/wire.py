@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 1
+VERSION = 2  # src/protocol/wire.h kProtocolVersion (2: stage results carry NCCL's words)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 GPU_SKIPPED = 1
 

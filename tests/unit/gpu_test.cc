@@ -323,6 +323,142 @@ TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
         "(buffer never written)");
 }
 
+namespace {
+const char* kQpText =
+    "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, curr state "
+    "INIT, next state RTR, local GID index 3, local GID ::ffff:10.0.0.1, remote GID "
+    "::ffff:10.0.0.2";
+}  // namespace
+
+TEST_CASE("stage rules: NCCL's own words are quoted, and what they read as said") {
+  JobView v = gpu_job(4, 2);
+  StageView sv;
+  sv.world_size = 4;
+  sv.members = &v.members;
+  sv.stage_ms = 12000;
+  for (int k = 0; k < 4; ++k)
+    sv.results.push_back(good(k, 4));
+  RankResult& r3 = sv.results[3];
+  r3.init_ok = false;
+  r3.init_error = "ncclCommGetAsyncError: unhandled system error";
+  r3.nccl_warn = kQpText;
+  r3.nccl_finding = "nccl-network-error";
+  r3.nccl_net = "IB";
+  auto fs = stage_checks(sv);
+  REQUIRE(!fs.empty());
+  CHECK(fs[0].id == "nccl-init-failed");
+  CHECK(fs[0].exit_code == exit_code::kGpu);
+  CHECK(fs[0].message ==
+        std::string("NCCL init failed for rank 3 on gpu-02: ncclCommGetAsyncError: "
+                    "unhandled system error; NCCL says on gpu-02: ") +
+            kQpText + ", which reads as a network error (nccl-network-error)");
+  // The fix is the network error's, not "rerun with NCCL_DEBUG=INFO".
+  CHECK(fs[0].hint == finding_kind(FindingId::kNcclNetworkError).fix);
+
+  // NCCL's last error is that warning already: not quoted twice.
+  r3.init_error = std::string("ncclCommGetAsyncError: unhandled system error (") + kQpText + ")";
+  fs = stage_checks(sv);
+  CHECK(fs[0].message == "NCCL init failed for rank 3 on gpu-02: " + printable(r3.init_error, 300) +
+                             "; NCCL's warning reads as a network error (nccl-network-error)");
+
+  // Words the catalogue reads as the stage's own finding: quoted, the hint without
+  // NCCL_DEBUG=INFO.
+  r3.init_error = "ncclCommGetAsyncError: internal error";
+  r3.nccl_warn = "Error : ring 0 does not loop back to start (1 != 0)";
+  r3.nccl_finding = "nccl-init-failed";
+  fs = stage_checks(sv);
+  CHECK(fs[0].message ==
+        "NCCL init failed for rank 3 on gpu-02: ncclCommGetAsyncError: internal "
+        "error; NCCL says on gpu-02: Error : ring 0 does not loop back to start "
+        "(1 != 0)");
+  CHECK(fs[0].hint.find("NCCL_DEBUG") == std::string::npos);
+  CHECK(fs[0].hint.find("NCCL's own words above name the cause") == 0);
+
+  // Where NCCL said nothing, the catalogue's hint stands.
+  r3.nccl_warn.clear();
+  r3.nccl_finding.clear();
+  fs = stage_checks(sv);
+  CHECK(fs[0].hint == finding_kind(FindingId::kNcclInitFailed).fix);
+  CHECK(fs[0].message.find("NCCL says") == std::string::npos);
+}
+
+TEST_CASE("stage rules: a stuck init and a failed all-reduce quote NCCL too") {
+  JobView v = gpu_job(4, 2);
+  StageView sv;
+  sv.world_size = 4;
+  sv.members = &v.members;
+  sv.stage_ms = 12000;
+  for (int k = 0; k < 4; ++k) {
+    sv.results.push_back(good(k, 4));
+    sv.results.back().init_ok = false;
+    sv.results.back().init_timed_out = true;
+  }
+  sv.results[2].nccl_warn = "Cuda failure 2 'out of memory'";
+  sv.results[2].nccl_finding = "gpu-out-of-memory";
+  sv.results[0].nccl_warn = "socketProgress: Connection closed by remote peer";
+  sv.results[0].nccl_finding = "peer-failed";
+  auto fs = stage_checks(sv);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "nccl-init-timeout");
+  CHECK(fs[0].message ==
+        "NCCL init did not finish within 12 s for ranks 0-3 on gpu-01 and gpu-02; no rank finished "
+        "init; NCCL says on gpu-02: Cuda failure 2 'out of memory', which reads as the GPU out "
+        "of memory (gpu-out-of-memory) (NCCL said other things on gpu-01: see stage_results in "
+        "the JSON)");
+  CHECK(fs[0].hint == finding_kind(FindingId::kGpuOutOfMemory).fix);
+
+  StageView ar;
+  ar.world_size = 2;
+  ar.members = &v.members;
+  for (int k = 0; k < 2; ++k)
+    ar.results.push_back(good(k, 2));
+  ar.results[1].allreduce_ok = ar.results[1].allreduce_done = false;
+  ar.results[1].allreduce_error = "ncclAllReduce: unhandled cuda error";
+  ar.results[1].nccl_warn = "Cuda failure 'an illegal memory access was encountered'";
+  ar.results[1].nccl_finding = "cuda-error";
+  fs = stage_checks(ar);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "allreduce-failed");
+  CHECK(fs[0].message ==
+        "the all-reduce failed: rank 1: ncclAllReduce: unhandled cuda error; NCCL says on gpu-01: "
+        "Cuda failure 'an illegal memory access was encountered', which reads as a CUDA error "
+        "(cuda-error)");
+  CHECK(fs[0].hint == finding_kind(FindingId::kCudaError).fix);
+}
+
+TEST_CASE("stage rules: hosts whose NCCL chose different networks") {
+  JobView v = gpu_job(6, 2);
+  StageView sv;
+  sv.world_size = 6;
+  sv.members = &v.members;
+  for (int k = 0; k < 6; ++k) {
+    sv.results.push_back(good(k, 6));
+    sv.results.back().nccl_net = k >= 4 ? "Socket" : "IB";
+  }
+  auto fs = stage_checks(sv);
+  REQUIRE(fs.size() == 1);
+  CHECK(fs[0].id == "env-mismatch");
+  CHECK(fs[0].is_error());  // IB ranks and Socket ranks never connect
+  CHECK(fs[0].exit_code == exit_code::kMismatch);
+  CHECK(fs[0].hosts == Hosts{"gpu-03"});
+  CHECK(fs[0].ranks == Ranks{4, 5});
+  CHECK(fs[0].message ==
+        "NCCL chose different networks: IB for ranks 0-3 on gpu-01 and gpu-02 but Socket for "
+        "ranks 4-5 on gpu-03");
+
+  // Two networks neither of which is Socket: said, as a warning.
+  for (int k = 4; k < 6; ++k)
+    sv.results[size_t(k)].nccl_net = "AWS Libfabric";
+  fs = stage_checks(sv);
+  REQUIRE(fs.size() == 1);
+  CHECK(!fs[0].is_error());
+
+  // One network, or none said: nothing.
+  for (RankResult& r : sv.results)
+    r.nccl_net = r.rank == 0 ? "" : "IB";
+  CHECK(stage_checks(sv).empty());
+}
+
 TEST_CASE("wire: GPU facts and stage results round-trip") {
   JobView v = gpu_job(2, 2);
   Record r = v.members[1].record;

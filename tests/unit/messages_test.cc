@@ -1,3 +1,5 @@
+#include "protocol/messages.h"
+
 #include <cstdio>
 
 #include <catch2/catch.hpp>
@@ -6,7 +8,6 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "protocol/messages.h"
 #include "protocol/record_codec.h"
 
 using namespace rankcheck;
@@ -405,6 +406,110 @@ TEST_CASE("protocol: a stage report of 64 ranks with long NCCL errors fits and d
   auto b1 = decode_stage_report(payload_of(encode(one)));
   REQUIRE(b1.ok());
   CHECK(b1->ranks[0].init_error == std::string(256, 'i'));
+}
+
+TEST_CASE("protocol: a stage report carries NCCL's own words, once per process") {
+  RankResult r;
+  r.rank = 4;
+  r.init_error = "ncclCommGetAsyncError: unhandled system error";
+  r.nccl_warn =
+      "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, curr state "
+      "INIT, next state RTR, local GID index 3, local GID ::ffff:10.0.0.1, remote GID "
+      "::ffff:10.0.0.2";
+  r.nccl_finding = "nccl-network-error";
+  r.nccl_net = "IB";
+  RankResult quiet;
+  quiet.rank = 5;
+  quiet.init_ok = quiet.allreduce_ok = quiet.allreduce_done = true;
+  // A member of three ranks: the first two share one process's words, the last has none.
+  RankResult same = r;
+  same.rank = 6;
+  StageReport m{{r, same, quiet}, {}};
+  auto frame = encode(m);
+  auto back = decode_stage_report(payload_of(frame));
+  REQUIRE(back.ok());
+  REQUIRE(back->ranks.size() == 3);
+  for (size_t i : {size_t(0), size_t(1)}) {
+    CHECK(back->ranks[i].nccl_warn == r.nccl_warn);
+    CHECK(back->ranks[i].nccl_finding == "nccl-network-error");
+    CHECK(back->ranks[i].nccl_net == "IB");
+  }
+  CHECK(back->ranks[1].rank == 6);
+  CHECK(back->ranks[2].nccl_warn.empty());
+  CHECK(back->ranks[2].nccl_net.empty());
+  CHECK(back->ranks[2].rank == 5);
+  // Said once: the second rank's words cost one byte, not the text again.
+  StageReport alone{{r}, {}};
+  CHECK(frame.size() < encode(alone).size() + encode(StageReport{{quiet}, {}}).size() + 80);
+
+  // Covered by the MAC as the rest is.
+  JobToken token = JobToken::from_secret("0123456789abcdef-job-token");
+  Nonce server{}, client{};
+  auto signed_frame = encode_signed(m, token, server, client);
+  std::vector<uint8_t> forged(payload_of(signed_frame).begin(), payload_of(signed_frame).end());
+  std::string text(forged.begin(), forged.end());
+  size_t at = text.find("mlx5_0");
+  REQUIRE(at != std::string::npos);
+  forged[at + 5] = '1';
+  CHECK(verify_stage_report(payload_of(signed_frame), token, server, client));
+  CHECK(!verify_stage_report(forged, token, server, client));
+}
+
+TEST_CASE("protocol: NCCL's words that claim the previous rank's on the first rank are refused") {
+  RankResult r;
+  r.rank = 0;
+  r.nccl_net = "IB";
+  auto frame = encode(StageReport{{r}, {}});
+  std::vector<uint8_t> p(payload_of(frame).begin(), payload_of(frame).end());
+  // The words' kind sits after the fixed fields; make it "the previous rank's".
+  size_t kind_at = 4 + 4 + 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 8;
+  REQUIRE(p[kind_at] == 1);
+  p[kind_at] = 2;
+  auto back = decode_stage_report(p);
+  REQUIRE(!back.ok());
+  CHECK(back.error().message.find("neither its own nor the previous rank's") != std::string::npos);
+}
+
+TEST_CASE("protocol: a stage report of 64 ranks with long errors and NCCL's words fits") {
+  StageReport m;
+  for (int k = 0; k < 64; ++k) {
+    RankResult r;
+    r.rank = k;
+    r.init_error = std::string(400, 'i');
+    r.allreduce_error = std::string(400, 'a');
+    r.nccl_warn = std::string(400, char('A' + k % 26));  // each rank's own
+    r.nccl_finding = std::string(100, 'f');
+    r.nccl_net = std::string(100, 'n');
+    m.ranks.push_back(r);
+  }
+  auto frame = encode(m);
+  REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kStageResult)));
+  auto back = decode_stage_report(payload_of(frame));
+  REQUIRE(back.ok());
+  CHECK(back->ranks[7].nccl_warn.size() == back->ranks[7].init_error.size());
+  CHECK(back->ranks[7].nccl_finding.size() == 64);
+  CHECK(back->ranks[7].nccl_net.size() == 64);
+  // Alone, a warning travels to its own cap.
+  auto one = decode_stage_report(payload_of(encode(StageReport{{m.ranks[3]}, {}})));
+  REQUIRE(one.ok());
+  CHECK(one->ranks[0].nccl_warn == std::string(320, 'D'));
+  CHECK(one->ranks[0].init_error == std::string(256, 'i'));
+}
+
+TEST_CASE("protocol: a stage result of an older version is told apart from a malformed one") {
+  // Version 1 knew no NCCL words: its frame is named by its version, not misread.
+  RankResult r;
+  r.rank = 1;
+  auto now = encode(StageReport{{r}, {}});
+  std::vector<uint8_t> payload(now.begin() + kHeaderSize, now.end());
+  FrameBuffer buf;
+  uint16_t peer = 0;
+  buf.feed(encode_frame(MsgType::kStageResult, payload, 1));
+  auto got = buf.next(&peer);
+  REQUIRE(!got.ok());
+  CHECK(got.error().fault == Fault::kOtherVersion);
+  CHECK(peer == 1);
+  CHECK(got.error().message == "protocol version 1 (this rankcheck speaks 2)");
 }
 
 TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {

@@ -53,6 +53,43 @@ TEST_CASE("report text: a small passing job lists every member") {
   CHECK(text.find("  rank   host     local   pid    launcher   joined") != std::string::npos);
 }
 
+TEST_CASE("report: the network NCCL chose, by member and by host, once a member said") {
+  Report r = report_of(test::healthy_job(4, 2));
+  std::string text = render_text(r, {});
+  CHECK(text.find("nccl net") == std::string::npos);
+  CHECK(!nlohmann::json::parse(render_json(r)).contains("nccl_networks"));
+
+  for (long k = 0; k < 4; ++k) {
+    RankResult x;
+    x.rank = static_cast<int32_t>(k);
+    x.nccl_net = k < 2 ? "IB" : "Socket";
+    if (k == 3) x.nccl_warn = "Call to ibv_modify_qp failed with 110 Connection timed out";
+    r.stage_results.push_back(x);
+  }
+  text = render_text(r, {});
+  CHECK(text.find("  rank   host     local   pid    launcher   nccl net   joined") !=
+        std::string::npos);
+  CHECK(text.find("   Socket     +") != std::string::npos);
+  auto j = nlohmann::json::parse(render_json(r));
+  CHECK(j["nccl_networks"] == nlohmann::json({{"gpu-01", "IB"}, {"gpu-02", "Socket"}}));
+  CHECK(j["stage_results"][3]["nccl_net"] == "Socket");
+  CHECK(j["stage_results"][3]["nccl_warn"] ==
+        "Call to ibv_modify_qp failed with 110 Connection timed out");
+  CHECK(!j["stage_results"][0].contains("nccl_warn"));
+
+  // A large job's table: one line a host.
+  Report big = report_of(test::healthy_job(16, 8));
+  for (long k = 0; k < 16; ++k) {
+    RankResult x;
+    x.rank = static_cast<int32_t>(k);
+    x.nccl_net = k < 8 ? "IB" : "Socket";
+    big.stage_results.push_back(x);
+  }
+  text = render_text(big, {});
+  CHECK(text.find("nccl net") != std::string::npos);
+  CHECK(text.find("  gpu-02   8-15    8         Socket     +") != std::string::npos);
+}
+
 TEST_CASE("report text: hostile host names are escaped") {
   JobView v = test::healthy_job(2, 2);
   v.members[1].record.host = "evil\x1b]0;pwned\x07";

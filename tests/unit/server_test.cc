@@ -230,3 +230,58 @@ TEST_CASE("server: with a job token, a stage result counts only with its MAC") {
                            "the job token") != std::string::npos;
   CHECK(logged);
 }
+
+TEST_CASE("server: a member of the previous protocol version is told so, not called malformed") {
+  std::vector<std::string> lines;
+  ServerConfig cfg = config(&lines);
+  cfg.decide_by = Deadline::after(Millis(1500));
+  Server server(cfg);
+  auto port = server.listen({"127.0.0.1"}, 0);
+  REQUIRE(port.ok());
+  server.start();
+  auto own = server.join_local(gpu_member(0));
+
+  // Rank 1 of version 1 (before a stage result carried NCCL's words): its hello,
+  // in its own version's frame.
+  auto sock = Socket::connect("127.0.0.1", *port, Deadline::after(Millis(2000)));
+  REQUIRE(sock.ok());
+  REQUIRE(sock->read_frame(Deadline::after(Millis(2000))).ok());  // the challenge
+  auto hello = encode(Hello{gpu_member(1), {}, {}, {}});
+  std::vector<uint8_t> payload(hello.begin() + kHeaderSize, hello.end());
+  REQUIRE(sock->write_all(encode_frame(MsgType::kHello, payload, 1), Deadline::after(Millis(1000)))
+              .ok());
+  auto answer = sock->read_frame(Deadline::after(Millis(2000)));
+  REQUIRE(answer.ok());
+  REQUIRE(answer->header.type == uint16_t(MsgType::kReject));
+  auto reject = decode_reject(answer->payload);
+  REQUIRE(reject.ok());
+  CHECK(reject->code == RejectCode::kVersion);
+  CHECK(reject->reason == "peer speaks rankcheck protocol version 1, this master speaks 2");
+
+  (void)own.get();
+  Report r = server.finish(Deadline::after(Millis(2000)));
+  bool mismatch = false;
+  for (const Finding& f : r.findings)
+    mismatch = mismatch || f.id == "protocol-mismatch";
+  CHECK(mismatch);
+  for (const Finding& f : r.findings)
+    CHECK(f.message.find("malformed") == std::string::npos);
+}
+
+TEST_CASE("server: a stage result in the previous protocol version's frame is named so") {
+  std::vector<std::string> lines;
+  Report old = stage_with(
+      [](const StageReport& m, const JoinResult&) {
+        auto frame = encode(m);
+        std::vector<uint8_t> payload(frame.begin() + kHeaderSize, frame.end());
+        return encode_frame(MsgType::kStageResult, payload, 1);
+      },
+      lines);
+  CHECK(old.exit_code() == exit_code::kGpu);  // rank 1 counts as silent
+  bool named = false;
+  for (const std::string& l : lines)
+    named = named || l.find(
+                         "its GPU stage result is unreadable: protocol version 1 (this "
+                         "rankcheck speaks 2)") != std::string::npos;
+  CHECK(named);
+}
