@@ -213,8 +213,8 @@ struct Knowledge {
   std::optional<std::pair<std::string, Note>> rankcheck;  ///< its first verdict's id
   std::map<long, long> world_by_rank;                     ///< the world size each rank waited for
   long world = -1, joined = -1;
-  long most_joined = -1;  ///< the most any wait said had joined
-  std::optional<Note> absent_first;  ///< the first "waited for peers" message
+  long most_joined = -1;                     ///< the most any wait said had joined
+  std::optional<Note> absent_first;          ///< the first "waited for peers" message
   std::map<std::string, HostLog> host_logs;  ///< by host name, at most kMaxHostLogs
   /// The first failure no row explains (kErrorLine), and who printed it.
   std::optional<std::pair<Note, Origin>> error_line;

@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <deque>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -37,35 +37,48 @@ struct Subsystem {
   Pattern row;
 };
 constexpr Subsystem kNcclSubsystems[] = {
-    {"net_ib", {"nccl_warn_ib", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
-                          "", "NCCL src/transport/net_ib*: the IB/RoCE transport"}},
-    {"ibvwrap", {"nccl_warn_ibverbs", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "",
-                      "", "", "NCCL src/misc/ibvwrap.cc: libibverbs calls"}},
-    {"net_socket", {"nccl_warn_net_socket", "NCCL", kOwnError, kEither,
-                              F::kNcclNetworkError, "", "", "",
-                              "NCCL src/transport/net_socket.cc: the socket transport"}},
-    {"socket", {"nccl_warn_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "",
-                     "", "NCCL src/misc/socket.cc: sockets"}},
-    {"os/", {"nccl_warn_os_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
-             "NCCL src/os/: sockets (2.29+)"}},
-    {"plugin", {"nccl_warn_plugin", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
-                 "NCCL src/plugin/: network plugins"}},
-    {"net.c", {"nccl_warn_net", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
-                "NCCL src/net.cc: network plugins"}},
-    {"coll_net", {"nccl_warn_collnet", "NCCL", kOwnError, kEither, F::kNcclNetworkError,
-                            "", "", "", "NCCL src/transport/coll_net.cc: CollNet/SHARP"}},
-    {"shm", {"nccl_warn_shm", "NCCL", kOwnError, kInitiating,
-                       F::kSharedMemoryExhausted, "", "", "", "NCCL src/misc/shmutils.cc"}},
-    {"cudawrap", {"nccl_warn_cuda", "NCCL", kOwnError, kInitiating, F::kCudaError, "", "", "",
-                       "NCCL src/misc/cudawrap.cc: the CUDA driver"}},
-    {"alloc", {"nccl_warn_alloc", "NCCL", kOwnError, kInitiating, F::kGpuOutOfMemory, "",
-                       "", "", "NCCL src/include/alloc.h: allocations"}},
-    {"bootstrap", {"nccl_warn_bootstrap", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "",
-                   "", "NCCL src/bootstrap.cc: the bootstrap between ranks"}},
-    {"proxy", {"nccl_warn_proxy", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed, "", "", "",
-               "NCCL src/proxy.cc: the proxy thread"}},
-    {"", {"nccl_warn", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "", "",
-          "NCCL: a WARN of a file without a template"}},
+    {"net_ib",
+     {"nccl_warn_ib", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/transport/net_ib*: the IB/RoCE transport"}},
+    {"ibvwrap",
+     {"nccl_warn_ibverbs", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/misc/ibvwrap.cc: libibverbs calls"}},
+    {"net_socket",
+     {"nccl_warn_net_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/transport/net_socket.cc: the socket transport"}},
+    {"socket",
+     {"nccl_warn_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/misc/socket.cc: sockets"}},
+    {"os/",
+     {"nccl_warn_os_socket", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/os/: sockets (2.29+)"}},
+    {"plugin",
+     {"nccl_warn_plugin", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/plugin/: network plugins"}},
+    {"net.c",
+     {"nccl_warn_net", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/net.cc: network plugins"}},
+    {"coll_net",
+     {"nccl_warn_collnet", "NCCL", kOwnError, kEither, F::kNcclNetworkError, "", "", "",
+      "NCCL src/transport/coll_net.cc: CollNet/SHARP"}},
+    {"shm",
+     {"nccl_warn_shm", "NCCL", kOwnError, kInitiating, F::kSharedMemoryExhausted, "", "", "",
+      "NCCL src/misc/shmutils.cc"}},
+    {"cudawrap",
+     {"nccl_warn_cuda", "NCCL", kOwnError, kInitiating, F::kCudaError, "", "", "",
+      "NCCL src/misc/cudawrap.cc: the CUDA driver"}},
+    {"alloc",
+     {"nccl_warn_alloc", "NCCL", kOwnError, kInitiating, F::kGpuOutOfMemory, "", "", "",
+      "NCCL src/include/alloc.h: allocations"}},
+    {"bootstrap",
+     {"nccl_warn_bootstrap", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "", "",
+      "NCCL src/bootstrap.cc: the bootstrap between ranks"}},
+    {"proxy",
+     {"nccl_warn_proxy", "NCCL", kPeerPointer, kDownstream, F::kPeerFailed, "", "", "",
+      "NCCL src/proxy.cc: the proxy thread"}},
+    {"",
+     {"nccl_warn", "NCCL", kOwnError, kEither, F::kNcclInitFailed, "", "", "",
+      "NCCL: a WARN of a file without a template"}},
 };
 
 MessageClass class_of(std::string_view c, size_t line) {

@@ -1,7 +1,6 @@
 // The job token: its MAC against a reference, and reading it from a pipe.
 
 #include "protocol/auth.h"
-#include "protocol/messages.h"
 
 #include <string>
 #include <vector>
@@ -10,6 +9,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
+
+#include "protocol/messages.h"
 
 using namespace rankcheck;
 

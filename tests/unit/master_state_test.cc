@@ -1,3 +1,5 @@
+#include "master/master_state.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -8,7 +10,6 @@
 #include "base/shared_list.h"
 #include "base/shared_string.h"
 #include "helpers.h"
-#include "master/master_state.h"
 
 using namespace rankcheck;
 

@@ -1,12 +1,13 @@
 // NCCL's interface choice on tables of interface lists: one case per rule and per
 // version difference (NCCL's src/misc/socket.cc, src/os/linux.cc, src/bootstrap.cc).
 
+#include "host/nccl_socket_if.h"
+
 #include <functional>
 
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
-#include "host/nccl_socket_if.h"
 #include "model/record.h"
 #include "protocol/record_codec.h"
 #include "rules/rules.h"

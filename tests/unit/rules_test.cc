@@ -1,10 +1,11 @@
+#include "rules/rules.h"
+
 #include <random>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include "helpers.h"
-#include "rules/rules.h"
 
 using namespace rankcheck;
 using test::find;
