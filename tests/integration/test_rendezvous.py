@@ -388,7 +388,7 @@ class WhatTheLauncherStarted(RankcheckTest):
     def test_a_member_killed_after_joining_is_decided_on_after_a_grace_not_the_deadline(self):
         # Rank 1 joins and is killed (kill -9); rank 2 joins after: every rank but the
         # dead one is here, and waiting to the deadline cannot bring it back.
-        self.timeout = 8.0
+        self.timeout = 30.0  # far from the grace it measures (a busy machine, sanitizers)
         master, one = self.rank(0, 3), self.rank(1, 3)
         time.sleep(0.5)
         one.popen.send_signal(signal.SIGKILL)
@@ -397,7 +397,7 @@ class WhatTheLauncherStarted(RankcheckTest):
         two = self.rank(2, 3)
         self.finish([master, two])
         self.assertExit([master, two], 4)
-        self.assertLess(master.elapsed, 4.0, "decided at the deadline, not after the grace")
+        self.assertLess(master.elapsed, 10.0, "decided at the deadline, not after the grace")
         self.assertEqual(master.ids(), ["member-disconnected"])
         self.assertEqual(master.finding("member-disconnected")["ranks"], [1])
         self.assertEqual(master.report["decided"], "member-lost")
