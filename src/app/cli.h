@@ -32,6 +32,8 @@ CLI::Validator number_in(double lo, double hi);
 CLI::Validator whole_number_in(long lo, long hi);
 /// --device: the CUDA device of this rank (run and env; local gives each member its own).
 void add_device_flag(CLI::App& app, std::optional<int>& device);
+/// --color auto|always|never (use_color resolves it).
+void add_color_flag(CLI::App& app, std::string& color);
 /// --timeout, --json, --no-gpu, --quiet, --color and friends.
 void add_run_flags(CLI::App& app, RunOptions& options, std::string& color);
 /// "256M", "1G", "4096": bytes, or 0 when not a size from 4 B to 64 GiB.

@@ -127,6 +127,10 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
                  "With --bandwidth: a bus bandwidth below GBPS is a finding")
       ->check(number_in(0.001, 1e6));
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
+  add_color_flag(app, color);
+}
+
+void add_color_flag(CLI::App& app, std::string& color) {
   app.add_option("--color", color, "Colour the text report: auto, always, never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));

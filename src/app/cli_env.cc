@@ -19,9 +19,7 @@ Command add_env(CLI::App& root, const EnvMap& env) {
                   "Seconds to wait for MASTER_ADDR to resolve")
       ->capture_default_str()
       ->check(number_in(0.0, 60.0));
-  app->add_option("--color", *color, "Colour the text: auto, always, never")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+  add_color_flag(*app, *color);
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);
             return run_env(*o, env);
