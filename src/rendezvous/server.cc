@@ -60,7 +60,9 @@ void Server::Impl::pump(const ConnPtr& c) {
   });
 }
 
-void Server::Impl::close(const ConnPtr& c) {
+void Server::Impl::close(const ConnPtr& conn) {
+  // A copy: `conn` may be the pointer in a relay's channel map, which the erase below frees.
+  const ConnPtr c = conn;
   if (c->closed) return;
   c->closed = true;
   if (c->admitted && !c->released && c->link == nullptr) --open_members;

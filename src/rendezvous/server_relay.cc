@@ -144,7 +144,11 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
       return;
     }
     case ChannelOp::kData:
-      if (it != channels.end()) on_channel_frame(it->second, f.frame);
+      if (it != channels.end()) {
+        // A copy: what the frame does may erase the channel, and with it the map's pointer.
+        ConnPtr c = it->second;
+        on_channel_frame(c, f.frame);
+      }
       return;
     case ChannelOp::kClose:
       if (it != channels.end()) {
