@@ -2,136 +2,280 @@
 # The real GPU path, on a machine with an NVIDIA GPU, with a rankcheck binary built
 # elsewhere (this script builds nothing):
 #   scripts/gpu-check.sh [path/to/rankcheck]
-# It prints the GPU inventory, then runs: a real job of one rank (NCCL init and an
-# all-reduce into a separate receive buffer filled with a sentinel, so that a world
-# of one proves the collective wrote its total), the timed bandwidth all-reduce,
-# two ranks on one GPU (expects duplicate-gpu), NCCL init that must be aborted
-# (a world of two whose rank 1 never calls init: rank 0's real
-# ncclCommInitRankConfig is aborted at the deadline, nccl-init-timeout, exit 5, the
-# process gone by the deadline + 2 s), node mode over every GPU present, and a
-# table of what it saw: each check's expectation, outcome, time and verdict.
+# or, from the folder scripts/gpu-bundle.sh makes: dist/gpu-check/run.sh
 #
-# NCCL: RANKCHECK_NCCL_LIB, else the first libnccl.so.2 found (ldconfig, PyTorch,
-# /usr/local/cuda). The rank that never calls init runs on the fake libraries
-# (tests/libfakegpu.so beside the binary's build, or RANKCHECK_FAKE_GPU), told to
-# report the real NCCL and CUDA versions and to hang in init; its GPU is the eighth
-# of eight fake ones, whose PCI bus id no GPU here has.
-# GPU_CHECK_ABORT_TIMEOUT (default 20) is that check's --timeout in seconds.
+# It finds the libraries first, as a bare GPU machine lays them out (nothing on
+# LD_LIBRARY_PATH or in ldconfig needed):
+#   the driver   the first of /usr/local/nvidia/lib64, /usr/local/nvidia/lib,
+#                /usr/lib/x86_64-linux-gnu, /usr/lib64, /usr/lib/wsl/lib that holds
+#                libcuda.so.1; it and the folder of libnvidia-ml.so.1 go first on
+#                LD_LIBRARY_PATH (the stage opens libcuda.so.1 by bare name, and NCCL
+#                opens libnvidia-ml.so.1 by bare name itself)
+#   NCCL         RANKCHECK_NCCL_LIB, else pip's nvidia-nccl through every python3 on
+#                PATH, then /opt/*/.venv/bin/python3 (by the package's __path__: the
+#                nvidia package is a namespace package), else ldconfig,
+#                /usr/local/cuda/lib64, /usr/lib/x86_64-linux-gnu
+#   python3      the first on PATH, else /opt/*/.venv/bin/python3 (to read the JSON)
+# RANKCHECK_GPU_ROOT (default: none) is put before every one of those folders, so
+# that the tests lay out a machine in a folder of their own.
 #
-# Against the fake libraries (no GPU: RANKCHECK_CUDA_LIB and RANKCHECK_NCCL_LIB
-# naming libfakegpu.so, FAKE_GPUS listing fake GPUs) every check runs the same
-# way; tests/integration/test_gpu.py does that. Exit 0 when every check came out
-# as expected.
+# Then it runs, each step under its own time limit (printed; all of them together
+# stay under 4 minutes): the inventory (rankcheck env), a real job of one rank (NCCL
+# init and an all-reduce into a sentinel-filled buffer), the same with
+# ncclCommInitRankScalable, the timed bandwidth all-reduce, two ranks on one GPU
+# (expects duplicate-gpu), an NCCL init that must be aborted, node mode over every
+# GPU, rankcheck local over every GPU where there are several; and prints one table:
+# check, result, time (and its limit), detail. Exit 0 when every check came out as
+# expected, 1 otherwise, 2 when it cannot start.
+#
+# The aborted init: a world of two whose rank 1 joins but never calls init. Rank 1
+# is a rankcheck on the fake libraries (lib/libfakegpu.so beside this script, as the
+# bundle has it, else RANKCHECK_FAKE_GPU, else tests/libfakegpu.so beside the
+# binary), told to report the real NCCL and CUDA versions and to hang in init, on
+# the eighth of eight fake GPUs, whose PCI bus id no GPU here has. (A second real
+# process stopped after it joined cannot stand in on one GPU: two real ranks there
+# are duplicate-gpu, refused before NCCL.) Rank 0's real ncclCommInitRankConfig
+# must be aborted at its deadline: nccl-init-timeout, exit 5, the process gone by
+# the deadline + 3 s. GPU_CHECK_ABORT_TIMEOUT (default 12) is its --timeout.
+#
+# Against the fake libraries (no GPU: FAKE_GPUS listing fake GPUs) every check runs
+# the same way; tests/integration/test_gpu_check.py does that.
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:-build/rankcheck}
 [[ -x "$BIN" ]] || { echo "gpu-check: no rankcheck binary at $BIN" >&2; exit 2; }
-FAKE_LIB=${RANKCHECK_FAKE_GPU:-$(dirname "$BIN")/tests/libfakegpu.so}
-ABORT_TIMEOUT=${GPU_CHECK_ABORT_TIMEOUT:-20}
+ROOT=${RANKCHECK_GPU_ROOT:-}
+ROOT=${ROOT%/}
+if [[ -n ${RANKCHECK_FAKE_GPU:-} ]]; then FAKE_LIB=$RANKCHECK_FAKE_GPU
+elif [[ -e $here/lib/libfakegpu.so ]]; then FAKE_LIB=$here/lib/libfakegpu.so
+else FAKE_LIB=$(dirname "$BIN")/tests/libfakegpu.so; fi
+ABORT_TIMEOUT=${GPU_CHECK_ABORT_TIMEOUT:-12}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rows=()
 failed=0
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f s", b - a }'; }
-# row CHECK EXPECTED GOT VERDICT START: one line of the table; any verdict but ok* fails.
-row() {
-  rows+=("$(printf '%-24s %-32s %-56s %-9s %s' "$1" "$2" "$3" "$(since "$5")" "$4")")
-  [[ "$4" == ok* ]] || failed=1
-}
-verdict() { if "$@"; then echo ok; else echo FAILED; fi; }
-json() { /usr/bin/env python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@" 2>/dev/null; }
-port() { /usr/bin/env python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# -- time limits: each step's, in seconds, and the worst case -----------------
+# A step past its limit is sent SIGTERM, then SIGKILL KILL_AFTER s later. rankcheck's
+# own --timeout is each limit less 5 s, so that a step ends on its own first.
+KILL_AFTER=2
+LIMIT_SMI=6 LIMIT_ENV=12 LIMIT_ONE=30 LIMIT_SCALABLE=20 LIMIT_BW=20 LIMIT_DUP=15
+LIMIT_ABORT=$(awk -v t="$ABORT_TIMEOUT" 'BEGIN { printf "%d", t + 6.999 }')
+LIMIT_NODE=20 LIMIT_LOCAL=25
+# Finding the libraries: at most MAX_PYTHONS pythons asked for pip's NCCL and one
+# asked where the loader finds the driver, LIMIT_PY s each (then SIGKILL 1 s after).
+LIMIT_PY=3 MAX_PYTHONS=3
+probes=$(((MAX_PYTHONS + 1) * (LIMIT_PY + 1)))
+one_gpu=$((probes + LIMIT_SMI + 2 * LIMIT_ENV + LIMIT_ONE + LIMIT_SCALABLE + LIMIT_BW + LIMIT_DUP +
+           LIMIT_ABORT + LIMIT_NODE + 8 * KILL_AFTER))
+several=$((one_gpu + LIMIT_LOCAL + KILL_AFTER))
+
+now() { date +%s.%N; }
+# row CHECK RESULT START LIMIT DETAIL: one line of the table; any result but ok fails.
+row() {
+  local took
+  took=$(awk -v a="$3" -v b="$(now)" -v l="$4" 'BEGIN { printf "%.1f/%d s", b - a, l }')
+  rows+=("$(printf '%-24s %-7s %-11s %s' "$1" "$2" "$took" "$5")")
+  [[ "$2" == ok ]] || failed=1
+}
+ok_if() { if "$@"; then echo ok; else echo FAILED; fi; }
+# limited LIMIT CMD...: runs CMD under LIMIT seconds (then SIGTERM, SIGKILL after).
+limited() { local l=$1; shift; timeout -k "$KILL_AFTER" "$l" "$@"; }
+probe() { timeout -k 1 "$LIMIT_PY" "$@"; }
+
+# -- the libraries --------------------------------------------------------------
+driver_dirs=("$ROOT/usr/local/nvidia/lib64" "$ROOT/usr/local/nvidia/lib"
+             "$ROOT/usr/lib/x86_64-linux-gnu" "$ROOT/usr/lib64" "$ROOT/usr/lib/wsl/lib")
+first_with() {  # first_with FILE DIR...: the first DIR holding FILE
+  local f=$1 d; shift
+  for d in "$@"; do [[ -e "$d/$f" ]] && { echo "$d"; return 0; }; done
+  return 1
+}
+cuda_dir=$(first_with libcuda.so.1 "${driver_dirs[@]}")
+nvml_dir=$(first_with libnvidia-ml.so.1 ${cuda_dir:+"$cuda_dir"} "${driver_dirs[@]}")
+search=()
+[[ -n $cuda_dir ]] && search+=("$cuda_dir")
+[[ -n $nvml_dir && $nvml_dir != "$cuda_dir" ]] && search+=("$nvml_dir")
+if ((${#search[@]})); then
+  joined=$(IFS=:; echo "${search[*]}")
+  export LD_LIBRARY_PATH=$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# Every python3 on PATH, then the venvs under /opt, each once.
+pythons=()
+IFS=: read -r -a path_dirs <<<"${PATH:-}"
+for p in "${path_dirs[@]/%//python3}" "$ROOT"/opt/*/.venv/bin/python3; do
+  [[ -x $p && " ${pythons[*]-} " != *" $p "* ]] || continue
+  ((${#pythons[@]} < MAX_PYTHONS)) && pythons+=("$p")
+done
+PY=${pythons[0]:-}
+[[ -n $PY ]] || { echo "gpu-check: no python3 on PATH or under $ROOT/opt/*/.venv" >&2; exit 2; }
+# pip's NCCL, from each package folder of nvidia.nccl (nvidia/nccl/lib), else any
+# nvidia/*/lib (the CUDA 13 wheels' nvidia/cu13/lib).
+nccl_from_pip='
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit(1)
+dirs = []
+try:
+    import nvidia.nccl
+    dirs += [os.path.join(p, "lib") for p in nvidia.nccl.__path__]
+except ImportError:
+    pass
+for p in nvidia.__path__:
+    dirs += sorted(glob.glob(os.path.join(p, "*", "lib")))
+for d in dirs:
+    if os.path.exists(os.path.join(d, "libnccl.so.2")):
+        print(os.path.join(d, "libnccl.so.2"))
+        raise SystemExit(0)
+raise SystemExit(1)'
+nccl_how="RANKCHECK_NCCL_LIB"
 if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
-  for cand in $(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ {print $NF}') \
-              $(python3 -c 'import os, nvidia.nccl; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib/libnccl.so.2"))' 2>/dev/null) \
-              /usr/local/cuda/lib64/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2; do
-    [[ -e "$cand" ]] && { export RANKCHECK_NCCL_LIB=$cand; break; }
+  nccl_how=""
+  for p in "${pythons[@]}"; do
+    lib=$(probe "$p" -c "$nccl_from_pip" 2>/dev/null) &&
+      { export RANKCHECK_NCCL_LIB=$lib; nccl_how="pip's nvidia-nccl through $p"; break; }
   done
 fi
-echo "== rankcheck $("$BIN" --version) · $(uname -n) · NCCL library: ${RANKCHECK_NCCL_LIB:-libnccl.so.2 (loader default)}"
-command -v nvidia-smi >/dev/null && nvidia-smi -L
+if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
+  cands=("$ROOT/usr/local/cuda/lib64/libnccl.so.2" "$ROOT/usr/lib/x86_64-linux-gnu/libnccl.so.2")
+  [[ -z $ROOT ]] && cands=($(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ {print $NF}') "${cands[@]}")
+  for c in "${cands[@]}"; do
+    [[ -e $c ]] && { export RANKCHECK_NCCL_LIB=$c; nccl_how="found at $c"; break; }
+  done
+fi
+# Where the loader resolves the bare names, with the search path above: what the
+# stage and NCCL will get.
+resolve='
+import ctypes, sys
+for name in sys.argv[1:]:
+    try:
+        ctypes.CDLL(name)
+    except OSError as e:
+        print(name, "-", "not found:", str(e).split(":")[-1].strip())
+        continue
+    with open("/proc/self/maps") as f:
+        paths = {l.split()[-1] for l in f if "/" in l and name.split(".so")[0] + ".so" in l}
+    print(name, min(paths) if paths else "?")'
+resolved=$(probe "$PY" -c "$resolve" libcuda.so.1 libnvidia-ml.so.1 2>&1)
+where() { awk -v n="$1" '$1 == n { $1 = ""; sub(/^ /, ""); print }' <<<"$resolved"; }
 
-echo; echo "== inventory (rankcheck env)"
+echo "== rankcheck $("$BIN" --version) · $(uname -n)"
+echo "   driver folder:  ${cuda_dir:-none found: libcuda.so.1 from the loader path}"
+echo "   libcuda.so.1:   $(where libcuda.so.1)"
+echo "   libnvidia-ml:   $(where libnvidia-ml.so.1)"
+echo "   NCCL:           ${RANKCHECK_NCCL_LIB:-libnccl.so.2 (loader default)}${nccl_how:+ ($nccl_how)}"
+echo "   python3:        $PY"
+echo "   LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+echo "   fake library for the stuck rank: $FAKE_LIB"
+echo "   time limits: each step's below; worst case $one_gpu s on one GPU, $several s on several"
 t=$(now)
-"$BIN" env --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1
-"$BIN" env --json --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1 >"$work/env.json"
+libs_ok=FAILED
+[[ -n $cuda_dir && -n ${RANKCHECK_NCCL_LIB:-} && $(where libcuda.so.1) == /* &&
+   $(where libnvidia-ml.so.1) == /* ]] && libs_ok=ok
+row "libraries" "$libs_ok" "$t" "$probes" \
+  "libcuda $(where libcuda.so.1); nvml $(where libnvidia-ml.so.1); nccl ${RANKCHECK_NCCL_LIB:-none}"
+
+json() { "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@" 2>/dev/null; }
+port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+smi=$(command -v nvidia-smi || true)
+[[ -z $smi && -x $ROOT/usr/local/nvidia/bin/nvidia-smi ]] && smi=$ROOT/usr/local/nvidia/bin/nvidia-smi
+if [[ -n $smi ]]; then
+  echo; echo "== $smi -L (limit $LIMIT_SMI s)"
+  limited "$LIMIT_SMI" "$smi" -L
+fi
+
+echo; echo "== inventory: rankcheck env (limit $LIMIT_ENV s, twice)"
+t=$(now)
+limited "$LIMIT_ENV" "$BIN" env --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1
+limited "$LIMIT_ENV" "$BIN" env --json --rank 0 --world-size 1 --master-addr 127.0.0.1 \
+  --resolve-timeout 1 >"$work/env.json"
 ngpu=$(json "$work/env.json" 'j["self"]["gpu"]["device_count"]')
 state=$(json "$work/env.json" 'j["self"]["gpu"]["state"]')
+gerr=$(json "$work/env.json" 'j["self"]["gpu"].get("error", "")')
 nccl=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version_text"] or "none"')
 nccl_version=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version"]')
+nccl_path=$(json "$work/env.json" 'j["self"]["gpu"].get("nccl_path", "")')
 cuda_version=$(json "$work/env.json" 'j["self"]["gpu"]["cuda_version"]')
-row "inventory" "usable GPU" "$state, $ngpu GPUs" "$(verdict [ "$state" == usable ])" "$t"
-row "NCCL loaded" "a version" "$nccl" "$(verdict [ "$nccl" != none ])" "$t"
 driver=$(json "$work/env.json" 'j["self"]["gpu"]["driver"]')
-row "driver version" "like 570.86.15" "${driver:-?}" \
-  "$([[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && echo ok || echo FAILED)" "$t"
+row "inventory" "$(ok_if [ "$state" == usable ])" "$t" $((2 * LIMIT_ENV)) \
+  "${state:-?}, ${ngpu:-?} GPUs${gerr:+: $gerr}"
+row "NCCL loaded" "$(ok_if [ "${nccl:-none}" != none ])" "$t" $((2 * LIMIT_ENV)) \
+  "${nccl:-none} from ${nccl_path:-?}"
+row "driver version" "$([[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && echo ok || echo FAILED)" "$t" \
+  $((2 * LIMIT_ENV)) "${driver:-?}, CUDA ${cuda_version:-?}"
 
-echo; echo "== one rank: real NCCL init + one-element all-reduce into a sentinel-filled buffer"
-p=$(port)
+one_rank() {  # one_rank LIMIT JSON ARGS...: a job of one rank on GPU 0
+  local l=$1 out=$2; shift 2
+  limited "$l" "$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 \
+    --master-port "$(port)" --timeout $((l - 5)) --json "$out" "$@"
+}
+
+echo; echo "== one rank: real NCCL init + one-element all-reduce into a sentinel-filled buffer (limit $LIMIT_ONE s)"
 t=$(now)
-"$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 --master-port "$p" \
-  --timeout 120 --json "$work/one.json"
+one_rank "$LIMIT_ONE" "$work/one.json"
 rc=$?
 init=$(json "$work/one.json" '"%.0f ms" % j["stage_results"][0]["init_ms"]')
 ar=$(json "$work/one.json" '"%.0f us" % j["stage_results"][0]["allreduce_us"]')
 got=$(json "$work/one.json" 'j["stage_results"][0]["got"]')
-row "world size 1" "exit 0, total 1" "exit $rc, total ${got:-?}, init ${init:-?}, all-reduce ${ar:-?}" \
-  "$([[ $rc == 0 && $got == 1 ]] && echo ok || echo FAILED)" "$t"
+row "world size 1" "$([[ $rc == 0 && $got == 1 ]] && echo ok || echo FAILED)" "$t" "$LIMIT_ONE" \
+  "exit $rc (want 0), total ${got:-?} (want 1), init ${init:-?}, all-reduce ${ar:-?}"
 
-echo; echo "== one rank, ncclCommInitRankScalable (--nccl-roots-every 0: one root at any size; NCCL 2.23+)"
-p=$(port)
+echo; echo "== one rank, ncclCommInitRankScalable (--nccl-roots-every 0; NCCL 2.23+) (limit $LIMIT_SCALABLE s)"
 t=$(now)
-"$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 --master-port "$p" \
-  --timeout 120 --nccl-roots-every 0 --json "$work/scalable.json"
+one_rank "$LIMIT_SCALABLE" "$work/scalable.json" --nccl-roots-every 0
 rc=$?
 roots=$(json "$work/scalable.json" 'j["nccl_roots"]')
 got=$(json "$work/scalable.json" 'j["stage_results"][0]["got"]')
 if [[ ${nccl_version:-0} -ge 22300 ]]; then
-  row "scalable init, 1 root" "exit 0, 1 root, total 1" "exit $rc, ${roots:-?} root(s), total ${got:-?}" \
-    "$([[ $rc == 0 && $roots == 1 && $got == 1 ]] && echo ok || echo FAILED)" "$t"
+  row "scalable init, 1 root" "$([[ $rc == 0 && $roots == 1 && $got == 1 ]] && echo ok || echo FAILED)" \
+    "$t" "$LIMIT_SCALABLE" "exit $rc, ${roots:-?} root(s), total ${got:-?} (want 0, 1, 1)"
 else
-  row "scalable init, 1 root" "one root (NCCL < 2.23)" "exit $rc, ${roots:-?} roots" \
-    "$([[ $rc == 0 && $roots == 0 ]] && echo ok || echo FAILED)" "$t"
+  row "scalable init, 1 root" "$([[ $rc == 0 && $roots == 0 ]] && echo ok || echo FAILED)" \
+    "$t" "$LIMIT_SCALABLE" "exit $rc, ${roots:-?} roots (NCCL < 2.23: want 0, 0)"
 fi
 
-echo; echo "== one rank with --bandwidth 64M (the timed all-reduce path; busbw is 0 at world size 1)"
-p=$(port)
+echo; echo "== one rank with --bandwidth 64M (the timed all-reduce path; busbw is 0 at world size 1) (limit $LIMIT_BW s)"
 t=$(now)
-"$BIN" run --rank 0 --world-size 1 --local-rank 0 --master-addr 127.0.0.1 --master-port "$p" \
-  --timeout 120 --bandwidth 64M --json "$work/bw.json"
+one_rank "$LIMIT_BW" "$work/bw.json" --bandwidth 64M
 rc=$?
 alg=$(json "$work/bw.json" '"%.1f GB/s" % j["stage_results"][0]["bandwidth"]["algbw_gbps"]')
-row "bandwidth, world size 1" "exit 0, algbw" "exit $rc, algbw ${alg:-?}" \
-  "$([[ $rc == 0 && -n $alg ]] && echo ok || echo FAILED)" "$t"
+row "bandwidth, world size 1" "$([[ $rc == 0 && -n $alg ]] && echo ok || echo FAILED)" "$t" \
+  "$LIMIT_BW" "exit $rc (want 0), algbw ${alg:-?}"
 
-echo; echo "== two ranks on one GPU (CUDA_VISIBLE_DEVICES=0 for both): expect duplicate-gpu"
+echo; echo "== two ranks on one GPU (CUDA_VISIBLE_DEVICES=0 for both): expect duplicate-gpu (limit $LIMIT_DUP s)"
 p=$(port)
 t=$(now)
 for r in 0 1; do
   CUDA_VISIBLE_DEVICES=0 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$p "$BIN" run --timeout 60 --json "$work/dup$r.json" >"$work/dup$r.out" 2>&1 &
+    MASTER_PORT=$p limited "$LIMIT_DUP" "$BIN" run --timeout $((LIMIT_DUP - 5)) \
+    --json "$work/dup$r.json" >"$work/dup$r.out" 2>&1 &
 done
 wait
 cat "$work/dup0.out"
 rc=$(json "$work/dup0.json" 'j["exit_code"]')
 ids=$(json "$work/dup0.json" '",".join(f["id"] for f in j["findings"])')
-row "two ranks, one GPU" "exit 3 duplicate-gpu" "exit $rc $ids" \
-  "$([[ $rc == 3 && $ids == *duplicate-gpu* ]] && echo ok || echo FAILED)" "$t"
+row "two ranks, one GPU" "$([[ $rc == 3 && $ids == *duplicate-gpu* ]] && echo ok || echo FAILED)" \
+  "$t" "$LIMIT_DUP" "exit ${rc:-?} ${ids:-no findings} (want 3 duplicate-gpu)"
 
-echo; echo "== NCCL init aborted: rank 1 joins but never calls init (fake libraries, hanging init)"
+echo; echo "== NCCL init aborted: rank 1 joins but never calls init (fake libraries, hanging init) (limit $LIMIT_ABORT s)"
 t=$(now)
 if [[ -e "$FAKE_LIB" ]]; then
   p=$(port)
   RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
-    "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort0.json" >"$work/abort0.out" 2>&1 &
+    limited "$LIMIT_ABORT" "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort0.json" \
+    >"$work/abort0.out" 2>&1 &
   pid0=$!
   RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
     RANKCHECK_CUDA_LIB="$FAKE_LIB" RANKCHECK_NCCL_LIB="$FAKE_LIB" FAKE_NCCL_INIT=hang \
     FAKE_NCCL_VERSION="${nccl_version:-22809}" FAKE_CUDA_VERSION="${cuda_version:-13000}" \
     FAKE_GPUS="$(printf 'GPU-fa4e0000-0000-0000-0000-00000000000%d,' 0 1 2 3 4 5 6 7)" \
     CUDA_VISIBLE_DEVICES=7 TMPDIR="$work" \
-    "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort1.json" >"$work/abort1.out" 2>&1 &
+    limited "$LIMIT_ABORT" "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort1.json" \
+    >"$work/abort1.out" 2>&1 &
   pid1=$!
   wait "$pid0"
   rc=$?
@@ -139,35 +283,37 @@ if [[ -e "$FAKE_LIB" ]]; then
   wait "$pid1"
   cat "$work/abort0.out"
   ids=$(json "$work/abort0.json" '",".join(f["id"] for f in j["findings"])')
-  in_time=$(awk -v s="$took" -v lim="$ABORT_TIMEOUT" 'BEGIN { print (s <= lim + 2) ? "yes" : "no" }')
-  row "init aborted (world 2)" "exit 5 nccl-init-timeout, <=$ABORT_TIMEOUT+2 s" \
-    "exit $rc $ids, ended after $took s" \
-    "$([[ $rc == 5 && $ids == *nccl-init-timeout* && $in_time == yes ]] && echo ok || echo FAILED)" "$t"
+  in_time=$(awk -v s="$took" -v lim="$ABORT_TIMEOUT" 'BEGIN { print (s <= lim + 3) ? "yes" : "no" }')
+  row "init aborted (world 2)" \
+    "$([[ $rc == 5 && $ids == *nccl-init-timeout* && $in_time == yes ]] && echo ok || echo FAILED)" \
+    "$t" "$LIMIT_ABORT" \
+    "exit $rc ${ids:-no findings}, ended after $took s (want 5 nccl-init-timeout by $ABORT_TIMEOUT+3 s)"
 else
-  row "init aborted (world 2)" "exit 5 nccl-init-timeout" "no fake library at $FAKE_LIB" \
-    "FAILED (set RANKCHECK_FAKE_GPU)" "$t"
+  row "init aborted (world 2)" FAILED "$t" "$LIMIT_ABORT" \
+    "no fake library at $FAKE_LIB (set RANKCHECK_FAKE_GPU, or run the bundle's run.sh)"
 fi
 
-if [[ "${ngpu:-0}" =~ ^[0-9]+$ ]] && (( ngpu >= 1 )); then
-  echo; echo "== node mode: one member for all $ngpu GPUs (one communicator per GPU in one group)"
-  p=$(port)
+if [[ "${ngpu:-0}" =~ ^[0-9]+$ ]] && ((ngpu >= 1)); then
+  echo; echo "== node mode: one member for all $ngpu GPUs (one communicator per GPU in one group) (limit $LIMIT_NODE s)"
   t=$(now)
-  "$BIN" run --nproc-per-node "$ngpu" --nnodes 1 --node-rank 0 --master-addr 127.0.0.1 \
-    --master-port "$p" --timeout 120 --json "$work/node.json"
+  limited "$LIMIT_NODE" "$BIN" run --nproc-per-node "$ngpu" --nnodes 1 --node-rank 0 \
+    --master-addr 127.0.0.1 --master-port "$(port)" --timeout $((LIMIT_NODE - 5)) \
+    --json "$work/node.json"
   rc=$?
   got=$(json "$work/node.json" '",".join(str(r["got"]) for r in j["stage_results"])')
-  row "node mode x$ngpu" "exit 0" "exit $rc, totals $got" "$(verdict [ "$rc" == 0 ])" "$t"
-  if (( ngpu >= 2 )); then
-    echo; echo "== rank mode: rankcheck local -n $ngpu with a 256M bandwidth figure"
+  row "node mode x$ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_NODE" "exit $rc (want 0), totals ${got:-?}"
+  if ((ngpu >= 2)); then
+    echo; echo "== rank mode: rankcheck local -n $ngpu with a 256M bandwidth figure (limit $LIMIT_LOCAL s)"
     t=$(now)
-    "$BIN" local -n "$ngpu" --timeout 120 --bandwidth 256M --json "$work/local.json"
+    limited "$LIMIT_LOCAL" "$BIN" local -n "$ngpu" --timeout $((LIMIT_LOCAL - 5)) --bandwidth 256M \
+      --json "$work/local.json"
     rc=$?
     bw=$(json "$work/local.json" '"%.1f GB/s" % j["stage_results"][0]["bandwidth"]["busbw_gbps"]')
-    row "local -n $ngpu" "exit 0" "exit $rc, busbw ${bw:-?}" "$(verdict [ "$rc" == 0 ])" "$t"
+    row "local -n $ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_LOCAL" "exit $rc (want 0), busbw ${bw:-?}"
   fi
 fi
 
 echo; echo "== summary"
-printf '%-24s %-32s %-56s %-9s %s\n' check expected got time result
+printf '%-24s %-7s %-11s %s\n' check result time detail
 printf '%s\n' "${rows[@]}"
 exit $failed

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Writes dist/gpu-check/: what a GPU machine with no build tools, no internet and
+# only its driver, CUDA and a Python with pip's NCCL needs to run every GPU check,
+#   dist/gpu-check/run.sh
+# which prints one table (check, result, time, detail) and exits 0 when every check
+# came out as expected.
+#   scripts/gpu-bundle.sh
+#
+#   rankcheck            the release binary: RANKCHECK_BIN, else dist/rankcheck, else
+#                        built with scripts/release.sh (slow: a Debian 11 root)
+#   lib/libfakegpu.so    the fake CUDA driver and NCCL, for the rank that never calls
+#                        NCCL init in the abort check: RANKCHECK_FAKE_GPU, else built
+#                        here from tests/fake/fake_gpu.cc (libstdc++ inside)
+#   gpu-check.sh         scripts/gpu-check.sh
+#   run.sh               runs gpu-check.sh on the rankcheck beside it
+#
+# GPU_BUNDLE_DIR (default dist/gpu-check) is where; the folder must stay under
+# GPU_BUNDLE_MAX_BYTES (default 64 MiB, what can be carried to a GPU machine), or the
+# script fails and says by how much.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${GPU_BUNDLE_DIR:-dist/gpu-check}
+max_bytes=${GPU_BUNDLE_MAX_BYTES:-$((64 * 1024 * 1024))}
+die() { echo "gpu-bundle: $*" >&2; exit 1; }
+
+bin=${RANKCHECK_BIN:-}
+if [[ -z $bin ]]; then
+  if [[ ! -x dist/rankcheck ]]; then
+    echo "gpu-bundle: no dist/rankcheck: building it with scripts/release.sh"
+    scripts/release.sh
+  fi
+  bin=dist/rankcheck
+fi
+[[ -x $bin ]] || die "no rankcheck binary at $bin"
+
+rm -rf "$out"
+mkdir -p "$out/lib"
+cp "$bin" "$out/rankcheck"
+chmod 0755 "$out/rankcheck"
+if [[ -n ${RANKCHECK_FAKE_GPU:-} ]]; then
+  [[ -e $RANKCHECK_FAKE_GPU ]] || die "RANKCHECK_FAKE_GPU=$RANKCHECK_FAKE_GPU: no such file"
+  cp "$RANKCHECK_FAKE_GPU" "$out/lib/libfakegpu.so"
+else
+  ${CXX:-c++} -std=c++20 -O2 -fPIC -shared -pthread -static-libstdc++ -static-libgcc \
+    -o "$out/lib/libfakegpu.so" tests/fake/fake_gpu.cc ||
+    die "building tests/fake/fake_gpu.cc failed (or give one with RANKCHECK_FAKE_GPU=)"
+fi
+cp scripts/gpu-check.sh "$out/gpu-check.sh"
+cat >"$out/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Every GPU check on this machine, with the rankcheck beside this file; one table at
+# the end. Exit 0 when every check came out as expected.
+here=$(cd "$(dirname "$0")" && pwd)
+exec bash "$here/gpu-check.sh" "$here/rankcheck" "$@"
+EOF
+chmod 0755 "$out/run.sh" "$out/gpu-check.sh"
+
+# The binary and the fake work together (the check's stuck rank runs on them), and
+# the binary carries the real GPU stage.
+gpu_state=$(RANKCHECK_CUDA_LIB=$out/lib/libfakegpu.so RANKCHECK_NCCL_LIB=$out/lib/libfakegpu.so \
+  FAKE_GPUS=GPU-fa4e0000-0000-0000-0000-000000000000 \
+  "$out/rankcheck" env --json --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1 |
+  sed -nE 's/.*"state": *"([a-z-]+)".*/\1/p' | head -1)
+[[ $gpu_state == usable ]] ||
+  die "$out/rankcheck with $out/lib/libfakegpu.so reports the GPU state '${gpu_state:-?}', not usable (a binary without the GPU stage says not-built)"
+floor=$(objdump -T "$out/lib/libfakegpu.so" "$out/rankcheck" 2>/dev/null |
+  grep -oE 'GLIBC_[0-9]+(\.[0-9]+)*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+(cd "$out" && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
+
+size=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+if ((size > max_bytes)); then
+  echo "gpu-bundle: $out is $size bytes, over the $max_bytes allowed (by $((size - max_bytes))):" >&2
+  find "$out" -type f -printf '  %10s %p\n' >&2
+  exit 1
+fi
+echo "gpu-bundle: $out: $size bytes of $max_bytes allowed, needs glibc ${floor:-?} or newer"
+echo "gpu-bundle: $("$out/rankcheck" --version)"
+echo "gpu-bundle: on the GPU machine: $out/run.sh"
