@@ -10,7 +10,8 @@
 #                        built with scripts/release.sh (slow: a Debian 11 root)
 #   lib/libfakegpu.so    the fake CUDA driver and NCCL, for the rank that never calls
 #                        NCCL init in the abort check: RANKCHECK_FAKE_GPU, else built
-#                        here from tests/fake/fake_gpu.cc (libstdc++ inside)
+#                        here from tests/fake/fake_gpu.cc (libstdc++ inside; against
+#                        the release's sysroot where scripts/release.sh made one)
 #   gpu-check.sh         scripts/gpu-check.sh
 #   run.sh               runs gpu-check.sh on the rankcheck beside it
 #
@@ -41,9 +42,22 @@ if [[ -n ${RANKCHECK_FAKE_GPU:-} ]]; then
   [[ -e $RANKCHECK_FAKE_GPU ]] || die "RANKCHECK_FAKE_GPU=$RANKCHECK_FAKE_GPU: no such file"
   cp "$RANKCHECK_FAKE_GPU" "$out/lib/libfakegpu.so"
 else
-  ${CXX:-c++} -std=c++20 -O2 -fPIC -shared -pthread -static-libstdc++ -static-libgcc \
-    -o "$out/lib/libfakegpu.so" tests/fake/fake_gpu.cc ||
-    die "building tests/fake/fake_gpu.cc failed (or give one with RANKCHECK_FAKE_GPU=)"
+  # Against the release's Debian 11 root when there is one (RANKCHECK_SYSROOT, else
+  # the one scripts/release.sh made), so that the fake needs no newer glibc than
+  # the binary; else with this machine's compiler and its glibc.
+  sysroot=${RANKCHECK_SYSROOT:-$(readlink -f build-release/sysroot 2>/dev/null || true)}
+  flags=(-std=c++20 -O2 -fPIC -shared -pthread -static-libstdc++ -static-libgcc)
+  if [[ -n $sysroot && -e $sysroot/usr/include/stdio.h ]]; then
+    echo "gpu-bundle: building the fake against $sysroot"
+    clang++ --target=x86_64-linux-gnu --sysroot="$sysroot" --gcc-toolchain="$sysroot/usr" \
+      -include cmake/release-prelude.h -fuse-ld=lld "${flags[@]}" \
+      -o "$out/lib/libfakegpu.so" tests/fake/fake_gpu.cc ||
+      die "building tests/fake/fake_gpu.cc against $sysroot failed"
+  else
+    echo "gpu-bundle: no release sysroot (scripts/release.sh makes one): the fake needs this machine's glibc"
+    ${CXX:-c++} "${flags[@]}" -o "$out/lib/libfakegpu.so" tests/fake/fake_gpu.cc ||
+      die "building tests/fake/fake_gpu.cc failed (or give one with RANKCHECK_FAKE_GPU=)"
+  fi
 fi
 cp scripts/gpu-check.sh "$out/gpu-check.sh"
 cat >"$out/run.sh" <<'EOF'
@@ -63,8 +77,9 @@ gpu_state=$(RANKCHECK_CUDA_LIB=$out/lib/libfakegpu.so RANKCHECK_NCCL_LIB=$out/li
   sed -nE 's/.*"state": *"([a-z-]+)".*/\1/p' | head -1)
 [[ $gpu_state == usable ]] ||
   die "$out/rankcheck with $out/lib/libfakegpu.so reports the GPU state '${gpu_state:-?}', not usable (a binary without the GPU stage says not-built)"
-floor=$(objdump -T "$out/lib/libfakegpu.so" "$out/rankcheck" 2>/dev/null |
-  grep -oE 'GLIBC_[0-9]+(\.[0-9]+)*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+glibc_floor() {
+  objdump -T "$1" 2>/dev/null | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)*' | sed 's/GLIBC_//' | sort -uV | tail -1
+}
 (cd "$out" && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
 
 size=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
@@ -73,6 +88,6 @@ if ((size > max_bytes)); then
   find "$out" -type f -printf '  %10s %p\n' >&2
   exit 1
 fi
-echo "gpu-bundle: $out: $size bytes of $max_bytes allowed, needs glibc ${floor:-?} or newer"
+echo "gpu-bundle: $out: $size bytes of $max_bytes allowed; glibc needed: rankcheck $(glibc_floor "$out/rankcheck"), lib/libfakegpu.so $(glibc_floor "$out/lib/libfakegpu.so")"
 echo "gpu-bundle: $("$out/rankcheck" --version)"
 echo "gpu-bundle: on the GPU machine: $out/run.sh"

@@ -31,7 +31,8 @@
 # The aborted init: a world of two whose rank 1 joins but never calls init. Rank 1
 # is a rankcheck on the fake libraries (lib/libfakegpu.so beside this script, as the
 # bundle has it, else RANKCHECK_FAKE_GPU, else tests/libfakegpu.so beside the
-# binary), told to report the real NCCL and CUDA versions and to hang in init, on
+# binary; copied under the driver's file name), told to report the real NCCL and
+# CUDA versions and to hang in init, on
 # the eighth of eight fake GPUs, whose PCI bus id no GPU here has. (A second real
 # process stopped after it joined cannot stand in on one GPU: two real ranks there
 # are duplicate-gpu, refused before NCCL.) Rank 0's real ncclCommInitRankConfig
@@ -264,13 +265,16 @@ row "two ranks, one GPU" "$([[ $rc == 3 && $ids == *duplicate-gpu* ]] && echo ok
 echo; echo "== NCCL init aborted: rank 1 joins but never calls init (fake libraries, hanging init) (limit $LIMIT_ABORT s)"
 t=$(now)
 if [[ -e "$FAKE_LIB" ]]; then
+  # Named as the driver names its library, so that the fake says the same driver.
+  fake_cuda=$work/fake/libcuda.so.${driver:-1}
+  mkdir -p "$work/fake" && cp "$FAKE_LIB" "$fake_cuda"
   p=$(port)
   RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
     limited "$LIMIT_ABORT" "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort0.json" \
     >"$work/abort0.out" 2>&1 &
   pid0=$!
   RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
-    RANKCHECK_CUDA_LIB="$FAKE_LIB" RANKCHECK_NCCL_LIB="$FAKE_LIB" FAKE_NCCL_INIT=hang \
+    RANKCHECK_CUDA_LIB="$fake_cuda" RANKCHECK_NCCL_LIB="$fake_cuda" FAKE_NCCL_INIT=hang \
     FAKE_NCCL_VERSION="${nccl_version:-22809}" FAKE_CUDA_VERSION="${cuda_version:-13000}" \
     FAKE_GPUS="$(printf 'GPU-fa4e0000-0000-0000-0000-00000000000%d,' 0 1 2 3 4 5 6 7)" \
     CUDA_VISIBLE_DEVICES=7 TMPDIR="$work" \

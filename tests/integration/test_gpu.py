@@ -620,36 +620,6 @@ class GpuStage(RankcheckTest):
         return p
 
 
-@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
-class GpuCheckScript(unittest.TestCase):
-    """scripts/gpu-check.sh, the check run on GPU machines, run here against the fake
-    libraries: every row it prints must come out as expected, the abort row included."""
-
-    def test_gpu_check_against_the_fake(self):
-        with tempfile.TemporaryDirectory(prefix="rankcheck-gpu-check-") as d:
-            lib = os.path.join(d, "libcuda.so.580.65.06")  # the driver's version in its name
-            shutil.copyfile(FAKE, lib)
-            os.symlink(lib, os.path.join(d, "libcuda.so.1"))
-            script = os.path.join(os.path.dirname(__file__), "../../scripts/gpu-check.sh")
-            env = clean_env(RANKCHECK_CUDA_LIB=os.path.join(d, "libcuda.so.1"),
-                            RANKCHECK_NCCL_LIB=FAKE, RANKCHECK_FAKE_GPU=FAKE, FAKE_GPUS=gpus(0, 2),
-                            TMPDIR=d, GPU_CHECK_ABORT_TIMEOUT="2.5")
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-            r = subprocess.run(["bash", script, BIN], env=env, capture_output=True, text=True,
-                               timeout=120)
-            summary = r.stdout[r.stdout.index("== summary"):]
-            print(summary)
-            self.assertEqual(r.returncode, 0, summary + r.stderr[-2000:])
-            rows = summary.splitlines()[2:]
-            self.assertEqual([row.split()[0] for row in rows],
-                             ["inventory", "NCCL", "driver", "world", "scalable", "bandwidth,", "two",
-                              "init", "node", "local"])
-            self.assertTrue(all(row.rstrip().endswith("ok") for row in rows), summary)
-            self.assertIn("exit 5 nccl-init-timeout", summary)
-            self.assertIn("total 1", summary)
-            self.assertIn("exit 0, 1 root(s), total 1", summary)  # ncclCommInitRankScalable
-
-
 class RealLibraries(unittest.TestCase):
 
     @unittest.skipUnless(REAL_NCCL and os.path.exists(REAL_NCCL), "no NCCL library on this machine")
