@@ -43,9 +43,17 @@ if [[ -n ${RANKCHECK_FAKE_GPU:-} ]]; then
   cp "$RANKCHECK_FAKE_GPU" "$out/lib/libfakegpu.so"
 else
   # Against the release's Debian 11 root when there is one (RANKCHECK_SYSROOT, else
-  # the one scripts/release.sh made), so that the fake needs no newer glibc than
+  # the one scripts/release.sh made, linked from build-release/ or in its cache), so that the fake needs no newer glibc than
   # the binary; else with this machine's compiler and its glibc.
   sysroot=${RANKCHECK_SYSROOT:-$(readlink -f build-release/sysroot 2>/dev/null || true)}
+  if [[ -z $sysroot || ! -e $sysroot/.rankcheck-sysroot ]]; then
+    if [[ -n ${RANKCHECK_CACHE:-} ]]; then cache=$RANKCHECK_CACHE  # as scripts/release.sh
+    elif [[ -n ${XDG_CACHE_HOME:-} ]]; then cache=$XDG_CACHE_HOME/rankcheck
+    elif [[ -n ${HOME:-} ]]; then cache=$HOME/.cache/rankcheck
+    else cache=/var/cache/rankcheck; fi
+    stamp=$(ls -d "$cache"/sysroot-*/.rankcheck-sysroot 2>/dev/null | head -1 || true)
+    sysroot=${stamp%/.rankcheck-sysroot}
+  fi
   flags=(-std=c++20 -O2 -fPIC -shared -pthread -static-libstdc++ -static-libgcc)
   if [[ -n $sysroot && -e $sysroot/usr/include/stdio.h ]]; then
     echo "gpu-bundle: building the fake against $sysroot"
@@ -65,7 +73,7 @@ cat >"$out/run.sh" <<'EOF'
 # Every GPU check on this machine, with the rankcheck beside this file; one table at
 # the end. Exit 0 when every check came out as expected.
 here=$(cd "$(dirname "$0")" && pwd)
-exec bash "$here/gpu-check.sh" "$here/rankcheck" "$@"
+exec bash "$here/gpu-check.sh" "$here/rankcheck"
 EOF
 chmod 0755 "$out/run.sh" "$out/gpu-check.sh"
 

@@ -65,7 +65,7 @@ LIMIT_ABORT=$(awk -v t="$ABORT_TIMEOUT" 'BEGIN { printf "%d", t + 6.999 }')
 LIMIT_NODE=20 LIMIT_LOCAL=25
 # Finding the libraries: at most MAX_PYTHONS pythons asked for pip's NCCL and one
 # asked where the loader finds the driver, LIMIT_PY s each (then SIGKILL 1 s after).
-LIMIT_PY=3 MAX_PYTHONS=3
+LIMIT_PY=6 MAX_PYTHONS=3
 probes=$(((MAX_PYTHONS + 1) * (LIMIT_PY + 1)))
 one_gpu=$((probes + LIMIT_SMI + 2 * LIMIT_ENV + LIMIT_ONE + LIMIT_SCALABLE + LIMIT_BW + LIMIT_DUP +
            LIMIT_ABORT + LIMIT_NODE + 8 * KILL_AFTER))
@@ -102,11 +102,21 @@ if ((${#search[@]})); then
   export LD_LIBRARY_PATH=$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
-# Every python3 on PATH, then the venvs under /opt, each once.
+# Every python3 on PATH, then the venvs under /opt, each once (a venv is its
+# folder, whose python3 links to the system's; another python3 is the file it is).
 pythons=()
+seen=" "
+py_key() {
+  local venv
+  venv=$(dirname "$(dirname "$1")")
+  if [[ -e $venv/pyvenv.cfg ]]; then echo "venv:$(readlink -f "$venv")"; else readlink -f "$1"; fi
+}
 IFS=: read -r -a path_dirs <<<"${PATH:-}"
 for p in "${path_dirs[@]/%//python3}" "$ROOT"/opt/*/.venv/bin/python3; do
-  [[ -x $p && " ${pythons[*]-} " != *" $p "* ]] || continue
+  [[ -x $p ]] || continue
+  k=$(py_key "$p")
+  [[ $seen == *" $k "* ]] && continue
+  seen+="$k "
   ((${#pythons[@]} < MAX_PYTHONS)) && pythons+=("$p")
 done
 PY=${pythons[0]:-}
