@@ -32,10 +32,10 @@
 # is a rankcheck on the fake libraries (lib/libfakegpu.so beside this script, as the
 # bundle has it, else RANKCHECK_FAKE_GPU, else tests/libfakegpu.so beside the
 # binary; copied under the driver's file name), told to report the real NCCL and
-# CUDA versions and to hang in init, on
-# the eighth of eight fake GPUs, whose PCI bus id no GPU here has. (A second real
-# process stopped after it joined cannot stand in on one GPU: two real ranks there
-# are duplicate-gpu, refused before NCCL.) Rank 0's real ncclCommInitRankConfig
+# CUDA versions and to hang in init, on the eighth of eight fake GPUs, whose PCI
+# bus id no GPU here has. (A second real process stopped after it joined cannot
+# stand in on one GPU: two real ranks there are duplicate-gpu, refused before
+# NCCL.) Rank 0's real ncclCommInitRankConfig
 # must be aborted at its deadline: nccl-init-timeout, exit 5, the process gone by
 # the deadline + 3 s. GPU_CHECK_ABORT_TIMEOUT (default 12) is its --timeout.
 #
@@ -83,6 +83,14 @@ ok_if() { if "$@"; then echo ok; else echo FAILED; fi; }
 # limited LIMIT CMD...: runs CMD under LIMIT seconds (then SIGTERM, SIGKILL after).
 limited() { local l=$1; shift; timeout -k "$KILL_AFTER" "$l" "$@"; }
 probe() { timeout -k 1 "$LIMIT_PY" "$@"; }
+# "exit N", or what a step that `timeout` ended was.
+exit_text() {
+  case $1 in
+    124) echo "killed at its time limit (exit 124)" ;;
+    137) echo "killed at its time limit + ${KILL_AFTER} s (exit 137)" ;;
+    *) echo "exit $1" ;;
+  esac
+}
 
 # -- the libraries --------------------------------------------------------------
 driver_dirs=("$ROOT/usr/local/nvidia/lib64" "$ROOT/usr/local/nvidia/lib"
@@ -233,7 +241,7 @@ init=$(json "$work/one.json" '"%.0f ms" % j["stage_results"][0]["init_ms"]')
 ar=$(json "$work/one.json" '"%.0f us" % j["stage_results"][0]["allreduce_us"]')
 got=$(json "$work/one.json" 'j["stage_results"][0]["got"]')
 row "world size 1" "$([[ $rc == 0 && $got == 1 ]] && echo ok || echo FAILED)" "$t" "$LIMIT_ONE" \
-  "exit $rc (want 0), total ${got:-?} (want 1), init ${init:-?}, all-reduce ${ar:-?}"
+  "$(exit_text $rc) (want 0), total ${got:-?} (want 1), init ${init:-?}, all-reduce ${ar:-?}"
 
 echo; echo "== one rank, ncclCommInitRankScalable (--nccl-roots-every 0; NCCL 2.23+) (limit $LIMIT_SCALABLE s)"
 t=$(now)
@@ -243,10 +251,10 @@ roots=$(json "$work/scalable.json" 'j["nccl_roots"]')
 got=$(json "$work/scalable.json" 'j["stage_results"][0]["got"]')
 if [[ ${nccl_version:-0} -ge 22300 ]]; then
   row "scalable init, 1 root" "$([[ $rc == 0 && $roots == 1 && $got == 1 ]] && echo ok || echo FAILED)" \
-    "$t" "$LIMIT_SCALABLE" "exit $rc, ${roots:-?} root(s), total ${got:-?} (want 0, 1, 1)"
+    "$t" "$LIMIT_SCALABLE" "$(exit_text $rc), ${roots:-?} root(s), total ${got:-?} (want 0, 1, 1)"
 else
   row "scalable init, 1 root" "$([[ $rc == 0 && $roots == 0 ]] && echo ok || echo FAILED)" \
-    "$t" "$LIMIT_SCALABLE" "exit $rc, ${roots:-?} roots (NCCL < 2.23: want 0, 0)"
+    "$t" "$LIMIT_SCALABLE" "$(exit_text $rc), ${roots:-?} roots (NCCL < 2.23: want 0, 0)"
 fi
 
 echo; echo "== one rank with --bandwidth 64M (the timed all-reduce path; busbw is 0 at world size 1) (limit $LIMIT_BW s)"
@@ -255,7 +263,7 @@ one_rank "$LIMIT_BW" "$work/bw.json" --bandwidth 64M
 rc=$?
 alg=$(json "$work/bw.json" '"%.1f GB/s" % j["stage_results"][0]["bandwidth"]["algbw_gbps"]')
 row "bandwidth, world size 1" "$([[ $rc == 0 && -n $alg ]] && echo ok || echo FAILED)" "$t" \
-  "$LIMIT_BW" "exit $rc (want 0), algbw ${alg:-?}"
+  "$LIMIT_BW" "$(exit_text $rc) (want 0), algbw ${alg:-?}"
 
 echo; echo "== two ranks on one GPU (CUDA_VISIBLE_DEVICES=0 for both): expect duplicate-gpu (limit $LIMIT_DUP s)"
 p=$(port)
@@ -264,13 +272,15 @@ for r in 0 1; do
   CUDA_VISIBLE_DEVICES=0 RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$p limited "$LIMIT_DUP" "$BIN" run --timeout $((LIMIT_DUP - 5)) \
     --json "$work/dup$r.json" >"$work/dup$r.out" 2>&1 &
+  dup_pid[r]=$!
 done
-wait
+wait "${dup_pid[0]}"
+rc=$?
+wait "${dup_pid[1]}"
 cat "$work/dup0.out"
-rc=$(json "$work/dup0.json" 'j["exit_code"]')
 ids=$(json "$work/dup0.json" '",".join(f["id"] for f in j["findings"])')
 row "two ranks, one GPU" "$([[ $rc == 3 && $ids == *duplicate-gpu* ]] && echo ok || echo FAILED)" \
-  "$t" "$LIMIT_DUP" "exit ${rc:-?} ${ids:-no findings} (want 3 duplicate-gpu)"
+  "$t" "$LIMIT_DUP" "$(exit_text $rc) ${ids:-no findings} (want 3 duplicate-gpu)"
 
 echo; echo "== NCCL init aborted: rank 1 joins but never calls init (fake libraries, hanging init) (limit $LIMIT_ABORT s)"
 t=$(now)
@@ -301,7 +311,7 @@ if [[ -e "$FAKE_LIB" ]]; then
   row "init aborted (world 2)" \
     "$([[ $rc == 5 && $ids == *nccl-init-timeout* && $in_time == yes ]] && echo ok || echo FAILED)" \
     "$t" "$LIMIT_ABORT" \
-    "exit $rc ${ids:-no findings}, ended after $took s (want 5 nccl-init-timeout by $ABORT_TIMEOUT+3 s)"
+    "$(exit_text $rc) ${ids:-no findings}, ended after $took s (want 5 nccl-init-timeout by $ABORT_TIMEOUT+3 s)"
 else
   row "init aborted (world 2)" FAILED "$t" "$LIMIT_ABORT" \
     "no fake library at $FAKE_LIB (set RANKCHECK_FAKE_GPU, or run the bundle's run.sh)"
@@ -315,7 +325,7 @@ if [[ "${ngpu:-0}" =~ ^[0-9]+$ ]] && ((ngpu >= 1)); then
     --json "$work/node.json"
   rc=$?
   got=$(json "$work/node.json" '",".join(str(r["got"]) for r in j["stage_results"])')
-  row "node mode x$ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_NODE" "exit $rc (want 0), totals ${got:-?}"
+  row "node mode x$ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_NODE" "$(exit_text $rc) (want 0), totals ${got:-?}"
   if ((ngpu >= 2)); then
     echo; echo "== rank mode: rankcheck local -n $ngpu with a 256M bandwidth figure (limit $LIMIT_LOCAL s)"
     t=$(now)
@@ -323,7 +333,7 @@ if [[ "${ngpu:-0}" =~ ^[0-9]+$ ]] && ((ngpu >= 1)); then
       --json "$work/local.json"
     rc=$?
     bw=$(json "$work/local.json" '"%.1f GB/s" % j["stage_results"][0]["bandwidth"]["busbw_gbps"]')
-    row "local -n $ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_LOCAL" "exit $rc (want 0), busbw ${bw:-?}"
+    row "local -n $ngpu" "$(ok_if [ "$rc" == 0 ])" "$t" "$LIMIT_LOCAL" "$(exit_text $rc) (want 0), busbw ${bw:-?}"
   fi
 fi
 

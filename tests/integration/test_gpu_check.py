@@ -161,6 +161,33 @@ class GpuCheckOnAMachineLayout(unittest.TestCase):
             self.assertIn(f"pip's nvidia-nccl through {self.venv_python}", r.stdout)
         self.assertIn(f"nccl {self.nccl}", rows["libraries"][3])
 
+    def test_a_step_past_its_limit_is_killed_and_the_rest_run(self):
+        """A rankcheck that never ends in the one-rank step: that step is killed at its
+        limit, said so, and every other check still runs."""
+        stub = os.path.join(self.tmp, "hanging-rankcheck")
+        with open(stub, "w") as f:
+            f.write("#!/bin/bash\n"
+                    "for a in \"$@\"; do [[ $a == */one.json ]] && exec sleep 600; done\n"
+                    f"exec {BIN} \"$@\"\n")
+        os.chmod(stub, 0o755)
+        env = clean_env(RANKCHECK_GPU_ROOT=self.root, FAKE_GPUS=gpus(1),
+                        PATH=f"{self.path_dir}:/usr/bin:/bin", GPU_CHECK_ABORT_TIMEOUT="4",
+                        TMPDIR=self.tmp, RANKCHECK_FAKE_GPU=FAKE)
+        for k in ("LD_LIBRARY_PATH", "RANKCHECK_CUDA_LIB", "RANKCHECK_NCCL_LIB",
+                  "CUDA_VISIBLE_DEVICES"):
+            env.pop(k, None)
+        r = subprocess.run(["bash", os.path.join(SCRIPTS, "gpu-check.sh"), stub], env=env,
+                           capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 1, r.stdout[-3000:] + r.stderr[-2000:])
+        rows = table(r.stdout)
+        print("\n".join(f"{k}: {v}" for k, v in rows.items()))
+        result, took, limit, detail = rows["world size 1"]
+        self.assertEqual(result, "FAILED")
+        self.assertIn("killed at its time limit (exit 124)", detail)
+        self.assertGreaterEqual(took, limit)
+        self.assertLess(took, limit + 10)
+        self.assertEqual([k for k, v in rows.items() if v[0] != "ok"], ["world size 1"])
+
     def test_no_driver_folder_is_a_failed_row(self):
         """The layout without its driver: the libraries row says so and fails, and
         rankcheck's inventory finds no driver."""
