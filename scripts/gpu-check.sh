@@ -160,7 +160,10 @@ if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
 fi
 if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
   cands=("$ROOT/usr/local/cuda/lib64/libnccl.so.2" "$ROOT/usr/lib/x86_64-linux-gnu/libnccl.so.2")
-  [[ -z $ROOT ]] && cands=($(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ {print $NF}') "${cands[@]}")
+  if [[ -z $ROOT ]]; then
+    mapfile -t known < <(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ {print $NF}')
+    cands=(${known[@]+"${known[@]}"} "${cands[@]}")
+  fi
   for c in "${cands[@]}"; do
     [[ -e $c ]] && { export RANKCHECK_NCCL_LIB=$c; nccl_how="found at $c"; break; }
   done
