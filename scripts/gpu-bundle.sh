@@ -7,7 +7,8 @@
 #   scripts/gpu-bundle.sh
 #
 #   rankcheck            the release binary: RANKCHECK_BIN, else dist/rankcheck, else
-#                        built with scripts/release.sh (slow: a Debian 11 root)
+#                        built with scripts/release.sh (slow: a Debian 11 root); its
+#                        debug info, if any, stripped
 #   lib/libfakegpu.so    the fake CUDA driver and NCCL, for the rank that never calls
 #                        NCCL init in the abort check: RANKCHECK_FAKE_GPU, else built
 #                        here from tests/fake/fake_gpu.cc (libstdc++ inside; against
@@ -38,6 +39,8 @@ rm -rf "$out"
 mkdir -p "$out/lib"
 cp "$bin" "$out/rankcheck"
 chmod 0755 "$out/rankcheck"
+# A development build carries its debug info (tens of MB): not what the machine needs.
+objcopy --strip-debug "$out/rankcheck" 2>/dev/null || true
 if [[ -n ${RANKCHECK_FAKE_GPU:-} ]]; then
   [[ -e $RANKCHECK_FAKE_GPU ]] || die "RANKCHECK_FAKE_GPU=$RANKCHECK_FAKE_GPU: no such file"
   cp "$RANKCHECK_FAKE_GPU" "$out/lib/libfakegpu.so"
