@@ -194,8 +194,10 @@ echo "   LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 echo "   fake library for the stuck rank: $FAKE_LIB"
 echo "   time limits: each step's below; worst case $one_gpu s on one GPU, $several s on several"
 t=$(now)
+# Both driver libraries found by bare name (from the folder above, or the loader's
+# own path), and an NCCL to load.
 libs_ok=FAILED
-[[ -n $cuda_dir && -n ${RANKCHECK_NCCL_LIB:-} && $(where libcuda.so.1) == /* &&
+[[ -n ${RANKCHECK_NCCL_LIB:-} && $(where libcuda.so.1) == /* &&
    $(where libnvidia-ml.so.1) == /* ]] && libs_ok=ok
 row "libraries" "$libs_ok" "$t" "$probes" \
   "libcuda $(where libcuda.so.1); nvml $(where libnvidia-ml.so.1); nccl ${RANKCHECK_NCCL_LIB:-none}"
