@@ -125,9 +125,9 @@ class MasterState {
   long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
   std::map<long, long> alt_votes_;    // world size another source of a member gives -> members
-  long joined_ranks_ = 0;  // ranks the members stand for, counted each time: ready()
-  std::vector<Departure> departed_;  // up to a cap, one per member
-  size_t departed_total_ = 0;        // every departure, kept or not
+  long joined_ranks_ = 0;             // ranks the members stand for, counted each time: ready()
+  std::vector<Departure> departed_;   // up to a cap, one per member
+  size_t departed_total_ = 0;         // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   AcceptFailures accept_failures_;

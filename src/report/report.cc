@@ -306,7 +306,8 @@ std::string brief_headline(const std::vector<Finding>& findings) {
     if (h[i] == ')' && depth > 0) --depth;
   }
   if (depth > 0 && open >= 40) h.resize(open);
-  while (!h.empty() && (h.back() == ' ' || h.back() == ',')) h.pop_back();
+  while (!h.empty() && (h.back() == ' ' || h.back() == ','))
+    h.pop_back();
   return h + "...";
 }
 

@@ -76,14 +76,14 @@ void check_clock_skew(const CheckContext& ctx, std::vector<Finding>& out) {
   }
   for (const auto& [host, item] : by_host) {
     const auto& [rs, offset] = item;
-    out.push_back(make(
-        FindingId::kClockSkew,
-        fmt::format("{}'s clock is {} of the master's ({}): {} {} it started {} {} it joined, "
-                    "which the master's clock does not allow",
-                    printable(host), how_far(offset), printable(v.master_host), where(rs),
-                    rs.size() == 1 ? "says" : "say", format_seconds(std::abs(offset)),
-                    offset > 0 ? "after" : "before"),
-        {}, rs));
+    out.push_back(
+        make(FindingId::kClockSkew,
+             fmt::format("{}'s clock is {} of the master's ({}): {} {} it started {} {} it joined, "
+                         "which the master's clock does not allow",
+                         printable(host), how_far(offset), printable(v.master_host), where(rs),
+                         rs.size() == 1 ? "says" : "say", format_seconds(std::abs(offset)),
+                         offset > 0 ? "after" : "before"),
+             {}, rs));
   }
 }
 

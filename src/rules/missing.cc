@@ -206,8 +206,8 @@ struct Wording {
   size_t mpi_processes = 0;  // the members, when the world was gathered over MPI
   bool over_mpi = false;
   const char* verb = "";
-  std::string reach;  // the master's address
-  std::string also;   // the members that may be the missing ones, or ""
+  std::string reach;      // the master's address
+  std::string also;       // the members that may be the missing ones, or ""
   std::string elsewhere;  // the missing process may be waiting for another master
 };
 

@@ -44,14 +44,14 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
     // Never an error: what a refused process claims is not evidence about this job.
     // Its rank is missing-rank's, which names this refusal as a possible cause.
     if (explains_missing) {
-      out.push_back(make(
-          FindingId::kForeignJob,
-          fmt::format("{} {} refused: {} job '{}', this master serves job '{}'; {} the rank "
-                      "missing here, this is why (a wrong job id), else another job shares "
-                      "MASTER_PORT",
-                      who, one ? "was" : "were", one ? "it says" : "they say", printable(job),
-                      printable(v.job_id), one ? "if it is" : "if they are"),
-          {}, rs, Severity::kWarning));
+      out.push_back(
+          make(FindingId::kForeignJob,
+               fmt::format("{} {} refused: {} job '{}', this master serves job '{}'; {} the rank "
+                           "missing here, this is why (a wrong job id), else another job shares "
+                           "MASTER_PORT",
+                           who, one ? "was" : "were", one ? "it says" : "they say", printable(job),
+                           printable(v.job_id), one ? "if it is" : "if they are"),
+               {}, rs, Severity::kWarning));
     } else {
       out.push_back(make(
           FindingId::kForeignJob,
@@ -142,8 +142,7 @@ void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
                      fmt::format("every process must get the same WORLD_SIZE; {} (the "
                                  "master says {}): fix the launcher arguments or the exported "
                                  "WORLD_SIZE on {}",
-                                 tie ? fmt::format("as many say {} as say another size",
-                                                   expected)
+                                 tie ? fmt::format("as many say {} as say another size", expected)
                                      : fmt::format("most say {}", expected),
                                  v.world_size, format_list(hosts_of(odd))),
                      odd));

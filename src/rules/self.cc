@@ -42,8 +42,7 @@ Finding self_failure(const Record& self, FindingId id, std::string message, std:
   return f;
 }
 
-Finding started_past_deadline(const Record& self, double late_ms, double timeout_s,
-                              bool tried) {
+Finding started_past_deadline(const Record& self, double late_ms, double timeout_s, bool tried) {
   return about_self(
       self, FindingId::kLateJoin,
       fmt::format("{} started {} after the job's start (RANKCHECK_START_TIME) by its host's "

@@ -3,10 +3,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "helpers.h"
+#include "identity/identity.h"
 #include "master/master_state.h"
 #include "report/metrics.h"
 #include "report/report.h"
-#include "helpers.h"
 
 namespace rankcheck {
 namespace {
@@ -19,9 +20,10 @@ TEST_CASE("suspects: a job-wide configuration error names no host") {
   // WORLD_SIZE=4 exported under 6 MPI tasks: every host has the conflict.
   JobView v = healthy_job(4, 2);
   for (Member& m : v.members) {
-    m.record.conflicts.push_back(Conflict{
-        Field::kWorldSize, {{Field::kWorldSize, "torch", "WORLD_SIZE", "4", false},
-                            {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "6", false}}});
+    m.record.conflicts.push_back(
+        Conflict{Field::kWorldSize,
+                 {{Field::kWorldSize, "torch", "WORLD_SIZE", "4", false},
+                  {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "6", false}}});
   }
   auto fs = run_checks(v);
   REQUIRE(fs.front().id == "launcher-env-conflict");
@@ -76,8 +78,11 @@ TEST_CASE("auth-failed: a stranger's claimed host is never a suspect; the rank s
 
 TEST_CASE("stray-connection: a relay without the token is not a stranger") {
   JobView v = healthy_job(2, 1);
-  v.refused.push_back(Refusal{RefusalKind::kRelayAuth, "10.0.0.12:4242",
-                              "the relay of gpu-02 does not carry this job's token", {}, 5});
+  v.refused.push_back(Refusal{RefusalKind::kRelayAuth,
+                              "10.0.0.12:4242",
+                              "the relay of gpu-02 does not carry this job's token",
+                              {},
+                              5});
   Finding f = sole(run_checks(v));
   CHECK(f.id == "auth-failed");
   CHECK(f.message.find("a host relay from 10.0.0.12:4242 was refused") == 0);
@@ -176,13 +181,31 @@ TEST_CASE("brief headline: a long one is cut at a word, never inside a parenthes
       "others have given up on it");
   std::string h = brief_headline({f});
   CHECK(h.size() <= 120);
-  CHECK(h == "rank 6 (h3, pid 4242) started 300 s after the job's start (RANKCHECK_START_TIME) "
-             "by its host's clock, past the job's...");
+  CHECK(h ==
+        "rank 6 (h3, pid 4242) started 300 s after the job's start (RANKCHECK_START_TIME) "
+        "by its host's clock, past the job's...");
   // Where the cut would fall inside a parenthesis, it goes before it.
-  f.message = "ranks 6-7 on host-with-a-rather-long-name-03 started late (after the first "
-              "process, which was rank 0 on host-with-a-rather-long-name-00 by far) and more";
+  f.message =
+      "ranks 6-7 on host-with-a-rather-long-name-03 started late (after the first "
+      "process, which was rank 0 on host-with-a-rather-long-name-00 by far) and more";
   h = brief_headline({f});
   CHECK(h == "ranks 6-7 on host-with-a-rather-long-name-03 started late...");
+}
+
+TEST_CASE("identity: mpirun's own job id is the job id when --job-id is not given") {
+  EnvMap env{{"OMPI_COMM_WORLD_RANK", "1"},
+             {"OMPI_COMM_WORLD_SIZE", "4"},
+             {"OMPI_MCA_ess_base_jobid", "107282433"},
+             {"PMIX_NAMESPACE", "107282433"},
+             {"MASTER_ADDR", "h0"},
+             {"MASTER_PORT", "29500"}};
+  CHECK(detect_identity(env, {}).job_id == "107282433");
+  env.erase("OMPI_MCA_ess_base_jobid");
+  env["PMIX_NAMESPACE"] = "prterun-h0-4242@1";  // Open MPI 5
+  CHECK(detect_identity(env, {}).job_id == "prterun-h0-4242@1");
+  Flags flags;
+  flags.job_id = "mine";
+  CHECK(detect_identity(env, flags).job_id == "mine");
 }
 
 }  // namespace
