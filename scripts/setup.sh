@@ -19,7 +19,7 @@ release_pkgs=(clang lld binutils debootstrap ccache)
 # and runs the container image with podman and what podman runs containers with.
 test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openmpi-bin
            libopenmpi-dev python3-torch nftables iptables prometheus
-           buildah podman fuse-overlayfs crun runc slirp4netns uidmap debootstrap)
+           buildah podman fuse-overlayfs crun runc slirp4netns uidmap debootstrap faketime)
 
 case "$profile" in
   build) want=("${build_pkgs[@]}") ;;

@@ -75,8 +75,11 @@ long extra_launcher_members(const Identity& id, const Log& log) {
 // Whether the master that holds the port is this job's: it shows this job's id
 // (with a token, a tag of it that only a holder of the same token computes).
 // Whatever else answers on the port could hand rank 0 a verdict of its own making.
+// Without a job id on either side it may be another job's master: joining it can
+// only fail that job and this one (it reports this rank 0 as a duplicate), never
+// pass a broken one, and it says what is wrong where "port in use" would not.
 bool same_job(const std::optional<Challenge>& other, const Record& self, const Session& s) {
-  return other && !self.job_id.empty() && other->auth == s.token.has_value() &&
+  return other && other->auth == s.token.has_value() &&
          other->job_id ==
              (s.token ? job_tag(*s.token, other->nonce, self.job_id) : self.job_id.str());
 }
@@ -103,6 +106,8 @@ MasterConfig master_config(const Identity& id, const Record& self, Session& s,
   mc.job_id = self.job_id;  // as the hellos carry it (cut to its cap)
   mc.master_host = self.host;
   mc.start = s.start;
+  mc.start_unix_ms = self.started_unix_ms;
+  mc.timeout_ms = s.o.timeout_s * 1000;
   mc.log = [&log](const std::string& line) { log.progress(line); };
   mc.gpu_stage = !s.o.no_gpu;
   mc.make_nccl_id = [&s] { return s.stage->unique_id(); };

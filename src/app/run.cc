@@ -35,6 +35,8 @@ constexpr Millis kResolveFirstPause{100};
 constexpr Millis kResolveMaxPause{1000};
 // A started-late note is said from this lateness on.
 constexpr double kLateNoteMs = 1000;
+// How long a member past the job's deadline (by its clock) tries the master.
+constexpr Millis kPastDeadlineTry{5000};
 // The listen backlog assumed where /proc does not say.
 constexpr long kDefaultBacklog = 4096;
 
@@ -121,6 +123,16 @@ Result<std::optional<double>> apply_job_start(Session& s, const EnvMap& env, Ear
   if (!*job_start) return std::optional<double>();
   double now_s = std::chrono::duration<double>(s.wall_start.time_since_epoch()).count();
   double late_ms = std::max(0.0, (now_s - **job_start) * 1000.0);
+  if (late_ms >= s.o.timeout_s * 1000) {
+    // Past the job's deadline by this host's clock: started that late, or the clock
+    // is ahead of the launch host's. Only the master can tell (clock-skew): members
+    // try it anyway, within their own --timeout.
+    s.log.error(fmt::format(
+        "note: by this host's clock the job started {} ago (RANKCHECK_START_TIME), past "
+        "--timeout {} s: this process started that late, or this host's clock is ahead",
+        format_seconds(late_ms), s.o.timeout_s));
+    return std::optional<double>(late_ms);
+  }
   s.end = Deadline(s.start + seconds(s.o.timeout_s) - Millis(static_cast<long>(late_ms)));
   if (late_ms >= kLateNoteMs) {
     words.say(fmt::format("note: this process started {} after the job's start "
@@ -236,8 +248,11 @@ MemberRun member_run(const Identity& id, Session& s) {
 // A member: join (the members of a host through one of them, unless this one is
 // alone on its host or stands for the whole node), wait for the verdict, print the
 // one-line summary.
-int member_path(Record& self, const Identity& id, Session& s) {
+int member_path(Record& self, const Identity& id, Session& s, std::optional<double> past_ms) {
   MemberRun run = member_run(id, s);
+  // Past the job's deadline by its own clock: a master still there is this job's
+  // (the clock was ahead); none answering soon means the others gave up.
+  if (past_ms) run.join.give_up = s.end.sooner(Deadline::after(kPastDeadlineTry));
   // A job larger than the master's listen backlog spreads its first connections.
   long backlog = ProcFs{}.somaxconn().value_or(kDefaultBacklog);
   run.join.first_delay = first_connect_delay(self.rank, self.world_size, backlog);
@@ -249,6 +264,10 @@ int member_path(Record& self, const Identity& id, Session& s) {
   MemberOutcome got = run_member(self, run);
   if (got.interrupted) return interrupted_exit(s.log, self, s.out, s.start);
   double took = ms_between(s.start, Clock::now());
+  if (got.failure && past_ms &&
+      got.failure->id == finding_kind(FindingId::kMasterUnreachable).name) {
+    got.failure = started_past_deadline(self, *past_ms, s.o.timeout_s, /*tried=*/true);
+  }
   if (got.failure) return print_member(failure_report(self, std::move(*got.failure), took), s.out);
   int code = print_member(verdict_report(self, *got.verdict, took), s.out);
   // Rank 0's report matters most when the job failed: leave only once it is out.
@@ -287,10 +306,12 @@ int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* h
     Log::error(ok.error().message);
     return words.done(exit_code::kUsage);
   }
-  if (*late_ms && s.end.expired()) {
-    // Started past the job's deadline: the others have given up (or decided).
-    Finding f = started_past_deadline(self, **late_ms, o.timeout_s);
-    return words.done(print_member(failure_report(self, std::move(f), **late_ms), s.out));
+  std::optional<double> past_ms;
+  if (*late_ms && **late_ms >= o.timeout_s * 1000) past_ms = **late_ms;
+  if (past_ms && id.rank == 0) {
+    // Rank 0 past the job's deadline: the members it would serve have given up.
+    Finding f = started_past_deadline(self, *past_ms, o.timeout_s);
+    return words.done(print_member(failure_report(self, std::move(f), *past_ms), s.out));
   }
   for (const Finding& f : local_checks(self))
     words.say(render_finding_line(f), true);
@@ -301,7 +322,7 @@ int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* h
   if (id.rank == 0) {
     if (auto code = rank0_path(self, id, s)) return *code;
   }
-  return words.done(member_path(self, id, s));
+  return words.done(member_path(self, id, s, past_ms));
 }
 
 int run_env(const EnvOptions& o, const EnvMap& env) {

@@ -21,6 +21,16 @@ constexpr size_t kMaxRefusalsKept = 64;
 constexpr size_t kMaxDeparturesKept = 64;
 constexpr size_t kMaxDeparturesLogged = 8;
 
+// Whether the members run on more than one host, or say that the job does.
+bool spans_hosts(const std::vector<Member>& members) {
+  for (const Member& m : members) {
+    if (rankcheck::spans_hosts(m.record) || m.record.host != members.front().record.host) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 MasterState::MasterState(MasterConfig config)
@@ -101,7 +111,7 @@ void MasterState::depart(size_t i) {
   tracker_.taint();
   if (++departed_total_ <= kMaxDeparturesLogged) {
     cfg_.log(fmt::format("{} disconnected before the verdict; joined {}/{}",
-                         member_label(gone.record), joined_ranks_, cfg_.world_size));
+                         member_label(gone.record), distinct_claimed_, cfg_.world_size));
   } else if (departed_total_ == kMaxDeparturesLogged + 1) {
     cfg_.log("more members disconnected before the verdict; counting them without logging each");
   }
@@ -266,7 +276,7 @@ Verdict MasterState::verdict_base() const {
   v.exit_code = static_cast<uint8_t>(report_.exit_code());
   v.headline = headline(report_.findings);
   if (!report_.findings.empty()) v.headline_id = report_.findings.front().id;
-  v.joined_ranks = static_cast<uint32_t>(joined_ranks_);
+  v.joined_ranks = static_cast<uint32_t>(distinct_claimed_);
   for (const Finding& f : report_.findings)
     (f.is_error() ? v.errors : v.warnings)++;
   return v;
@@ -280,6 +290,8 @@ JobView MasterState::config_view() const {
   view.master_host = cfg_.master_host;
   view.master_resolved = cfg_.master_resolved;
   view.gpu_stage = cfg_.gpu_stage;
+  view.master_started_unix_ms = cfg_.start_unix_ms;
+  view.timeout_ms = cfg_.timeout_ms;
   return view;
 }
 
@@ -337,6 +349,13 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.refused_total = refused_total_;
   view.members = std::move(members_);
   if (!tracker_.clean()) report_.findings = run_checks(view);
+  if (!cfg_.authenticated && cfg_.master_addr != kMpiMasterAddr && spans_hosts(view.members)) {
+    report_.findings.push_back(make_finding(
+        FindingId::kNoJobToken,
+        "no job token on a job that spans hosts: whoever reaches MASTER_PORT can claim a rank, "
+        "pass or fail this job, and is handed the NCCL id; nothing in this report is "
+        "authenticated"));
+  }
   // A blocked path is the initiating failure: NCCL would hang on it.
   report_.findings.insert(report_.findings.begin(), path_findings_.begin(), path_findings_.end());
   report_signal();
@@ -414,9 +433,14 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                             ? fmt::format("FAIL (members exit {}, rank 0 exits {})",
                                           verdict_.exit_code, exit_code::kSignalBase + signal_)
                             : fmt::format("FAIL (exit {})", verdict_.exit_code);
-  cfg_.log(fmt::format("decided at +{} ({}): {}, {} of {} ranks joined",
-                       format_seconds(report_.rendezvous_ms), why, outcome, joined_ranks_,
-                       cfg_.world_size));
+  cfg_.log(fmt::format("decided at +{} ({}): {}, {} of {} ranks joined{}",
+                       format_seconds(report_.rendezvous_ms), why, outcome, distinct_claimed_,
+                       cfg_.world_size,
+                       joined_ranks_ != distinct_claimed_
+                           ? fmt::format(" (the members stand for {}: a rank claimed twice, "
+                                         "or outside the world)",
+                                         joined_ranks_)
+                           : std::string()));
   return verdict_;
 }
 

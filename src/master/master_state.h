@@ -37,6 +37,8 @@ struct MasterConfig {
   long nccl_roots_every = -1;
   double min_busbw_gbps = 0;
   bool authenticated = false;  ///< members proved the job token (for the report)
+  uint64_t start_unix_ms = 0;  ///< `start` by this host's wall clock (clock-skew); 0: unknown
+  double timeout_ms = 0;       ///< the master's --timeout (clock-skew)
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -96,7 +98,9 @@ class MasterState {
   const Verdict& verdict() const { return verdict_; }
 
   const std::vector<Member>& members() const { return decided_ ? report_.members : members_; }
-  long joined_ranks() const { return joined_ranks_; }
+  /// The distinct ranks of the world that joined: a rank claimed twice counts
+  /// once, one outside the world not at all (what progress and verdicts say).
+  long joined_ranks() const { return distinct_claimed_; }
   std::vector<long> missing_ranks() const;
   Report& report() { return report_; }
   const Report& report() const { return report_; }
@@ -121,9 +125,9 @@ class MasterState {
   long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
   std::map<long, long> alt_votes_;    // world size another source of a member gives -> members
-  long joined_ranks_ = 0;
-  std::vector<Departure> departed_;  // up to a cap, one per member
-  size_t departed_total_ = 0;        // every departure, kept or not
+  long joined_ranks_ = 0;             // ranks the members stand for, counted each time: ready()
+  std::vector<Departure> departed_;   // up to a cap, one per member
+  size_t departed_total_ = 0;         // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   AcceptFailures accept_failures_;

@@ -12,12 +12,18 @@ namespace {
 using enum FindingId;
 constexpr Severity kE = Severity::kError;
 constexpr Severity kW = Severity::kWarning;
+// Rows without a class are kJob: their hosts are not to blame.
+constexpr FindingClass kHostCfg = FindingClass::kHostConfig;
+constexpr FindingClass kProc = FindingClass::kProcess;
+constexpr FindingClass kHw = FindingClass::kHardware;
+constexpr FindingClass kNet = FindingClass::kNetwork;
 namespace ec = exit_code;
 
 constexpr FindingKind kCatalog[] = {
     {kMasterAddrLoopback, "master-addr-loopback", kE, ec::kMismatch,
      "set MASTER_ADDR to the master's cluster network address, or fix the name's entry in "
-     "/etc/hosts, which maps it to loopback"},
+     "/etc/hosts, which maps it to loopback",
+     kHostCfg},
     {kForeignJob, "foreign-job", kE, ec::kRejected,
      "give each job its own MASTER_PORT, and check that every process of this job has the "
      "same SLURM_JOB_ID / TORCHELASTIC_RUN_ID / --job-id"},
@@ -34,89 +40,112 @@ constexpr FindingKind kCatalog[] = {
      "two launchers, or a launcher and a hand-set variable, disagree: remove the stale value so "
      "that one launcher sets it"},
     {kLocalRankCollision, "local-rank-collision", kE, ec::kMismatch,
-     "LOCAL_RANK picks the GPU: check LOCAL_RANK / SLURM_LOCALID on that host"},
+     "LOCAL_RANK picks the GPU: check LOCAL_RANK / SLURM_LOCALID on that host", kHostCfg},
     {kLocalWorldSizeMismatch, "local-world-size-mismatch", kE, ec::kMismatch,
      "every process on a host must get the same LOCAL_WORLD_SIZE: check --nproc-per-node / "
-     "--ntasks-per-node for that host"},
+     "--ntasks-per-node for that host",
+     kHostCfg},
     {kNcclIfnameMissing, "nccl-ifname-missing", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to an interface the host has (a prefix, '=name' for one exact "
-     "name, '^' to exclude)"},
+     "name, '^' to exclude)",
+     kHostCfg},
     {kNcclNoInterface, "nccl-no-interface", kE, ec::kMismatch,
      "give NCCL an interface it can use on that host: set NCCL_SOCKET_IFNAME to the interface "
-     "that routes between the hosts, and check NCCL_SOCKET_FAMILY and NCCL_COMM_ID"},
+     "that routes between the hosts, and check NCCL_SOCKET_FAMILY and NCCL_COMM_ID",
+     kNet},
     {kNcclInterfaceLoopback, "nccl-interface-loopback", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. =eth0): "
-     "loopback reaches no other host"},
+     "loopback reaches no other host",
+     kNet},
     {kNcclInterfaceLinkLocal, "nccl-interface-link-local", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to an interface with a routable address: a link-local address "
-     "(169.254/16, fe80::) reaches other hosts only on one link, if at all"},
+     "(169.254/16, fe80::) reaches other hosts only on one link, if at all",
+     kNet},
     {kNcclInterfaceSharedAddress, "nccl-interface-shared-address", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. ^docker,br-,"
-     "veth,virbr to exclude bridges): NCCL would connect each host to itself"},
+     "veth,virbr to exclude bridges): NCCL would connect each host to itself",
+     kNet},
     {kNcclCommIdMismatch, "nccl-comm-id-mismatch", kE, ec::kMismatch,
      "give every rank the same NCCL_COMM_ID, an address:port of rank 0's host, or unset it "
      "(PyTorch and most launchers do not need it)"},
     {kNcclPathBlocked, "nccl-path-blocked", kE, ec::kMismatch,
      "open the ephemeral port range between the hosts (or narrow it with "
      "net.ipv4.ip_local_port_range and open that), or set NCCL_SOCKET_IFNAME to the interface "
-     "that routes between the hosts"},
+     "that routes between the hosts",
+     kNet},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "
-     "them to one GPU)"},
+     "them to one GPU)",
+     kHostCfg},
     {kNcclVersionMismatch, "nccl-version-mismatch", kE, ec::kMismatch,
      "every rank must load the same NCCL: install one version everywhere, or point --nccl-lib "
      "(RANKCHECK_NCCL_LIB) at the library the training job loads, e.g. the one inside its "
-     "PyTorch"},
+     "PyTorch",
+     kHostCfg},
     {kCudaDriverMissing, "cuda-driver-missing", kE, ec::kGpu,
      "install or load the NVIDIA driver on that host (and in the container: the NVIDIA "
-     "container runtime mounts libcuda.so.1)"},
+     "container runtime mounts libcuda.so.1)",
+     kHw},
     {kGpuMissing, "gpu-missing", kE, ec::kGpu,
      "give every rank a GPU: check the job's GPU request (--gpus-per-task, nvidia.com/gpu) and "
-     "CUDA_VISIBLE_DEVICES on that host"},
+     "CUDA_VISIBLE_DEVICES on that host",
+     kHw},
     {kGpuCountMismatch, "gpu-count-mismatch", kE, ec::kGpu,
      "give the node as many GPUs as --nproc-per-node (the pod's nvidia.com/gpu limit, Slurm's "
-     "--gpus-per-node), or lower --nproc-per-node"},
+     "--gpus-per-node), or lower --nproc-per-node",
+     kHw},
     {kNcclMissing, "nccl-missing", kE, ec::kGpu,
      "install NCCL on that host, or point --nccl-lib (RANKCHECK_NCCL_LIB) at the libnccl.so.2 "
-     "the training job loads"},
+     "the training job loads",
+     kHostCfg},
     {kMasterAddrMismatch, "master-addr-mismatch", kW, ec::kMismatch,
-     "give every process the same MASTER_ADDR and MASTER_PORT"},
+     "give every process the same MASTER_ADDR and MASTER_PORT", kHostCfg},
     {kProtocolMismatch, "protocol-mismatch", kW, ec::kRejected,
-     "run the same rankcheck build on every host"},
+     "run the same rankcheck build on every host", kHostCfg},
     {kMemberDisconnected, "member-disconnected", kE, ec::kIncomplete,
      "the process died or was killed after joining: check its log (an OOM kill, a crash, a "
-     "network reset)"},
+     "network reset)",
+     kProc},
     {kMissingRank, "missing-rank", kE, ec::kIncomplete,
      "check that the process for that rank was started, and that its host resolves and reaches "
-     "MASTER_ADDR:MASTER_PORT"},
+     "MASTER_ADDR:MASTER_PORT",
+     kProc},
     {kEnvMismatch, "env-mismatch", kW, ec::kMismatch,
      "set the variable the same way for every process (the job script, the container image, or "
-     "the launcher's environment)"},
+     "the launcher's environment)",
+     kHostCfg},
     {kCudaDriverMismatch, "cuda-driver-mismatch", kW, ec::kMismatch,
-     "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the stragglers"},
+     "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the stragglers", kHostCfg},
     {kGpuUnavailable, "gpu-unavailable", kW, ec::kGpu,
      "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU node, check the "
-     "driver and the container runtime"},
+     "driver and the container runtime",
+     kHw},
     {kNcclInitFailed, "nccl-init-failed", kE, ec::kGpu,
      "NCCL_DEBUG=INFO on those ranks shows why; a network or topology error on one host "
-     "usually names the interface or device"},
+     "usually names the interface or device",
+     kHw},
     {kNcclInitTimeout, "nccl-init-timeout", kE, ec::kGpu,
      "ranks stuck in init wait for a peer they cannot reach: check the network between the "
      "hosts (NCCL_SOCKET_IFNAME, firewalls, InfiniBand ports); NCCL_DEBUG=INFO shows the "
-     "bootstrap"},
+     "bootstrap",
+     kNet},
     {kAllreduceWrongResult, "allreduce-wrong-result", kE, ec::kGpu,
      "a wrong sum from NCCL means broken hardware or a broken NCCL/driver pairing on those "
-     "hosts: run nccl-tests there, check the GPU's ECC and NVLink errors"},
+     "hosts: run nccl-tests there, check the GPU's ECC and NVLink errors",
+     kHw},
     {kAllreduceFailed, "allreduce-failed", kE, ec::kGpu,
      "NCCL_DEBUG=INFO on those ranks says why; an error right after a successful init usually "
-     "points at the network transport (NCCL_NET, NCCL_IB_HCA)"},
+     "points at the network transport (NCCL_NET, NCCL_IB_HCA)",
+     kNet},
     {kAllreduceTimeout, "allreduce-timeout", kE, ec::kGpu,
      "init succeeded but data does not flow: check the inter-host links (IB/RoCE, NCCL_IB_HCA, "
-     "NCCL_NET) and NCCL_DEBUG=INFO"},
+     "NCCL_NET) and NCCL_DEBUG=INFO",
+     kNet},
     {kBandwidthLow, "bandwidth-low", kE, ec::kGpu,
      "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
-     "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause"},
+     "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause",
+     kNet},
     {kStrayConnection, "stray-connection", kW, ec::kRejected,
      "something else on the network talks to MASTER_PORT: a port scanner, a health check, or a "
      "process of another run; harmless to this check unless it repeats"},
@@ -125,12 +154,14 @@ constexpr FindingKind kCatalog[] = {
      "the check again"},
     {kMasterUnreachable, "master-unreachable", kE, ec::kIncomplete,
      "check that rank 0 is running and that this host resolves MASTER_ADDR and reaches "
-     "MASTER_PORT; compare MASTER_ADDR/MASTER_PORT with rank 0's"},
+     "MASTER_PORT; compare MASTER_ADDR/MASTER_PORT with rank 0's",
+     kProc},
     {kMasterLost, "master-lost", kE, ec::kIncomplete,
      "read rank 0's log and report: it was killed, crashed, or the network between the hosts "
-     "failed"},
+     "failed",
+     kProc},
     {kLateJoin, "late-join", kE, ec::kIncomplete,
-     "raise --timeout, or find why this host started late"},
+     "raise --timeout, or find why this host started late", kProc},
     {kMasterPortInUse, "master-port-in-use", kE, ec::kCannotListen,
      "pick another MASTER_PORT, or stop the process that holds it (ss -ltnp names it)"},
     {kMasterAddrNotLocal, "master-addr-not-local", kE, ec::kCannotListen,
@@ -145,28 +176,42 @@ constexpr FindingKind kCatalog[] = {
     {kMasterOutOfFds, "master-out-of-fds", kE, ec::kIncomplete,
      "raise rank 0's open-files limit to the world size and more (ulimit -n in the job script "
      "where the hard limit allows; LimitNOFILE= for a systemd service, the container's "
-     "--ulimit nofile=, or the limits Slurm propagates with PropagateResourceLimits)"},
+     "--ulimit nofile=, or the limits Slurm propagates with PropagateResourceLimits)",
+     kHostCfg},
     {kLateStart, "late-start", kW, ec::kIncomplete,
      "each process's --timeout counts from its own start: find why those processes started "
      "late (a slow node, a container image pull), or give every process the job's start in "
-     "RANKCHECK_START_TIME so that they share one deadline"},
+     "RANKCHECK_START_TIME so that they share one deadline",
+     kProc},
     {kRelayLost, "relay-lost", kW, ec::kIncomplete,
      "a host's relay runs in the first rankcheck process of the host: find why that process "
      "died (dmesg, the OOM killer, the scheduler's log); its members joined directly. "
-     "--no-relay makes every process connect to rank 0 directly"},
+     "--no-relay makes every process connect to rank 0 directly",
+     kProc},
+    {kClockSkew, "clock-skew", kW, ec::kIncomplete,
+     "synchronise that host's clock (chronyc tracking, timedatectl): rankcheck compares start "
+     "times across hosts, and so do the training job's logs and timeouts",
+     kHostCfg},
+    {kNoJobToken, "no-job-token", kW, ec::kRejected,
+     "give every process the same --token-file (RANKCHECK_TOKEN_FILE; the Slurm and Kubernetes "
+     "recipes make one): without one, anyone who reaches MASTER_PORT can claim a rank, pass or "
+     "fail the job, and is handed the NCCL id (docs/security.md)"},
     {kProcessDied, "process-died", kE, ec::kIncomplete,
      "read the error the process died of (shown as evidence); a process killed without one "
      "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "
-     "and the job's memory limit on that host"},
+     "and the job's memory limit on that host",
+     kProc},
     {kPeerFailed, "peer-failed", kE, ec::kIncomplete,
      "no peer shows an error of its own: look for a process that died silently (dmesg, the "
-     "scheduler's log) and check the network between the hosts named"},
+     "scheduler's log) and check the network between the hosts named",
+     kProc},
     {kCollectiveDesync, "collective-desync", kE, ec::kGpu,
      "the ranks named did not issue the same collective as the others: look for a branch that "
      "only some ranks take (a condition on the rank, uneven data, an early exit)"},
     {kCollectiveTimeout, "collective-timeout", kE, ec::kGpu,
      "every rank entered the collective and none finished: check the network between the hosts "
-     "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the GPUs (dmesg for Xid errors)"},
+     "(NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the GPUs (dmesg for Xid errors)",
+     kNet},
     {kJobCancelled, "job-cancelled", kE, ec::kIncomplete,
      "the scheduler ended the job (time limit, pre-emption, node failure, scancel): what the "
      "ranks printed afterwards is a consequence; raise the time limit or find what hung before it"},
@@ -177,21 +222,26 @@ constexpr FindingKind kCatalog[] = {
     {kHostOutOfMemory, "host-out-of-memory", kE, ec::kIncomplete,
      "the host ran out of memory (the kernel's OOM killer, or the container's or the job's "
      "memory limit): raise the limit (--mem, resources.limits.memory) or use less host memory "
-     "(data loader workers, pinned buffers)"},
+     "(data loader workers, pinned buffers)",
+     kProc},
     {kCudaError, "cuda-error", kE, ec::kGpu,
      "a CUDA call failed on the rank named: read the error shown; for an illegal address or a "
      "device-side assert rerun with CUDA_LAUNCH_BLOCKING=1, for ECC or Xid errors check dmesg and "
-     "nvidia-smi -q on that host and drain it"},
+     "nvidia-smi -q on that host and drain it",
+     kHw},
     {kNcclNetworkError, "nccl-network-error", kE, ec::kGpu,
      "NCCL's network failed on the host named: check its links (ibstat, ibv_devinfo, ip link), "
      "NCCL_IB_HCA, NCCL_SOCKET_IFNAME and the firewall between the hosts; a peer that died first "
-     "shows its own error"},
+     "shows its own error",
+     kNet},
     {kSharedMemoryExhausted, "shared-memory-exhausted", kE, ec::kGpu,
      "/dev/shm is too small for NCCL (a container's default is 64 MB): run the container with "
-     "--ipc=host or --shm-size, or mount an emptyDir of medium Memory at /dev/shm"},
+     "--ipc=host or --shm-size, or mount an emptyDir of medium Memory at /dev/shm",
+     kHostCfg},
     {kUnexplainedError, "unexplained-error", kE, ec::kIncomplete,
      "no message rankcheck knows explains this failure: read the lines shown, from the first; "
-     "the rank and host named printed the first of them"},
+     "the rank and host named printed the first of them",
+     kProc},
 };
 
 // FindingId indexes the table: a row out of place is a build error.
@@ -231,6 +281,27 @@ Finding make_finding(FindingId id, std::string message, std::string fix,
   f.message = std::move(message);
   f.hint = fix.empty() ? std::string(k.fix) : std::move(fix);
   return f;
+}
+
+std::string_view class_name(FindingClass c) {
+  switch (c) {
+    case FindingClass::kJob:
+      return "job";
+    case FindingClass::kHostConfig:
+      return "host-config";
+    case FindingClass::kProcess:
+      return "process";
+    case FindingClass::kHardware:
+      return "hardware";
+    case FindingClass::kNetwork:
+      return "network";
+  }
+  return "job";
+}
+
+FindingClass finding_class(std::string_view name) {
+  const FindingKind* k = find_finding_kind(name);
+  return k == nullptr ? FindingClass::kJob : k->cls;
 }
 
 int exit_code_for(const std::vector<Finding>& findings) {

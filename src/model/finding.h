@@ -87,6 +87,8 @@ enum class FindingId {
   kMasterOutOfFds,
   kLateStart,
   kRelayLost,
+  kClockSkew,
+  kNoJobToken,
   // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
   kProcessDied,
   kPeerFailed,
@@ -101,6 +103,20 @@ enum class FindingId {
   kUnexplainedError,
 };
 
+/// What kind of fault a finding is: whether the hosts it names are to blame (the
+/// suspect hosts a retry leaves out), and which of them a drain may take.
+enum class FindingClass {
+  kJob,         ///< job-wide: configuration, another job, a stranger; names no suspect host
+  kHostConfig,  ///< one host's setup (its environment, software, limits, clock)
+  kProcess,     ///< a process on a host did not start, died, or started late
+  kHardware,    ///< a host's GPUs, driver or the GPU stage on them
+  kNetwork,     ///< a host's network, as NCCL would use it
+};
+
+/// "job", "host-config", "process", "hardware", "network": what reports, metrics
+/// and RANKCHECK_DRAIN_FINDINGS use.
+std::string_view class_name(FindingClass c);
+
 /// One row of the catalogue.
 struct FindingKind {
   FindingId id;
@@ -108,6 +124,8 @@ struct FindingKind {
   Severity severity;      ///< as usually raised; some are warnings where they explain nothing
   int exit_code;          ///< the job's exit code when this finding leads
   std::string_view fix;   ///< the fix to try first; a finding may name a more specific one
+  /// kJob unless the fault lies with the hosts the finding names.
+  FindingClass cls = FindingClass::kJob;
 };
 
 /// The catalogue, in FindingId order.
@@ -115,6 +133,8 @@ std::span<const FindingKind> finding_catalog();
 const FindingKind& finding_kind(FindingId id);
 /// The row named `name`, if there is one.
 const FindingKind* find_finding_kind(std::string_view name);
+/// The class of the finding named `name` (kJob for a name the catalogue lacks).
+FindingClass finding_class(std::string_view name);
 
 /// A finding of kind `id`: its severity (unless `severity` is given), its exit
 /// code, and the catalogue's fix unless `fix` names a more specific one.

@@ -32,6 +32,7 @@ enum class RefusalKind {
   kForeignJob,  ///< hello for another job id
   kVersion,     ///< another protocol version
   kAuth,        ///< missing or wrong token
+  kRelayAuth,   ///< a host relay's hello without the job token (no record: a host name)
   kMalformed,   ///< not rankcheck, or a broken hello
   kLate,        ///< arrived after the master decided
   kFlood,       ///< one per address whose silent handshakes were dropped to make room
@@ -95,6 +96,14 @@ struct JobView {
   AcceptFailures accept_failures;            ///< connections it could not accept
   std::vector<LostRelay> lost_relays;        ///< host relays gone before the decision
   bool gpu_stage = false;  ///< the master will run the GPU stage: check the GPUs too
+  /// The master's start by its own clock, and its --timeout: what a member's claimed
+  /// start is held against (clock-skew). 0: unknown.
+  uint64_t master_started_unix_ms = 0;
+  double timeout_ms = 0;
 };
+
+/// A member whose claimed start is further than this from what the master's clock
+/// allows has a clock that is off (clock-skew), rather than a late start.
+inline constexpr double kClockSkewMs = 2000;
 
 }  // namespace rankcheck

@@ -229,8 +229,11 @@ void Server::Impl::decide(bool timed_out) {
   }
   const Verdict& v = state.decide(timed_out, port, bound, process_facts());
   state.report().connections_peak = sockets_peak;
-  state.report().relays = relays;
-  state.report().relayed_members = relayed_members;
+  // What carried the members at the decision: one that came back directly after
+  // its relay died is not counted as relayed, nor is the dead relay.
+  state.report().relays = relays - std::min(relays, relays_lost);
+  state.report().relayed_members = static_cast<size_t>(std::count_if(
+      conns.begin(), conns.end(), [](const ConnPtr& c) { return c && c->relayed(); }));
   if (v.run_gpu) {
     stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
     stage_timer.async_wait([this](std::error_code ec) {

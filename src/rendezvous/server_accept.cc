@@ -253,7 +253,6 @@ void Server::Impl::on_hello(const ConnPtr& c, SharedString peer, std::span<const
   sources[c->source].last_admit = Clock::now();
   ++open_members;
   if (c->relayed()) {
-    ++relayed_members;
     relayed[relayed_key(rec)] = c;
   } else if (!relayed.empty()) {
     forget_relayed(rec);

@@ -161,8 +161,8 @@ struct Server::Impl {
   // joining directly after its relay died takes its place.
   std::unordered_map<uint64_t, std::weak_ptr<Conn>> relayed;  // see relayed_key
   size_t relays = 0;                                          // relays admitted
-  size_t relayed_members = 0;                                 // members admitted through one
-  size_t sockets = 0;  // connections open (accepted, not yet closed)
+  size_t relays_lost = 0;  // relays whose connection closed before the decision
+  size_t sockets = 0;      // connections open (accepted, not yet closed)
   size_t sockets_peak = 0;
   std::optional<std::promise<Verdict>> local_verdict;
   std::optional<std::promise<Verdict>> local_final;

@@ -27,7 +27,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
     co_return;
   }
   if (cfg.token && !verify_relay_hello(payload, *cfg.token, c->server_nonce)) {
-    refuse(c, peer, RefusalKind::kAuth,
+    refuse(c, peer, RefusalKind::kRelayAuth,
            fmt::format("the relay of {} does not carry this job's token (a wrong or missing "
                        "--token-file)",
                        printable(hello->host)),
@@ -256,6 +256,7 @@ void Server::Impl::relay_closed(const ConnPtr& link) {
     open += c->slot < 0 || state.members()[size_t(c->slot)].record.pid != l.pid ||
             state.members()[size_t(c->slot)].record.host != l.host;
   }
+  if (!state.decided()) ++relays_lost;
   if (!state.decided() && open > 0) {
     // Its members find out as their connections to it close, and come directly.
     log(fmt::format(

@@ -76,13 +76,15 @@ void common(Metrics& m, const Common& c, double now_unix_s) {
           "7 cannot listen, 128+N signal N).",
           c.exit_code);
   m.family("rankcheck_run_info", "gauge",
-           "The last run: its job id, this process's role, the id of the finding that leads, "
-           "the hosts that hold it, and the rankcheck version.");
+           "The last run: its job id, this process's role, the id and class of the finding that "
+           "leads, the hosts that hold it, and the rankcheck version.");
   m.sample("rankcheck_run_info", 1,
-           fmt::format(
-               "job_id=\"{}\",role=\"{}\",first_finding=\"{}\",suspect_hosts=\"{}\",version=\"{}\"",
-               label_value(c.job_id), c.role, label_value(c.first_finding), label_value(c.suspects),
-               kRankcheckVersion));
+           fmt::format("job_id=\"{}\",role=\"{}\",first_finding=\"{}\",first_finding_class=\"{}\","
+                       "suspect_hosts=\"{}\",version=\"{}\"",
+                       label_value(c.job_id), c.role, label_value(c.first_finding),
+                       c.first_finding.empty() ? std::string_view()
+                                               : class_name(finding_class(c.first_finding)),
+                       label_value(c.suspects), kRankcheckVersion));
   m.family("rankcheck_findings_by_severity", "gauge",
            "How many findings the last run reported, by severity.");
   m.sample("rankcheck_findings_by_severity", double(c.errors), "severity=\"error\"");

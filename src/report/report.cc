@@ -294,14 +294,30 @@ std::string brief_headline(const std::vector<Finding>& findings) {
     if (p != std::string_view::npos) cut = std::min(cut, p);
   }
   std::string h(m.substr(0, cut));
-  if (h.size() > 120) h = h.substr(0, 117) + "...";
-  return h;
+  if (h.size() <= 120) return h;
+  // Cut long ones at a word, and never inside a parenthesis: "(--timeout 120" with
+  // its ")" cut off reads as a broken line.
+  size_t at = h.rfind(' ', 116);
+  h.resize(at == std::string::npos || at < 40 ? 116 : at);
+  size_t open = std::string::npos;
+  int depth = 0;
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (h[i] == '(' && depth++ == 0) open = i;
+    if (h[i] == ')' && depth > 0) --depth;
+  }
+  if (depth > 0 && open >= 40) h.resize(open);
+  while (!h.empty() && (h.back() == ' ' || h.back() == ','))
+    h.pop_back();
+  return h + "...";
 }
 
 std::string suspect_hosts(const std::vector<Finding>& findings) {
   auto first =
       std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.is_error(); });
-  return first == findings.end() ? std::string() : compress_hostlist(first->hosts);
+  // A job-wide error (a world size, a duplicate RANK, another job on the port) is
+  // nobody's host: leaving hosts out of the next try, or draining them, cannot fix it.
+  if (first == findings.end() || finding_class(first->id) == FindingClass::kJob) return {};
+  return compress_hostlist(first->hosts);
 }
 
 std::string render_text(const Report& r, RenderStyle style) {

@@ -85,7 +85,7 @@ std::string brief_headline(const std::vector<Finding>& findings);
 
 /// The hosts that hold the initiating failure (the first error's), as a Slurm host
 /// list (`gpu-[017,203]`): what to exclude from the job's next try. "" when the
-/// findings hold no error, or the first names no host.
+/// findings hold no error, or the first names no host or is job-wide (FindingClass::kJob).
 std::string suspect_hosts(const std::vector<Finding>& findings);
 
 std::string render_text(const Report& report, RenderStyle style);

@@ -67,8 +67,11 @@ void check_ifname(const CheckContext& ctx, std::vector<Finding>& out);
 void check_protocol_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_stray_connections(const CheckContext& ctx, std::vector<Finding>& out);
 void check_departed(const CheckContext& ctx, std::vector<Finding>& out);
-void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
 void check_connection_flood(const CheckContext& ctx, std::vector<Finding>& out);
+
+// When the members say they started, against the master's clock (clock.cc).
+void check_clock_skew(const CheckContext& ctx, std::vector<Finding>& out);
+void check_late_start(const CheckContext& ctx, std::vector<Finding>& out);
 
 // The environment every rank must share (env.cc).
 void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out);

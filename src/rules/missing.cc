@@ -122,8 +122,11 @@ std::string_view short_name(std::string_view host) {
   return host.substr(0, host.find('.'));
 }
 
-// The ranks no member claims, in order, less those another finding explains:
-// those are not reported twice.
+// The ranks no member claims, in order, less those a departure explains: those
+// are not reported twice. A refused process (another job's, one without the
+// token) explains nothing: what it claims is unverified, and a stranger would
+// otherwise choose which host is blamed (the refusal's finding names it as a
+// possible cause instead).
 std::vector<long> unexplained_missing(const CheckContext& ctx) {
   const JobView& v = ctx.view;
   long world = ctx.expected_world;
@@ -137,10 +140,6 @@ std::vector<long> unexplained_missing(const CheckContext& ctx) {
   };
   for (const Departure& d : v.departed)
     mark(d.record);
-  for (const Refusal& r : v.refused) {
-    bool explained = r.kind == RefusalKind::kForeignJob || r.kind == RefusalKind::kAuth;
-    if (explained && r.record) mark(*r.record);
-  }
   std::vector<long> missing;
   for (long k = 0; k < world; ++k) {
     if (!accounted[size_t(k)]) missing.push_back(k);
@@ -207,9 +206,34 @@ struct Wording {
   size_t mpi_processes = 0;  // the members, when the world was gathered over MPI
   bool over_mpi = false;
   const char* verb = "";
-  std::string reach;  // the master's address
-  std::string also;   // the members that may be the missing ones, or ""
+  std::string reach;      // the master's address
+  std::string also;       // the members that may be the missing ones, or ""
+  std::string elsewhere;  // the missing process may be waiting for another master
 };
+
+// Refused processes that claim a missing rank: another job's, or without the token.
+std::string refused_claims(const CheckContext& ctx) {
+  size_t foreign = 0, auth = 0;
+  for (const Refusal& r : ctx.view.refused) {
+    if (!r.record || (r.kind != RefusalKind::kForeignJob && r.kind != RefusalKind::kAuth)) continue;
+    bool claims_missing = false;
+    for (long k = std::max(0L, long(r.record->rank)); k <= r.record->last_rank(); ++k)
+      claims_missing = claims_missing || (k < ctx.expected_world && !ctx.present(k));
+    if (claims_missing) ++(r.kind == RefusalKind::kForeignJob ? foreign : auth);
+  }
+  if (foreign + auth == 0) return "";
+  return fmt::format(
+      "; {} claiming a missing rank {} refused ({}; see below): if {} this job's, give it the "
+      "job's {}",
+      plural(foreign + auth, "process", "processes"), foreign + auth == 1 ? "was" : "were",
+      foreign > 0 && auth > 0 ? "another job id, or no job token"
+      : foreign > 0           ? "another job id"
+                              : "without this job's token",
+      foreign + auth == 1 ? "it is" : "they are",
+      foreign > 0 && auth > 0 ? "id and token"
+      : foreign > 0           ? "id"
+                              : "token");
+}
 
 Wording wording(const CheckContext& ctx) {
   const JobView& v = ctx.view;
@@ -219,13 +243,21 @@ Wording wording(const CheckContext& ctx) {
   w.over_mpi = v.master_addr == kMpiMasterAddr;
   w.verb = v.timed_out ? "never joined" : "did not join";
   w.reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
-  // Members that claimed a rank twice or out of range may be the missing ones.
+  w.elsewhere = fmt::format(
+      "; a process given another MASTER_ADDR or MASTER_PORT than {} waits for a master that is "
+      "not there: compare them in its log",
+      w.reach);
+  // Members that claimed a rank twice or out of range may be the missing ones; one
+  // that only says another world size, with its rank in this one, is not (the
+  // world-size finding names it).
   long misplaced = 0;
   std::map<long, int> claims;
   for (const Member& m : v.members) {
-    if (!m.record.in_range() || m.record.world_size != w.world) misplaced += m.record.nranks;
-    for (long k = m.record.rank; k <= m.record.last_rank(); ++k) {
-      if (++claims[k] > 1) ++misplaced;
+    const Record& r = m.record;
+    bool outside = r.rank < 0 || r.last_rank() >= w.world || !r.in_range();
+    if (outside) misplaced += r.nranks;
+    for (long k = r.rank; k <= r.last_rank(); ++k) {
+      if (++claims[k] > 1 && !outside) ++misplaced;
     }
   }
   if (misplaced > 0) {
@@ -234,6 +266,7 @@ Wording wording(const CheckContext& ctx) {
         "missing ranks were probably given the wrong RANK",
         plural(size_t(misplaced), "member", "members"));
   }
+  w.also += refused_claims(ctx);
   return w;
 }
 
@@ -312,8 +345,9 @@ Finding partial_host_finding(std::string_view host, const std::vector<std::pair<
   f.hint = fmt::format(
       "the process for {} on {} was not started or died early: compare the "
       "launcher's task count on {} with --ntasks-per-node / "
-      "--nproc-per-node, and check its log{}",
-      ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host), w.also);
+      "--nproc-per-node, and check its log{}{}",
+      ranks.size() == 1 ? "that rank" : "those ranks", printable(host), printable(host),
+      w.elsewhere, w.also);
   f.hosts = {std::string(host)};
   return f;
 }
@@ -346,8 +380,8 @@ void whole_host_findings(const WholeHosts& whole_hosts, const Wording& w,
   auto host_hint = [&](const std::string& hosts) {
     return fmt::format(
         "{} did not start the job, or cannot reach the master at {}: check that "
-        "it is up, resolves MASTER_ADDR and reaches that port{}",
-        hosts, w.reach, w.also);
+        "it is up, resolves MASTER_ADDR and reaches that port{}{}",
+        hosts, w.reach, w.elsewhere, w.also);
   };
   if (whole_hosts.size() <= 4) {
     for (const auto& [host, ranks] : whole_hosts) {

@@ -41,14 +41,17 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
     std::string who = one ? fmt::format("{} from {}", member_label(*rs.front()), peers.front())
                           : fmt::format("{} processes ({}, from {})", items.size(), where(rs),
                                         format_list(peers, 3));
+    // Never an error: what a refused process claims is not evidence about this job.
+    // Its rank is missing-rank's, which names this refusal as a possible cause.
     if (explains_missing) {
       out.push_back(
           make(FindingId::kForeignJob,
-               fmt::format("{} {} refused: {} job '{}', this master serves job '{}', so "
-                           "{} missing here",
+               fmt::format("{} {} refused: {} job '{}', this master serves job '{}'; {} the rank "
+                           "missing here, this is why (a wrong job id), else another job shares "
+                           "MASTER_PORT",
                            who, one ? "was" : "were", one ? "it says" : "they say", printable(job),
-                           printable(v.job_id), one ? "its rank is" : "their ranks are"),
-               {}, rs));
+                           printable(v.job_id), one ? "if it is" : "if they are"),
+               {}, rs, Severity::kWarning));
     } else {
       out.push_back(make(
           FindingId::kForeignJob,
@@ -68,6 +71,18 @@ void check_foreign_job(const CheckContext& ctx, std::vector<Finding>& out) {
 void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   for (const Refusal& r : v.refused) {
+    if (r.kind == RefusalKind::kRelayAuth) {
+      // A relay speaks for its host's members, who are refused one by one too (or
+      // join directly): a token problem, not a stranger on the port.
+      out.push_back(make_finding(
+          FindingId::kAuthFailed,
+          fmt::format("a host relay from {} was refused: {}", printable(r.peer),
+                      printable(r.reason, 200)),
+          "give every process of the job the same --token-file: the first rankcheck process "
+          "of a host runs its relay with its own token",
+          Severity::kWarning));
+      continue;
+    }
     if (r.kind != RefusalKind::kAuth || !r.record) continue;
     const Record& rec = *r.record;
     bool explains_missing = false;
@@ -79,10 +94,17 @@ void check_auth_failed(const CheckContext& ctx, std::vector<Finding>& out) {
     std::string hint =
         "give every process of the job the same --token-file; a stranger on the network "
         "without it is kept out, which is what the token is for";
-    out.push_back(make(FindingId::kAuthFailed,
-                       fmt::format("{} was refused: {}{}", who, printable(r.reason, 200),
-                                   explains_missing ? "; that rank is missing here" : ""),
-                       hint, {&rec}, explains_missing ? Severity::kError : Severity::kWarning));
+    // A warning, naming no host: an unauthenticated claim is never evidence about a
+    // host (a stranger picks the name it claims), and the rank it claims stays
+    // missing-rank's, found from the members that proved the token.
+    Finding f = make(FindingId::kAuthFailed,
+                     fmt::format("{} was refused: {}{}", who, printable(r.reason, 200),
+                                 explains_missing ? "; the rank it claims is missing here, and "
+                                                    "this may be its process with another token"
+                                                  : ""),
+                     hint, {&rec}, Severity::kWarning);
+    f.hosts.clear();
+    out.push_back(std::move(f));
   }
 }
 
@@ -103,6 +125,13 @@ void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
   });
   std::string says;
   Records odd;
+  // "Most say" only when most do: on a tie the master's size is counted against.
+  std::map<long, long> votes;
+  for (const auto& [size, rs] : groups)
+    votes[size] = long(ranks_of(rs).size());
+  long mine = votes.count(expected) ? votes[expected] : 0;
+  bool tie = std::any_of(votes.begin(), votes.end(),
+                         [&](const auto& e) { return e.first != expected && e.second >= mine; });
   for (const auto& [size, rs] : groups) {
     if (!says.empty()) says += "; ";
     says += fmt::format("{} {} {}", where(rs), ranks_of(rs).size() == 1 ? "says" : "say", size);
@@ -110,10 +139,12 @@ void check_world_size(const CheckContext& ctx, std::vector<Finding>& out) {
   }
   out.push_back(make(FindingId::kWorldSizeMismatch,
                      fmt::format("members disagree on the world size: {}", says),
-                     fmt::format("every process must get the same WORLD_SIZE; most say {} (the "
+                     fmt::format("every process must get the same WORLD_SIZE; {} (the "
                                  "master says {}): fix the launcher arguments or the exported "
                                  "WORLD_SIZE on {}",
-                                 expected, v.world_size, format_list(hosts_of(odd))),
+                                 tie ? fmt::format("as many say {} as say another size", expected)
+                                     : fmt::format("most say {}", expected),
+                                 v.world_size, format_list(hosts_of(odd))),
                      odd));
 }
 
@@ -417,40 +448,6 @@ void check_departed(const CheckContext& ctx, std::vector<Finding>& out) {
                     printable(d.record.host)),
         {&d.record}));
   }
-}
-
-// Processes that started well after the first: each one's deadline counts from
-// its own start, so a late process keeps the others waiting (or, when it is rank 0,
-// members that gave up before it listened are reported missing).
-void check_late_start(const CheckContext& ctx, std::vector<Finding>& out) {
-  const JobView& v = ctx.view;
-  const Record* first = nullptr;
-  for (const Member& m : v.members) {
-    uint64_t at = m.record.started_unix_ms;
-    if (at != 0 && (first == nullptr || at < first->started_unix_ms)) first = &m.record;
-  }
-  if (first == nullptr) return;
-  Records late;
-  uint64_t most = 0;
-  bool rank0 = false;
-  for (const Member& m : v.members) {
-    uint64_t at = m.record.started_unix_ms;
-    if (at == 0 || at <= first->started_unix_ms + kLateStartMs) continue;
-    late.push_back(&m.record);
-    most = std::max(most, at - first->started_unix_ms);
-    rank0 = rank0 || m.record.rank == 0;
-  }
-  if (late.empty()) return;
-  std::string who = late.size() == 1 ? fmt::format("{} started", member_label(*late.front()))
-                                     : fmt::format("{} started up to", where(late));
-  out.push_back(make(FindingId::kLateStart,
-                     fmt::format("{} {} after the first process ({}){}", who,
-                                 format_seconds(double(most)), member_label(*first),
-                                 rank0 ? ": the others waited for rank 0 within their own "
-                                         "deadline, and any that gave up before it listened "
-                                         "are reported missing"
-                                       : ""),
-                     {}, late));
 }
 
 // Silent connections from one address that held the master's handshake slots:

@@ -36,6 +36,7 @@ constexpr Rule kRules[] = {
     {FindingId::kProtocolMismatch, check_protocol_mismatch},
     {FindingId::kRelayLost, check_relay_lost},
     {FindingId::kMemberDisconnected, check_departed},
+    {FindingId::kClockSkew, check_clock_skew},  // before the late starts it would fake
     {FindingId::kLateStart, check_late_start},  // before the ranks a late rank 0 left missing
     {FindingId::kMissingRank, check_missing},
     {FindingId::kEnvMismatch, check_env_mismatch},

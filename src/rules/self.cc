@@ -42,15 +42,18 @@ Finding self_failure(const Record& self, FindingId id, std::string message, std:
   return f;
 }
 
-Finding started_past_deadline(const Record& self, double late_ms, double timeout_s) {
+Finding started_past_deadline(const Record& self, double late_ms, double timeout_s, bool tried) {
   return about_self(
       self, FindingId::kLateJoin,
-      fmt::format("{} started {} after the job's start (RANKCHECK_START_TIME), past the "
-                  "job's deadline (--timeout {} s): the others have given up on it",
-                  member_label(self), format_seconds(late_ms), timeout_s),
+      fmt::format("{} started {} after the job's start (RANKCHECK_START_TIME) by its host's "
+                  "clock, past the job's deadline (--timeout {} s){}: the others have given "
+                  "up on it, or this host's clock is ahead",
+                  member_label(self), format_seconds(late_ms), timeout_s,
+                  tried ? ", and no master answered" : ""),
       fmt::format("find why it started late on {} (a slow node, a container image pull), or "
-                  "raise --timeout",
-                  printable(self.host)));
+                  "raise --timeout; if it did not, {}'s clock is ahead: synchronise it "
+                  "(chronyc tracking, timedatectl)",
+                  printable(self.host), printable(self.host)));
 }
 
 Finding master_addr_unresolved(const Record& self, std::string_view master_addr) {

@@ -18,9 +18,11 @@ namespace rankcheck {
 /// severity: a process that cannot go on.
 Finding self_failure(const Record& self, FindingId id, std::string message, std::string fix = {});
 
-/// Started `late_ms` after the job's start (RANKCHECK_START_TIME), past the job's
-/// deadline (--timeout `timeout_s`).
-Finding started_past_deadline(const Record& self, double late_ms, double timeout_s);
+/// Started `late_ms` after the job's start (RANKCHECK_START_TIME) by this host's
+/// clock, past the job's deadline (--timeout `timeout_s`); `tried`: and no master
+/// answered the try it made anyway (its clock may be ahead, not its start late).
+Finding started_past_deadline(const Record& self, double late_ms, double timeout_s,
+                              bool tried = false);
 
 /// Rank 0 cannot resolve its own MASTER_ADDR (`self.resolve_error` says why).
 Finding master_addr_unresolved(const Record& self, std::string_view master_addr);

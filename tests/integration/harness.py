@@ -69,10 +69,11 @@ def free_port():
 class Proc:
     """One rankcheck process, with its JSON report in a file of its own."""
 
-    def __init__(self, args, env, tmpdir, name, nofile=None):
+    def __init__(self, args, env, tmpdir, name, nofile=None, wrap=()):
         self.name = name
         self.json_path = os.path.join(tmpdir, f"{name}.json")
-        self.args = [BIN] + args[:1] + ["--json", self.json_path] + args[1:]
+        # `wrap`: a command that runs rankcheck (faketime -f +300s, to skew its clock).
+        self.args = [*wrap, BIN] + args[:1] + ["--json", self.json_path] + args[1:]
         self.start = time.monotonic()
         limit = None
         if nofile:  # an open-file limit for this process alone
@@ -127,7 +128,8 @@ class RankcheckTest(unittest.TestCase):
 
     gpu = False  # rendezvous tests skip the GPU stage; GPU tests load the fake libraries
 
-    def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, nofile=None, **env):
+    def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, nofile=None,
+             wrap=(), **env):
         """Starts `rankcheck run` as one rank, given its identity in the torch variables."""
         e = clean_env(RANK=rank, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=port or self.port, **env)
@@ -138,7 +140,8 @@ class RankcheckTest(unittest.TestCase):
             args.append("--no-gpu")
         if host:
             args += ["--host-name", host]
-        p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}", nofile=nofile)
+        p = Proc(args, e, self.tmp.name, f"rank{rank}-{len(self.procs)}", nofile=nofile,
+                 wrap=wrap)
         self.procs.append(p)
         return p
 

@@ -368,6 +368,27 @@ class Adversarial(RankcheckTest):
         self.assertIn("already listens", again.err)
         self.assertEqual(self.finding(m.report, "duplicate-rank")["ranks"], [0])
 
+    def test_a_stranger_claiming_a_missing_rank_does_not_choose_the_suspect_host(self):
+        # A real rank of a 3-rank token job never starts; a stranger with a wrong token
+        # claims it on a host name of its choice. Its claim is no evidence: the rank is
+        # missing-rank's (exit 4), and login01 is neither suspected nor drained.
+        good = self.token_file("good", "a-job-token-that-nobody-else-has-0003")
+        bad = self.token_file("bad", "a-strangers-guess-at-the-token-00004")
+        m = self.master(3, "--token-file", good, "--job-id", "job-a")
+        one = self.rank(1, 3, extra=("--token-file", good, "--job-id", "job-a"))
+        stranger = self.rank(2, 3, extra=("--token-file", bad, "--job-id", "job-a",
+                                          "--host-name", "login01"))
+        self.finish()
+        self.assertEqual(stranger.rc, 6)
+        rep = m.report
+        self.assertEqual((m.rc, one.rc), (4, 4))
+        self.assertEqual(rep["findings"][0]["id"], "missing-rank")
+        self.assertEqual(rep["findings"][0]["ranks"], [2])
+        self.assertNotIn("login01", rep["suspect_hosts"])
+        self.assertNotIn("suspect hosts: login01", m.out)
+        auth = self.finding(rep, "auth-failed")
+        self.assertEqual((auth["severity"], auth["hosts"]), ("warning", []))
+
     def test_wrong_token_replayed_hello_and_another_job(self):
         secret = "a-job-token-that-nobody-else-has-0001"
         good = self.token_file("good", secret)
@@ -406,11 +427,16 @@ class Adversarial(RankcheckTest):
         self.assertEqual(foreign.rc, 6)
         self.assertEqual(foreign.ids(), ["foreign-job"])
         rep = m.report
-        self.assertEqual(rep["exit_code"], 6)
+        # What refused processes claim proves nothing: the ranks stay missing (exit 4),
+        # the refusals are warnings that name no host.
+        self.assertEqual(rep["exit_code"], 4)
+        self.assertEqual(rep["findings"][0]["id"], "missing-rank")
+        self.assertEqual(rep["suspect_hosts"], "")
         self.assertTrue(rep["authenticated"])
         self.assertEqual([x["rank"] for x in rep["members"]], [0])  # none of them counted
         auth = [f for f in rep["findings"] if f["id"] == "auth-failed"]
         self.assertEqual(sorted(r for f in auth for r in f["ranks"]), [1, 3])
+        self.assertEqual({f["severity"] for f in auth}, {"warning"})
         self.assertIn("foreign-job", [f["id"] for f in rep["findings"]])
         for p in self.procs:  # the token never shows
             self.assertNotIn(secret, p.out + p.err)

@@ -141,6 +141,12 @@ class Relays(ClusterCase):
                          if f["id"] in ("missing-rank", "member-disconnected") for r in f["ranks"])
         self.assertEqual(missing, [killed])
         self.assertEqual(len(master["members"]), WORLD - 1)
+        # What carried them at the decision: h2's members came back directly, its
+        # relay is gone (not "31 of 31 members joined through 4 host relays").
+        self.assertEqual(master["connections"]["relays"], HOSTS - 1)
+        self.assertEqual(master["connections"]["relayed_members"], WORLD - 1 - PER_HOST)
+        self.assertIn(f"{WORLD - 1 - PER_HOST} of {WORLD - 1} members joined through "
+                      f"{HOSTS - 1} host relays", res[0][2])
         for r in range(2 * PER_HOST, 3 * PER_HOST):
             if r == killed:
                 continue

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -192,11 +193,50 @@ class Rendezvous(RankcheckTest):
         self.assertEqual(stray.ids(), ["foreign-job"])
         self.assertIn("this master serves job 'job-a', not job 'job-b'",
                       stray.finding("foreign-job")["message"])
-        self.assertExit(procs.values(), 6)
+        # Another job's process hides nothing: rank 2 is missing (exit 4), and the
+        # refusal is named as a possible cause.
+        self.assertExit(procs.values(), 4)
+        self.assertEqual(procs[0].ids(), ["missing-rank", "foreign-job"])
+        missing = procs[0].finding("missing-rank")
+        self.assertEqual(missing["ranks"], [2])
+        self.assertIn("1 process claiming a missing rank was refused (another job id; see below)",
+                      missing["hint"])
         f = procs[0].finding("foreign-job")
-        self.assertEqual(f["ranks"], [2])
-        self.assertEqual(procs[0].ids(), ["foreign-job"])  # not also "missing"
+        self.assertEqual((f["severity"], f["ranks"]), ("warning", [2]))
+        self.assertEqual(procs[0].report["suspect_hosts"], procs[0].report["master"]["host"])
         self.assertEqual(len(procs[0].report["members"]), 3)  # never counted
+
+    def test_several_rank_0s_without_a_job_id_report_the_duplicate(self):
+        # Four plain processes given RANK=0 and no job id: the three that cannot listen
+        # join the first as members, and every one exits 3 with duplicate-rank, rather
+        # than master-port-in-use (exit 7) and a missing-rank.
+        self.timeout = 30.0
+        first = self.rank(0, 4)
+        time.sleep(0.5)
+        others = [self.rank(0, 4) for _ in range(3)]
+        self.finish()
+        self.assertExit([first] + others, 3)
+        reports = [p.report for p in [first] + others]
+        master = next(r for r in reports if r["role"] == "master")
+        dup = master["findings"][0]
+        self.assertEqual((dup["id"], dup["ranks"]), ("duplicate-rank", [0]))
+        for p in others:
+            self.assertIn("joining it as a member", p.err)
+
+    def test_join_counts_are_distinct_ranks(self):
+        # RANK=0,1,1 with WORLD_SIZE=3: two ranks of three are here, not "3 of 3".
+        self.timeout = 30.0
+        procs = [self.rank(0, 3)]
+        time.sleep(0.3)
+        procs += [self.rank(1, 3), self.rank(1, 3)]
+        self.finish()
+        self.assertExit(procs, 3)
+        self.assertIn("2 of 3 ranks joined", procs[0].err)
+        self.assertNotIn("3 of 3 ranks joined", procs[0].err)
+        import re
+        seen = [int(n) for p in procs[1:] for n in re.findall(r"\((\d+)/3 ranks so far\)", p.err)]
+        self.assertTrue(seen, procs[1].err)
+        self.assertLessEqual(max(seen), 2)
 
     def test_master_starting_late_is_waited_for(self):
         members = [self.rank(r, 3) for r in (1, 2)]
@@ -434,12 +474,48 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertEqual(master.ids(), ["missing-rank"])
         # 2 s, and however long the process took to start (longer under sanitizers).
         self.assertRegex(master.err, r"this process started 2\.[0-4]\d s after the job's start")
-        # Past the job's deadline already: it says so and leaves at once.
-        late = self.rank(1, 2, RANKCHECK_START_TIME=f"{time.time() - 10:.3f}")
+        # Past the job's deadline already, with no master there: it tries for 5 s (its
+        # clock may be ahead), then says so, well before its own --timeout of 30 s.
+        self.timeout = 30.0
+        late = self.rank(1, 2, RANKCHECK_START_TIME=f"{time.time() - 40:.3f}")
         self.finish([late])
         self.assertEqual((late.rc, late.ids()), (4, ["late-join"]))
-        self.assertLess(late.elapsed, 1.0)
-        self.assertIn("past the job's deadline (--timeout 3", late.finding("late-join")["message"])
+        self.assertLess(late.elapsed, 20.0)
+        msg = late.finding("late-join")["message"]
+        self.assertIn("past the job's deadline (--timeout 30", msg)
+        self.assertIn("and no master answered", msg)
+        self.assertIn("or this host's clock is ahead", msg)
+
+    def test_a_member_whose_clock_is_ahead_of_the_job_start_still_joins(self):
+        # RANKCHECK_START_TIME from the launch host; this member's clock reads 300 s
+        # later (as if it were ahead): past the deadline by its clock, yet the master
+        # is there and waiting. It joins, and the job passes, instead of exit 4 at once.
+        self.timeout = 30.0
+        start = time.time()
+        master = self.rank(0, 2, RANKCHECK_START_TIME=f"{start:.3f}")
+        ahead = self.rank(1, 2, RANKCHECK_START_TIME=f"{start - 300:.3f}")
+        self.finish([master, ahead])
+        self.assertExit([master, ahead], 0)
+        self.assertIn("this process started that late, or this host's clock is ahead", ahead.err)
+        self.assertNotIn("late-join", ahead.out)
+
+    def test_a_clock_ahead_is_clock_skew_not_a_late_start(self):
+        # A member under faketime +300 s that joined at once: its claimed start is
+        # 300 s after the master's, yet it joined within a second. That is its clock.
+        if shutil.which("faketime") is None:
+            self.skipTest("faketime is not installed (scripts/setup.sh test)")
+        self.timeout = 30.0
+        master = self.rank(0, 2, host="h0")
+        ahead = self.rank(1, 2, host="h3", wrap=["faketime", "-f", "+300s"],
+                          FAKETIME_DONT_FAKE_MONOTONIC="1")
+        self.finish([master, ahead])
+        self.assertExit([master, ahead], 0)
+        ids = master.ids()
+        self.assertNotIn("late-start", ids)
+        f = master.finding("clock-skew")
+        self.assertEqual(f["hosts"], ["h3"])
+        self.assertRegex(f["message"], r"^h3's clock is about 30\d\.\d\d s ahead of the "
+                                       r"master's \(h0\)")
 
     def test_a_late_rank_0_is_named_with_how_late_it_was(self):
         # Rank 0 starts 2.5 s after the others, who wait for it: the report says who

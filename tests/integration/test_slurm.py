@@ -685,13 +685,13 @@ class Slurm(unittest.TestCase):
     # -- (e) after a failed check: submit again without the suspect hosts; drain them ----
 
     def bad_node_shim(self, bad):
-        """RANKCHECK for the script: on node `bad` (or every node, "*"), task 3 claims
-        rank 2 (--rank beats SLURM_PROCID), so that launcher-env-conflict there leads and
-        names that node alone."""
+        """RANKCHECK for the script: on node `bad` (or every node, "*"), NCCL_SOCKET_IFNAME
+        names no interface the node has, so that nccl-ifname-missing (a fault of that
+        host's setup, not of the job's) leads and names that node alone."""
         shim = os.path.join(self.dir, "rankcheck-bad.sh")
         with open(shim, "w") as f:
             f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad})\n'
-                    f'  [ "$SLURM_PROCID" = 3 ] && set -- "$@" --rank 2 ;;\nesac\n'
+                    f'  export NCCL_SOCKET_IFNAME=rkbad0 ;;\nesac\n'
                     f'exec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME"\n')
         os.chmod(shim, 0o755)
         return shim
@@ -723,7 +723,7 @@ class Slurm(unittest.TestCase):
         job = self.one_node_job(bad, bad, RANKCHECK_RETRIES=2)
         self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
         self.assertIn(f"  suspect hosts: {bad}\n", job.out)  # the end of rank 0's report
-        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (launcher-env-conflict, exit 3)", job.out)
+        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (nccl-ifname-missing, exit 3)", job.out)
         m = re.search(r"rankcheck.sbatch: submitted again as job (\d+) \(try 1 of 2\), "
                       rf"excluding {re.escape(bad)}\n", job.out)
         self.assertIsNotNone(m, job.out)
@@ -751,7 +751,8 @@ class Slurm(unittest.TestCase):
     def test_sbatch_script_drains_the_suspect_host_when_asked(self):
         bad = self.cluster.nodes[0]
         self.addCleanup(self.resume, bad)
-        job = self.one_node_job(bad, bad, RANKCHECK_DRAIN=1)
+        job = self.one_node_job(bad, bad, RANKCHECK_DRAIN=1,
+                                RANKCHECK_DRAIN_FINDINGS="hardware,nccl-ifname-missing")
         self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
         self.assertIn(f"rankcheck.sbatch: drained {bad}", job.out)
         self.assertNotIn("submitted again", job.out)
@@ -759,7 +760,39 @@ class Slurm(unittest.TestCase):
             "scontrol", "show", "node", "-o", bad).stdout))
         self.assertIn("DRAIN", node["State"])
         reason = self.cluster.cmd("sinfo", "-h", "-n", bad, "-o", "%E").stdout.strip()
-        self.assertEqual(reason, f"rankcheck launcher-env-conflict (exit 3) in job {job.job}")
+        self.assertEqual(reason, f"rankcheck nccl-ifname-missing (exit 3) in job {job.job}")
+
+    def test_sbatch_script_drains_only_the_findings_it_is_told_to(self):
+        # By default only hardware and network findings drain: a host's setup
+        # (host-config, here NCCL_SOCKET_IFNAME) names the suspect, drains nothing.
+        bad = self.cluster.nodes[0]
+        self.addCleanup(self.resume, bad)
+        job = self.one_node_job(bad, bad, RANKCHECK_DRAIN=1)
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (nccl-ifname-missing, exit 3)",
+                      job.out)
+        self.assertIn("rankcheck.sbatch: not draining: nccl-ifname-missing (host-config) is not "
+                      "in RANKCHECK_DRAIN_FINDINGS=hardware,network", job.out)
+        self.assertNotIn("drained", job.out)
+        node = dict(re.findall(r"(\w+)=(\S*)", self.cluster.cmd(
+            "scontrol", "show", "node", "-o", bad).stdout))
+        self.assertNotIn("DRAIN", node["State"])
+
+    def test_sbatch_script_names_no_host_for_a_job_wide_error(self):
+        # A WORLD_SIZE given to every task against the launcher's count is the job's own
+        # configuration (launcher-env-conflict): no node is excluded or drained for it.
+        first = self.cluster.nodes[0]
+        self.addCleanup(self.resume, first)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--nodes=1", "--ntasks-per-node=4", f"--nodelist={first}"],
+                          RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q --world-size 3",
+                          RANKCHECK_DRAIN=1, RANKCHECK_RETRIES=2,
+                          RANKCHECK_DRAIN_FINDINGS="hardware,network,job")
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertNotIn("suspect hosts:", job.out)
+        self.assertIn("rankcheck.sbatch: the failure names no host to leave out: not draining, "
+                      "not submitting again", job.out)
+        self.assertNotIn("drained", job.out)
 
     def resume(self, node):
         self.cluster.cmd("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)

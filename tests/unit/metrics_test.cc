@@ -44,7 +44,7 @@ TEST_CASE("metrics: a failing run's verdict, findings by id and severity, timing
   CHECK(has(m, "rankcheck_rendezvous_seconds 1.33"));
   CHECK(has(m,
             "rankcheck_run_info{job_id=\"48213\",role=\"master\",first_finding=\"missing-rank\","
-            "suspect_hosts=\"gpu-02\",version=\"0.1.0\"} 1"));
+            "first_finding_class=\"process\",suspect_hosts=\"gpu-02\",version=\"0.1.0\"} 1"));
   // The GPU stage did not run: its metrics are absent, not zero.
   CHECK(m.find("rankcheck_nccl_init_seconds") == std::string::npos);
   CHECK(m.find("rankcheck_allreduce_bus_bandwidth_bytes_per_second") == std::string::npos);

@@ -306,18 +306,26 @@ TEST_CASE("NCCL_SOCKET_IFNAME syntax: prefixes, exact names, exclusion") {
   CHECK(!ifname_matches_any("^docker,lo,eth", ifs));
 }
 
-TEST_CASE("foreign-job: a refused member of another job explains its missing rank") {
+TEST_CASE("foreign-job: a refused process of another job is a possible cause of a missing rank") {
   JobView v = healthy_job(4, 4);
   Record stray = v.members[2].record;
   stray.job_id = "99999";
   v.members.erase(v.members.begin() + 2);
   v.refused.push_back(Refusal{RefusalKind::kForeignJob, "10.0.0.12:4242", "job", stray, 5});
-  Finding f = sole(run_checks(v));  // rank 2 is explained, not also "missing"
+  auto fs = run_checks(v);
+  // What a refused process claims proves nothing: the missing rank leads (exit 4).
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].id == "missing-rank");
+  CHECK(exit_code_for(fs) == 4);
+  CHECK(fs[0].hint.find("1 process claiming a missing rank was refused (another job id; see "
+                        "below): if it is this job's, give it the job's id") != std::string::npos);
+  Finding f = fs[1];
   CHECK(f.id == "foreign-job");
-  CHECK(f.exit_code == 6);
+  CHECK(f.severity == Severity::kWarning);
   CHECK(f.message ==
         "rank 2 (gpu-01, pid 1002) from 10.0.0.12:4242 was refused: it says job '99999', this "
-        "master serves job '48213', so its rank is missing here");
+        "master serves job '48213'; if it is the rank missing here, this is why (a wrong job "
+        "id), else another job shares MASTER_PORT");
 
   // A stray from another job whose rank is present is a warning.
   JobView w = healthy_job(4, 4);
@@ -683,14 +691,19 @@ TEST_CASE("foreign-job: the processes of another job are one finding") {
   CHECK(f.message ==
         "3 processes of job 'other' (ranks 1-3 on gpu-09, from 10.0.0.19:4241, 10.0.0.19:4242 "
         "and 10.0.0.19:4243) reached this master (job '48213') and were refused");
-  // Their ranks missing here: one error that says so.
+  // Their ranks missing here: missing-rank leads, the refusal is a possible cause.
   v.members.resize(1);
-  f = sole(run_checks(v));
-  CHECK(f.exit_code == 6);
+  auto fs = run_checks(v);
+  REQUIRE(fs.size() == 2);
+  CHECK(fs[0].id == "missing-rank");
+  CHECK(exit_code_for(fs) == 4);
+  f = fs[1];
+  CHECK(f.severity == Severity::kWarning);
   CHECK(f.message ==
         "3 processes (ranks 1-3 on gpu-09, from 10.0.0.19:4241, 10.0.0.19:4242 and "
-        "10.0.0.19:4243) were refused: they say job 'other', this master serves job '48213', so "
-        "their ranks are missing here");
+        "10.0.0.19:4243) were refused: they say job 'other', this master serves job '48213'; "
+        "if they are the rank missing here, this is why (a wrong job id), else another job "
+        "shares MASTER_PORT");
 }
 
 TEST_CASE("late-start: a process that started well after the first is named") {
