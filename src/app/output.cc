@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "app/watchdog.h"
 #include "base/interrupt.h"
 #include "report/metrics.h"
 
@@ -125,10 +126,27 @@ Status write_report_file(const std::string& path,
   bool exists = ::lstat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) return fail("it is a directory", EISDIR);
   if (exists && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-    // A device or a pipe (/dev/stdout, a FIFO a collector reads): written in place.
-    int fd =
-        open_with_spare([&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY); });
+    // A device (/dev/null, a terminal) is written in place. A FIFO or a socket is
+    // refused: opening one blocks until a reader comes, and writing blocks while it
+    // does not read, with the report still unwritten. Checked on the descriptor,
+    // opened without blocking, so that what is checked is what is written.
+    int fd = open_with_spare(
+        [&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); });
+    auto not_a_file = [&] {
+      return Error{
+          fmt::format("cannot write {} to {}: not a regular file (a FIFO or a socket "
+                      "would block the run): give the path of a file",
+                      what, path)};
+    };
+    if (fd < 0 && (errno == ENXIO || errno == ENODEV)) return not_a_file();  // a FIFO, a socket
     if (fd < 0) return fail("open", errno);
+    struct stat opened {};
+    if (::fstat(fd, &opened) != 0 || !S_ISCHR(opened.st_mode)) {
+      ::close(fd);
+      return not_a_file();
+    }
+    int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     bool ok = write_pieces(fd, produce);
     int err = errno;
     ::close(fd);
@@ -214,6 +232,7 @@ Status write_extras(const Output& out, const std::function<std::string()>& metri
 }  // namespace
 
 int print_member(const MemberReport& m, const Output& out) {
+  watchdog_exit_with_verdict(m.exit_code);
   Status written = out.emit([&] { return render_member_text(m, {out.color}); },
                             [&](const JsonSink& sink) { sink(render_member_json(m)); });
   // Rank 0 names the job's suspects; a member writes them only when its own
@@ -226,6 +245,8 @@ int print_member(const MemberReport& m, const Output& out) {
 }
 
 int print_report(const Report& r, const Output& out) {
+  watchdog_exit_with_verdict(interrupted() ? exit_code::kSignalBase + interrupted()
+                                           : r.exit_code());
   Status written = out.emit([&] { return render_text(r, {out.color}); },
                             [&](const JsonSink& sink) { write_json(r, sink); });
   Status extras = write_extras(

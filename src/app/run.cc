@@ -336,6 +336,27 @@ int run_env(const EnvOptions& o, const EnvMap& env) {
   Record self = build_self(id, o.host_name, env, Deadline::after(seconds(o.resolve_timeout_s)),
                            std::move(gpu));
   std::vector<Finding> local = id.usable() ? local_checks(self) : std::vector<Finding>{};
+  if (id.usable() && !self.resolve_error.empty()) {
+    // What `run` would meet first. Rank 0 stops at once: it cannot listen. A member
+    // retries until --timeout, and the name may be one that appears later (a
+    // Kubernetes headless service before rank 0's pod is ready): a warning.
+    if (id.rank == 0) {
+      local.push_back(master_addr_unresolved(self, id.master_addr));
+    } else {
+      Finding f = make_finding(
+          FindingId::kMasterUnreachable,
+          fmt::format("MASTER_ADDR {} does not resolve on {} now: {}; `rankcheck run` would "
+                      "retry it until --timeout",
+                      printable(id.master_addr), printable(self.host), self.resolve_error),
+          "check the name in MASTER_ADDR (a typo, a short name this host's resolver cannot "
+          "complete), or give rank 0's address; a name that appears later (a Kubernetes "
+          "headless service) is fine",
+          Severity::kWarning);
+      f.ranks = {self.rank};
+      f.hosts = {self.host};
+      local.push_back(std::move(f));
+    }
+  }
   if (o.json) {
     std::fputs(render_env_json(id, self, local).c_str(), stdout);
   } else {

@@ -24,9 +24,14 @@ size_t watchdog_len = 0;
 // The file to remove first, when watchdog_remove_set says the path is whole.
 char watchdog_remove[4096];
 std::atomic<bool> watchdog_remove_set{false};
+// The verdict's exit code once one is reached (-1 before): a run stuck writing its
+// report passed or failed all the same, and its exit code says which.
+std::atomic<int> verdict_code{-1};
 
 extern "C" void on_watchdog(int /*signal*/) {
-  int code = watchdog_code != nullptr ? watchdog_code->load() : exit_code::kInternal;
+  int code = verdict_code.load() >= 0   ? verdict_code.load()
+             : watchdog_code != nullptr ? watchdog_code->load()
+                                        : exit_code::kInternal;
   char line[sizeof watchdog_text + 16];
   size_t n = watchdog_len;
   std::memcpy(line, watchdog_text, n);
@@ -67,6 +72,10 @@ Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code) {
   when.it_value.tv_sec = static_cast<time_t>(us / 1000000);
   when.it_value.tv_usec = static_cast<suseconds_t>(us % 1000000);
   ::setitimer(ITIMER_REAL, &when, nullptr);
+}
+
+void watchdog_exit_with_verdict(int code) {
+  verdict_code.store(code);
 }
 
 void remove_at_watchdog_exit(const std::string& path) {

@@ -21,6 +21,11 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 };
 
+/// The job's verdict is reached, with exit code `code`: the watchdog ends the
+/// process with it from now on (writing the report can still block), rather than
+/// with the code of the phase it was stuck in.
+void watchdog_exit_with_verdict(int code);
+
 /// A file of this process's own that the watchdog removes before it ends the
 /// process ("" for none): its destructor will not run then.
 void remove_at_watchdog_exit(const std::string& path);

@@ -1,22 +1,25 @@
 // The outside world of `rankcheck diagnose`: files, directories, stdin and gzip,
 // read in fixed chunks and handed to the scanner a line at a time. A line longer
-// than kMaxLine is cut there (the rest of it is skipped), so memory stays bounded
+// than kMaxLine is handed on as its start and its end, so memory stays bounded
 // whatever the input holds.
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef RANKCHECK_HAVE_ZLIB
 #include <zlib.h>
 #endif
 
+#include "base/text.h"
 #include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
@@ -25,7 +28,10 @@ namespace {
 constexpr size_t kChunk = 1 << 20;
 constexpr size_t kMaxLine = 64 * 1024;
 
-// Splits chunks into lines; a line's text is handed on once its end is seen.
+// Splits chunks into lines; a line's text is handed on once its end is seen. A
+// line longer than kMaxLine is handed on as its first and last kMaxLine / 2 bytes:
+// the message that ends a long line (after a progress bar's carriage returns, a
+// dump) is still read, in bounded memory.
 class LineSplitter {
  public:
   explicit LineSplitter(Scanner& s) : scanner_(s) {}
@@ -34,27 +40,52 @@ class LineSplitter {
     while (!chunk.empty()) {
       size_t nl = chunk.find('\n');
       std::string_view part = chunk.substr(0, nl);
-      if (partial_.empty() && nl != std::string_view::npos) {
-        scanner_.line(part.substr(0, kMaxLine));  // the common case: no copy
+      if (partial_.empty() && nl != std::string_view::npos && part.size() <= kMaxLine) {
+        scanner_.line(part);  // the common case: no copy
       } else {
-        if (partial_.size() < kMaxLine) partial_.append(part.substr(0, kMaxLine - partial_.size()));
-        if (nl != std::string_view::npos) {
-          scanner_.line(partial_);
-          partial_.clear();
-        }
+        add(part);
+        if (nl != std::string_view::npos) flush();
       }
       if (nl == std::string_view::npos) break;
       chunk.remove_prefix(nl + 1);
     }
   }
   void end() {
-    if (!partial_.empty()) scanner_.line(partial_);
-    partial_.clear();
+    if (!partial_.empty()) flush();
   }
 
  private:
+  static constexpr size_t kKeep = kMaxLine / 2;
+
+  void add(std::string_view part) {
+    size_t room = partial_.size() < kMaxLine ? kMaxLine - partial_.size() : 0;
+    partial_.append(part.substr(0, room));
+    if (part.size() <= room) return;
+    tail_.append(part.substr(room));
+    cut_ = true;
+    if (tail_.size() > 2 * kKeep) tail_.erase(0, tail_.size() - kKeep);
+  }
+  void flush() {
+    if (!cut_) {
+      scanner_.line(partial_);
+    } else {
+      // Its start, then its last kKeep bytes (some of them from partial_'s end when
+      // the tail is short).
+      std::string whole = partial_.substr(0, kKeep);
+      std::string last = partial_.substr(kKeep) + tail_;
+      whole += " \xE2\x80\xA6 ";
+      whole.append(last, last.size() > kKeep ? last.size() - kKeep : 0);
+      scanner_.line(whole);
+    }
+    partial_.clear();
+    tail_.clear();
+    cut_ = false;
+  }
+
   Scanner& scanner_;
-  std::string partial_;
+  std::string partial_;  // the line's first kMaxLine bytes
+  std::string tail_;     // what came after them, its last kKeep bytes at least
+  bool cut_ = false;
 };
 
 std::string errno_text(const std::string& path, int err) {
@@ -132,8 +163,25 @@ std::string read_gzip(const std::string& path, Scanner& scanner, std::string& bu
 }
 
 std::string read_file(const std::string& path, Scanner& scanner, std::string& buf) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opened without blocking and checked on the descriptor itself: a FIFO with no
+  // writer would wait forever, a device never ends. A pipe comes in on stdin.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return errno_text(path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return errno_text(path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fmt::format(
+        "{}: not a regular file (a pipe or a device?): pipe it in instead "
+        "(rankcheck diagnose - < {})",
+        path, path);
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   std::string r = read_plain(fd, path, scanner, buf);
   ::close(fd);
   if (r == "gzip") return read_gzip(path, scanner, buf);
@@ -142,6 +190,48 @@ std::string read_file(const std::string& path, Scanner& scanner, std::string& bu
     return "";
   }
   return r;
+}
+
+// Directories below a given one that are read, at most: deeper ones are left out,
+// and said. Each level holds only its own entries' names while the walk is in it.
+constexpr size_t kMaxDepth = 64;
+
+struct Walk {
+  Scanner& scanner;
+  std::string& buf;
+  uint64_t too_deep = 0;
+};
+
+// Every regular file below `dir`, in the order of their whole paths (a folder's
+// name sorts as if followed by its '/'), so that a run is the same every time.
+std::string walk(const std::string& dir, size_t depth, Walk& w) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, bool>> entries;  // sort key, is a folder
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code sec;
+    bool folder = it->is_directory(sec) && !it->is_symlink(sec);
+    bool file = !folder && it->is_regular_file(sec);
+    if (!folder && !file) continue;
+    std::string name = it->path().filename().string();
+    entries.emplace_back(folder ? name + "/" : name, folder);
+  }
+  if (ec) return fmt::format("{}: {}", dir, ec.message());
+  std::sort(entries.begin(), entries.end());
+  std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  for (auto& [key, folder] : entries) {
+    if (folder) {
+      key.pop_back();
+      if (depth + 1 > kMaxDepth) {
+        ++w.too_deep;
+        continue;
+      }
+      if (std::string r = walk(base + key, depth + 1, w); !r.empty()) return r;
+    } else if (std::string r = read_file(base + key, w.scanner, w.buf); !r.empty()) {
+      return r;
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -161,19 +251,19 @@ std::string read_inputs(const Input& in, Scanner& scanner) {
     fs::file_status st = fs::status(path, ec);
     if (ec) return fmt::format("{}: {}", path, ec.message());
     if (fs::is_directory(st)) {
-      // Every file below, in name order, so that a run is the same every time.
-      std::vector<std::string> files;
-      fs::recursive_directory_iterator it(path, fs::directory_options::none, ec), end;
-      for (; !ec && it != end; it.increment(ec)) {
-        if (it->is_regular_file(ec)) files.push_back(it->path().string());
-      }
-      if (ec) return fmt::format("{}: {}", path, ec.message());
-      std::sort(files.begin(), files.end());
-      for (const std::string& f : files) {
-        std::string r = read_file(f, scanner, buf);
-        if (!r.empty()) return r;
+      Walk w{scanner, buf};
+      if (std::string r = walk(path, 0, w); !r.empty()) return r;
+      if (w.too_deep > 0) {
+        // Said, not an error: what was read is diagnosed. Escaped: a hostile name.
+        std::string note = fmt::format(
+            "rankcheck diagnose: warning: {}: left out {} more than {} levels down\n",
+            printable(path, 4096),
+            w.too_deep == 1 ? std::string("1 folder") : fmt::format("{} folders", w.too_deep),
+            kMaxDepth);
+        std::fwrite(note.data(), 1, note.size(), stderr);
       }
     } else if (fs::is_regular_file(st) || fs::is_fifo(st) || fs::is_character_file(st)) {
+      // Refused by read_file, with what to do instead, unless a regular file.
       std::string r = read_file(path, scanner, buf);
       if (!r.empty()) return r;
     } else {

@@ -28,6 +28,16 @@ namespace {
 constexpr size_t kMaxProcs = 1 << 20;
 constexpr size_t kMaxEvidence = 3;
 constexpr size_t kMaxPids = 1 << 16;
+// Hosts a group names, at most: a log that names a million peers is reported by the
+// first of them, in memory proportional to the report, not to the log.
+constexpr size_t kMaxGroupHosts = 1024;
+
+// Names `host` in `g`, unless kMaxGroupHosts others are named already: false then.
+bool add_host(Group& g, const std::string& host) {
+  if (g.hosts.size() >= kMaxGroupHosts && g.hosts.count(host) == 0) return false;
+  g.hosts.insert(host);
+  return true;
+}
 
 std::string key_of(const Origin& o, uint32_t source) {
   if (o.rank >= 0) return fmt::format("r{}", o.rank);
@@ -271,7 +281,7 @@ void Knowledge::on_setup_error(const Match& m, const Pattern& row, const Origin&
     if (row.finding == FindingId::kDuplicateGpu && number(m.get(f)) >= 0)
       g.ranks.insert(number(m.get(f)));
   }
-  if (!o.host.empty()) g.hosts.insert(o.host);
+  if (!o.host.empty() && !add_host(g, o.host)) ++dropped;
   add_evidence(g, note, note.detail);
   if (row.name == "torch_address_in_use" && !m.get(LineField::kPort).empty() && g.count == 1)
     g.detail = m.get(LineField::kPort);
@@ -359,7 +369,7 @@ void Knowledge::on_pointer(const Match& m, const Pattern& row, const Origin& o, 
   Group& g = pointers[row.finding];
   g.id = row.finding;
   if (o.rank >= 0) g.ranks.insert(o.rank);
-  if (!m.get(LineField::kHost).empty()) g.hosts.insert(m.get(LineField::kHost));
+  if (!m.get(LineField::kHost).empty() && !add_host(g, m.get(LineField::kHost))) ++dropped;
   add_evidence(g, note, note.detail);
   if (Proc* p = proc_at(o, m.source)) keep_first(p->downstream, note);
 }

@@ -16,6 +16,8 @@ void Outbox::push(std::vector<uint8_t> frame) {
 }
 
 void Outbox::clear() {
+  for (size_t i = head_ + in_write_; i < queue_.size(); ++i)
+    bytes_ -= queue_[i]->size();
   queue_.erase(queue_.begin() + head_ + in_write_, queue_.end());
   // An idle connection keeps no allocation: the master holds 100k of them waiting.
   if (empty()) {
@@ -25,9 +27,12 @@ void Outbox::clear() {
 }
 
 void Outbox::written(std::error_code ec) {
-  head_ += in_write_;
+  // Every frame of the write goes, written or not (an error ends the connection).
+  size_t end = ec ? queue_.size() : head_ + in_write_;
+  for (size_t i = head_; i < end; ++i)
+    bytes_ -= queue_[i]->size();
+  head_ = static_cast<uint32_t>(end);
   in_write_ = 0;
-  if (ec) head_ = static_cast<uint32_t>(queue_.size());  // the connection is broken: none goes
   if (empty()) return clear();
   // The frames written go once they are as many as those left: each frame is
   // moved once on average, whether one frame is written at a time or 256.

@@ -91,8 +91,13 @@ asio::awaitable<std::optional<Frame>> read_frame(Sock& s, ReadError* why = nullp
 /// decides what an empty outbox means (a close, a half-close, the run's end).
 class Outbox {
  public:
-  void push(Bytes frame) { queue_.push_back(std::move(frame)); }
+  void push(Bytes frame) {
+    bytes_ += frame->size();
+    queue_.push_back(std::move(frame));
+  }
   void push(std::vector<uint8_t> frame);
+  /// The bytes of the frames not yet written, the write under way included.
+  size_t queued_bytes() const { return bytes_; }
   /// A write is under way.
   bool writing() const { return in_write_ > 0; }
   /// Nothing left to write, the write under way (if any) included.
@@ -124,6 +129,7 @@ class Outbox {
   void written(std::error_code ec);
 
   std::vector<Bytes> queue_;  // from head_ on: not yet written
+  size_t bytes_ = 0;          // their size, together
   uint32_t head_ = 0;
   uint32_t in_write_ = 0;  // queue_[head_, head_ + in_write_) is being written
 };

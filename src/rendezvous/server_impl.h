@@ -48,6 +48,11 @@ inline constexpr Millis kRejoinGrace{1000};
 // (a host's ranks behind one NAT address, a load generator), while a silent one
 // is still dropped long before the handshake deadline.
 inline constexpr Millis kEvictAfter{1000};
+// What a relay may leave unread in the master's outbox while its channels are in
+// their handshake: a host's burst of challenges and admissions is a few hundred
+// bytes a member. A relay past it is closed, not waited for: one that opens
+// channels and never reads would otherwise grow the master without bound.
+inline constexpr size_t kMaxRelayBacklog = size_t{8} << 20;
 
 // A member as the master tells a relayed one from its direct return: the same
 // process (host and pid) standing for the same rank.
@@ -93,6 +98,9 @@ struct Server::Impl {
       std::unordered_map<uint32_t, std::shared_ptr<Conn>> channels;  // open ones
       std::vector<uint8_t> rx;  // the start of a frame its last read cut short
       size_t came_back = 0;     // members that joined directly while their channel was open
+      // Fires at the oldest channel's handshake deadline while any waits for its hello.
+      std::unique_ptr<asio::steady_timer> sweep;
+      bool sweep_armed = false;
     };
     std::unique_ptr<Link> link;
     // A member that came through a relay: the relay's connection and its channel.
@@ -241,6 +249,10 @@ struct Server::Impl {
   // is not a channel frame or does not decode.
   bool take_channel_frames(const ConnPtr& c, size_t got, std::string& why);
   void on_channel(const ConnPtr& link, ChannelFrame frame);
+  // Each channel has the handshake deadline of a connection: those without a
+  // hello by then are refused (sweep_channels), on one timer per relay.
+  void arm_channel_sweep(const ConnPtr& link, Clock::time_point at);
+  void sweep_channels(const ConnPtr& link);
   void on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame);
   // The member behind a channel closed its end (or its relay is gone).
   void on_channel_closed(const ConnPtr& c);

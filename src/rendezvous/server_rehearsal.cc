@@ -78,7 +78,7 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
   R.waiting = n;
   R.reported.assign(n, false);
   R.started = Clock::now();
-  log(fmt::format("rehearsing NCCL's connections: {} between {} hosts ({} s at most)",
+  log(fmt::format("rehearsing NCCL's connections: {} between {} hosts ({} at most)",
                   R.results.size(), n, format_seconds(double(total.count()))));
   for (size_t h = 0; h < n; ++h) {
     PathPlan plan;

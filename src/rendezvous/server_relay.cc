@@ -84,8 +84,8 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   }
   if (c->link) std::vector<uint8_t>().swap(c->link->rx);
   if (!why.empty()) {
-    log(fmt::format("the relay of {} ({}) sent what no relay sends ({}): closing it",
-                    printable(c->link->host), printable(peer), printable(why, 200)));
+    log(fmt::format("the relay of {} ({}) {}: closing it", printable(c->link->host),
+                    printable(peer), printable(why, 200)));
   }
   relay_closed(c);
 }
@@ -98,18 +98,33 @@ bool Server::Impl::take_channel_frames(const ConnPtr& c, size_t got, std::string
     rx.insert(rx.end(), scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(got));
   std::span<const uint8_t> data =
       kept ? std::span<const uint8_t>(rx) : std::span<const uint8_t>(scratch).first(got);
+  // A frame that starts a channel's handshake or belongs to one: what the master
+  // answers goes in the relay's outbox before any member behind it is admitted.
+  auto in_handshake = [&channels = c->link->channels](const ChannelFrame& f) {
+    if (f.op == ChannelOp::kOpen) return true;
+    if (f.op != ChannelOp::kData) return false;
+    auto it = channels.find(f.channel);
+    return it != channels.end() && !it->second->admitted;
+  };
   size_t at = 0;
   while (!c->closed && data.size() - at >= kHeaderSize) {
     auto header = decode_header(data.subspan(at, kHeaderSize));
     if (!header || header->type != uint16_t(MsgType::kChannel)) {
-      why = header ? fmt::format("a {} frame", type_name(header->type)) : header.error().message;
+      why = fmt::format(
+          "sent what no relay sends ({})",
+          header ? fmt::format("a {} frame", type_name(header->type)) : header.error().message);
       return false;
     }
     if (data.size() - at - kHeaderSize < header->length) break;  // the rest comes later
     auto frame = decode_channel(data.subspan(at + kHeaderSize, header->length));
     at += kHeaderSize + header->length;
     if (!frame) {
-      why = frame.error().message;
+      why = fmt::format("sent what no relay sends ({})", frame.error().message);
+      return false;
+    }
+    if (c->outbox.queued_bytes() > kMaxRelayBacklog && in_handshake(*frame)) {
+      why = fmt::format("reads none of what it is sent ({} waiting for it) and opens more",
+                        bytes_text(c->outbox.queued_bytes()));
       return false;
     }
     on_channel(c, std::move(*frame));
@@ -141,6 +156,7 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
       }
       channels.emplace(f.channel, c);
       send(c, challenge_for(*c));
+      if (!link->link->sweep_armed) arm_channel_sweep(link, c->accepted + cfg.handshake_timeout);
       return;
     }
     case ChannelOp::kData:
@@ -183,6 +199,42 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
       return;
     }
   }
+}
+
+void Server::Impl::arm_channel_sweep(const ConnPtr& link, Clock::time_point at) {
+  Conn::Link& l = *link->link;
+  if (!l.sweep) l.sweep = std::make_unique<asio::steady_timer>(io);
+  l.sweep_armed = true;
+  l.sweep->expires_at(at);
+  l.sweep->async_wait([this, weak = std::weak_ptr<Conn>(link)](std::error_code ec) {
+    ConnPtr held = weak.lock();
+    if (ec || held == nullptr || held->closed || held->link == nullptr) return;
+    held->link->sweep_armed = false;
+    sweep_channels(held);
+  });
+}
+
+void Server::Impl::sweep_channels(const ConnPtr& link) {
+  const Clock::time_point now = Clock::now();
+  std::vector<ConnPtr> late;
+  std::optional<Clock::time_point> next;
+  for (const auto& [id, c] : link->link->channels) {
+    if (c->admitted || c->closed) continue;
+    Clock::time_point due = c->accepted + cfg.handshake_timeout;
+    if (due <= now) {
+      late.push_back(c);
+    } else if (!next || due < *next) {
+      next = due;
+    }
+  }
+  for (const ConnPtr& c : late) {
+    if (c->closed || c->admitted) continue;
+    refuse(c, link->link->peer, RefusalKind::kMalformed,
+           fmt::format(
+               "no hello within the handshake deadline of {} (a channel of the relay of {})",
+               format_seconds(double(cfg.handshake_timeout.count())), printable(link->link->host)));
+  }
+  if (next && !link->closed && !link->link->sweep_armed) arm_channel_sweep(link, *next);
 }
 
 void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame) {
@@ -265,6 +317,7 @@ void Server::Impl::relay_closed(const ConnPtr& link) {
         printable(l.host), l.pid, printable(l.peer), plural(open, "member", "members")));
     state.relay_lost(l.host, l.pid, open);
   }
+  if (l.sweep) l.sweep->cancel();
   auto channels = std::move(l.channels);
   l.channels.clear();
   for (auto& [id, c] : channels)

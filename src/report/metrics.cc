@@ -38,6 +38,8 @@ class Metrics {
     out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   }
   void sample(std::string_view name, double value, std::string_view labels = {}) {
+    // To the microsecond: the rest of a double's digits are noise (10.800385033000001).
+    if (std::isfinite(value)) value = std::round(value * 1e6) / 1e6;
     out_ += labels.empty() ? fmt::format("{} {}\n", name, value)
                            : fmt::format("{}{{{}}} {}\n", name, labels, value);
   }

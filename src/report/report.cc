@@ -1,6 +1,7 @@
 #include "report/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -218,9 +219,28 @@ nlohmann::json json_envelope(std::string_view role, std::string_view verdict, in
   return j;
 }
 
+namespace {
+
+// Every fractional number in the reports is a time in ms or µs, or a rate in GB/s:
+// three decimals are all that was measured; the rest of a double's digits are noise
+// (0.005438000000026477).
+void round_fractions(nlohmann::json& j) {
+  if (j.is_number_float()) {
+    double v = j.get<double>();
+    if (std::isfinite(v)) j = std::round(v * 1000) / 1000;
+  } else if (j.is_structured()) {
+    for (auto& e : j)
+      round_fractions(e);
+  }
+}
+
+}  // namespace
+
 std::string dump(const nlohmann::json& j, bool final_newline) {
+  nlohmann::json rounded = j;
+  round_fractions(rounded);
   // Peers may send invalid UTF-8; the JSON stays valid with U+FFFD in its place.
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+  return rounded.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
          (final_newline ? "\n" : "");
 }
 

@@ -117,20 +117,6 @@ class Local(unittest.TestCase):
             self.skipTest("the members came and went before one could be looked at")
         self.assertEqual(leaked, [], "members hold MASTER_PORT's listening socket")
 
-    def test_local_watchdog_ends_a_run_stuck_past_its_deadline(self):
-        # Opening a FIFO nobody reads blocks with no deadline of rankcheck's own: the
-        # watchdog ends the process 1.8 s past --timeout, and says so.
-        with tempfile.TemporaryDirectory() as tmp:
-            fifo = os.path.join(tmp, "report.json")
-            os.mkfifo(fifo)
-            t0 = time.monotonic()
-            r = run(["local", "-n", "2", "--no-gpu", "--timeout", "1", "--json", fifo])
-            took = time.monotonic() - t0
-        self.assertIn("rankcheck: watchdog: still running 1800 ms past the deadline; exiting with "
-                      f"{r.returncode}\n", r.stderr)
-        self.assertNotEqual(r.returncode, 0)
-        self.assertGreaterEqual(took, 2.5)
-
     def test_local_inside_a_launcher_ignores_its_variables(self):
         env = fixture_env("slurm_srun.env")
         r = run(["local", "-n", "3", "--json", "-"], env=env)
@@ -196,7 +182,9 @@ class Env(unittest.TestCase):
         j = json.loads(r.stdout)
         self.assertEqual(j["role"], "env")
         self.assertEqual(j["self"]["rank"], 5)
-        self.assertEqual([f["id"] for f in j["findings"]], ["launcher-env-conflict"])
+        # gpu-01 does not resolve here: a warning after the conflict, which leads.
+        self.assertEqual([f["id"] for f in j["findings"]][:1], ["launcher-env-conflict"])
+        self.assertNotIn("error", [f["severity"] for f in j["findings"][1:]])
         self.assertEqual(j["conflicts"][0]["values"], [{"RANK": "5"}, {"SLURM_PROCID": "3"}])
 
     def test_env_incomplete_identity_is_a_usage_error(self):
@@ -323,6 +311,24 @@ class NewUser(unittest.TestCase):
         self.assertIn("contains a port", r.stdout)
         self.assertNotIn("nothing wrong", r.stdout)
         self.assertIn("not run: fix the problems above first", r.stdout)
+
+    def test_env_says_when_master_addr_does_not_resolve(self):
+        # It showed the resolver's error, then "nothing wrong that this process can see
+        # alone", exit 0. A member would retry it (a warning); rank 0 cannot listen (exit 7).
+        bad = "no-such-host.invalid"
+        r = run(["env", "--no-gpu", "--resolve-timeout", "1"], env=torch_env(1, 2, MASTER_ADDR=bad))
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertNotIn("nothing wrong", r.stdout)
+        self.assertIn(f"MASTER_ADDR {bad} does not resolve on", r.stdout)
+        r = run(["env", "--json", "--no-gpu", "--resolve-timeout", "1"],
+                env=torch_env(1, 2, MASTER_ADDR=bad))
+        found = [(f["id"], f["severity"]) for f in json.loads(r.stdout)["findings"]]
+        self.assertEqual(found, [("master-unreachable", "warning")])
+        r = run(["env", "--json", "--no-gpu", "--resolve-timeout", "1"],
+                env=torch_env(0, 2, MASTER_ADDR=bad))
+        self.assertEqual(r.returncode, 7, r.stdout)
+        self.assertEqual([f["id"] for f in json.loads(r.stdout)["findings"]],
+                         ["master-addr-not-local"])
 
     def test_bracketed_ipv6_master_addr_is_the_address(self):
         r = run(["env", "--json", "--no-gpu"], env=torch_env(1, 2, MASTER_ADDR="[::1]"))

@@ -54,6 +54,8 @@ class NcclInterfaces(ClusterCase):
             self.assertEqual(nif["socket"], [f"eth0 198.18.0.{r // PER_HOST + 1}"])
         self.assertIn("nccl if", res[0][2])
         self.assertIn("eth0 198.18.0.2", res[0][2])
+        # Its progress line names the rehearsal's limit with one unit ("2.00 s s" once).
+        self.assertRegex(res[0][2], r"rehearsing NCCL's connections: .* \(\d+(\.\d+)? s at most\)")
 
     def test_a_bridge_with_one_address_on_every_host(self):
         # Made inside each namespace after its eth0 came in, the bridge has the lower
