@@ -460,6 +460,16 @@ const Verdict& MasterState::finalize() {
   sv.world_size = cfg_.world_size;
   sv.members = &report_.members;
   sv.results = stage_results_;
+  // Members that never reported are still connected (a lost one reports nothing).
+  for (size_t i = 0; i < reported_.size(); ++i) {
+    if (reported_[i]) continue;
+    const Record& rec = report_.members[i].record;
+    cfg_.log(fmt::format("{} sent no GPU stage result by the stage's end, still connected",
+                         member_label(rec)));
+    for (long k = rec.rank; k <= rec.last_rank(); ++k)
+      sv.pending.push_back(k);
+  }
+  std::sort(sv.pending.begin(), sv.pending.end());
   sv.stage_ms = stage_ms_;
   sv.min_busbw_gbps = cfg_.min_busbw_gbps;
   auto found = stage_checks(sv);

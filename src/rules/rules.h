@@ -19,6 +19,9 @@ struct StageView {
   long world_size = 0;
   const std::vector<Member>* members = nullptr;
   std::vector<RankResult> results;  ///< as reported, any order
+  /// Ranks of members still connected when the stage ended, with no result: not
+  /// gone (those are absent from `results` too), but stuck past their own deadline.
+  std::vector<long> pending;
   double stage_ms = 0;              ///< the time the stage had
   double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
 };
