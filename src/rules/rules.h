@@ -22,8 +22,8 @@ struct StageView {
   /// Ranks of members still connected when the stage ended, with no result: not
   /// gone (those are absent from `results` too), but stuck past their own deadline.
   std::vector<long> pending;
-  double stage_ms = 0;              ///< the time the stage had
-  double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
+  double stage_ms = 0;        ///< the time the stage had
+  double min_busbw_gbps = 0;  ///< --min-busbw; 0: no floor
 };
 
 /// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor (with what NCCL
