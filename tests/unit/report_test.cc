@@ -197,8 +197,8 @@ TEST_CASE("member line: a member that lost the master says so in its one line") 
   CHECK(line == fmt::format("rankcheck: FAIL: {} lost the master at node01:29500 after joining "
                             "it; this is rank 3 on gpu-01",
                             member_label(self)));
-  CHECK(text.find("after joining it: the master closed the connection before its verdict") !=
-        std::string::npos);
+  CHECK(f.message.find("after joining it: the master closed the connection before its "
+                       "verdict") != std::string::npos);
 }
 
 TEST_CASE("report table: a node-mode member's local ranks") {
