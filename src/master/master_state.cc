@@ -20,6 +20,8 @@ constexpr size_t kMaxRefusalsKept = 64;
 // the master neither memory nor log lines without bound.
 constexpr size_t kMaxDeparturesKept = 64;
 constexpr size_t kMaxDeparturesLogged = 8;
+// Members named in the log line of those with no GPU stage result at its end.
+constexpr size_t kSilentLogged = 4;
 
 // Whether the members run on more than one host, or say that the job does.
 bool spans_hosts(const std::vector<Member>& members) {
@@ -484,6 +486,22 @@ const Verdict& MasterState::finalize() {
   sv.world_size = cfg_.world_size;
   sv.members = &report_.members;
   sv.results = stage_results_;
+  // Members that never reported are still connected (a lost one reports nothing).
+  std::vector<std::string> silent;
+  for (size_t i = 0; i < reported_.size(); ++i) {
+    if (reported_[i]) continue;
+    const Record& rec = report_.members[i].record;
+    if (silent.size() < kSilentLogged) silent.push_back(member_label(rec));
+    for (long k = rec.rank; k <= rec.last_rank(); ++k)
+      sv.pending.push_back(k);
+  }
+  if (results_expected_ > 0) {
+    cfg_.log(fmt::format("{} sent no GPU stage result by the stage's end, still connected{}: {}",
+                         plural(size_t(results_expected_), "member", "members"),
+                         size_t(results_expected_) > silent.size() ? ", among them" : "",
+                         format_list(silent, kSilentLogged)));
+  }
+  std::sort(sv.pending.begin(), sv.pending.end());
   sv.stage_ms = stage_ms_;
   sv.min_busbw_gbps = cfg_.min_busbw_gbps;
   auto found = stage_checks(sv);

@@ -416,7 +416,10 @@ std::future<Verdict> Server::submit_local(StageReport results) {
     for (size_t i = 0; i < s.conns.size(); ++i) {
       if (s.conns[i] == nullptr) s.deliver(i, std::move(results.ranks));
     }
-    if (s.local_final) {  // the stage had already ended: the verdict stands as sent
+    // The stage had already ended: the verdict stands as sent. While it runs, the
+    // final verdict comes with finalize(): handing rank 0 the go verdict back here
+    // would end its wait, and the server with it, before the others' results are in.
+    if (s.local_final && !s.state.stage_running()) {
       s.local_final->set_value(s.state.verdict());
       s.local_final.reset();
     }

@@ -19,8 +19,11 @@ struct StageView {
   long world_size = 0;
   const std::vector<Member>* members = nullptr;
   std::vector<RankResult> results;  ///< as reported, any order
-  double stage_ms = 0;              ///< the time the stage had
-  double min_busbw_gbps = 0;        ///< --min-busbw; 0: no floor
+  /// Ranks of members still connected when the stage ended, with no result: not
+  /// gone (those are absent from `results` too), but stuck past their own deadline.
+  std::vector<long> pending;
+  double stage_ms = 0;        ///< the time the stage had
+  double min_busbw_gbps = 0;  ///< --min-busbw; 0: no floor
 };
 
 /// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor (with what NCCL

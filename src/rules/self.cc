@@ -103,8 +103,8 @@ Finding verdict_not_received(const Record& self, std::string_view master, const 
                       "another token: give every process the same --token-file");
   }
   return about_self(self, FindingId::kMasterLost,
-                    fmt::format("{} joined the master at {}, then: {}", member_label(self), master,
-                                error.message));
+                    fmt::format("{} lost the master at {} after joining it: {}", member_label(self),
+                                master, error.message));
 }
 
 Finding mpi_step_lost(const Record& self, std::string_view step) {

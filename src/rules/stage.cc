@@ -148,7 +148,8 @@ struct InitOutcomes {
   std::map<std::string, std::vector<long>> failed;  // by the error NCCL gave
   std::vector<long> timed_out;
   std::vector<long> done;
-  std::vector<long> silent;  // no result at all
+  std::vector<long> silent;   // no result: the process died or lost its connection
+  std::vector<long> pending;  // no result, the process still connected at the stage's end
 };
 
 InitOutcomes init_outcomes(const StageView& sv) {
@@ -159,7 +160,8 @@ InitOutcomes init_outcomes(const StageView& sv) {
   for (long k = 0; k < sv.world_size; ++k) {
     auto it = by_rank.find(k);
     if (it == by_rank.end()) {
-      o.silent.push_back(k);
+      bool connected = std::binary_search(sv.pending.begin(), sv.pending.end(), k);
+      (connected ? o.pending : o.silent).push_back(k);
       continue;
     }
     const RankResult& r = *it->second;
@@ -188,17 +190,32 @@ void init_findings(const StageView& sv, const InitOutcomes& init, const RankOwne
   std::vector<long> stuck = init.timed_out;
   stuck.insert(stuck.end(), init.silent.begin(), init.silent.end());
   std::sort(stuck.begin(), stuck.end());
+  std::vector<std::string> parts;
+  if (!stuck.empty()) {
+    parts.push_back(fmt::format(
+        "NCCL init did not finish within {} for {} on {}{}", format_seconds(sv.stage_ms),
+        ranks_word(stuck), format_list(owners.finding(FindingId::kNcclInitTimeout, stuck).hosts, 4),
+        init.silent.empty() ? std::string()
+                            : fmt::format(" ({} sent no result: the process died "
+                                          "or lost its connection)",
+                                          ranks_word(init.silent))));
+  }
+  // Still connected: the master cannot tell init from the all-reduce, and says so.
+  if (!init.pending.empty()) {
+    parts.push_back(fmt::format(
+        "{} on {} sent no result within {}, though still connected: stuck in NCCL (init, "
+        "the all-reduce or its abort)",
+        ranks_word(init.pending),
+        format_list(owners.finding(FindingId::kNcclInitTimeout, init.pending).hosts, 4),
+        format_seconds(sv.stage_ms)));
+    stuck.insert(stuck.end(), init.pending.begin(), init.pending.end());
+    std::sort(stuck.begin(), stuck.end());
+  }
   if (stuck.empty()) return;
   Finding f = owners.finding(FindingId::kNcclInitTimeout, stuck);
   std::string done = init.done.empty() ? std::string("no rank finished init")
                                        : fmt::format("{} finished", ranks_word(init.done));
-  f.message = fmt::format("NCCL init did not finish within {} for {} on {}{}; {}",
-                          format_seconds(sv.stage_ms), ranks_word(stuck), format_list(f.hosts, 4),
-                          init.silent.empty() ? std::string()
-                                              : fmt::format(" ({} sent no result: the process died "
-                                                            "or lost its connection)",
-                                                            ranks_word(init.silent)),
-                          done);
+  f.message = fmt::format("{}; {}", join(parts, "; ", parts.size()), done);
   owners.quote_nccl(f, FindingId::kNcclInitTimeout, stuck);
   out.push_back(std::move(f));
 }

@@ -44,6 +44,10 @@
 //                             these global ranks only (default: all of this process's)
 //   FAKE_NCCL_ABORT=hang      ncclCommAbort never returns (NVIDIA/nccl#863, #1777)
 //   FAKE_NCCL_BUSBW=100       the bus bandwidth a collective's kernel runs at, in GB/s
+//   FAKE_NCCL_DONE_LATE=2:never,3:2.5   the one-element all-reduce completes late on these
+//                             global ranks: their contributions arrive (so every other
+//                             rank's completes on time), but their own kernel completes
+//                             SECONDS later than it would, or never (until an abort)
 //
 // NCCL's own words go where NCCL's go (src/debug.cc of 2.28): NCCL_DEBUG's level,
 // NCCL_DEBUG_SUBSYS's subsystems, NCCL_DEBUG_FILE with %h and %p expanded (else
@@ -80,6 +84,7 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -183,6 +188,19 @@ std::string allreduce_mode(int rank, int type) {
   bool bandwidth = mode.rfind("bandwidth-", 0) == 0;
   if (bandwidth != (type == kFloat)) return "";
   return bandwidth ? mode.substr(10) : mode;
+}
+
+// FAKE_NCCL_DONE_LATE's delay for this rank's one-element all-reduce, in seconds
+// (infinity: never; 0: none). Separate from FAKE_NCCL_ALLREDUCE: the rank arrives.
+double done_late_s(int rank, int type) {
+  if (type != kInt64) return 0;
+  for (const std::string& item : split(env("FAKE_NCCL_DONE_LATE"))) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos || std::atoi(item.substr(0, colon).c_str()) != rank) continue;
+    std::string delay = item.substr(colon + 1);
+    return delay == "never" ? std::numeric_limits<double>::infinity() : std::atof(delay.c_str());
+  }
+  return 0;
 }
 
 struct FakeDevice {
@@ -399,6 +417,7 @@ struct Coll {
   bool arrives = true;   // sends its contribution
   bool wrong = false;
   bool applied = false;
+  double late = 0;  // FAKE_NCCL_DONE_LATE: seconds its kernel completes late on this rank
   std::optional<double> last_arrival;  // once every rank has arrived
 };
 
@@ -594,7 +613,9 @@ bool advance(CUstream_st* s) {
         Coll& k = *op.coll;
         if (!k.last_arrival) k.last_arrival = last_arrival(k.comm, k.seq);
         if (!k.last_arrival) break;  // a rank has not arrived: the kernel waits
-        op.done_at = std::max({prev, op.enqueued, *k.last_arrival}) + k.seconds;
+        double done_at = std::max({prev, op.enqueued, *k.last_arrival}) + k.seconds + k.late;
+        if (k.late > 0 && done_at > now) break;  // late here: still running (an abort ends it)
+        op.done_at = done_at;
       } else {
         op.done_at = std::max(prev, op.enqueued);  // an event, or an aborted kernel
       }
@@ -1154,6 +1175,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type,
   k->connects = mode != "hang";
   k->arrives = mode != "hang" && mode != "neterr";
   k->wrong = mode == "wrong";
+  k->late = done_late_s(c->rank, type);
   double busbw = std::atof(env("FAKE_NCCL_BUSBW", "100").c_str()) * 1e9;
   double n = c->nranks;
   double algbw = n > 1 ? busbw * n / (2.0 * (n - 1)) : busbw;

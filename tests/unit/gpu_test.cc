@@ -258,6 +258,33 @@ TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
         "the process died or lost its connection); ranks 0-1 finished");
 }
 
+TEST_CASE("stage rules: a rank still connected without a result is stuck, not dead") {
+  JobView v = gpu_job(4, 2);
+  StageView sv = all_good(v, 4);
+  sv.stage_ms = 12000;
+  sv.results.erase(sv.results.begin() + 2);  // rank 2: connected to the end, no result
+  sv.pending = {2};
+  Finding f = sole(stage_checks(sv));
+  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.ranks == Ranks{2});
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.message ==
+        "rank 2 on gpu-02 sent no result within 12 s, though still connected: stuck in NCCL "
+        "(init, the all-reduce or its abort); ranks 0-1,3 finished");
+
+  // With a rank whose init timed out and one that is gone: each said as it is.
+  sv.results.pop_back();  // rank 3 lost its connection
+  sv.results[1].init_ok = false;
+  sv.results[1].init_timed_out = true;
+  f = sole(stage_checks(sv));
+  CHECK(f.ranks == Ranks{1, 2, 3});
+  CHECK(f.message ==
+        "NCCL init did not finish within 12 s for ranks 1,3 on gpu-01 and gpu-02 (rank 3 sent "
+        "no result: the process died or lost its connection); rank 2 on gpu-02 sent no result "
+        "within 12 s, though still connected: stuck in NCCL (init, the all-reduce or its "
+        "abort); rank 0 finished");
+}
+
 TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   JobView v = gpu_job(4, 2);
   StageView sv = all_good(v, 4);

@@ -240,3 +240,37 @@ TEST_CASE("master: a member is not sent findings about another job's process") {
   CHECK(m.notes_for(1).empty());
   CHECK(m.verdict().exit_code == 0);
 }
+
+TEST_CASE("master: at the stage's end, a silent member still connected is not called gone") {
+  MasterConfig cfg = config(3);
+  cfg.gpu_stage = true;
+  cfg.make_nccl_id = [] { return Result<NcclId>(NcclId{}); };
+  cfg.stage_by = Deadline::after(Millis(20000));
+  MasterState m(cfg);
+  for (int k = 0; k < 3; ++k) {
+    Record r = test::member(k, 3, "gpu-01", k, 3);
+    r.gpu.state = GpuState::kUsable;
+    r.gpu.device_count = 3;
+    r.gpu.nccl_version = 22809;
+    r.gpu.devices = {GpuDevice{k, k, fmt::format("GPU-0{}00-0000-0000-0000-000000000000", k),
+                               fmt::format("00000000:1{}:00.0", k), "NVIDIA H200", 141ull << 30}};
+    m.admit(std::move(r), k == 0 ? "in-process" : "10.0.0.11:4000" + std::to_string(k), k == 0);
+  }
+  REQUIRE(m.decide(false, 29500, {"127.0.0.1"}).run_gpu);
+  RankResult ok;
+  ok.rank = 0;
+  ok.init_ok = ok.allreduce_ok = ok.allreduce_done = true;
+  ok.expected = ok.got = 6;
+  CHECK(!m.accept_results(0, {ok}));
+  CHECK(!m.accept_results(1, {}));  // rank 1's connection closed: no result
+  // Rank 2 is still connected when the stage's deadline ends it.
+  m.finalize();
+  REQUIRE(!m.report().findings.empty());
+  const Finding& f = m.report().findings.front();
+  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.ranks == std::vector<long>{1, 2});
+  CHECK(f.message.find("for rank 1 on gpu-01 (rank 1 sent no result: the process died or lost "
+                       "its connection); rank 2 on gpu-01 sent no result within ") !=
+        std::string::npos);
+  CHECK(f.message.find(", though still connected: stuck in NCCL") != std::string::npos);
+}

@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "rules/rules.h"
+#include "rules/self.h"
 
 using namespace rankcheck;
 
@@ -182,6 +183,22 @@ TEST_CASE("member line: a member's own failure, in no other report, is printed w
   CHECK(text.find("rankcheck: FAIL: cannot reach the master at node01:29500 by the deadline; "
                   "this is rank 3 on gpu-01\n") == 0);
   CHECK(text.find("fix: ") != std::string::npos);
+}
+
+TEST_CASE("member line: a member that lost the master says so in its one line") {
+  Record self = test::member(3, 16, "gpu-01", 3, 8);
+  Finding f = verdict_not_received(
+      self, "node01:29500",
+      Error{"the master closed the connection before its verdict (it exited or was killed)",
+            Fault::kClosed});
+  CHECK(f.id == "master-lost");
+  std::string text = render_member_text(failure_report(self, f, 10), {});
+  std::string line = text.substr(0, text.find('\n'));
+  CHECK(line == fmt::format("rankcheck: FAIL: {} lost the master at node01:29500 after joining "
+                            "it; this is rank 3 on gpu-01",
+                            member_label(self)));
+  CHECK(f.message.find("after joining it: the master closed the connection before its "
+                       "verdict") != std::string::npos);
 }
 
 TEST_CASE("report table: a node-mode member's local ranks") {

@@ -231,6 +231,49 @@ TEST_CASE("server: with a job token, a stage result counts only with its MAC") {
   CHECK(logged);
 }
 
+TEST_CASE("server: rank 0's own result first does not end the stage before the others'") {
+  // Rank 0 reports, then rank 1 after a while: rank 0's final verdict waits for
+  // rank 1's result, and counts it (a go verdict handed back would end the run).
+  std::vector<std::string> lines;
+  ServerConfig cfg = config(&lines);
+  cfg.master.gpu_stage = true;
+  cfg.master.make_nccl_id = [] { return Result<NcclId>(NcclId{}); };
+  cfg.master.stage_by = Deadline::after(Millis(20000));
+  cfg.decide_by = Deadline::after(Millis(5000));
+  Server server(cfg);
+  auto port = server.listen({"127.0.0.1"}, 0);
+  REQUIRE(port.ok());
+  server.start();
+  auto own = server.join_local(gpu_member(0));
+  Record self = gpu_member(1);
+  JoinOptions jo;
+  jo.master_addr = "127.0.0.1";
+  jo.master_port = *port;
+  jo.give_up = Deadline::after(Millis(5000));
+  JoinResult joined = join_master(self, jo);
+  REQUIRE(!joined.failure);
+  auto go = wait_verdict(joined.socket, Deadline::after(Millis(5000)), joined, nullptr);
+  REQUIRE(go.ok());
+  REQUIRE(go->run_gpu);
+  REQUIRE(own.get().run_gpu);
+  auto own_final = server.submit_local(StageReport{{good(0)}, {}});
+  CHECK(own_final.wait_for(Millis(1000)) == std::future_status::timeout);
+  REQUIRE(joined.socket.write_all(encode(StageReport{{good(1)}, {}}), Deadline::after(Millis(1000)))
+              .ok());
+  auto last = wait_verdict(joined.socket, Deadline::after(Millis(5000)), joined, nullptr,
+                           VerdictWait::kFinal);
+  REQUIRE(last.ok());
+  CHECK(last->final);
+  CHECK(last->exit_code == 0);
+  REQUIRE(own_final.wait_for(Millis(5000)) == std::future_status::ready);
+  Verdict mine = own_final.get();
+  CHECK(mine.final);
+  CHECK(mine.exit_code == 0);
+  Report r = server.finish(Deadline::after(Millis(2000)));
+  CHECK(r.exit_code() == 0);
+  CHECK(r.stage_results.size() == 2);
+}
+
 TEST_CASE("server: a member of the previous protocol version is told so, not called malformed") {
   std::vector<std::string> lines;
   ServerConfig cfg = config(&lines);

@@ -1,0 +1,101 @@
+"""The master's side of the GPU stage, with real processes on loopback: when it ends
+the stage, whom it blames, and that every process gets its verdict.
+
+Four ranks on two hosts (--host-name h0 for ranks 0-1, h1 for 2-3) with the fake
+CUDA driver and NCCL of tests/fake/fake_gpu.cc (see test_gpu.py). FAKE_NCCL_DONE_LATE
+makes rank 2's one-element all-reduce complete late, or never, while it still takes
+part: every other rank's completes at once. A rank that is still connected has until
+the stage's deadline; a late result is a result, not silence.
+"""
+
+import shutil
+import tempfile
+import unittest
+
+from harness import RankcheckTest, free_port
+from test_gpu import FAKE, gpus, stage_built
+
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class StageMaster(RankcheckTest):
+    gpu = True
+    timeout = 10.0
+
+    def setUp(self):
+        super().setUp()
+        self.fake_dir = tempfile.mkdtemp(prefix="rankcheck-gpu-test-")
+
+    def tearDown(self):
+        super().tearDown()
+        shutil.rmtree(self.fake_dir, ignore_errors=True)
+
+    def two_hosts(self, late, extra=()):
+        """Ranks 0-3, two to a host; rank 2's all-reduce completes `late` ("never", or seconds)."""
+        procs = {}
+        for r in range(4):
+            env = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE,
+                       FAKE_GPUS=gpus(r // 2, 2), TMPDIR=self.fake_dir,
+                       FAKE_NCCL_DONE_LATE=f"2:{late}")
+            procs[r] = self.rank(r, 4, host=f"h{r // 2}", local=(r % 2, 2), extra=extra, **env)
+        self.finish()
+        for p in procs.values():
+            self.assertNotIn("fake NCCL: misuse", p.err, f"{p.name}:\n{p.err}")
+        return procs
+
+    def check_stuck_allreduce(self, procs):
+        master = procs[0]
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(master.ids(), ["allreduce-timeout"], master.out)
+        f = master.finding("allreduce-timeout")
+        self.assertEqual((f["ranks"], f["hosts"]), ([2], ["h1"]))
+        self.assertIn("the all-reduce did not complete within the deadline for rank 2 on h1",
+                      f["message"])
+        self.assertNotIn("sent no result", master.out)
+        # Rank 2's own result is in: its init finished, its all-reduce timed out.
+        results = {r["rank"]: r for r in master.report["stage_results"]}
+        self.assertEqual(sorted(results), [0, 1, 2, 3])
+        self.assertTrue(results[2]["init_ok"])
+        self.assertTrue(results[2]["allreduce_timed_out"])
+        for r in (0, 1, 3):
+            self.assertTrue(results[r]["allreduce_ok"], results[r])
+        # Every member was sent the verdict, and says it in its one line.
+        for r in (1, 2, 3):
+            out = procs[r].out
+            self.assertIn("[allreduce-timeout]", out, f"rank {r}:\n{out}\n{procs[r].err}")
+            self.assertIn(f"this is rank {r} on h{r // 2}", out)
+            self.assertNotIn("master-lost", out)
+
+    def test_stuck_allreduce_on_one_rank_direct(self):
+        # Rank 2's init finished; its all-reduce never completes while the others' do.
+        # The master waits for its result until the stage's deadline, and says so.
+        self.check_stuck_allreduce(self.two_hosts("never", extra=("--no-relay",)))
+
+    def test_stuck_allreduce_on_one_rank_through_host_relays(self):
+        # The same with the default host relays: the relayed members get the final
+        # verdict too (exit 5), not a closed connection (exit 4, master-lost).
+        procs = self.two_hosts("never")
+        self.assertGreater(procs[0].report["connections"]["relayed_members"], 0)
+        self.check_stuck_allreduce(procs)
+
+    def test_late_result_before_the_deadline_is_a_result(self):
+        # Rank 2's all-reduce completes 3 s after the others': long after their results,
+        # well before the stage's deadline. It is counted, and the job passes.
+        for extra in ((), ("--no-relay",)):
+            with self.subTest(extra=extra):
+                self.procs.clear()
+                self.port = free_port()
+                procs = self.two_hosts("3", extra=extra)
+                self.assertExit(procs.values(), 0)
+                rep = procs[0].report
+                self.assertEqual(rep["findings"], [])
+                results = {r["rank"]: r for r in rep["stage_results"]}
+                self.assertEqual(sorted(results), [0, 1, 2, 3])
+                self.assertTrue(results[2]["allreduce_ok"])
+                self.assertEqual(results[2]["got"], 10)  # 1+2+3+4
+                self.assertGreater(results[2]["allreduce_us"], 2.5e6)
+                for r in (1, 2, 3):
+                    self.assertIn("PASS", procs[r].out)
+
+
+if __name__ == "__main__":
+    unittest.main()
