@@ -155,8 +155,8 @@ int leave_after_stage(Session& s, int code) {
   if (!s.stage || !s.stage->took_over()) return code;
   // NVIDIA/nccl#1013: "if the main thread exits after detaching, the cuda driver can
   // start to reclaim all memory ... the proxy thread might still be running".
-  auto until = std::min(Clock::now() + kAbortGrace,
-                        s.end.extended(kWatchdogGrace - kBeforeWatchdog).when());
+  auto until =
+      std::min(Clock::now() + kAbortGrace, s.end.extended(kWatchdogGrace - kBeforeWatchdog).when());
   if (!s.stage->wait_for_aborts(until)) {
     s.log.error(
         "warning: ncclCommAbort has not returned: this process ends without it (NCCL's "

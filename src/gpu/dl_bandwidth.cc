@@ -36,7 +36,8 @@ void StageRun::bandwidth(std::vector<Slot>& slots) {
     // work at all (NCCL's ncclLaunchOneRank). Sent from the first half, received in
     // the second.
     CUresult rc = in_.cuda.ctx_set_current(slots[i].ctx);
-    if (rc == CUDA_SUCCESS && out_[i].allreduce_ok) rc = in_.cuda.mem_alloc(&slots[i].big, 2 * bytes);
+    if (rc == CUDA_SUCCESS && out_[i].allreduce_ok)
+      rc = in_.cuda.mem_alloc(&slots[i].big, 2 * bytes);
     if (rc != CUDA_SUCCESS) alloc_errors[i] = "cuMemAlloc: " + in_.cuda.error(rc);
     flags[i] = out_[i].allreduce_ok && alloc_errors[i].empty() ? 1 : 0;
   }
@@ -180,7 +181,12 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
     return false;
   }
   if (failing()) return true;
-  const uint64_t bytes = count * sizeof(float);
+  figures(slots, count * sizeof(float), errors);
+  return true;
+}
+
+void StageRun::figures(std::vector<Slot>& slots, uint64_t bytes, std::vector<std::string>& errors) {
+  const CudaApi& cu = in_.cuda;
   for (size_t i = 0; i < n_; ++i) {
     float best = 0;
     CUresult rc = cu.ctx_set_current(slots[i].ctx);
@@ -201,7 +207,6 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
     r.algbw_gbps = algbw;
     r.busbw_gbps = algbw * 2.0 * double(in_.world - 1) / double(in_.world);
   }
-  return true;
 }
 
 }  // namespace rankcheck::dl

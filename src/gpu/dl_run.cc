@@ -26,9 +26,6 @@ namespace {
 // Between two polls. A wait for a collective spins (yielding the core): the timed
 // launches must follow one another without a gap on the GPU. A wait for init, which
 // takes milliseconds at least, sleeps.
-// The first NCCL whose failed ncclCommDestroy leaves the caller inside a group.
-constexpr int32_t kDestroyLeavesGroup = 22400;
-
 class Pause {
  public:
   explicit Pause(bool spin) : spin_(spin) {}
@@ -43,6 +40,9 @@ class Pause {
  private:
   bool spin_;
 };
+
+// The first NCCL whose failed ncclCommDestroy leaves the caller inside a group.
+constexpr int32_t kDestroyLeavesGroup = 22400;
 
 }  // namespace
 
@@ -76,10 +76,9 @@ std::vector<ncclComm_t> StageRun::take_over(const char** blocked_in, const std::
   }
   // What each rank was waiting for when the run stopped answering.
   const bool signal = interrupted() != 0;
-  const std::string why =
-      signal ? interrupted_text()
-             : fmt::format("{} did not return by the deadline: {}",
-                           in_call_ != nullptr ? in_call_ : "a CUDA call", how);
+  const std::string why = signal ? interrupted_text()
+                                 : fmt::format("{} did not return by the deadline: {}",
+                                               in_call_ != nullptr ? in_call_ : "a CUDA call", how);
   for (RankResult& r : published_) {
     if (phase_ == Phase::kInit && !r.init_ok && !r.init_timed_out && r.init_error.empty()) {
       r.init_timed_out = !signal;
@@ -433,7 +432,8 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
     if (took_part != nullptr) (*took_part)[i] = true;
     int64_t total = kAllreduceSentinel;
     CUresult rc = cu.ctx_set_current(slots[i].ctx);  // the copy is made in the slot's context
-    if (rc == CUDA_SUCCESS) rc = cu.copy_to_host(&total, slots[i].buf + sizeof(int64_t), sizeof total);
+    if (rc == CUDA_SUCCESS)
+      rc = cu.copy_to_host(&total, slots[i].buf + sizeof(int64_t), sizeof total);
     if (rc != CUDA_SUCCESS) {
       errors[i] = "copying the result from the GPU: " + cu.error(rc);
     } else {

@@ -106,6 +106,8 @@ class StageRun {
   // `errors`, the ranks still waiting at the deadline in `waiting`.
   bool timed(std::vector<Slot>& slots, size_t count, std::vector<std::string>& errors,
              std::vector<bool>& waiting);
+  // The figures of each rank's best timed round, from its events; failures in `errors`.
+  void figures(std::vector<Slot>& slots, uint64_t bytes, std::vector<std::string>& errors);
 
   // NCCL's error for `rc` with its last error text: this call's own when it changed
   // from `before` (read before the call), else the process's, said to be older (one

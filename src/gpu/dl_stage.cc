@@ -108,8 +108,7 @@ class DlStage final : public GpuStage {
                               Deadline deadline) override;
 
  private:
-  std::vector<RankResult> take_over(const std::shared_ptr<dl::StageRun>& job,
-                                    std::thread& worker);
+  std::vector<RankResult> take_over(const std::shared_ptr<dl::StageRun>& job, std::thread& worker);
 
   void load_nccl(GpuFacts& f) {
     void* h = ::dlopen(options_.nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);

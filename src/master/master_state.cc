@@ -478,11 +478,10 @@ const Verdict& MasterState::finalize() {
     if (r.bandwidth_bytes > 0) algbw = r.algbw_gbps;
   }
   std::string bandwidth =
-      busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
-      : algbw > 0
-          ? fmt::format(", algbw {:.1f} GB/s (one rank: bus bandwidth is undefined{})", algbw,
-                        cfg_.min_busbw_gbps > 0 ? ", --min-busbw not applied" : "")
-          : std::string();
+      busbw > 0   ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
+      : algbw > 0 ? fmt::format(", algbw {:.1f} GB/s (one rank: bus bandwidth is undefined{})",
+                                algbw, cfg_.min_busbw_gbps > 0 ? ", --min-busbw not applied" : "")
+                  : std::string();
   // Hosts that chose different networks are a finding of the stage, not its failure.
   bool failed = std::any_of(found.begin(), found.end(), [](const Finding& f) {
     return f.id != finding_kind(FindingId::kEnvMismatch).name;

@@ -477,7 +477,7 @@ struct ThreadGroup {
   ncclResult_t error = kNcclOk;
   bool inits = false;
   std::vector<Queued> ops;
-  std::vector<ncclComm*> reclaims;  // aborts and destroys called inside the group
+  std::vector<ncclComm*> reclaims;        // aborts and destroys called inside the group
   std::vector<ncclComm*> blocking_inits;  // blocking inits: ncclGroupEnd waits for them
 };
 thread_local ThreadGroup t_group;
@@ -1239,7 +1239,7 @@ ncclResult_t ncclCommAbort(ncclComm* c) {
   std::unique_lock lock(g_mu);
   if (refuse_dead(c, "ncclCommAbort")) return kNcclInvalidArgument;
   abort_from_another_thread_on_2_18(c);
-  c->aborting = true;  // the abort flag: whatever waits on this communicator gives up
+  c->aborting = true;       // the abort flag: whatever waits on this communicator gives up
   if (t_group.depth > 0) {  // NCCL opens a group of its own: inside the caller's, it waits
     c->queued_reclaim = true;
     t_group.reclaims.push_back(c);
