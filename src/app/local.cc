@@ -376,7 +376,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   auto code = master_path(self, id, s, setup, /*join_other=*/false,
                           [&](uint16_t port) { start_members(children, port, s.end); });
   reap_members(children, s.end, code, log);
-  return code ? *code : exit_code::kInternal;
+  return leave_after_stage(s, code ? *code : exit_code::kInternal);
 }
 
 }  // namespace rankcheck

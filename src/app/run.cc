@@ -275,10 +275,9 @@ int member_path(Record& self, const Identity& id, Session& s, std::optional<doub
   return code;
 }
 
-}  // namespace
-
-int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* host) {
-  Session s(o);
+// The process's run, from its identity to its exit code.
+int member_process(Session& s, const EnvMap& env, const HostView* host) {
+  const RunOptions& o = s.o;
   Identity id = detect_identity(env, o.flags);
   if (auto code = check_bootstrap(o, env, id)) return *code;
   if (!id.usable()) return usage_problems(id);
@@ -323,6 +322,13 @@ int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* h
     if (auto code = rank0_path(self, id, s)) return *code;
   }
   return words.done(member_path(self, id, s, past_ms));
+}
+
+}  // namespace
+
+int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* host) {
+  Session s(o);
+  return leave_after_stage(s, member_process(s, env, host));
 }
 
 int run_env(const EnvOptions& o, const EnvMap& env) {

@@ -4,6 +4,7 @@
 #include "app/session.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -17,6 +18,17 @@
 #include "rendezvous/member.h"
 
 namespace rankcheck {
+
+namespace {
+
+// How long the process waits for the aborts of a take-over before it ends without
+// them: a real abort of a communicator that was set up (commReclaim, the proxy's
+// stop, commFree) takes seconds, not milliseconds.
+constexpr Millis kAbortGrace{5000};
+// The watchdog's line is for a process that hangs, not for one that is leaving.
+constexpr Millis kBeforeWatchdog{300};
+
+}  // namespace
 
 Millis reserve_for(double timeout_s) {
   return std::clamp(seconds(timeout_s / 10), Millis(500), Millis(5000));
@@ -137,6 +149,22 @@ StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
     r.nccl_net = words.network;
   }
   return report;
+}
+
+int leave_after_stage(Session& s, int code) {
+  if (!s.stage || !s.stage->took_over()) return code;
+  // NVIDIA/nccl#1013: "if the main thread exits after detaching, the cuda driver can
+  // start to reclaim all memory ... the proxy thread might still be running".
+  auto until =
+      std::min(Clock::now() + kAbortGrace, s.end.extended(kWatchdogGrace - kBeforeWatchdog).when());
+  if (!s.stage->wait_for_aborts(until)) {
+    s.log.error(
+        "warning: ncclCommAbort has not returned: this process ends without it (NCCL's "
+        "threads are left to the kernel)");
+  }
+  s.nccl_debug.reset();  // its file, which no destructor removes after _exit
+  std::fflush(nullptr);
+  ::_exit(code);  // not exit(): no handler or static destructor under NCCL's threads
 }
 
 std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {

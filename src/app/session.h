@@ -84,4 +84,10 @@ PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log);
 /// stage deadline, with what NCCL said in this process.
 StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size);
 
+/// The end of a run whose GPU stage took over a call into NCCL: waits (seconds, the
+/// watchdog still armed) for the aborts it started, then flushes and ends the process
+/// with _exit(code), so that no exit() handler or static destructor runs under NCCL's
+/// threads. Otherwise returns `code`.
+int leave_after_stage(Session& s, int code);
+
 }  // namespace rankcheck

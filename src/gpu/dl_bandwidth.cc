@@ -1,5 +1,8 @@
-// The timed all-reduce of --bandwidth: agreed on by every rank first, launched in
-// groups back to back, timed with CUDA events on the GPU (see dl_run.h).
+// The timed all-reduce of --bandwidth: agreed on by every rank first, then timed as
+// nccl-tests times it (src/common.cu: warm-up iterations, then `iters` = 20 launches,
+// each its own call, or one group over a thread's GPUs; out of place by default),
+// with CUDA events on the GPU (see dl_run.h). Never 20 in one group: NCCL makes one
+// plan of a group's collectives, and the figure would not be nccl-tests' busbw.
 
 #include <algorithm>
 
@@ -12,8 +15,8 @@
 namespace rankcheck::dl {
 namespace {
 
-constexpr int kWarmupIters = 10;  // launched before the timed ones, not timed
-constexpr int kTimedIters = 20;   // per timed group: nccl-tests' default
+constexpr int kWarmupIters = kBandwidthWarmup;  // launched before the timed ones, not timed
+constexpr int kTimedIters = kBandwidthIters;    // per timed round: nccl-tests' default
 
 }  // namespace
 
@@ -24,13 +27,28 @@ void StageRun::bandwidth(std::vector<Slot>& slots) {
   if (count == 0) return;
   std::vector<std::string> errors(n_);
   std::vector<bool> waiting(n_, false);
+  std::vector<int64_t> flags(n_);
+  std::vector<std::string> alloc_errors(n_);
+  std::vector<bool> was_ok(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    was_ok[i] = out_[i].allreduce_ok;
+    // Out of place, as nccl-tests times it: a one-rank all-reduce in place does no
+    // work at all (NCCL's ncclLaunchOneRank). Sent from the first half, received in
+    // the second.
+    CUresult rc = in_.cuda.ctx_set_current(slots[i].ctx);
+    if (rc == CUDA_SUCCESS && out_[i].allreduce_ok)
+      rc = in_.cuda.mem_alloc(&slots[i].big, 2 * bytes);
+    if (rc != CUDA_SUCCESS) alloc_errors[i] = "cuMemAlloc: " + in_.cuda.error(rc);
+    flags[i] = out_[i].allreduce_ok && alloc_errors[i].empty() ? 1 : 0;
+  }
   // A failure or a timeout of the timed part is the rank's all-reduce failing, and
-  // says which all-reduce it was.
+  // says which all-reduce it was; a rank that had failed before keeps its own error.
   auto report = [&](const char* step) {
     bool ok = true;
     for (size_t i = 0; i < n_; ++i) {
       if (errors[i].empty() && !waiting[i]) continue;
       ok = false;
+      if (!was_ok[i]) continue;
       RankResult& r = out_[i];
       r.allreduce_ok = r.allreduce_done = false;
       r.bandwidth_bytes = bytes;
@@ -46,14 +64,6 @@ void StageRun::bandwidth(std::vector<Slot>& slots) {
     publish();
     return ok;
   };
-  std::vector<int64_t> flags(n_);
-  std::vector<std::string> alloc_errors(n_);
-  for (size_t i = 0; i < n_; ++i) {
-    CUresult rc = in_.cuda.ctx_set_current(slots[i].ctx);
-    if (rc == CUDA_SUCCESS) rc = in_.cuda.mem_alloc(&slots[i].big, bytes);
-    if (rc != CUDA_SUCCESS) alloc_errors[i] = "cuMemAlloc: " + in_.cuda.error(rc);
-    flags[i] = out_[i].allreduce_ok && alloc_errors[i].empty() ? 1 : 0;
-  }
   // Every rank says whether it goes on: one with a wrong total or no buffer runs no
   // timed all-reduce, and the others must not start one and wait for it.
   std::vector<int64_t> agreed;
@@ -89,41 +99,43 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
     if (rc != CUDA_SUCCESS) errors[i] = "cuEventCreate: " + cu.error(rc);
   }
   if (failing()) return true;
-  // `iters` all-reduces on every rank of this member, back to back in one group:
-  // one launch, and no call refused because the one before is still in progress.
-  // False when the run was taken over.
-  auto launch = [&](int iters) {
+  const std::string before = in_.nccl.last();
+  // One all-reduce on every rank of this member, as nccl-tests launches one
+  // iteration: a call of its own, or one group over this member's GPUs (node mode);
+  // then the wait for NCCL to put it on the stream (the next call would be refused
+  // before). False when the run was taken over.
+  auto launch_one = [&] {
     const char* group_call = nullptr;
     ncclResult_t group = grouped(
         [&] {
-          for (int k = 0; k < iters; ++k) {
-            for (size_t i = 0; i < n_; ++i) {
-              Slot& s = slots[i];
-              if (!errors[i].empty()) continue;
-              CUresult crc = cu.ctx_set_current(s.ctx);
-              if (crc != CUDA_SUCCESS) {
-                errors[i] = "cuCtxSetCurrent: " + cu.error(crc);
-                continue;
-              }
-              auto* p = reinterpret_cast<void*>(s.big);
-              ncclResult_t rc = ncclSuccess;
-              if (!nccl_call("ncclAllReduce", rc, [&] {
-                    return in_.nccl.all_reduce(p, p, count, ncclFloat, ncclSum, s.comm,
-                                               reinterpret_cast<cudaStream_t>(s.stream));
-                  })) {
-                return;
-              }
-              if (rc != ncclSuccess && rc != ncclInProgress) {
-                errors[i] = nccl_error("ncclAllReduce", rc, true);
-              }
+          for (size_t i = 0; i < n_; ++i) {
+            Slot& s = slots[i];
+            if (!errors[i].empty()) continue;
+            CUresult crc = cu.ctx_set_current(s.ctx);
+            if (crc != CUDA_SUCCESS) {
+              errors[i] = "cuCtxSetCurrent: " + cu.error(crc);
+              continue;
+            }
+            auto* send = reinterpret_cast<void*>(s.big);
+            auto* recv = reinterpret_cast<void*>(s.big + count * sizeof(float));
+            const std::string before_call = in_.nccl.last();
+            ncclResult_t rc = ncclSuccess;
+            if (!nccl_call("ncclAllReduce", rc, [&] {
+                  return in_.nccl.all_reduce(send, recv, count, ncclFloat, ncclSum, s.comm,
+                                             reinterpret_cast<cudaStream_t>(s.stream));
+                })) {
+              return;
+            }
+            if (rc != ncclSuccess && rc != ncclInProgress) {
+              errors[i] = nccl_error("ncclAllReduce", rc, &before_call);
             }
           }
         },
-        &group_call, n_ == 1 && iters == 1);
+        &group_call, n_ == 1);
     if (stopping()) return false;
     bool group_failed = group != ncclSuccess && group != ncclInProgress;
     for (size_t i = 0; i < n_; ++i) {
-      if (group_failed && errors[i].empty()) errors[i] = nccl_error(group_call, group, true);
+      if (group_failed && errors[i].empty()) errors[i] = nccl_error(group_call, group, &before);
       waiting[i] = errors[i].empty();
     }
     std::vector<std::pair<size_t, ncclResult_t>> failed;
@@ -133,7 +145,13 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
       return false;
     }
     for (auto [i, state] : failed)
-      errors[i] = nccl_error("ncclAllReduce", state, n_ == 1);
+      errors[i] = nccl_error("ncclAllReduce", state, n_ == 1 ? &before : nullptr);
+    return true;
+  };
+  auto launch = [&](int iters) {
+    for (int k = 0; k < iters && !failing(); ++k) {
+      if (!launch_one()) return false;
+    }
     return true;
   };
   auto record = [&](int mark) {
@@ -143,10 +161,10 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
       if (rc != CUDA_SUCCESS) errors[i] = "cuEventRecord: " + cu.error(rc);
     }
   };
-  // Each group is on the stream once NCCL says so; an event goes behind it, and the
-  // next group follows while it still runs: between two events the GPU waits for
-  // the host only if the host took longer than a whole group to launch the next.
-  // The best group counts, so that one late launch does not make the figure.
+  // Each launch is on the stream once NCCL says so, and the next follows while it
+  // still runs: between two events the GPU waits for the host only where the host
+  // took longer to launch one all-reduce than the GPU to run one. The best round
+  // counts, so that one late launch does not make the figure.
   if (!launch(kWarmupIters)) return false;
   for (int g = 0; g < kTimedGroups; ++g) {
     if (failing()) return true;
@@ -159,11 +177,16 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
   waiting.assign(n_, true);
   if (!drain(
           slots, waiting, [&](size_t i) { return cu.event_query(slots[i].marks[kTimedGroups]); },
-          [&](size_t i, const std::string& text) { errors[i] = text; })) {
+          [&](size_t i, const std::string& text) { errors[i] = text; }, before)) {
     return false;
   }
   if (failing()) return true;
-  const uint64_t bytes = count * sizeof(float);
+  figures(slots, count * sizeof(float), errors);
+  return true;
+}
+
+void StageRun::figures(std::vector<Slot>& slots, uint64_t bytes, std::vector<std::string>& errors) {
+  const CudaApi& cu = in_.cuda;
   for (size_t i = 0; i < n_; ++i) {
     float best = 0;
     CUresult rc = cu.ctx_set_current(slots[i].ctx);
@@ -184,7 +207,6 @@ bool StageRun::timed(std::vector<Slot>& slots, size_t count, std::vector<std::st
     r.algbw_gbps = algbw;
     r.busbw_gbps = algbw * 2.0 * double(in_.world - 1) / double(in_.world);
   }
-  return true;
 }
 
 }  // namespace rankcheck::dl

@@ -41,6 +41,9 @@ class Pause {
   bool spin_;
 };
 
+// The first NCCL whose failed ncclCommDestroy leaves the caller inside a group.
+constexpr int32_t kDestroyLeavesGroup = 22400;
+
 }  // namespace
 
 std::string interrupted_text() {
@@ -62,7 +65,7 @@ bool StageRun::wait_finished(Clock::time_point until) {
   return cv_.wait_until(lock, until, [this] { return finished_; });
 }
 
-std::vector<ncclComm_t> StageRun::take_over(const char** blocked_in) {
+std::vector<ncclComm_t> StageRun::take_over(const char** blocked_in, const std::string& how) {
   std::lock_guard lock(mu_);
   taken_over_ = true;
   *blocked_in = in_call_;
@@ -73,10 +76,9 @@ std::vector<ncclComm_t> StageRun::take_over(const char** blocked_in) {
   }
   // What each rank was waiting for when the run stopped answering.
   const bool signal = interrupted() != 0;
-  const std::string why =
-      signal ? interrupted_text()
-             : fmt::format("{} did not return by the deadline: aborted from another thread",
-                           in_call_ != nullptr ? in_call_ : "a CUDA call");
+  const std::string why = signal ? interrupted_text()
+                                 : fmt::format("{} did not return by the deadline: {}",
+                                               in_call_ != nullptr ? in_call_ : "a CUDA call", how);
   for (RankResult& r : published_) {
     if (phase_ == Phase::kInit && !r.init_ok && !r.init_timed_out && r.init_error.empty()) {
       r.init_timed_out = !signal;
@@ -142,13 +144,17 @@ bool StageRun::nccl_call(const char* name, ncclResult_t& rc,
   return !taken_over_;
 }
 
-std::string StageRun::nccl_error(const char* call, ncclResult_t rc, bool own_text) const {
+std::string StageRun::nccl_error(const char* call, ncclResult_t rc,
+                                 const std::string* before) const {
   std::string s = in_.nccl.describe(rc);
   if (call != nullptr) s = fmt::format("{}: {}", call, s);
   std::string last = in_.nccl.last();
   if (last.empty()) return s;
-  return own_text ? fmt::format("{} ({})", s, last)
-                  : fmt::format("{}; NCCL's last error in this process: {}", s, last);
+  // ncclGetLastError is the process's, and never cleared: the text is this call's
+  // only when it changed during the call.
+  if (before != nullptr && last != *before) return fmt::format("{} ({})", s, last);
+  return fmt::format("{}; NCCL's last error in this process{}: {}", s,
+                     before != nullptr ? ", from before this call" : "", last);
 }
 
 ncclResult_t StageRun::grouped(const std::function<void()>& body, const char** call,
@@ -199,7 +205,8 @@ bool StageRun::settle(std::vector<Slot>& slots, std::vector<bool>& waiting, bool
 
 bool StageRun::drain(std::vector<Slot>& slots, std::vector<bool>& waiting,
                      const std::function<CUresult(size_t)>& query,
-                     const std::function<void(size_t, const std::string&)>& on_error) {
+                     const std::function<void(size_t, const std::string&)>& on_error,
+                     const std::string& before) {
   Pause pause(true);
   while (true) {
     bool any = false;
@@ -226,7 +233,7 @@ bool StageRun::drain(std::vector<Slot>& slots, std::vector<bool>& waiting,
       if (nrc != ncclSuccess) state = nrc;
       if (state != ncclSuccess && state != ncclInProgress) {
         waiting[i] = false;
-        on_error(i, nccl_error("ncclAllReduce", state, n_ == 1));
+        on_error(i, nccl_error("ncclAllReduce", state, n_ == 1 ? &before : nullptr));
         continue;
       }
       any = true;
@@ -266,6 +273,7 @@ bool StageRun::init(std::vector<Slot>& slots) {
   auto t0 = Clock::now();
   std::vector<bool> waiting(n_, false);
   const char* group_call = nullptr;
+  const std::string before = in_.nccl.last();
   ncclResult_t group = grouped(
       [&] {
         for (size_t i = 0; i < n_; ++i) {
@@ -274,6 +282,7 @@ bool StageRun::init(std::vector<Slot>& slots) {
             out_[i].init_error = "cuCtxSetCurrent: " + in_.cuda.error(crc);
             continue;
           }
+          const std::string before_call = in_.nccl.last();
           ncclComm_t comm = nullptr;
           ncclResult_t rc = ncclSuccess;
           bool go_on = nccl_call(call, rc, [&] {
@@ -292,7 +301,7 @@ bool StageRun::init(std::vector<Slot>& slots) {
           slots[i].comm = comm;
           if (rc != ncclSuccess && rc != ncclInProgress) {
             // Failed at once: nothing to wait for, and the error is the one to report.
-            out_[i].init_error = nccl_error(call, rc, true);
+            out_[i].init_error = nccl_error(call, rc, &before_call);
           } else if (comm == nullptr) {
             out_[i].init_error = fmt::format("{} returned no communicator", call);
           } else {
@@ -304,7 +313,7 @@ bool StageRun::init(std::vector<Slot>& slots) {
   if (stopping()) return false;
   if (group != ncclSuccess && group != ncclInProgress) {
     for (size_t i = 0; i < n_; ++i) {
-      if (out_[i].init_error.empty()) out_[i].init_error = nccl_error(group_call, group, true);
+      if (out_[i].init_error.empty()) out_[i].init_error = nccl_error(group_call, group, &before);
       waiting[i] = false;
     }
   }
@@ -321,7 +330,9 @@ bool StageRun::init(std::vector<Slot>& slots) {
   // NCCL's last error is the process's, read once all have settled: with several
   // communicators here it is not any one rank's own.
   for (auto [i, state] : failed) {
-    if (out_[i].init_error.empty()) out_[i].init_error = nccl_error(nullptr, state, n_ == 1);
+    if (out_[i].init_error.empty()) {
+      out_[i].init_error = nccl_error(nullptr, state, n_ == 1 ? &before : nullptr);
+    }
   }
   bool all_ok = true;
   for (size_t i = 0; i < n_; ++i) {
@@ -337,11 +348,12 @@ bool StageRun::init(std::vector<Slot>& slots) {
 
 bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& inputs,
                           std::vector<int64_t>& got, std::vector<std::string>& errors,
-                          std::vector<bool>& waiting) {
+                          std::vector<bool>& waiting, std::vector<bool>* took_part) {
   const CudaApi& cu = in_.cuda;
   got.assign(n_, kAllreduceSentinel);
   errors.assign(n_, "");
   waiting.assign(n_, false);
+  if (took_part != nullptr) took_part->assign(n_, false);
   // The input, and the sentinel where the total goes: a total never written shows.
   for (size_t i = 0; i < n_; ++i) {
     Slot& s = slots[i];
@@ -357,6 +369,7 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
   }
   const char* group_call = nullptr;
   std::vector<bool> launched(n_, false);
+  const std::string before = in_.nccl.last();
   ncclResult_t group = grouped(
       [&] {
         for (size_t i = 0; i < n_; ++i) {
@@ -368,6 +381,7 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
           }
           auto* send = reinterpret_cast<void*>(s.buf);
           auto* recv = reinterpret_cast<void*>(s.buf + sizeof(int64_t));
+          const std::string before_call = in_.nccl.last();
           ncclResult_t rc = ncclSuccess;
           if (!nccl_call("ncclAllReduce", rc, [&] {
                 return in_.nccl.all_reduce(send, recv, 1, ncclInt64, ncclSum, s.comm,
@@ -376,7 +390,7 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
             return;
           }
           if (rc != ncclSuccess && rc != ncclInProgress) {
-            errors[i] = nccl_error("ncclAllReduce", rc, true);
+            errors[i] = nccl_error("ncclAllReduce", rc, &before_call);
           } else {
             launched[i] = true;
           }
@@ -387,7 +401,7 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
   if (group != ncclSuccess && group != ncclInProgress) {
     // Nothing of the group was launched.
     for (size_t i = 0; i < n_; ++i) {
-      if (errors[i].empty()) errors[i] = nccl_error(group_call, group, true);
+      if (errors[i].empty()) errors[i] = nccl_error(group_call, group, &before);
       launched[i] = false;
     }
   }
@@ -405,18 +419,21 @@ bool StageRun::reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& 
     return false;
   }
   for (auto [i, state] : failed)
-    errors[i] = nccl_error("ncclAllReduce", state, n_ == 1);
+    errors[i] = nccl_error("ncclAllReduce", state, n_ == 1 ? &before : nullptr);
   std::vector<bool> on_stream = running;
   if (!drain(
           slots, on_stream, [&](size_t i) { return cu.stream_query(slots[i].stream); },
-          [&](size_t i, const std::string& text) { errors[i] = text; })) {
+          [&](size_t i, const std::string& text) { errors[i] = text; }, before)) {
     return false;
   }
   for (size_t i = 0; i < n_; ++i) {
     waiting[i] = enqueuing[i] || on_stream[i];
     if (!running[i] || waiting[i] || !errors[i].empty()) continue;
+    if (took_part != nullptr) (*took_part)[i] = true;
     int64_t total = kAllreduceSentinel;
-    CUresult rc = cu.copy_to_host(&total, slots[i].buf + sizeof(int64_t), sizeof total);
+    CUresult rc = cu.ctx_set_current(slots[i].ctx);  // the copy is made in the slot's context
+    if (rc == CUDA_SUCCESS)
+      rc = cu.copy_to_host(&total, slots[i].buf + sizeof(int64_t), sizeof total);
     if (rc != CUDA_SUCCESS) {
       errors[i] = "copying the result from the GPU: " + cu.error(rc);
     } else {
@@ -436,10 +453,11 @@ bool StageRun::allreduce(std::vector<Slot>& slots) {
   std::vector<int64_t> got;
   std::vector<std::string> errors;
   std::vector<bool> waiting;
+  std::vector<bool> took_part;
   auto t0 = Clock::now();
-  if (!reduce_one(slots, inputs, got, errors, waiting)) return false;
+  if (!reduce_one(slots, inputs, got, errors, waiting, &took_part)) return false;
   double us = ms_between(t0, Clock::now()) * 1000.0;
-  bool all_done = true;
+  bool all_took_part = true;
   for (size_t i = 0; i < n_; ++i) {
     RankResult& r = out_[i];
     if (waiting[i]) {
@@ -454,10 +472,13 @@ bool StageRun::allreduce(std::vector<Slot>& slots) {
       r.got = got[i];
       r.allreduce_ok = got[i] == expected;
     }
-    all_done = all_done && r.allreduce_done;
+    all_took_part = all_took_part && took_part[i];
   }
   publish();
-  return all_done;
+  // A rank whose all-reduce completed on the GPU, whatever it read back, takes part
+  // in what follows (the round that agrees on the timed all-reduce), so that its
+  // peers are not left waiting in it.
+  return all_took_part;
 }
 
 void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
@@ -474,9 +495,20 @@ void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
     ncclResult_t rc = ncclSuccess;
     // A communicator that failed or is stuck must be aborted: ncclCommDestroy
     // refuses one that is not ready, and would wait for work that never ends.
-    if (!abort) {
+    ncclResult_t state = ncclSuccess;
+    bool healthy =
+        !abort && in_.nccl.async_error(comm, &state) == ncclSuccess && state == ncclSuccess;
+    if (healthy) {
       if (!nccl_call("ncclCommDestroy", rc, [&] { return in_.nccl.destroy(comm); })) break;
       if (rc == ncclSuccess || rc == ncclInProgress) continue;
+      // From 2.24, a destroy that finds the communicator not ready returns with this
+      // thread inside the group it started (src/init.cc, ncclCommDestroy: its
+      // NCCLCHECK(ncclCommEnsureReady(comm)) returns before ncclGroupEndInternal;
+      // tags v2.24.3-1 to v2.29.7-1): the abort would only be queued in it. Ended here.
+      if (in_.nccl_version >= kDestroyLeavesGroup &&
+          !nccl_call("ncclGroupEnd", rc, [&] { return in_.nccl.group_end(); })) {
+        break;
+      }
     }
     if (!nccl_call("ncclCommAbort", rc, [&] { return in_.nccl.abort(comm); })) break;
   }

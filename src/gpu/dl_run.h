@@ -27,6 +27,7 @@ struct RunInput {
   long first_rank = 0;
   Deadline deadline = Deadline::never();
   uint64_t bandwidth_bytes = 0;
+  int32_t nccl_version = 0;  ///< ncclGetVersion's, e.g. 22809
 };
 
 class StageRun {
@@ -41,8 +42,9 @@ class StageRun {
   bool wait_finished(Clock::time_point until);
   /// Stops the run where it is: the run makes no further call once the one it is in
   /// returns. The communicators it has not released yet, for the caller to abort;
-  /// the call it is stuck in (nullptr when none).
-  std::vector<ncclComm_t> take_over(const char** blocked_in);
+  /// the call it is stuck in (nullptr when none). `how`: what the caller does about
+  /// it, for the results ("aborted from another thread").
+  std::vector<ncclComm_t> take_over(const char** blocked_in, const std::string& how);
   /// The communicators take_over returned are aborted (the run may free the
   /// buffers they used).
   void aborted_outside();
@@ -88,24 +90,29 @@ class StageRun {
               const std::function<void(size_t, ncclResult_t)>& on_done);
   // Waits for each slot's stream (or event) to complete, asking NCCL for errors
   // while it waits, as nccl-tests does. `on_error(i, text)` for a failure;
-  // slots still waiting stay marked.
+  // slots still waiting stay marked. `before`: NCCL's last error before the launch.
   bool drain(std::vector<Slot>& slots, std::vector<bool>& waiting,
              const std::function<CUresult(size_t)>& query,
-             const std::function<void(size_t, const std::string&)>& on_error);
+             const std::function<void(size_t, const std::string&)>& on_error,
+             const std::string& before);
   // An all-reduce of one int64 per slot, from `inputs` into the receive half of
   // each slot's buffer: the totals in `got`, a failure's text in `errors`, and
-  // `waiting` for the slots whose all-reduce did not complete.
+  // `waiting` for the slots whose all-reduce did not complete, `took_part` (when
+  // given) for those whose all-reduce completed on the GPU, read back or not.
   bool reduce_one(std::vector<Slot>& slots, const std::vector<int64_t>& inputs,
                   std::vector<int64_t>& got, std::vector<std::string>& errors,
-                  std::vector<bool>& waiting);
+                  std::vector<bool>& waiting, std::vector<bool>* took_part = nullptr);
   // The timed all-reduces, once every rank agreed to run them: failures in
   // `errors`, the ranks still waiting at the deadline in `waiting`.
   bool timed(std::vector<Slot>& slots, size_t count, std::vector<std::string>& errors,
              std::vector<bool>& waiting);
+  // The figures of each rank's best timed round, from its events; failures in `errors`.
+  void figures(std::vector<Slot>& slots, uint64_t bytes, std::vector<std::string>& errors);
 
-  // NCCL's error for `rc` with its last error text: this call's own when read
-  // right after it, else the process's (one buffer for every communicator).
-  std::string nccl_error(const char* call, ncclResult_t rc, bool own_text) const;
+  // NCCL's error for `rc` with its last error text: this call's own when it changed
+  // from `before` (read before the call), else the process's, said to be older (one
+  // buffer for every communicator, never cleared). `before` null: not any one call's.
+  std::string nccl_error(const char* call, ncclResult_t rc, const std::string* before) const;
   bool stopping() const;
   void enter(Phase p);
   void publish();

@@ -4,6 +4,8 @@
 // nothing here links against either library.
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -25,8 +27,26 @@ using dl::CudaApi;
 using dl::NcclApi;
 
 // How long after its deadline a run may take to end the stage itself (abort its
-// communicators, free its buffers) before it is taken for blocked inside NCCL.
+// communicators, free its buffers) before it is taken for blocked inside NCCL. The
+// results are sent then; the aborts themselves get seconds more before the process
+// ends (GpuStage::wait_for_aborts).
 constexpr Millis kRunGrace{150};
+// The first NCCL that aborts a communicator safely from another thread than the one
+// whose non-blocking init runs it: before, the group job is thread-local and the
+// abort frees the communicator under the init (NVIDIA/nccl#992).
+constexpr int32_t kAbortFromAnyThread = 21901;
+
+// NCCL_COMM_BLOCKING=1 overrides config.blocking = 0 (src/init.cc envConfigOverride,
+// since 2.14; read once, at the first init): init would then block in the stage's
+// thread, and the deadline could abort nothing. The stage sets 0 in this process
+// before NCCL reads it (the record keeps the user's value; the training job keeps its
+// own). The user's value, when it was not 0, or "".
+std::string force_non_blocking() {
+  const char* v = std::getenv("NCCL_COMM_BLOCKING");
+  std::string users = v != nullptr && std::string_view(v) != "0" ? v : "";
+  ::setenv("NCCL_COMM_BLOCKING", "0", 1);
+  return users;
+}
 
 // The NVIDIA driver's own version: the kernel module's banner, else the name of
 // the file libcuda.so.1 links to. "" when neither tells (the report then names the
@@ -48,13 +68,26 @@ class DlStage final : public GpuStage {
   GpuFacts inventory(const GpuPlan& plan) override {
     GpuFacts f;
     f.visible_devices = plan.visible_devices.value_or("");
+    std::string blocking = force_non_blocking();
     load_nccl(f);
     f.state = load_cuda(plan, f);
     if (f.state != GpuState::kUsable) return f;
     f.state = pick_devices(plan, f);
+    if (!blocking.empty()) {
+      f.choice = fmt::format("{}; NCCL_COMM_BLOCKING={} overridden to 0 for this check", f.choice,
+                             blocking);
+      std::fprintf(stderr,
+                   "rankcheck: note: NCCL_COMM_BLOCKING=%s in the environment: set to 0 for "
+                   "this check, whose deadline needs a non-blocking NCCL init (the training "
+                   "job keeps its own value)\n",
+                   blocking.c_str());
+    }
     facts_ = f;
     return f;
   }
+
+  bool took_over() const override { return left_ != nullptr; }
+  bool wait_for_aborts(Clock::time_point until) override;
 
   Result<NcclId> unique_id() override {
     if (nccl_.get_unique_id == nullptr) return Error{"NCCL is not loaded on the master"};
@@ -75,6 +108,8 @@ class DlStage final : public GpuStage {
                               Deadline deadline) override;
 
  private:
+  std::vector<RankResult> take_over(const std::shared_ptr<dl::StageRun>& job, std::thread& worker);
+
   void load_nccl(GpuFacts& f) {
     void* h = ::dlopen(options_.nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
@@ -223,6 +258,10 @@ class DlStage final : public GpuStage {
   NcclApi nccl_;
   GpuFacts facts_;
   std::vector<CUdevice> devices_;
+  // After a take-over: the run, and whether the aborts started from outside returned
+  // (null when none were started).
+  std::shared_ptr<dl::StageRun> left_;
+  std::shared_ptr<std::atomic<bool>> left_aborted_;
 };
 
 std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const GpuPlan& plan,
@@ -257,6 +296,7 @@ std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const Gpu
   in.first_rank = plan.first_rank;
   in.deadline = deadline;
   in.bandwidth_bytes = options_.bandwidth_bytes;
+  in.nccl_version = facts_.nccl_version;
   // The run has a thread of its own, so that a call into NCCL that never returns
   // (connection setup in the caller's thread before 2.23, an abort that blocks:
   // NVIDIA/nccl#863, #1777) cannot hold this one past the deadline.
@@ -272,11 +312,33 @@ std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const Gpu
     worker.join();
     return job->results();
   }
-  // Blocked: abort its communicators from here, as PyTorch's watchdog does; an
-  // abort that blocks as well is left behind.
+  return take_over(job, worker);
+}
+
+// Blocked: abort its communicators from here, as PyTorch's watchdog does; an abort
+// that blocks as well is left behind, and so is the run on NCCL 2.18, where an abort
+// from this thread is not safe.
+std::vector<RankResult> DlStage::take_over(const std::shared_ptr<dl::StageRun>& job,
+                                           std::thread& worker) {
+  left_ = job;
   const char* blocked_in = nullptr;
-  std::vector<ncclComm_t> comms = job->take_over(&blocked_in);
+  if (facts_.nccl_version < kAbortFromAnyThread) {
+    std::fprintf(stderr,
+                 "rankcheck: NCCL %s cannot abort a communicator from another thread "
+                 "(NVIDIA/nccl#992, fixed in 2.19.1): the stage's stuck call is left as it "
+                 "is, and this process ends without aborting it\n",
+                 nccl_version_text(facts_.nccl_version).c_str());
+    job->take_over(&blocked_in,
+                   fmt::format("not aborted: NCCL {} cannot abort a communicator from another "
+                               "thread (NVIDIA/nccl#992, fixed in 2.19.1), and the process "
+                               "ends without it",
+                               nccl_version_text(facts_.nccl_version)));
+    worker.detach();
+    return job->results();
+  }
+  std::vector<ncclComm_t> comms = job->take_over(&blocked_in, "aborted from another thread");
   auto aborted = std::make_shared<std::atomic<bool>>(false);
+  left_aborted_ = aborted;
   std::thread aborter([abort = nccl_.abort, comms, aborted, job] {
     for (ncclComm_t c : comms)
       abort(c);
@@ -289,7 +351,7 @@ std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const Gpu
     if (done && aborted->load()) break;
     if (done) std::this_thread::sleep_for(Millis(1));
   }
-  finished = job->wait_finished(Clock::now());
+  bool finished = job->wait_finished(Clock::now());
   if (finished) {
     worker.join();
   } else {
@@ -301,6 +363,15 @@ std::vector<RankResult> DlStage::run(const NcclInit& init, long world, const Gpu
     aborter.detach();
   }
   return job->results();
+}
+
+bool DlStage::wait_for_aborts(Clock::time_point until) {
+  if (left_ == nullptr || left_aborted_ == nullptr) return true;  // nothing was aborted
+  while (!(left_aborted_->load() && left_->wait_finished(Clock::now()))) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(Millis(5));
+  }
+  return true;
 }
 
 }  // namespace

@@ -47,6 +47,17 @@ class GpuStage {
   /// too is left behind).
   virtual std::vector<RankResult> run(const NcclInit& init, long world_size, const GpuPlan& plan,
                                       Deadline deadline) = 0;
+  /// Whether run() took over a call into NCCL that did not return: threads of the
+  /// stage may still be inside NCCL (an abort takes seconds, or never returns). The
+  /// process must then end with _exit: exit()'s handlers and cudart's static
+  /// destructors must not run under NCCL's threads (NVIDIA/nccl#1013).
+  virtual bool took_over() const { return false; }
+  /// After a take-over: waits until the aborts it started have returned and the run
+  /// has ended, or `until`. Whether they have.
+  virtual bool wait_for_aborts(Clock::time_point until) {
+    (void)until;
+    return true;
+  }
 };
 
 /// The real stage (or, without the CUDA/NCCL headers at build time, one that

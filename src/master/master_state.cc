@@ -512,20 +512,25 @@ const Verdict& MasterState::finalize() {
   double init_max = 0;
   double ar_max = 0;
   double busbw = 0;
+  double algbw = 0;
   for (const RankResult& r : report_.stage_results) {
     init_max = std::max(init_max, r.init_ms);
     ar_max = std::max(ar_max, r.allreduce_us);
     if (r.bandwidth_bytes > 0) busbw = r.busbw_gbps;
+    if (r.bandwidth_bytes > 0) algbw = r.algbw_gbps;
   }
+  std::string bandwidth =
+      busbw > 0   ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw)
+      : algbw > 0 ? fmt::format(", algbw {:.1f} GB/s (one rank: bus bandwidth is undefined{})",
+                                algbw, cfg_.min_busbw_gbps > 0 ? ", --min-busbw not applied" : "")
+                  : std::string();
   // Hosts that chose different networks are a finding of the stage, not its failure.
   bool failed = std::any_of(found.begin(), found.end(), [](const Finding& f) {
     return f.id != finding_kind(FindingId::kEnvMismatch).name;
   });
   report_.gpu_stage =
-      !failed ? fmt::format(
-                    "passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
-                    format_seconds(init_max), ar_max,
-                    busbw > 0 ? fmt::format(", bus bandwidth {:.1f} GB/s", busbw) : std::string())
+      !failed ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
+                            format_seconds(init_max), ar_max, bandwidth)
               : "failed";
   verdict_ = verdict_base();
   cfg_.log(fmt::format(

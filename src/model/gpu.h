@@ -73,6 +73,14 @@ std::string driver_version_from_library(std::string_view path);
 /// total that is still this value was never written.
 inline constexpr int64_t kAllreduceSentinel = -0x5a5a5a5a5a5a5a5b;
 
+/// How --bandwidth times the all-reduce: as nccl-tests does (src/common.cu), so that
+/// its figure compares with nccl-tests' busbw. Said in the report.
+inline constexpr int kBandwidthWarmup = 5;
+inline constexpr int kBandwidthIters = 20;
+inline constexpr const char* kBandwidthMethod =
+    "as nccl-tests: out of place, 5 warm-up launches, then 3 rounds of 20 separate launches "
+    "timed with CUDA events, the best round; busbw = algbw * 2(n-1)/n, undefined for one rank";
+
 /// How a member picks its devices.
 struct GpuPlan {
   long first_rank = 0;

@@ -111,8 +111,10 @@ nlohmann::json stage_json(const RankResult& r) {
                       {"expected", r.expected},
                       {"got", r.got}};
   if (r.bandwidth_bytes > 0) {
-    j["bandwidth"] = {
-        {"bytes", r.bandwidth_bytes}, {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps}};
+    j["bandwidth"] = {{"bytes", r.bandwidth_bytes},
+                      {"algbw_gbps", r.algbw_gbps},
+                      {"busbw_gbps", r.busbw_gbps},
+                      {"method", kBandwidthMethod}};
   }
   // What NCCL said in the rank's process (its NCCL_DEBUG_FILE), where it said anything.
   if (!r.nccl_warn.empty()) j["nccl_warn"] = r.nccl_warn;

@@ -253,7 +253,9 @@ AllreduceOutcomes allreduce_outcomes(const StageView& sv) {
               ? fmt::format("rank {} expected {}, got nothing (buffer never written)", r.rank,
                             r.expected)
               : fmt::format("rank {} expected {}, got {}", r.rank, r.expected, r.got));
-    } else if (sv.min_busbw_gbps > 0 && r.bandwidth_bytes > 0 && r.busbw_gbps < sv.min_busbw_gbps) {
+    } else if (sv.min_busbw_gbps > 0 && sv.world_size > 1 && r.bandwidth_bytes > 0 &&
+               r.busbw_gbps < sv.min_busbw_gbps) {
+      // Bus bandwidth is undefined for one rank (2(n-1)/n = 0): no floor there.
       o.low.push_back(r.rank);
       o.low_text.push_back(fmt::format("rank {} {:.1f} GB/s", r.rank, r.busbw_gbps));
     }

@@ -49,6 +49,34 @@
 //                             rank's completes on time), but their own kernel completes
 //                             SECONDS later than it would, or never (until an abort)
 //
+// What NCCL does that the stage must live with (each from NCCL's source, cited where
+// it is modelled below):
+//   NCCL_COMM_BLOCKING=0|1    overrides config.blocking, read once per process at the
+//                             first init (envConfigOverride). A blocking communicator's
+//                             init and collectives run in the caller's thread.
+//   FAKE_NCCL_ABORT_MS=2000   ncclCommAbort takes this long (commReclaim, the proxy's
+//                             stop); exit() while an abort is still inside NCCL on
+//                             another thread kills the process with SIGABRT, as the driver
+//                             reclaiming memory under NCCL's threads does (NVIDIA/nccl#1013).
+//                             FAKE_NCCL_ABORT=hang does the same.
+//   FAKE_NCCL_DESTROY=error   the communicator reports an asynchronous error when it is
+//                             destroyed. From 2.24, ncclCommDestroy that finds it not ready
+//                             returns with the caller's thread left inside a group: the next
+//                             ncclCommAbort is only queued until a ncclGroupEnd.
+//   2.18 (before 2.19.1)      the group job of a non-blocking init is the initiating
+//                             thread's: ncclCommAbort from another thread while that init
+//                             runs frees the communicator under it (SIGSEGV; NVIDIA/nccl#992).
+//   one rank                  an in-place all-reduce does no GPU work; out of place, it is a
+//                             copy at the bus bandwidth (ncclLaunchOneRank).
+//   FAKE_NCCL_LAUNCH_US=0     what one launch (one plan) costs on the GPU: the collectives
+//                             of one group on one communicator are one plan, so a group of
+//                             20 pays it once and separate launches pay it each.
+//   FAKE_NCCL_STALE_WARN=txt  a WARN at the first NCCL call, left in ncclGetLastError's
+//                             buffer, which NCCL never clears.
+//   FAKE_NCCL_ALLREDUCE=fail-silent  the call fails without a WARN (the last error stays
+//                             what it was), as NCCL's many NCCLCHECK returns do.
+//   FAKE_CUDA_COPY=fail-to-host  only copies from the GPU to the host fail
+//
 // NCCL's own words go where NCCL's go (src/debug.cc of 2.28): NCCL_DEBUG's level,
 // NCCL_DEBUG_SUBSYS's subsystems, NCCL_DEBUG_FILE with %h and %p expanded (else
 // stdout), each line in NCCL's format: "host:pid:tid [dev] NCCL INFO text", and a
@@ -78,6 +106,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -416,6 +446,7 @@ struct Coll {
   bool connects = true;  // takes part in the connection setup (at the first collective)
   bool arrives = true;   // sends its contribution
   bool wrong = false;
+  bool no_work = false;  // one rank, in place: NCCL launches nothing
   bool applied = false;
   double late = 0;  // FAKE_NCCL_DONE_LATE: seconds its kernel completes late on this rank
   std::optional<double> last_arrival;  // once every rank has arrived
@@ -465,7 +496,8 @@ struct ThreadGroup {
   ncclResult_t error = kNcclOk;
   bool inits = false;
   std::vector<Queued> ops;
-  std::vector<ncclComm*> reclaims;  // aborts and destroys called inside the group
+  std::vector<ncclComm*> reclaims;        // aborts and destroys called inside the group
+  std::vector<ncclComm*> blocking_inits;  // blocking inits: ncclGroupEnd waits for them
 };
 thread_local ThreadGroup t_group;
 
@@ -489,9 +521,94 @@ struct ncclComm {
   bool queued_reclaim = false;    // ncclCommAbort/Destroy inside an open group
   bool dead = false;              // destroyed or aborted
   int in_calls = 0;               // threads inside a call on this communicator
+  bool blocking = false;          // config.blocking after NCCL_COMM_BLOCKING
+  std::thread::id owner;          // the thread whose init (2.18: whose group job) made it
+  bool destroy_error = false;     // FAKE_NCCL_DESTROY=error was applied
 };
 
 namespace {
+
+// ----- aborts that take time, and exit() under them -------------------------
+// A real abort of an initialised communicator (src/init.cc commReclaim ->
+// commDestroySync, ncclProxyStop, commFree; tag v2.28.9-1) takes long enough that a
+// process can reach exit() during it: cudart (statically linked into libnccl) and the
+// driver then tear down under NCCL's live threads, and the process dies
+// (NVIDIA/nccl#1013). Here the thread inside the abort raises SIGABRT once exit()'s
+// handlers run.
+std::atomic<int> g_aborts_inside{0};
+std::atomic<bool> g_exit_handlers{false};
+
+void crash_if_exiting() {
+  if (!g_exit_handlers.load()) return;
+  const char line[] =
+      "fake NCCL: exit() ran while ncclCommAbort was still inside NCCL on another thread: "
+      "the driver reclaims memory under NCCL's threads (NVIDIA/nccl#1013)\n";
+  [[maybe_unused]] ssize_t n = ::write(2, line, sizeof line - 1);
+  ::raise(SIGABRT);
+}
+
+// Called from exit()'s handlers: while an abort is inside NCCL, the process dies.
+void exit_during_abort() {
+  if (g_aborts_inside.load() == 0) return;
+  g_exit_handlers.store(true);
+  for (int i = 0; i < 1000 && g_aborts_inside.load() > 0; ++i)
+    pause_ms(1);  // the abort's thread raises
+  if (g_aborts_inside.load() > 0) crash_if_exiting();
+}
+
+// The time an abort takes inside NCCL (FAKE_NCCL_ABORT_MS, or forever under
+// FAKE_NCCL_ABORT=hang), with g_mu released.
+void abort_takes_time(std::unique_lock<std::mutex>& lock, const ncclComm* c) {
+  if (!injected_for(c->rank)) return;
+  bool hang = env("FAKE_NCCL_ABORT") == "hang";
+  int ms = std::atoi(env("FAKE_NCCL_ABORT_MS", "0").c_str());
+  if (!hang && ms <= 0) return;
+  lock.unlock();
+  ++g_aborts_inside;
+  for (int i = 0; hang || i < ms; ++i) {
+    crash_if_exiting();
+    pause_ms(1);
+  }
+  --g_aborts_inside;
+  lock.lock();
+}
+
+// NCCL_COMM_BLOCKING as NCCL's envConfigOverride applies it (src/init.cc, tags
+// v2.24.3-1 and v2.28.9-1: "if (blockingEnv == 0 || blockingEnv == 1)
+// comm->config.blocking = blockingEnv"), over config.blocking (NCCL_CONFIG_UNDEF_INT
+// means 1). NCCL reads a parameter once per process and caches it (src/misc/param.cc,
+// ncclLoadParam): a setenv after the first init changes nothing.
+bool effective_blocking(const ncclConfigHead* config) {
+  static const int from_env = [] {
+    std::string v = env("NCCL_COMM_BLOCKING");
+    return v.empty() ? -1 : std::atoi(v.c_str());
+  }();
+  if (from_env == 0 || from_env == 1) return from_env == 1;
+  return config->blocking == INT_MIN || config->blocking != 0;
+}
+
+// 2.18 (src/group.cc at tag v2.18.6-1: "__thread struct ncclGroupJob
+// *ncclGroupJobMainPtr"; src/init.cc ncclCommEnsureReady -> ncclGroupJobAbort()): an
+// abort joins the group job of the thread that calls it. From another thread than the
+// one whose init is still running, it joins nothing, and commReclaim frees the
+// communicator under the init's thread. Fixed in 2.19.1 (comm->groupJob;
+// NVIDIA/nccl#992).
+void abort_from_another_thread_on_2_18(const ncclComm* c) {
+  if (nccl_version() >= 21901 || c->owner == std::this_thread::get_id()) return;
+  if (c->initialized || c->error != kNcclOk) return;
+  misuse("ncclCommAbort of rank " + std::to_string(c->rank) +
+         " from another thread while its init runs: NCCL 2.18 frees it under the init's "
+         "group job (NVIDIA/nccl#992)");
+  ::raise(SIGSEGV);
+}
+
+// From 2.24, ncclCommDestroy starts a group and returns from a failed
+// NCCLCHECK(ncclCommEnsureReady(comm)) without ending it (src/init.cc, tags v2.24.3-1,
+// v2.26.6-1, v2.27.7-1, v2.28.9-1, v2.29.7-1): an error or a communicator still in
+// progress leaves the caller's thread one group deep.
+bool destroy_leaves_group_open() {
+  return nccl_version() >= 22400;
+}
 
 // Every communicator made, never freed (a call on one destroyed is reported, not a
 // crash): held from a pointer that outlives the static destructors, for LeakSanitizer.
@@ -500,6 +617,7 @@ std::vector<ncclComm*>& g_comms = *new std::vector<ncclComm*>;
 // The leftovers NCCL would leak: checked when the process exits normally.
 struct ExitCheck {
   ~ExitCheck() {
+    exit_during_abort();
     std::unique_lock lock(g_mu, std::try_to_lock);
     if (!lock.owns_lock()) return;  // a thread is inside the fake: say nothing
     for (ncclComm* c : g_comms) {
@@ -704,10 +822,46 @@ ncclResult_t ensure_ready(ncclComm* c, const char* call) {
   return state;
 }
 
+// A blocking communicator's init runs in the caller (ncclAsyncLaunch at group depth 0
+// runs the job in the call: src/group.cc, tag v2.28.9-1): the call returns once
+// every rank has arrived, or with the error; an abort from another thread ends it.
+ncclResult_t wait_blocking_init(std::unique_lock<std::mutex>& lock, ncclComm* c) {
+  InCall in(c);
+  while (true) {
+    ncclResult_t state = progress(c);
+    if (state != kNcclInProgress) return state;
+    if (c->aborting) {
+      g_last_error = "fake: init aborted";
+      return kNcclInternalError;
+    }
+    lock.unlock();
+    pause_ms(1);
+    lock.lock();
+  }
+}
+
 bool refuse_dead(const ncclComm* c, const char* call) {
   if (c == nullptr || !c->dead) return false;
   misuse(std::string(call) + " on a communicator already destroyed or aborted");
   return true;
+}
+
+// NCCL makes the collectives of one group on one communicator into one plan, one
+// kernel launch (src/enqueue.cc, ncclPrepareTasks / ncclLaunchPrepare at tag
+// v2.28.9-1): what a launch costs on the GPU (FAKE_NCCL_LAUNCH_US) is paid once per
+// plan, by its first kernel.
+void charge_one_launch_per_plan(std::vector<Queued>& ops) {
+  double launch_s = std::atof(env("FAKE_NCCL_LAUNCH_US", "0").c_str()) / 1e6;
+  if (launch_s <= 0) return;
+  std::vector<const ncclComm*> charged;
+  for (Queued& q : ops) {
+    if (q.coll->no_work ||
+        std::find(charged.begin(), charged.end(), q.coll->comm) != charged.end()) {
+      continue;
+    }
+    charged.push_back(q.coll->comm);
+    q.coll->seconds += launch_s;
+  }
 }
 
 // Launches collectives (a call outside a group, or the end of one). The lock is
@@ -721,18 +875,26 @@ ncclResult_t launch(std::unique_lock<std::mutex>& lock, std::vector<Queued> ops,
     sends.push_back(q.send);
   }
   register_arrivals(colls, sends, stamp);
-  if (async_groups()) {
-    for (const Queued& q : ops) {
-      ncclComm* c = q.coll->comm;
-      c->launching.push_back(q);
-      if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
-    }
-    return ops.empty() ? kNcclOk : kNcclInProgress;
-  }
+  charge_one_launch_per_plan(ops);
+  // A blocking communicator's group runs in the caller's thread (src/group.cc,
+  // ncclGroupEndInternal: the thread is started only when ncclGroupBlocking == 0).
+  std::vector<Queued> in_caller;
+  bool in_nccl_thread = false;
   for (const Queued& q : ops) {
     ncclComm* c = q.coll->comm;
+    if (!async_groups() || c->blocking) {
+      in_caller.push_back(q);
+      continue;
+    }
+    c->launching.push_back(q);
+    in_nccl_thread = true;
+    if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
+  }
+  if (in_nccl_thread && in_caller.empty()) return kNcclInProgress;
+  for (const Queued& q : in_caller) {
+    ncclComm* c = q.coll->comm;
     InCall in(c);
-    while (connect_blocks_caller() && !c->connected) {
+    while ((connect_blocks_caller() || (async_groups() && c->blocking)) && !c->connected) {
       if (c->aborting) {
         g_last_error = "fake: aborted during connection setup";
         return kNcclInternalError;
@@ -749,7 +911,7 @@ ncclResult_t launch(std::unique_lock<std::mutex>& lock, std::vector<Queued> ops,
     enqueue(q, now_s());
     if (allreduce_mode(c->rank, q.coll->type) == "neterr") c->neterr_at = now_s() + 0.1;
   }
-  return kNcclOk;
+  return in_nccl_thread ? kNcclInProgress : kNcclOk;
 }
 
 }  // namespace
@@ -909,7 +1071,9 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstre
 // Synchronous, and (as with a CU_STREAM_NON_BLOCKING stream) not ordered after any
 // stream's work: it reads what the buffer holds now.
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
-  if (env("FAKE_CUDA_COPY") == "fail") return kInvalidValue;
+  if (env("FAKE_CUDA_COPY") == "fail" || env("FAKE_CUDA_COPY") == "fail-to-host") {
+    return kInvalidValue;
+  }
   std::lock_guard lock(g_mu);
   std::memcpy(dst, reinterpret_cast<void*>(src), n);
   return kOk;
@@ -993,6 +1157,16 @@ CUresult cuEventElapsedTime_v2(float* ms, CUevent_st* a, CUevent_st* b) {
 
 ncclResult_t ncclGetVersion(int* v) {
   *v = nccl_version();
+  // FAKE_NCCL_STALE_WARN: a WARN of the process's first NCCL call, left in the one
+  // last-error buffer (src/debug.cc: ncclLastError is written by every WARN and never
+  // cleared; tag v2.28.9-1).
+  static std::once_flag stale;
+  std::call_once(stale, [] {
+    std::string text = env("FAKE_NCCL_STALE_WARN");
+    if (text.empty()) return;
+    std::lock_guard lock(g_mu);
+    nccl_warn("init.cc", 1, text);
+  });
   return kNcclOk;
 }
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -1010,9 +1184,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 }
 ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfigHead* config) {
-  std::lock_guard lock(g_mu);
-  if (config == nullptr || config->blocking != 0) {
-    g_last_error = "fake NCCL expects a non-blocking config";
+  std::unique_lock lock(g_mu);
+  if (config == nullptr) {
+    g_last_error = "fake NCCL expects a config";
     return kNcclInvalidArgument;
   }
   std::string mode = injected_for(rank) ? env("FAKE_NCCL_INIT") : "";
@@ -1026,9 +1200,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   c->dir = dir_of(id);
   c->nranks = nranks;
   c->rank = rank;
+  c->blocking = effective_blocking(config);
+  c->owner = std::this_thread::get_id();
   g_comms.push_back(c);
   *comm = c;
   if (t_group.depth > 0) t_group.inits = true;
+  if (t_group.depth > 0 && c->blocking) t_group.blocking_inits.push_back(c);
   // The network NCCL's init picks (src/init.cc: "Using network %s"; the transport's
   // own line first), IB where a QP is to fail.
   std::string net = mode == "fail-ib" ? "IB" : env("FAKE_NCCL_NET", "Socket");
@@ -1039,10 +1216,11 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   if (mode == "fail" || mode == "fail-ib") {
     c->init_failed = true;
     c->init_ib_error = mode == "fail-ib";
-    return kNcclInProgress;
+  } else {
+    c->init_hang = mode == "hang";
+    if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
   }
-  c->init_hang = mode == "hang";
-  if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
+  if (c->blocking && t_group.depth == 0) return wait_blocking_init(lock, c);
   return kNcclInProgress;
 }
 ncclResult_t ncclCommInitRankScalable(ncclComm** comm, int nranks, int rank, int n_ids,
@@ -1081,19 +1259,15 @@ ncclResult_t ncclCommAbort(ncclComm* c) {
   if (c == nullptr) return kNcclOk;
   std::unique_lock lock(g_mu);
   if (refuse_dead(c, "ncclCommAbort")) return kNcclInvalidArgument;
-  c->aborting = true;  // the abort flag: whatever waits on this communicator gives up
-  if (env("FAKE_NCCL_ABORT") == "hang" && injected_for(c->rank)) {
-    c->abort_called = true;
-    lock.unlock();
-    for (;;)
-      pause_ms(100);  // an abort that never returns
-  }
+  abort_from_another_thread_on_2_18(c);
+  c->aborting = true;       // the abort flag: whatever waits on this communicator gives up
   if (t_group.depth > 0) {  // NCCL opens a group of its own: inside the caller's, it waits
     c->queued_reclaim = true;
     t_group.reclaims.push_back(c);
     return kNcclOk;
   }
   c->abort_called = true;
+  abort_takes_time(lock, c);  // FAKE_NCCL_ABORT_MS; FAKE_NCCL_ABORT=hang: never returns
   for (int i = 0; i < 5000 && c->in_calls > 0; ++i) {  // joins what runs on it
     lock.unlock();
     pause_ms(1);
@@ -1107,14 +1281,23 @@ ncclResult_t ncclCommDestroy(ncclComm* c) {
   std::lock_guard lock(g_mu);
   if (refuse_dead(c, "ncclCommDestroy")) return kNcclInvalidArgument;
   InCall in(c);
+  if (env("FAKE_NCCL_DESTROY") == "error" && injected_for(c->rank) && c->error == kNcclOk) {
+    c->destroy_error = true;  // an asynchronous error that shows only now
+    c->error = kNcclRemoteError;
+    g_last_error = "fake: a network error on rank " + std::to_string(c->rank) +
+                   " shown at ncclCommDestroy (FAKE_NCCL_DESTROY=error)";
+  }
+  if (destroy_leaves_group_open()) ++t_group.depth;  // ncclGroupStartInternal
   ncclResult_t ready = ensure_ready(c, "ncclCommDestroy");
   if (ready != kNcclOk) {
-    if (ready != kNcclInvalidArgument) {
+    // From 2.24 the group stays open: the thread is one group deeper on return.
+    if (ready != kNcclInvalidArgument && !c->destroy_error) {
       misuse("ncclCommDestroy on the communicator of rank " + std::to_string(c->rank) +
              " after an error (it must be aborted)");
     }
     return ready;
   }
+  if (destroy_leaves_group_open()) --t_group.depth;  // ncclGroupEndInternal
   if (t_group.depth > 0) {
     c->queued_reclaim = true;
     t_group.reclaims.push_back(c);
@@ -1143,8 +1326,12 @@ ncclResult_t ncclGroupEnd() {
     c->dead = true;
   }
   if (g.error != kNcclOk) return g.error;  // nothing of the group is launched
+  for (ncclComm* c : g.blocking_inits) {
+    ncclResult_t state = wait_blocking_init(lock, c);
+    if (state != kNcclOk) return state;
+  }
   ncclResult_t rc = launch(lock, std::move(g.ops), now_s());
-  if (rc == kNcclOk && g.inits) rc = kNcclInProgress;
+  if (rc == kNcclOk && g.inits && g.blocking_inits.empty()) rc = kNcclInProgress;
   return rc;
 }
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type, int op,
@@ -1166,6 +1353,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type,
                    std::to_string(c->rank);
     return fail(kNcclSystemError);
   }
+  if (mode == "fail-silent") return fail(kNcclSystemError);  // no WARN: the last error stays
   auto k = std::make_shared<Coll>();
   k->comm = c;
   k->seq = c->seq++;
@@ -1180,6 +1368,12 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, int type,
   double n = c->nranks;
   double algbw = n > 1 ? busbw * n / (2.0 * (n - 1)) : busbw;
   k->seconds = double(count) * (type == kInt64 ? 8 : 4) / algbw;
+  if (c->nranks == 1) {
+    // ncclLaunchOneRank (src/device/onerank.cu, tag v2.28.9-1): a sum on one rank is a
+    // cudaMemcpyAsync from send to receive, and nothing at all in place.
+    k->no_work = send == recv;
+    if (k->no_work) k->seconds = 0;
+  }
   Queued q{k, stream, send};
   if (t_group.depth > 0) {
     t_group.ops.push_back(q);

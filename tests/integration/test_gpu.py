@@ -371,14 +371,16 @@ class GpuStage(RankcheckTest):
     def test_bandwidth_is_timed_on_the_gpu(self):
         # The fake's kernels run at 3.5 GB/s of bus bandwidth: the figure must be the
         # GPU's, not the host's time between launches (a poll that sleeps, a sync per
-        # iteration), which would fall below the floor.
+        # iteration), which would fall below the floor. Each all-reduce is a launch of
+        # its own (as nccl-tests times it): 4 MiB keeps a kernel (1.2 ms) longer than
+        # the fake's host work for one launch on a loaded machine.
         procs = {r: self.rank(r, 2, local=(r, 2),
-                              extra=("--bandwidth", "1M", "--min-busbw", "2.4"),
+                              extra=("--bandwidth", "4M", "--min-busbw", "2.4"),
                               **self.fake(ngpus=2, FAKE_NCCL_BUSBW="3.5")) for r in range(2)}
         self.finish()
         self.assertExit(procs.values(), 0)
         for r in procs[0].report["stage_results"]:
-            self.assertEqual(r["bandwidth"]["bytes"], 1 << 20)
+            self.assertEqual(r["bandwidth"]["bytes"], 4 << 20)
             self.assertGreater(r["bandwidth"]["busbw_gbps"], 2.4)
             self.assertLess(r["bandwidth"]["busbw_gbps"], 3.5 * 1.05)
 
@@ -441,6 +443,129 @@ class GpuStage(RankcheckTest):
         self.assertIn("nccl-init-timeout", procs[1].out)
         for p in procs.values():
             self.assertNotIn("watchdog", p.err)
+
+    def test_abort_that_takes_seconds_ends_with_the_verdict(self):
+        # A real abort of a communicator takes seconds (commReclaim, the proxy's stop).
+        # The stage gives up waiting for it after a grace and takes the results; the
+        # process must then end with _exit, not exit(): the fake, like the driver, kills
+        # a process whose exit handlers run while an abort is still inside NCCL.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, FAKE_NCCL_ABORT_MS="2000",
+                                          **({"FAKE_NCCL_INIT": "hang"} if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["nccl-init-timeout"])
+        self.assertIn("nccl-init-timeout", procs[1].out)
+        for p in procs.values():
+            self.assertNotIn("exit() ran while ncclCommAbort", p.err)
+            self.assertNotIn("watchdog", p.err)
+
+    def test_nccl_comm_blocking_in_the_environment_is_overridden(self):
+        # NCCL_COMM_BLOCKING=1 overrides config.blocking (NCCL's envConfigOverride): init
+        # would block in the stage's thread, and the deadline could abort nothing. The
+        # stage sets 0 for itself, says so, and aborts the init that never completes.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, NCCL_COMM_BLOCKING="1",
+                                          **({"FAKE_NCCL_INIT": "hang"} if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()  # and no communicator left neither destroyed nor aborted
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["nccl-init-timeout"])
+        for r in procs[0].report["stage_results"]:
+            self.assertTrue(r["init_error"] == "" or "another thread" not in r["init_error"], r)
+        for p in procs.values():
+            self.assertIn("NCCL_COMM_BLOCKING=1 in the environment: set to 0 for this check", p.err)
+        choice = procs[0].report["members"][0]["gpu"]["choice"]
+        self.assertIn("NCCL_COMM_BLOCKING=1 overridden to 0 for this check", choice)
+
+    def test_destroy_that_fails_is_aborted(self):
+        # From NCCL 2.24 a ncclCommDestroy that finds an error returns with the thread
+        # inside the group it started; an abort after it is only queued there, unless
+        # the group is ended. The fake reports an abort that was never run.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, **({"FAKE_NCCL_DESTROY": "error"}
+                                                      if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()  # no "fake NCCL: misuse" (an abort left queued in an open group)
+        self.assertExit(procs.values(), 0)
+
+    def test_nccl_2_18_is_not_aborted_from_another_thread(self):
+        # NCCL 2.18's group job is thread-local (NVIDIA/nccl#992, fixed in 2.19.1): an
+        # abort from the watching thread frees a communicator under its init. A node of
+        # two GPUs: rank 0's init and its abort hang in the stage's thread, and rank 1's
+        # communicator, still in init, must be left alone; the verdict still comes.
+        args = ["run", "--timeout", str(self.timeout), "--nproc-per-node", "2", "--nnodes", "1",
+                "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
+                str(self.port), "--host-name", "node0"]
+        from harness import Proc
+        env = clean_env(**self.fake(ngpus=2, FAKE_NCCL_VERSION="21806", FAKE_NCCL_INIT="hang",
+                                    FAKE_NCCL_ABORT="hang", FAKE_NCCL_RANKS="0"))
+        p = Proc(args, env, self.tmp.name, "node0")
+        self.procs.append(p)
+        self.finish()
+        self.assertExit([p], 5)
+        self.assertEqual(p.ids(), ["nccl-init-timeout"])
+        self.assertIn("NCCL 2.18.6 cannot abort a communicator from another thread", p.err)
+
+    def test_failed_result_copy_still_agrees_on_the_bandwidth_test(self):
+        # Rank 1's all-reduce completes but its total cannot be read back: it still
+        # takes part in the round that agrees on the timed all-reduce, so rank 0 is told
+        # at once instead of waiting in that round until the deadline.
+        procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
+                              **self.fake(ngpus=2, **({"FAKE_CUDA_COPY": "fail-to-host"}
+                                                      if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["allreduce-failed"])
+        f = procs[0].finding("allreduce-failed")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("rank 1: copying the result from the GPU", f["message"])
+        for p in procs.values():
+            self.assertLess(p.elapsed, self.timeout - 1.5, f"{p.name} waited for the deadline")
+
+    def test_a_stale_nccl_warning_is_not_this_calls(self):
+        # ncclGetLastError is one buffer for the process, never cleared: a call that
+        # fails without a warning of its own must not be blamed on an older one.
+        stale = "fake: an old warning from the first NCCL call"
+        p = self.rank(0, 1, local=(0, 1),
+                      **self.fake(ngpus=1, FAKE_NCCL_STALE_WARN=stale,
+                                  FAKE_NCCL_ALLREDUCE="fail-silent"))
+        self.finish()
+        self.assertExit([p], 5)
+        msg = p.finding("allreduce-failed")["message"]
+        self.assertIn("rank 0: ncclAllReduce: unhandled system error", msg)
+        self.assertNotIn(f"details) ({stale})", msg)
+        self.assertIn(f"NCCL's last error in this process, from before this call: {stale}", msg)
+
+    def test_one_rank_bandwidth_has_no_bus_bandwidth_floor(self):
+        # One rank: NCCL's in-place all-reduce does no work (ncclLaunchOneRank), and bus
+        # bandwidth (algbw * 2(n-1)/n) is 0. Timed out of place, the figure is a copy's,
+        # and --min-busbw is not applied (the report says so).
+        p = self.rank(0, 1, local=(0, 1), extra=("--bandwidth", "1M", "--min-busbw", "1"),
+                      **self.fake(ngpus=1, FAKE_NCCL_BUSBW="3.5"))
+        self.finish()
+        self.assertExit([p], 0)
+        bw = p.report["stage_results"][0]["bandwidth"]
+        self.assertGreater(bw["algbw_gbps"], 0)
+        self.assertLess(bw["algbw_gbps"], 3.5 * 1.05)
+        self.assertIn("one rank: bus bandwidth is undefined, --min-busbw not applied",
+                      p.report["gpu_stage"])
+
+    def test_bandwidth_is_timed_in_separate_launches(self):
+        # NCCL makes one plan of a group's collectives: 20 all-reduces in one group pay
+        # one launch, and the figure is not nccl-tests' busbw. Each launch costs 200 us
+        # on the fake's GPU: timed as nccl-tests does, one all-reduce takes at least that.
+        bytes_, launch_s, busbw = 65536, 200e-6, 100e9
+        procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
+                              **self.fake(ngpus=2, FAKE_NCCL_LAUNCH_US="200")) for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        ceiling = bytes_ / (launch_s + bytes_ / busbw) / 1e9  # n = 2: busbw = algbw
+        for r in procs[0].report["stage_results"]:
+            self.assertLess(r["bandwidth"]["busbw_gbps"], ceiling * 1.05)
+            self.assertIn("separate launches", r["bandwidth"]["method"])
 
     # ----- what the driver and NCCL say, said right -----
 

@@ -316,6 +316,17 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   CHECK(f.message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
 }
 
+TEST_CASE("stage rules: one rank has no bus bandwidth, and no floor") {
+  // busbw = algbw * 2(n-1)/n is 0 for one rank: --min-busbw cannot apply there.
+  JobView v = gpu_job(1, 1);
+  StageView sv = all_good(v, 1);
+  sv.min_busbw_gbps = 100;
+  sv.results[0].bandwidth_bytes = 1 << 28;
+  sv.results[0].algbw_gbps = 20;
+  sv.results[0].busbw_gbps = 0;
+  CHECK(stage_checks(sv).empty());
+}
+
 TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
   JobView v = gpu_job(4, 2);
   StageView sv = all_good(v, 4);
