@@ -336,12 +336,13 @@ class Adversarial(RankcheckTest):
     def test_rank_0_never_joins_a_port_squatter(self):
         # No job id: nothing tells that master is this job's.
         self.squatter("", auth=False)
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         p = self.rank(0, 2)
         self.finish([p])
         self.assertEqual(p.rc, 7)
         f = self.finding(p.report, "master-port-in-use")
         self.assertIn("this process has no job id to tell whether it is this job's", f["message"])
-        self.assertLess(p.elapsed, 3.0)
+        self.assertLess(p.elapsed, 10.0, "it says so at once, not at the deadline")
 
     def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
         self.squatter("job-a", auth=False)
@@ -485,6 +486,7 @@ class Adversarial(RankcheckTest):
         self.assertFalse([x for x in left if "fake-nccl" not in x], left)
 
     def test_kill_9_of_the_master_mid_run(self):
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         m = self.rank(0, 4)
         others = self.members([1, 2], 4)
         time.sleep(1.0)
@@ -493,7 +495,7 @@ class Adversarial(RankcheckTest):
         for p in others:
             p.wait(self.timeout + GRACE)
             self.assertEqual(p.rc, 4)
-            self.assertLess(time.monotonic() - killed, 2.0)
+            self.assertLess(time.monotonic() - killed, 10.0, "it waited for the deadline")
             self.assertIn("closed the connection before its verdict",
                           p.finding("master-lost")["message"])
         m.wait(1)
