@@ -165,3 +165,21 @@ class RankcheckTest(unittest.TestCase):
     def assertExit(self, procs, code):
         for p in procs:
             self.assertEqual(p.rc, code, f"{p.name}: exit {p.rc}\nstdout:\n{p.out}\nstderr:\n{p.err}")
+
+
+def readme_command(program):
+    """The first command of the main README that starts with `program` and runs
+    `rankcheck run`: a line of a ```sh block (with its backslash continuations), else
+    an inline `code` span; split into words. For tests that run the README's recipes."""
+    import re
+    import shlex
+    with open(os.path.join(os.path.dirname(__file__), "../../README.md")) as f:
+        text = f.read()
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for cmd in block.replace("\\\n", " ").splitlines():
+            if cmd.strip().startswith(program + " ") and "rankcheck run" in cmd:
+                return shlex.split(cmd)
+    for span in re.findall(r"`([^`\n]+)`", text):
+        if span.startswith(program + " ") and "rankcheck run" in span:
+            return shlex.split(span)
+    raise AssertionError(f"no {program} recipe in README.md")

@@ -232,6 +232,30 @@ class Adversarial(RankcheckTest):
         stray = self.finding(m.report, "stray-connection")
         self.assertIn("handshake deadline", stray["message"])
 
+    def test_a_member_of_the_previous_release_is_told_its_protocol(self):
+        # During a rollout hosts run two builds. A protocol-1 member sends its hello in
+        # the layout of that release (shorter: no start time, no NCCL interface block,
+        # no root id): it is refused for its version, and rank 0 reports a
+        # protocol-mismatch that names the host, not a malformed hello.
+        m = self.master(2)
+        with wire.connect(self.port) as s:
+            version, msg_type, _ = wire.read_frame(s)
+            self.assertEqual((version, msg_type), (wire.VERSION, wire.CHALLENGE))
+            s.sendall(wire.hello_v1(wire.record_v1(1, 2, host=b"old-host")))
+            version, msg_type, payload = wire.read_frame(s)
+            self.assertEqual(msg_type, wire.REJECT)
+            code, reason = wire.reject_reason(payload)
+            self.assertEqual(reason, "peer speaks rankcheck protocol version 1, this master "
+                                     f"speaks {wire.VERSION}")
+            self.assertNotIn("malformed", reason)
+        self.members([1], 2)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        f = self.finding(m.report, "protocol-mismatch")
+        self.assertIn("protocol version 1", f["message"])
+        self.assertNotIn("malformed", f["message"])
+        self.assertNotIn("stray-connection", [x["id"] for x in m.report["findings"]])
+
     def test_garbage_frames_and_a_newer_version(self):
         m = self.master(4)
         base = fd_count(m.popen.pid)

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port, save_reports
+from harness import BIN, clean_env, free_port, readme_command, save_reports
 
 MPIRUN = shutil.which("mpirun")
 BIN_MPI = os.environ.get("RANKCHECK_MPI_BIN", BIN + "-mpi")
@@ -51,6 +51,34 @@ class Mpi(unittest.TestCase):
         self.assertEqual({m["launcher"] for m in master["members"]}, {"openmpi"})
         self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])
         self.assertEqual(self.report(3)["role"], "member")
+
+    def test_the_readmes_mpirun_recipe_runs_as_written(self):
+        # The README's recipe, on this one host: its hosts become loopback, its port a
+        # free one, its -np 4; every other word of it is kept.
+        port = free_port()
+        words = readme_command("mpirun")[1:]
+        cmd = []
+        while words:
+            w = words.pop(0)
+            if w in ("-np", "-n"):
+                words.pop(0)
+            elif w in ("--host", "-H"):
+                words.pop(0)
+            elif w == "rankcheck":
+                cmd.append(BIN)
+            elif w.startswith("MASTER_ADDR="):
+                cmd.append("MASTER_ADDR=127.0.0.1")
+            elif w.startswith("MASTER_PORT="):
+                cmd.append(f"MASTER_PORT={port}")
+            else:
+                cmd.append(w)
+        i = cmd.index(BIN)
+        run = cmd[i:] + ["--no-gpu", "--timeout", str(TIMEOUT), "--json",
+                         os.path.join(self.tmp, "r{rank}.json")]
+        r = self.run_mpi(mpirun(4, *run, extra=tuple(cmd[:i])))
+        self.assertEqual(r.returncode, 0, " ".join(cmd) + "\n" + r.stdout + r.stderr)
+        self.assertEqual(self.report(0)["verdict"], "pass")
+        self.assertEqual(self.report(0)["ranks_joined"], 4)
 
     @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
     def test_mpi_bootstrap_healthy(self):
