@@ -108,6 +108,37 @@ class MetricsFormat(unittest.TestCase):
                 parse_prometheus_text(bad)
 
 
+class BenchFailures(unittest.TestCase):
+    """scripts/bench_rendezvous.py prints every figure it can: a run that fails is one row
+    that names it and says why, and the runs after it still run."""
+
+    def test_a_failed_run_is_a_row_and_the_others_run(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            # A rankcheck that cannot listen, and a loadgen that sends nobody.
+            fake = os.path.join(tmp, "rankcheck")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\necho 'rankcheck: cannot listen: no such luck' >&2\nexit 7\n")
+            os.chmod(fake, 0o755)
+            script = os.path.join(os.path.dirname(__file__), "../../scripts/bench_rendezvous.py")
+            r = subprocess.run(["/usr/bin/python3", script, "--json", "--relay", "7", "3"],
+                               env=clean_env(RANKCHECK_BIN=fake, RANKCHECK_LOADGEN="/bin/true"),
+                               capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual([(x["scenario"], x["ranks"]) for x in rows],
+                         [("rendezvous-relay", 8), ("master-alone", 1), ("rendezvous-direct", 4),
+                          ("rendezvous-gpu-inventory", 4)])
+        for x in rows:
+            self.assertIsNone(x["verdict"])
+            self.assertIn("the master (exit 7) left no readable report: the file is empty",
+                          x["failed"])
+            self.assertIn("it said: rankcheck: cannot listen: no such luck", x["failed"])
+        self.assertIn("bench: 4 of its runs failed: rendezvous-relay (8 ranks): ", r.stderr)
+
+
 class Ecosystem(RankcheckTest):
     timeout = 3.0
 
