@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -56,6 +57,18 @@ class Rendezvous(RankcheckTest):
         self.assertIn("WORLD_SIZE=8 but SLURM_NTASKS=4", master["findings"][0]["message"])
         # The members' copies of the findings carry their ranks and hosts too.
         self.assertEqual(procs[2].finding("launcher-env-conflict")["ranks"], [0, 1, 2, 3])
+
+    def test_a_waiting_member_says_so_every_progress_interval(self):
+        # Rank 2 never starts: rank 1, joined, waits for the verdict until the deadline.
+        # Its log is not silent meanwhile (every --progress-interval, 1 s here).
+        procs = self.job(3, skip={2})
+        self.finish()
+        self.assertExit(procs.values(), 4)
+        lines = re.findall(r"rank 1 \(.*\) waiting for the master's verdict \([12]/3 ranks had "
+                           r"joined when it did\): it decides once all 3 have joined, or at the "
+                           r"deadline; \d+ s left \(rank 0's log names the ranks missing\)",
+                           procs[1].err)
+        self.assertGreaterEqual(len(lines), 1, procs[1].err)
 
     def test_rank_never_started(self):
         procs = self.job(8, per_host=4, skip={5})
