@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 from harness import BIN, RankcheckTest, clean_env
@@ -205,11 +206,27 @@ class Ecosystem(RankcheckTest):
         self.assertExit(self.procs, 0)
         self.assertEqual(master.report["suspect_hosts"], "")
         with open(self.path("exclude")) as f:
-            self.assertEqual(f.read(), "")  # replaced: no stale host survives a pass
+            # Replaced: no stale host survives a pass. One line, empty: a script's
+            # `read -r hosts <file` reads it (it fails on a file without a line).
+            self.assertEqual(f.read(), "\n")
         families = self.check_metrics(self.path("m.prom"))
         self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 1)
         self.assertEqual(value(families, "rankcheck_exit_code"), 0)
         self.assertEqual(value(families, "rankcheck_hosts_joined"), 2)
+
+    def test_a_warning_is_labelled_a_warning_in_the_metrics(self):
+        # A process of another job is refused: foreign-job, raised as a warning here
+        # (the catalogue's default is an error). One series for it, severity="warning".
+        extra = ("--job-id", "A", "--metrics", self.path("m.prom"))
+        self.rank(0, 2, extra=extra)
+        self.rank(1, 2, extra=("--job-id", "B"))
+        time.sleep(1.0)  # refused before the job's own rank 1 completes it
+        self.rank(1, 2, extra=("--job-id", "A"))
+        self.finish()
+        families = self.check_metrics(self.path("m.prom"))
+        series = [(labels["severity"], v) for labels, v in families["rankcheck_findings"]["samples"]
+                  if labels["id"] == "foreign-job"]
+        self.assertEqual(series, [("warning", 1)], families["rankcheck_findings"]["samples"])
 
     def test_a_member_writes_the_job_verdict_it_was_sent(self):
         extra = ("--metrics", self.path("rank{rank}-{host}.prom"))
