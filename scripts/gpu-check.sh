@@ -56,11 +56,11 @@ echo; echo "== inventory (rankcheck env)"
 t=$(now)
 "$BIN" env --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1
 "$BIN" env --json --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1 >"$work/env.json"
-ngpu=$(json "$work/env.json" 'j["self"]["gpu"]["device_count"]')
+ngpu=$(json "$work/env.json" 'j["self"]["gpu"]["device_count"] or 0')
 state=$(json "$work/env.json" 'j["self"]["gpu"]["state"]')
 nccl=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version_text"] or "none"')
-nccl_version=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version"]')
-cuda_version=$(json "$work/env.json" 'j["self"]["gpu"]["cuda_version"]')
+nccl_version=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version"] or ""')
+cuda_version=$(json "$work/env.json" 'j["self"]["gpu"]["cuda_version"] or ""')
 row "inventory" "usable GPU" "$state, $ngpu GPUs" "$(verdict [ "$state" == usable ])" "$t"
 row "NCCL loaded" "a version" "$nccl" "$(verdict [ "$nccl" != none ])" "$t"
 driver=$(json "$work/env.json" 'j["self"]["gpu"]["driver"]')
