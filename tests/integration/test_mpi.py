@@ -73,8 +73,7 @@ class Mpi(unittest.TestCase):
             else:
                 cmd.append(w)
         i = cmd.index(BIN)
-        run = cmd[i:] + ["--no-gpu", "--timeout", str(TIMEOUT), "--json",
-                         os.path.join(self.tmp, "r{rank}.json")]
+        run = cmd[i:] + ["--no-gpu", "--json", os.path.join(self.tmp, "r{rank}.json")]
         r = self.run_mpi(mpirun(4, *run, extra=tuple(cmd[:i])))
         self.assertEqual(r.returncode, 0, " ".join(cmd) + "\n" + r.stdout + r.stderr)
         self.assertEqual(self.report(0)["verdict"], "pass")
