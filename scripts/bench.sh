@@ -2,6 +2,8 @@
 # Benchmarks: prints figures, asserts nothing (the machines are shared and noisy).
 #   scripts/bench.sh [--json] [member counts...]     default: 1000 4000 16000
 # --json: one JSON object per scenario per line, nothing else on stdout.
+# A run that fails is one line saying which and why (in --json, a row with "failed"),
+# and the others still run; the exit status is 1 when any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 json=()
@@ -10,40 +12,43 @@ for a in "$@"; do
   if [[ $a == --json ]]; then json=(--json); else counts+=("$a"); fi
 done
 say() { ((${#json[@]})) || echo "$@"; }
+failed=()
+# One part of the bench: a failure is remembered and said at the end, not the end of it.
+part() { "$@" || failed+=("$* (exit $?)"); }
 [[ -x build/rankcheck && -x build/tests/rankcheck_loadgen && -x build/tests/rankcheck_bench_rehearsal ]] ||
   scripts/build.sh >&2
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 say "== rankcheck local -n 8 --no-gpu (whole pipeline, 8 processes), 20 runs"
-/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
+part /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
 # What users run is the release binary (clang, OpenSSL 1.1.1, stripped): timed too
 # when scripts/release.sh has made one from these sources.
 if [[ -x dist/rankcheck && ! dist/rankcheck -ot build/rankcheck ]]; then
   say
   say "== the same with the release binary, dist/rankcheck"
-  RANKCHECK_BIN=$PWD/dist/rankcheck /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
+  RANKCHECK_BIN=$PWD/dist/rankcheck part /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --local 20
 elif [[ -x dist/rankcheck ]]; then
   echo "bench: dist/rankcheck is older than build/rankcheck, not timed (scripts/release.sh remakes it)" >&2
 fi
 
 say
 say "== for comparison, the check users write with torch (one import, 8 forked members, gloo), 5 runs"
-/usr/bin/python3 scripts/bench_torch.py "${json[@]}" 5
+part /usr/bin/python3 scripts/bench_torch.py "${json[@]}" 5
 
 say
 say "== the rehearsal of NCCL's connections: simulated hosts on loopback, every host probing at once"
 # Before the floods below, whose 100k connections leave loopback's ports in TIME_WAIT
 # for a minute. (It exits 1 when some connection failed: its line says how many, and
 # the rest still runs.)
-for hosts in 64 1024; do build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}" || true; done
+for hosts in 64 1024; do part build/tests/rankcheck_bench_rehearsal "$hosts" "${json[@]}"; done
 
 say
 say "== rendezvous with many members (one master process, members simulated by one loadgen process)"
-/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" ${counts[@]:-1000 4000 16000}
+part /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" ${counts[@]:-1000 4000 16000}
 
 say
 say "== through host relays (8 ranks a host, each hello and verdict with the job token's HMAC)"
-/usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --relay "15999 99999"
+part /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --relay "15999 99999"
 
 say
 say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
@@ -85,11 +90,16 @@ with open(sys.argv[2], "w") as out:
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)' build/rankcheck "$logdir/out.json" "$logdir/job.log")
 t1=$(date +%s%N)
 ms=$(( (t1 - t0) / 1000000 ))
-first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json")
+first=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["id"])' "$logdir/out.json" 2>&1 | tail -1) ||
+  failed+=("diagnose over 1 GiB: its report cannot be read: $first")
 if ((${#json[@]})); then
   printf '{"scenario": "diagnose-1gib", "ranks": 64, "hosts": 8, "verdict": null, "rendezvous_ms": null, "verdict_at_all_ms": null, "master_peak_kib": null, "master_connections": null, "bytes": %d, "seconds": %.3f, "peak_kib": %d, "first_finding": "%s"}\n' \
     "$size" "$(awk -v ms="$ms" 'BEGIN {print ms/1000}')" "$rss" "$first"
 else
   awk -v b="$size" -v ms="$ms" -v rss="$rss" -v first="$first" \
     'BEGIN {printf "%.2f GiB in %.2f s (%.0f MiB/s), peak memory %.1f MiB; first finding: %s\n", b/2^30, ms/1000, b/2^20/(ms/1000), rss/1024, first}'
+fi
+if ((${#failed[@]})); then
+  printf 'bench: failed: %s\n' "${failed[@]}" >&2
+  exit 1
 fi

@@ -7,6 +7,10 @@ With --json, one JSON object per scenario per line (scenario, ranks, hosts,
 verdict, rendezvous_ms, verdict_at_all_ms, master_peak_kib, master_connections,
 and what else the scenario measures) instead of the text.
 
+A run that fails (the master's report unreadable, a process past its time) is one
+line that names the run and says why, and the other runs still run: a bench prints
+every figure it can. The exit status is 1 when any run failed.
+
 Prints the master's own timings (from its JSON report: rendezvous, and decision =
 last join to every verdict queued), its peak memory, and memory per member over a
 master that serves nobody.
@@ -31,7 +35,31 @@ import time
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 # RANKCHECK_BIN: another build to time (the release's dist/rankcheck).
 BIN = os.environ.get("RANKCHECK_BIN", os.path.join(ROOT, "build/rankcheck"))
-LOADGEN = os.path.join(ROOT, "build/tests/rankcheck_loadgen")
+LOADGEN = os.environ.get("RANKCHECK_LOADGEN", os.path.join(ROOT, "build/tests/rankcheck_loadgen"))
+FAILED = []  # the runs that failed, with why
+
+
+class RunFailed(Exception):
+    """A run gave no figures: why, in words."""
+
+
+def tail(path, lines=3):
+    """The last lines a process wrote to its log, as one line."""
+    try:
+        with open(path, errors="replace") as f:
+            return " / ".join(x.strip() for x in f.read().splitlines()[-lines:] if x.strip())
+    except OSError:
+        return ""
+
+
+def failed(scenario, ranks, why, as_json):
+    """Says that a run failed and why; the bench goes on."""
+    FAILED.append(f"{scenario} ({ranks} ranks): {why}")
+    if as_json:
+        print(json.dumps({"scenario": scenario, "ranks": ranks, "verdict": None,
+                          "failed": why}), flush=True)
+    else:
+        print(f"{ranks:>6} ranks, {scenario}: FAILED: {why}", flush=True)
 
 
 def free_port():
@@ -52,7 +80,8 @@ def master_run(members, gpu=False, relay=False):
     token.flush()
     os.chmod(token.name, 0o600)
     auth = ["--token-file", token.name] if relay else []
-    with token, tempfile.NamedTemporaryFile(suffix=".json") as out:
+    with token, tempfile.NamedTemporaryFile(suffix=".json") as out, \
+            tempfile.NamedTemporaryFile(suffix=".log") as log:
         # A healthy job: the simulated members carry no NCCL_* variables, nor does the master.
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM_", "OMPI_", "NCCL_", "TORCH_NCCL_", "CUDA_", "GLOO_",
@@ -62,17 +91,42 @@ def master_run(members, gpu=False, relay=False):
              "--local-world-size", "8", "--master-addr", "127.0.0.1", "--master-port", str(port),
              "--host-name", "sim-00000", "--timeout", "60", "--quiet", "--no-gpu",
              "--json", out.name] + auth,
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        line = ""
+            env=env, stdout=subprocess.DEVNULL, stderr=log)
+        line, problem = "", None
         if members:
-            gen = subprocess.run([LOADGEN, str(port), "1", str(members), str(world), "8"]
-                                 + (["gpu"] if gpu else [])
-                                 + (["--relay", "--token", token.name] if relay else []),
-                                 capture_output=True, text=True, timeout=120)
-            line = gen.stdout.strip() or gen.stderr.strip()
-        _, status, usage = os.wait4(master.pid, 0)
-        report = summary(out.name)
-    return report, usage.ru_maxrss, line, os.waitstatus_to_exitcode(status)
+            try:
+                gen = subprocess.run([LOADGEN, str(port), "1", str(members), str(world), "8"]
+                                     + (["gpu"] if gpu else [])
+                                     + (["--relay", "--token", token.name] if relay else []),
+                                     capture_output=True, text=True, timeout=120)
+                line = gen.stdout.strip() or gen.stderr.strip()
+                if gen.returncode != 0:
+                    problem = f"loadgen exited {gen.returncode}: {line or 'no output'}"
+            except subprocess.TimeoutExpired:
+                problem = "loadgen did not finish within 120 s"
+            except OSError as e:
+                problem = f"cannot start loadgen: {e}"
+        # The master ends by its own --timeout (60 s) whatever happens; a bound anyway.
+        # wait4, not Popen.wait: its ru_maxrss is the master's peak.
+        ends = time.monotonic() + 120
+        while True:
+            pid, status, usage = os.wait4(master.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > ends:
+                master.kill()
+                _, status, usage = os.wait4(master.pid, 0)
+                problem = problem or "the master did not end within 120 s"
+                break
+            time.sleep(0.02)
+        code = master.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            report = summary(out.name)
+        except RunFailed as e:
+            why = f"the master (exit {code}) left no readable report: {e}"
+            said = tail(log.name)
+            raise RunFailed("; ".join(x for x in (problem, why, said and f"it said: {said}") if x))
+    return report, usage.ru_maxrss, line, code
 
 
 def summary(path):
@@ -80,8 +134,14 @@ def summary(path):
     keep = "import json,sys; r=json.load(open(sys.argv[1])); s={k: r[k] for k in " \
            "('verdict', 'timings', 'master_memory_kib', 'connections')}; " \
            "s['hosts']=len({m['host'] for m in r['members']}); print(json.dumps(s))"
-    out = subprocess.run([sys.executable, "-c", keep, path], capture_output=True, text=True,
-                         check=True, timeout=120)
+    try:
+        out = subprocess.run([sys.executable, "-c", keep, path], capture_output=True, text=True,
+                             timeout=120)
+    except subprocess.TimeoutExpired:
+        raise RunFailed("reading it took over 120 s")
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunFailed(last if os.path.getsize(path) else "the file is empty")
     return json.loads(out.stdout)
 
 
@@ -98,16 +158,25 @@ def local_runs(runs, nprocs=8):
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm) as tmp:
         path = os.path.join(tmp, "report.json")
-        for _ in range(runs):
+        for i in range(runs):
+            if os.path.exists(path):
+                os.unlink(path)
             t0 = time.perf_counter()
             # No timeout= here: with one, Python polls for the child's exit with
             # sleeps of up to 50 ms, which is more than the run itself. rankcheck
             # local ends by its own --timeout (30 s) whatever happens.
-            subprocess.run([BIN, "local", "-n", str(nprocs), "--quiet", "--no-gpu", "--json", path],
-                           stdout=subprocess.DEVNULL, check=False)
+            done = subprocess.run([BIN, "local", "-n", str(nprocs), "--quiet", "--no-gpu", "--json",
+                                   path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, check=False)
             walls.append((time.perf_counter() - t0) * 1000)
-            with open(path) as f:
-                r = json.load(f)
+            try:
+                with open(path) as f:
+                    r = json.load(f)
+            except (OSError, ValueError) as e:
+                said = " / ".join(done.stderr.strip().splitlines()[-3:])
+                raise RunFailed(f"run {i + 1} of {runs}: rankcheck local exited {done.returncode} "
+                                f"and left no readable report ({e})"
+                                + (f"; it said: {said}" if said else ""))
             verdict = r["verdict"]
             rendezvous.append(r["timings"]["rendezvous_ms"])
             # The members are handed the port as the master starts listening: their
@@ -139,6 +208,7 @@ def start_to_hello(runs=20):
     with socket.socket() as lst:
         lst.bind(("127.0.0.1", 0))
         lst.listen(16)
+        lst.settimeout(30)  # a member that never comes is a failed run, not a hung bench
         port = lst.getsockname()[1]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RANK": "1", "WORLD_SIZE": "2",
                "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
@@ -147,7 +217,12 @@ def start_to_hello(runs=20):
             t0 = time.perf_counter()
             p = subprocess.Popen([BIN, "run", "--no-gpu", "--no-relay", "--quiet", "--timeout", "5"],
                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            conn, _ = lst.accept()
+            try:
+                conn, _ = lst.accept()
+            except socket.timeout:
+                p.kill()
+                p.wait()
+                raise RunFailed(f"the member (exit {p.returncode}) sent no hello within 30 s")
             with conn:
                 conn.sendall(wire.frame(wire.CHALLENGE, bytes(16) + wire.s("0.1.0") + wire.s("") +
                                         b"\0"))
@@ -179,102 +254,129 @@ def main(argv):
         del argv[i:i + 2]
     counts = [int(a) for arg in argv for a in arg.split()]
     if runs:
-        r = local_runs(runs)
-        if as_json:
-            print(json.dumps(r), flush=True)
-        else:
-            print(f"{r['binary']}: wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
-                  f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
-                  f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; a member's "
-                  f"hello {r['member_hello_ms']:.1f} ms after it had the port (median, max "
-                  f"{r['member_hello_max_ms']:.1f}); verdict {r['verdict']}", flush=True)
-        h = start_to_hello()
-        if as_json:
-            print(json.dumps(h), flush=True)
-        else:
-            print(f"{h['binary']}: a member exec'd as a launcher starts it: its hello {h['hello_ms']:.1f} ms after "
-                  f"the spawn (median, min {h['hello_min_ms']:.1f})", flush=True)
-    if relay_counts:
-        relayed(relay_counts, as_json)
-    if not counts:
-        return
-    base_report, base_rss, _, _ = master_run(0)
-    series(counts, base_report, gpu=False, as_json=as_json)
-    if not as_json:
-        print("with each member's GPU inventory in its hello (UUID, bus id, name, driver, NCCL path):")
-    series(counts, base_report, gpu=True, as_json=as_json)
+        guarded(lambda: local_part(runs, as_json), "local-8", 8, as_json)
+        guarded(lambda: hello_part(as_json), "start-to-hello", 1, as_json)
+    for n in relay_counts:
+        guarded(lambda: relayed(n, as_json), "rendezvous-relay", n + 1, as_json)
+    if counts:
+        base = guarded(lambda: master_run(0), "master-alone", 1, as_json)
+        for gpu in (False, True):
+            if not as_json and gpu:
+                print("with each member's GPU inventory in its hello (UUID, bus id, name, driver, "
+                      "NCCL path):")
+            if not as_json and not gpu and base:
+                print(f"master alone: {base[0]['master_memory_kib']['resident_at_decision']} KiB "
+                      f"resident at the decision, verdict {base[0]['verdict']}")
+            previous = None
+            for n in counts:
+                scenario = "rendezvous-gpu-inventory" if gpu else "rendezvous-direct"
+                previous = guarded(lambda: direct(n, gpu, base and base[0], previous, as_json),
+                                   scenario, n + 1, as_json) or previous
+    if FAILED:
+        print(f"bench: {len(FAILED)} of its runs failed: " + "; ".join(FAILED), file=sys.stderr)
+        return 1
+    return 0
 
 
-def relayed(counts, as_json):
-    """Each count through host relays of 8 ranks."""
-    for n in counts:
-        for scenario, kw in (("rendezvous-relay", {"relay": True}),):
-            report, rss, line, code = master_run(n, **kw)
-            m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
-            row = {"scenario": scenario, "ranks": n + 1, "hosts": report["hosts"],
-                   "verdict": report["verdict"], "exit_code": code,
-                   "rendezvous_ms": round(report["timings"]["rendezvous_ms"], 1),
-                   "verdict_at_all_ms": float(m.group(2)) if m else None,
-                   "verdicts": int(m.group(1)) if m else 0,
-                   "master_peak_kib": rss,
-                   "master_resident_at_decision_kib":
-                       report["master_memory_kib"]["resident_at_decision"],
-                   "master_connections": report["connections"]["peak"],
-                   "relays": report["connections"]["relays"]}
-            if as_json:
-                print(json.dumps(row), flush=True)
-            else:
-                print(f"{n + 1:>6} ranks, {scenario}: verdict {row['verdict']} (exit {code}); "
-                      f"rendezvous {row['rendezvous_ms']} ms; every member's verdict by "
-                      f"{row['verdict_at_all_ms']} ms; {row['master_connections']} connections at "
-                      f"most ({row['relays']} relays); master resident at the decision "
-                      f"{row['master_resident_at_decision_kib']} KiB, peak with the JSON report "
-                      f"{rss} KiB", flush=True)
+def guarded(run, scenario, ranks, as_json):
+    """run()'s value, or None when it failed: then said, and the bench goes on."""
+    try:
+        return run()
+    except RunFailed as e:
+        failed(scenario, ranks, str(e), as_json)
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError) as e:
+        failed(scenario, ranks, f"{type(e).__name__}: {e}", as_json)
+    return None
 
 
-def series(counts, base_report, gpu, as_json=False):
-    base_mem = base_report["master_memory_kib"]
+def local_part(runs, as_json):
+    r = local_runs(runs)
     if as_json:
-        for n in counts:
-            report, rss, line, code = master_run(n, gpu)
-            # loadgen: "... N verdicts by T ms ...": the last member had its verdict T ms
-            # after the first connected.
-            m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
-            print(json.dumps({
-                "scenario": "rendezvous-gpu-inventory" if gpu else "rendezvous-direct",
-                "ranks": n + 1, "hosts": report["hosts"], "verdict": report["verdict"],
-                "exit_code": code,
-                "rendezvous_ms": report["timings"]["rendezvous_ms"],
-                "verdict_at_all_ms": float(m.group(2)) if m else None,
-                "verdicts": int(m.group(1)) if m else 0,
-                "master_peak_kib": rss,
-                "master_resident_at_decision_kib":
-                    report["master_memory_kib"]["resident_at_decision"],
-                "master_connections": report["connections"]["peak"]}), flush=True)
-        return
-    if not gpu:
-        print(f"master alone: {base_mem['resident_at_decision']} KiB resident at the decision, "
-              f"verdict {base_report['verdict']}")
-    previous = None
-    for n in counts:
-        report, rss, line, code = master_run(n, gpu)
-        t = report["timings"]
-        mem = report["master_memory_kib"]
-        at_decision = mem["resident_at_decision"]
-        per = (at_decision - base_mem["resident_at_decision"]) * 1024 / n
-        print(f"{n:>6} members: verdict {report['verdict']} (exit {code}); rendezvous "
-              f"{t['rendezvous_ms']:.1f} ms; decision {t['decision_ms']:.2f} ms after the last "
-              f"join, verdict queued to all {t['broadcast_ms']:.2f} ms later")
-        print(f"        master resident at the decision {at_decision} KiB ({per:.0f} bytes per "
-              f"member over a master alone); peak before it {mem['peak_at_decision']} KiB, "
-              f"peak with the JSON report {rss} KiB")
-        if previous:
-            pn, prss = previous
-            print(f"        marginal memory from {pn} to {n} members: "
-                  f"{(at_decision - prss) * 1024 / (n - pn):.0f} bytes per member")
-        previous = (n, at_decision)
-        print(f"        {line}")
+        print(json.dumps(r), flush=True)
+    else:
+        print(f"{r['binary']}: wall to exit: min {r['wall_min_ms']:.1f} ms, median {r['verdict_at_all_ms']:.1f} "
+              f"ms, max {r['wall_max_ms']:.1f} ms; master's rendezvous {r['rendezvous_ms']:.1f} "
+              f"ms (median); CPU {r['cpu_per_process_ms']:.2f} ms per process; a member's "
+              f"hello {r['member_hello_ms']:.1f} ms after it had the port (median, max "
+              f"{r['member_hello_max_ms']:.1f}); verdict {r['verdict']}", flush=True)
+    return r
+
+
+def hello_part(as_json):
+    h = start_to_hello()
+    if as_json:
+        print(json.dumps(h), flush=True)
+    else:
+        print(f"{h['binary']}: a member exec'd as a launcher starts it: its hello {h['hello_ms']:.1f} ms after "
+              f"the spawn (median, min {h['hello_min_ms']:.1f})", flush=True)
+    return h
+
+
+def relayed(n, as_json):
+    """n simulated members through host relays of 8 ranks."""
+    scenario = "rendezvous-relay"
+    report, rss, line, code = master_run(n, relay=True)
+    m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
+    row = {"scenario": scenario, "ranks": n + 1, "hosts": report["hosts"],
+           "verdict": report["verdict"], "exit_code": code,
+           "rendezvous_ms": round(report["timings"]["rendezvous_ms"], 1),
+           "verdict_at_all_ms": float(m.group(2)) if m else None,
+           "verdicts": int(m.group(1)) if m else 0,
+           "master_peak_kib": rss,
+           "master_resident_at_decision_kib":
+               report["master_memory_kib"]["resident_at_decision"],
+           "master_connections": report["connections"]["peak"],
+           "relays": report["connections"]["relays"]}
+    if as_json:
+        print(json.dumps(row), flush=True)
+    else:
+        print(f"{n + 1:>6} ranks, {scenario}: verdict {row['verdict']} (exit {code}); "
+              f"rendezvous {row['rendezvous_ms']} ms; every member's verdict by "
+              f"{row['verdict_at_all_ms']} ms; {row['master_connections']} connections at "
+              f"most ({row['relays']} relays); master resident at the decision "
+              f"{row['master_resident_at_decision_kib']} KiB, peak with the JSON report "
+              f"{rss} KiB", flush=True)
+    return row
+
+
+def direct(n, gpu, base_report, previous, as_json):
+    """n simulated members straight to the master (with an 8-GPU node's inventory each
+    when `gpu`); returns (n, resident KiB at the decision) for the next one's margin."""
+    report, rss, line, code = master_run(n, gpu)
+    # loadgen: "... N verdicts by T ms ...": the last member had its verdict T ms
+    # after the first connected.
+    m = re.search(r"(\d+) verdicts by ([\d.]+) ms", line)
+    t = report["timings"]
+    mem = report["master_memory_kib"]
+    at_decision = mem["resident_at_decision"]
+    if as_json:
+        print(json.dumps({
+            "scenario": "rendezvous-gpu-inventory" if gpu else "rendezvous-direct",
+            "ranks": n + 1, "hosts": report["hosts"], "verdict": report["verdict"],
+            "exit_code": code,
+            "rendezvous_ms": t["rendezvous_ms"],
+            "verdict_at_all_ms": float(m.group(2)) if m else None,
+            "verdicts": int(m.group(1)) if m else 0,
+            "master_peak_kib": rss,
+            "master_resident_at_decision_kib": at_decision,
+            "master_connections": report["connections"]["peak"]}), flush=True)
+        return (n, at_decision)
+    per = ""
+    if base_report:
+        extra = (at_decision - base_report["master_memory_kib"]["resident_at_decision"]) * 1024 / n
+        per = f" ({extra:.0f} bytes per member over a master alone)"
+    print(f"{n:>6} members: verdict {report['verdict']} (exit {code}); rendezvous "
+          f"{t['rendezvous_ms']:.1f} ms; decision {t['decision_ms']:.2f} ms after the last "
+          f"join, verdict queued to all {t['broadcast_ms']:.2f} ms later")
+    print(f"        master resident at the decision {at_decision} KiB{per}; peak before it "
+          f"{mem['peak_at_decision']} KiB, peak with the JSON report {rss} KiB")
+    if previous:
+        pn, prss = previous
+        print(f"        marginal memory from {pn} to {n} members: "
+              f"{(at_decision - prss) * 1024 / (n - pn):.0f} bytes per member")
+    print(f"        {line}")
+    return (n, at_decision)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

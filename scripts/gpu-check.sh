@@ -217,13 +217,13 @@ t=$(now)
 limited "$LIMIT_ENV" "$BIN" env --rank 0 --world-size 1 --master-addr 127.0.0.1 --resolve-timeout 1
 limited "$LIMIT_ENV" "$BIN" env --json --rank 0 --world-size 1 --master-addr 127.0.0.1 \
   --resolve-timeout 1 >"$work/env.json"
-ngpu=$(json "$work/env.json" 'j["self"]["gpu"]["device_count"]')
+ngpu=$(json "$work/env.json" 'j["self"]["gpu"]["device_count"] or 0')
 state=$(json "$work/env.json" 'j["self"]["gpu"]["state"]')
 gerr=$(json "$work/env.json" 'j["self"]["gpu"].get("error", "")')
 nccl=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version_text"] or "none"')
-nccl_version=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version"]')
+nccl_version=$(json "$work/env.json" 'j["self"]["gpu"]["nccl_version"] or ""')
 nccl_path=$(json "$work/env.json" 'j["self"]["gpu"].get("nccl_path", "")')
-cuda_version=$(json "$work/env.json" 'j["self"]["gpu"]["cuda_version"]')
+cuda_version=$(json "$work/env.json" 'j["self"]["gpu"]["cuda_version"] or ""')
 driver=$(json "$work/env.json" 'j["self"]["gpu"]["driver"]')
 row "inventory" "$(ok_if [ "$state" == usable ])" "$t" $((2 * LIMIT_ENV)) \
   "${state:-?}, ${ngpu:-?} GPUs${gerr:+: $gerr}"

@@ -24,6 +24,9 @@ Command add_local(CLI::App& root, const EnvMap& env);
 /// `rankcheck diagnose LOGS...`: the initiating failure in a failed job's logs.
 Command add_diagnose(CLI::App& root, const EnvMap& env);
 
+/// `opt` as --help shows it: `what` its value (SECONDS, PATH, auto|always|never) and
+/// its default, instead of the parser's types and checks.
+CLI::Option* shown(CLI::Option* opt, std::string_view what);
 /// --rank, --world-size, ... : strings, so that the identity parser names a bad value.
 void add_identity_flags(CLI::App& app, Flags& flags);
 /// A finite number from lo to hi: "nan" and "inf" are refused, like any word.

@@ -8,6 +8,12 @@
 
 namespace rankcheck::cli {
 
+CLI::Option* shown(CLI::Option* opt, std::string_view what) {
+  std::string d = opt->get_default_str();
+  opt->option_text(d.empty() ? std::string(what) : fmt::format("{} (default {})", what, d));
+  return opt;
+}
+
 CLI::Validator number_in(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& v) -> std::string {
@@ -52,93 +58,115 @@ CLI::Validator whole_number_in(long lo, long hi) {
 
 void add_identity_flags(CLI::App& app, Flags& f) {
   auto group = "Identity (each beats the environment)";
-  app.add_option("--rank", f.rank, "Global rank of this process (else RANK, SLURM_PROCID, ...)")
-      ->group(group);
-  app.add_option("--world-size", f.world_size, "Number of ranks in the job")->group(group);
-  app.add_option("--local-rank", f.local_rank, "Rank on this host")->group(group);
-  app.add_option("--local-world-size", f.local_world_size, "Ranks on this host")->group(group);
-  app.add_option("--node-rank", f.node_rank, "Index of this node (node mode)")->group(group);
-  app.add_option("--nnodes", f.nnodes, "Number of nodes (node mode)")->group(group);
-  app.add_option("--nproc-per-node", f.nproc_per_node,
-                 "Node mode: this process stands for N consecutive ranks")
-      ->group(group);
-  app.add_option("--master-addr", f.master_addr, "Host of rank 0 (else MASTER_ADDR)")->group(group);
-  app.add_option("--master-port", f.master_port, "Port of the rendezvous (else MASTER_PORT, 29500)")
-      ->group(group);
-  app.add_option("--rendezvous-port", f.rendezvous_port,
-                 "Port rankcheck meets on, when MASTER_PORT belongs to someone else (default: "
-                 "MASTER_PORT, or MASTER_PORT+1 under torchrun's agent store)")
-      ->group(group);
-  app.add_option("--job-id", f.job_id,
-                 "Job id; members of other jobs are refused (else SLURM_JOB_ID, "
-                 "TORCHELASTIC_RUN_ID)")
-      ->group(group);
+  auto add = [&app, group](const char* name, std::optional<std::string>& v, const char* what,
+                           const char* help) {
+    shown(app.add_option(name, v, help)->group(group), what);
+  };
+  add("--rank", f.rank, "N", "Global rank of this process (else RANK, SLURM_PROCID, ...)");
+  add("--world-size", f.world_size, "N", "Number of ranks in the job");
+  add("--local-rank", f.local_rank, "N", "Rank on this host");
+  add("--local-world-size", f.local_world_size, "N", "Ranks on this host");
+  add("--node-rank", f.node_rank, "N", "Index of this node (node mode)");
+  add("--nnodes", f.nnodes, "N", "Number of nodes (node mode)");
+  add("--nproc-per-node", f.nproc_per_node, "N",
+      "Node mode: this process stands for N consecutive ranks");
+  add("--master-addr", f.master_addr, "HOST", "Host of rank 0 (else MASTER_ADDR)");
+  add("--master-port", f.master_port, "PORT", "Port of the rendezvous (else MASTER_PORT, 29500)");
+  add("--rendezvous-port", f.rendezvous_port, "PORT",
+      "Port rankcheck meets on, when MASTER_PORT belongs to someone else (default: "
+      "MASTER_PORT, or MASTER_PORT+1 under torchrun's agent store)");
+  add("--job-id", f.job_id, "ID",
+      "Job id; members of other jobs are refused (else SLURM_JOB_ID, TORCHELASTIC_RUN_ID)");
 }
 
 void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
-  app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)");
-  app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
-      ->capture_default_str()
-      ->check(number_in(0.1, 86400.0));
-  app.add_option("--handshake-timeout", o.handshake_timeout_s,
-                 "Seconds a connection has to complete its hello")
-      ->capture_default_str()
-      ->check(number_in(0.05, 600.0));
-  app.add_option("--progress-interval", o.progress_interval_s,
-                 "Seconds between progress lines on stderr")
-      ->capture_default_str()
-      ->check(number_in(0.1, 3600.0));
-  app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)");
-  app.add_option("--metrics", o.metrics_path,
-                 "Write the run's metrics to PATH for node_exporter's textfile collector "
-                 "(replaced whole: last run time, verdict, findings, timings)");
-  app.add_option("--exclude-file", o.exclude_path,
-                 "On failure, write the hosts that hold the initiating failure to PATH as one "
-                 "Slurm host list (sbatch --exclude); empty when there are none");
-  app.add_option("--token-file", o.token_file,
-                 "The job token: hellos and verdicts are authenticated with it (else "
-                 "RANKCHECK_TOKEN_FILE; rankcheck local makes one)");
-  app.add_option("--token-fd", o.token_fd,
-                 "The job token from descriptor N, a pipe this process inherited (how "
-                 "rankcheck local hands it to its members: no file is left behind)")
-      ->check(whole_number_in(3, 1 << 20))
-      ->excludes("--token-file");
+  shown(app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)"),
+        "NAME");
+  shown(app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
+            ->capture_default_str()
+            ->check(number_in(0.1, 86400.0)),
+        "SECONDS");
+  shown(app.add_option("--handshake-timeout", o.handshake_timeout_s,
+                       "Seconds a connection has to complete its hello")
+            ->capture_default_str()
+            ->check(number_in(0.05, 600.0)),
+        "SECONDS");
+  shown(app.add_option("--progress-interval", o.progress_interval_s,
+                       "Seconds between progress lines on stderr")
+            ->capture_default_str()
+            ->check(number_in(0.1, 3600.0)),
+        "SECONDS");
+  shown(app.add_option("--rehearsal-timeout", o.rehearsal_timeout_s,
+                       "Seconds rank 0 gives each of NCCL's connections in the rehearsal (a "
+                       "firewall that drops packets costs this much)")
+            ->capture_default_str()
+            ->check(number_in(0.05, 600.0)),
+        "SECONDS");
+  shown(
+      app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)"),
+      "PATH");
+  shown(app.add_option("--metrics", o.metrics_path,
+                       "Write the run's metrics to PATH for node_exporter's textfile collector "
+                       "(replaced whole: last run time, verdict, findings, timings)"),
+        "PATH");
+  shown(app.add_option("--exclude-file", o.exclude_path,
+                       "On failure, write the hosts that hold the initiating failure to PATH as "
+                       "one Slurm host list (sbatch --exclude); empty when there are none"),
+        "PATH");
+  shown(app.add_option("--token-file", o.token_file,
+                       "The job token: hellos and verdicts are authenticated with it (else "
+                       "RANKCHECK_TOKEN_FILE; rankcheck local makes one)"),
+        "PATH");
+  shown(app.add_option("--token-fd", o.token_fd,
+                       "The job token from descriptor N, a pipe this process inherited (how "
+                       "rankcheck local hands it to its members: no file is left behind)")
+            ->check(whole_number_in(3, 1 << 20))
+            ->excludes("--token-file"),
+        "N");
   app.add_flag("--no-gpu", o.no_gpu, "Skip the GPU stage");
   app.add_flag("--no-relay", o.no_relay,
                "Every process connects to rank 0 itself; by default the members of a host "
                "meet it over one connection, through the first of them (a host relay)");
-  app.add_option("--nccl-roots-every", o.nccl_roots_every,
-                 "Above N ranks, initialise NCCL with ncclCommInitRankScalable, one root per N "
-                 "ranks, each made by the first rank of its block (NCCL 2.23 and newer; the "
-                 "same N on every rank; 0: at any size, with one root)")
-      ->capture_default_str()
-      ->check(whole_number_in(0, 1 << 30));
-  app.add_option("--nccl-lib", o.nccl_lib,
-                 "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, libnccl.so.2)");
-  app.add_option_function<std::string>(
-         "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
-         "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
-          },
-          "SIZE"));
-  app.add_option("--min-busbw", o.min_busbw_gbps,
-                 "With --bandwidth: a bus bandwidth below GBPS is a finding")
-      ->check(number_in(0.001, 1e6));
+  shown(app.add_option("--nccl-roots-every", o.nccl_roots_every,
+                       "Above N ranks, initialise NCCL with ncclCommInitRankScalable, one root "
+                       "per N ranks, each made by the first rank of its block (NCCL 2.23 and "
+                       "newer; the same N on every rank; 0: at any size, with one root)")
+            ->capture_default_str()
+            ->check(whole_number_in(0, 1 << 30)),
+        "N");
+  shown(app.add_option("--nccl-lib", o.nccl_lib,
+                       "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, "
+                       "libnccl.so.2)"),
+        "PATH");
+  shown(app.add_option_function<std::string>(
+               "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
+               "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
+            ->check(CLI::Validator(
+                [](std::string& v) {
+                  return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
+                },
+                "SIZE")),
+        "SIZE");
+  shown(app.add_option("--min-busbw", o.min_busbw_gbps,
+                       "With --bandwidth: a bus bandwidth below GBPS is a finding")
+            ->check(number_in(0.001, 1e6)),
+        "GBPS");
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
   add_color_flag(app, color);
 }
 
 void add_color_flag(CLI::App& app, std::string& color) {
-  app.add_option("--color", color, "Colour the text report: auto, always, never")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+  shown(app.add_option("--color", color, "Colour the text report: auto, always, never")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"auto", "always", "never"})),
+        "auto|always|never");
 }
 
 void add_device_flag(CLI::App& app, std::optional<int>& device) {
-  app.add_option("--device", device, "CUDA device for this rank (default: LOCAL_RANK % visible)")
-      ->check(whole_number_in(0, 1023));
+  shown(app.add_option("--device", device,
+                       "CUDA device for this rank (default: LOCAL_RANK % visible)")
+            ->check(whole_number_in(0, 1023)),
+        "N");
 }
 
 uint64_t parse_size(const std::string& text) {

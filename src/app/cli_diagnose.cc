@@ -18,11 +18,11 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
     std::string color = "auto";
   };
   auto o = std::make_shared<Options>();
-  app->add_option("paths", o->input.paths, "Log files or directories ('-': standard input)")
-      ->required();
+  shown(app->add_option("paths", o->input.paths, "Log files or directories ('-': standard input)")
+            ->required(),
+        "LOG...");
   app->add_flag("--json", o->json, "JSON instead of text");
-  app->add_option("--color", o->color, "Colour the text report: auto, always or never")
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+  add_color_flag(*app, o->color);
   return {app, [o, &env] {
             diagnose::Scanner scanner;
             std::string error = diagnose::read_inputs(o->input, scanner);

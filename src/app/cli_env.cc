@@ -10,15 +10,18 @@ Command add_env(CLI::App& root, const EnvMap& env) {
   auto o = std::make_shared<EnvOptions>();
   auto color = std::make_shared<std::string>("auto");
   add_identity_flags(*app, o->flags);
-  app->add_option("--host-name", o->host_name, "Host name to report (default: gethostname)");
+  shown(app->add_option("--host-name", o->host_name, "Host name to report (default: gethostname)"),
+        "NAME");
   app->add_flag("--json", o->json, "JSON instead of text");
   app->add_flag("--no-gpu", o->no_gpu, "Do not probe the GPUs and NCCL");
-  app->add_option("--nccl-lib", o->nccl_lib, "The libnccl.so the training job loads");
+  shown(app->add_option("--nccl-lib", o->nccl_lib, "The libnccl.so the training job loads"),
+        "PATH");
   add_device_flag(*app, o->device);
-  app->add_option("--resolve-timeout", o->resolve_timeout_s,
-                  "Seconds to wait for MASTER_ADDR to resolve")
-      ->capture_default_str()
-      ->check(number_in(0.0, 60.0));
+  shown(app->add_option("--resolve-timeout", o->resolve_timeout_s,
+                        "Seconds to wait for MASTER_ADDR to resolve")
+            ->capture_default_str()
+            ->check(number_in(0.0, 60.0)),
+        "SECONDS");
   add_color_flag(*app, *color);
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);

@@ -8,13 +8,17 @@ Command add_local(CLI::App& root, const EnvMap& env) {
   auto o = std::make_shared<LocalOptions>();
   o->run.timeout_s = 30;
   auto color = std::make_shared<std::string>("auto");
-  app->add_option("-n,--nprocs", o->nprocs, "Members to start (1-1024)")
-      ->capture_default_str()
-      ->check(whole_number_in(1, 1024));
-  app->add_option("--master-port", o->run.flags.master_port,
-                  "Port of the rendezvous (default: a free one)");
-  app->add_option("--job-id", o->run.flags.job_id, "Job id (default: local-<pid>)");
+  shown(app->add_option("-n,--nprocs", o->nprocs, "Members to start (1-1024)")
+            ->capture_default_str()
+            ->check(whole_number_in(1, 1024)),
+        "N");
+  shown(app->add_option("--master-port", o->run.flags.master_port,
+                        "Port of the rendezvous (default: a free one)"),
+        "PORT");
+  shown(app->add_option("--job-id", o->run.flags.job_id, "Job id (default: local-<pid>)"), "ID");
   add_run_flags(*app, o->run, *color);
+  // How local itself hands its members the token: not an option for people here.
+  app->get_option("--token-fd")->group("");
   // Refused with the reason (each member takes its own GPU), and left out of --help.
   add_device_flag(*app, o->run.device);
   app->get_option("--device")->group("");

@@ -12,11 +12,12 @@ Command add_run(CLI::App& root, const EnvMap& env) {
   add_identity_flags(*app, o->flags);
   add_run_flags(*app, *o, *color);
   add_device_flag(*app, o->device);
-  app->add_option("--bootstrap", o->bootstrap,
-                  "How members meet: tcp (the master on MASTER_ADDR:MASTER_PORT), or mpi "
-                  "(under mpirun, with rankcheck-mpi)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tcp", "mpi"}));
+  shown(app->add_option("--bootstrap", o->bootstrap,
+                        "How members meet: tcp (the master on MASTER_ADDR:MASTER_PORT), or mpi "
+                        "(under mpirun, with rankcheck-mpi)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"tcp", "mpi"})),
+        "tcp|mpi");
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);
             return run_member_process(*o, env);

@@ -144,6 +144,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   cfg.decide_by = Deadline(s.end.when() - reserve_for(s.o.timeout_s));
   cfg.handshake_timeout = seconds(s.o.handshake_timeout_s);
   cfg.progress_interval = seconds(s.o.progress_interval_s);
+  cfg.rehearsal_per_connection = seconds(s.o.rehearsal_timeout_s);
 
   check_capacity(id.world_size, log);
   Server server(cfg);

@@ -220,10 +220,9 @@ Status write_extras(const Output& out, const std::function<std::string()>& metri
   Status ok = ok_status();
   if (!out.metrics_path.empty()) ok = write_report_file(out.metrics_path, metrics(), "the metrics");
   if (!out.exclude_path.empty() && suspects) {
-    // One line a script reads with $(cat): the host list, or nothing on a pass.
-    Status written =
-        write_report_file(out.exclude_path, suspects->empty() ? std::string() : *suspects + "\n",
-                          "the suspect hosts");
+    // One line a script reads with $(cat) or `read`: the host list, or an empty line
+    // when there are none (`read` fails on a file without a line).
+    Status written = write_report_file(out.exclude_path, *suspects + "\n", "the suspect hosts");
     if (ok) ok = std::move(written);
   }
   return ok;

@@ -19,9 +19,10 @@ struct RunOptions {
   double timeout_s = 300;                ///< bounds the whole run
   double handshake_timeout_s = 5;
   double progress_interval_s = 5;
-  std::string json_path;     ///< "" none, "-" stdout instead of text
-  std::string metrics_path;  ///< --metrics: node_exporter textfile, "" none
-  std::string exclude_path;  ///< --exclude-file: the suspect hosts as a host list, "" none
+  double rehearsal_timeout_s = 2;  ///< --rehearsal-timeout: each rehearsed connection
+  std::string json_path;           ///< "" none, "-" stdout instead of text
+  std::string metrics_path;        ///< --metrics: node_exporter textfile, "" none
+  std::string exclude_path;        ///< --exclude-file: the suspect hosts as a host list, "" none
   bool no_gpu = false;
   bool no_relay = false;          ///< --no-relay: every member connects to the master itself
   long nccl_roots_every = 4096;   ///< --nccl-roots-every (MasterConfig::nccl_roots_every)

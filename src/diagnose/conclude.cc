@@ -479,30 +479,6 @@ std::string launcher_name(uint8_t launchers) {
                                        : "";
 }
 
-// The rankcheck command that checks the fix, under the job's own launcher: `n`
-// processes (-1: not known) on `hosts` hosts.
-std::string verify_command(const std::string& launcher, long n, size_t hosts) {
-  std::string run = "rankcheck run --timeout 120";
-  if (launcher == "torchrun") {
-    return fmt::format("torchrun {} --no_python {}",
-                       hosts <= 1 && n > 0
-                           ? fmt::format("--nnodes 1 --nproc_per_node {}", n)
-                           : std::string("<the job's --nnodes, --nproc_per_node, "
-                                         "--node_rank, --master_addr, --master_port>"),
-                       run);
-  }
-  if (launcher == "slurm") {
-    std::string nodes = hosts == 0 ? "" : fmt::format("--nodes {} ", hosts);
-    return fmt::format("srun {} {}",
-                       n > 0 ? fmt::format("{}--ntasks {}", nodes, n)
-                             : std::string("<the training step's options>"),
-                       run);
-  }
-  if (launcher == "mpirun")
-    return fmt::format("mpirun {} {}", n > 0 ? fmt::format("-np {}", n) : "-np <N>", run);
-  return run + " (in every process of the job, with the training job's environment)";
-}
-
 // The findings in report order, with what was seen and how to check the fix.
 Diagnosis diagnosis_of(std::vector<DiagFinding> findings, const Knowledge& k) {
   Diagnosis d;
@@ -510,8 +486,7 @@ Diagnosis diagnosis_of(std::vector<DiagFinding> findings, const Knowledge& k) {
   d.ranks_seen.assign(k.ranks_seen.begin(), k.ranks_seen.end());
   d.hosts_seen.assign(k.hosts_seen.begin(), k.hosts_seen.end());
   d.launcher = launcher_name(k.launchers);
-  long n = k.world > 0 ? k.world : k.ranks_seen.empty() ? -1 : *k.ranks_seen.rbegin() + 1;
-  d.verify_with = verify_command(d.launcher, n, k.hosts_seen.size());
+  d.verify_with = verify_command(k, d.findings, d.launcher);
   for (const auto& [host, h] : k.host_logs) {
     if (!h.network.empty()) d.networks[host] = h.network;
   }

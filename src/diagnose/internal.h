@@ -251,4 +251,9 @@ struct Knowledge {
   void merge_processes();
 };
 
+/// The rankcheck command that checks the fix, under the job's own launcher, from what
+/// the logs tell of the job's shape (verify.cc).
+std::string verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
+                           const std::string& launcher);
+
 }  // namespace rankcheck::diagnose

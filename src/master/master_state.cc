@@ -323,6 +323,7 @@ void MasterState::set_paths(std::vector<Finding> findings, std::vector<PathTried
   path_findings_ = std::move(findings);
   report_.paths = std::move(paths);
   report_.rehearsal_ms = ms;
+  report_.rehearsal_ran = true;
 }
 
 const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
@@ -369,7 +370,9 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   report_.master_bound = std::move(bound);
   report_.timed_out = timed_out;
   report_.authenticated = cfg_.authenticated;
-  report_.rendezvous_ms = ms_between(cfg_.start, t0);
+  // The rehearsal runs between the last join and the decision, and has a timing of
+  // its own: the rendezvous and the decision leave it out.
+  report_.rendezvous_ms = std::max(0.0, ms_between(cfg_.start, t0) - report_.rehearsal_ms);
 
   // Go for the GPU stage only when nothing is wrong: NCCL is never started on a
   // job that would hang.
@@ -416,7 +419,9 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   }
   // From the last join (or the deadline) to the verdict.
   auto t1 = Clock::now();
-  report_.decision_ms = timed_out ? ms_between(t0, t1) : ms_between(cfg_.start, t1) - last_join_ms_;
+  report_.decision_ms =
+      timed_out ? ms_between(t0, t1)
+                : std::max(0.0, ms_between(cfg_.start, t1) - last_join_ms_ - report_.rehearsal_ms);
   // What holding the members cost, before anything is sent.
   report_.peak_rss_kib = process.peak_kib;
   report_.rss_kib = process.rss_kib;

@@ -343,10 +343,18 @@ bool await_master_close(Socket& socket, Deadline deadline) {
 }
 
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
-                             const JobToken* token, VerdictWait which, const PathPlanFn& on_plan) {
+                             const JobToken* token, VerdictWait which, const PathPlanFn& on_plan,
+                             const WaitProgress& progress) {
   std::optional<NcclRoots> roots;  // a scalable init's, sent ahead of the go verdict
+  auto next_progress = Deadline::after(progress.every);
   while (true) {
-    auto frame = socket.read_frame(deadline);
+    auto frame = socket.read_frame(progress.say ? deadline.sooner(next_progress) : deadline);
+    if (!frame && frame.error().fault == Fault::kTimeout && progress.say && !deadline.expired()) {
+      // Quiet, not over: say so, so that a member's log does not look hung.
+      progress.say();
+      next_progress = Deadline::after(progress.every);
+      continue;
+    }
     if (!frame) {
       const Error& e = frame.error();
       if (e.fault == Fault::kClosed) {

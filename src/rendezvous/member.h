@@ -65,10 +65,15 @@ enum class VerdictWait {
 /// that the verdict is the master's (Error::fault kAuthFailed when it is not).
 /// A plan to rehearse NCCL's connections (sent to one member per host before the
 /// first verdict) is run with `on_plan` and its report sent back.
+/// `progress.say` is called every `progress.every` while nothing comes.
 using PathPlanFn = std::function<PathReport(const PathPlan&)>;
+struct WaitProgress {
+  Millis every{5000};
+  std::function<void()> say;
+};
 Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult& joined,
                              const JobToken* token, VerdictWait which = VerdictWait::kFirst,
-                             const PathPlanFn& on_plan = {});
+                             const PathPlanFn& on_plan = {}, const WaitProgress& progress = {});
 
 /// Closes this member's end and waits, until `deadline` at most, for the master
 /// to close its own: it does so once its report is printed. A member whose job

@@ -46,6 +46,29 @@ std::string master_name(const JoinOptions& join) {
   return fmt::format("{}:{}", printable(join.master_addr), join.master_port);
 }
 
+// Every progress interval while a member waits for its verdict, a line: how many
+// had joined when it did, and the time left. The master's own progress line (in
+// rank 0's log) names the ranks it still waits for; the members print their own
+// time left instead of being sent it, which would be a frame to every member every
+// interval (100k of them through the relays) and a change of the wire.
+WaitProgress waiting(const Record& self, const MemberRun& run, const JoinResult& joined) {
+  std::string label =
+      fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
+                  self.nranks == 1 ? std::to_string(self.rank)
+                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
+                  printable(self.host, 64));
+  long world = joined.admit.world_size;
+  std::string when = fmt::format("{}/{} ranks had joined when it did", joined.admit.joined_ranks,
+                                 joined.admit.world_size);
+  return {run.join.progress_interval, [label, when, world, end = run.end, log = run.join.log] {
+            log(
+                fmt::format("{} waiting for the master's verdict ({}): it decides once all {} "
+                            "have joined, or at the deadline; {} s left (rank 0's log names "
+                            "the ranks missing)",
+                            label, when, world, end.seconds_left()));
+          }};
+}
+
 // Joins, and waits for the first verdict (rehearsing the master's plan on the way).
 // A relay that dies before the verdict: the master takes this process back directly.
 Result<Verdict> join_and_wait(Record& self, MemberRun& run, JoinResult& joined,
@@ -67,7 +90,7 @@ Result<Verdict> join_and_wait(Record& self, MemberRun& run, JoinResult& joined,
                                joined.admit.world_size));
     }
     auto verdict = wait_verdict(joined.socket, verdict_by, joined, run.join.token,
-                                VerdictWait::kFirst, run.rehearse);
+                                VerdictWait::kFirst, run.rehearse, waiting(self, run, joined));
     bool relay_died = attempt == 0 && !verdict && joined.relayed &&
                       verdict.error().fault == Fault::kClosed && !interrupted();
     if (!relay_died) return verdict;

@@ -23,6 +23,8 @@ struct ServerConfig {
   Deadline decide_by = Deadline::never();  ///< decide at the latest here
   Millis handshake_timeout{5000};          ///< a hello must be complete this soon after accept
   Millis progress_interval{5000};
+  /// Each of NCCL's connections in the rehearsal (NCCL itself retries a connect for longer).
+  Millis rehearsal_per_connection{2000};
   size_t max_pending = 1024;      ///< connections not yet admitted, beyond which new ones wait
   std::optional<JobToken> token;  ///< with one, every hello and verdict is authenticated
 };

@@ -14,8 +14,8 @@
 namespace rankcheck {
 namespace {
 
-// NCCL waits up to its socket retries per connect; the rehearsal gives each 2 s.
-constexpr Millis kPerConnection{2000};
+// NCCL waits up to its socket retries per connect; the rehearsal gives each
+// cfg.rehearsal_per_connection (--rehearsal-timeout, 2 s).
 constexpr size_t kInFlight = 32;
 constexpr Millis kSlack{300};  // for the reports to travel back
 
@@ -69,7 +69,8 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
     most = std::max(most, p.size());
   // Every connection within its own deadline, a bounded number at once, all
   // before the decision's deadline (which also ends a rehearsal still running).
-  Millis rounds = kPerConnection * long((most + kInFlight - 1) / kInFlight);
+  const Millis per_connection = cfg.rehearsal_per_connection;
+  Millis rounds = per_connection * long((most + kInFlight - 1) / kInFlight);
   Deadline by = Deadline::after(rounds + kSlack).sooner(cfg.decide_by);
   if (by.remaining() < kSlack) return false;
   Millis total = std::max(Millis(0), by.remaining() - kSlack);
@@ -84,7 +85,7 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
     PathPlan plan;
     plan.self_host = uint32_t(h);
     plan.self_identity = identity[h];
-    plan.per_conn_ms = uint32_t(kPerConnection.count());
+    plan.per_conn_ms = uint32_t(per_connection.count());
     plan.total_ms = uint32_t(total.count());
     plan.in_flight = uint32_t(kInFlight);
     plan.targets = R.plans[h];

@@ -22,6 +22,42 @@ std::string source_of(const Identity& id, Field f) {
   return o->variable;
 }
 
+// Rows of columns, two spaces between: each column as wide as its widest value up
+// to `cap`; a longer value keeps its line, and what follows it starts on the next,
+// under its column. No line ends in spaces.
+using Row = std::vector<std::string>;
+std::string aligned(const std::vector<Row>& rows, size_t indent, size_t cap) {
+  std::vector<size_t> width;
+  for (const Row& r : rows) {
+    width.resize(std::max(width.size(), r.size()), 0);
+    for (size_t c = 0; c + 1 < r.size(); ++c)
+      width[c] = std::max(width[c], std::min(cap, display_width(r[c])));
+  }
+  std::string out;
+  for (const Row& r : rows) {
+    std::string line(indent, ' ');
+    size_t at = indent;  // the column the next cell starts at
+    size_t last = r.size();
+    while (last > 0 && r[last - 1].empty())
+      --last;
+    for (size_t c = 0; c < last; ++c) {
+      if (c > 0 && display_width(line) + 2 > at) {  // the previous cell ran past
+        while (!line.empty() && line.back() == ' ')
+          line.pop_back();
+        out += line + "\n";
+        line.assign(at, ' ');
+      }
+      line.append(at - display_width(line), ' ');
+      line += r[c];
+      at += (c < width.size() ? width[c] : 0) + 2;
+    }
+    while (!line.empty() && line.back() == ' ')
+      line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
 std::string of(long v, long total) {
   if (v < 0) return "-";
   return total > 0 ? fmt::format("{} of {}", v, total) : std::to_string(v);
@@ -34,8 +70,9 @@ std::string render_env_text(const Identity& id, const Record& self,
   Paint paint{style.color};
   std::string out =
       fmt::format("rankcheck {} · identity of this process (no network)\n\n", kRankcheckVersion);
-  auto row = [&out](std::string_view name, const std::string& value, const std::string& src) {
-    out += fmt::format("  {:<12}  {:<24}  {}\n", name, value, src);
+  std::vector<Row> rows;
+  auto row = [&rows](std::string_view name, const std::string& value, const std::string& src) {
+    rows.push_back({std::string(name), value, src});
   };
   std::string rank =
       id.rank < 0 && !id.source(Field::kRank) ? "-"
@@ -91,13 +128,16 @@ std::string render_env_text(const Identity& id, const Record& self,
       row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
   }
 
+  out += aligned(rows, 2, 32);
+
   out += "\n  sources, highest precedence first\n";
   if (id.observations.empty()) out += "    none\n";
+  std::vector<Row> sources;
   for (const Observation& o : id.observations) {
-    out += fmt::format("    {:<34} {:<18} {}\n",
-                       fmt::format("{}={}", printable(o.variable, 40), printable(o.value, 40)),
-                       field_name(o.field), o.launcher);
+    sources.push_back({fmt::format("{}={}", printable(o.variable, 40), printable(o.value, 40)),
+                       std::string(field_name(o.field)), o.launcher});
   }
+  out += aligned(sources, 4, 40);
   if (!self.env.empty()) {
     out += "\n  variables compared across ranks\n";
     for (const EnvVar& e : self.env) {

@@ -95,14 +95,20 @@ void common(Metrics& m, const Common& c, double now_unix_s) {
 }
 
 // Findings by id and severity: every id of the catalogue at 0 unless raised, so
-// that a query over one id finds a series on every node that ran.
+// that a query over one id finds a series on every node that ran. A raised id has
+// the severity it was raised with (a foreign-job refused is a warning), and no
+// second series at 0 with the catalogue's.
 void findings(Metrics& m, const std::vector<Finding>& list) {
   std::map<std::pair<std::string, std::string>, int> count;
+  std::set<std::string> raised;
+  for (const Finding& f : list) {
+    ++count[{f.id, f.is_error() ? "error" : "warning"}];
+    raised.insert(f.id);
+  }
   for (const FindingKind& k : finding_catalog()) {
+    if (raised.count(std::string(k.name)) != 0) continue;
     count[{std::string(k.name), k.severity == Severity::kError ? "error" : "warning"}] = 0;
   }
-  for (const Finding& f : list)
-    ++count[{f.id, f.is_error() ? "error" : "warning"}];
   m.family("rankcheck_findings", "gauge",
            "Findings of the last run, by id (docs/findings.md) and severity.");
   for (const auto& [key, n] : count) {

@@ -72,6 +72,15 @@ std::string short_gpu_name(const std::string& name) {
 
 namespace {
 
+// null, not a sentinel, where a value is not known (-1, 0, ""): the schema
+// (docs/report.schema.json) refuses the sentinels.
+nlohmann::json or_null(long v, long unknown = -1) {
+  return v == unknown ? nlohmann::json() : nlohmann::json(v);
+}
+nlohmann::json or_null(std::string_view v) {
+  return v.empty() ? nlohmann::json() : nlohmann::json(v);
+}
+
 nlohmann::json gpu_json(const GpuFacts& g) {
   nlohmann::json devices = nlohmann::json::array();
   for (const GpuDevice& d : g.devices) {
@@ -86,13 +95,13 @@ nlohmann::json gpu_json(const GpuFacts& g) {
                                             "init-failed", "no-device", "not-built"};
   return {{"state", kStates[static_cast<size_t>(g.state)]},
           {"error", g.error},
-          {"cuda_version", g.cuda_version},
+          {"cuda_version", or_null(g.cuda_version, 0)},
           {"driver", g.driver},
-          {"device_count", g.device_count},
+          {"device_count", or_null(g.device_count)},
           {"visible_devices", g.visible_devices},
           {"choice", g.choice},
           {"devices", devices},
-          {"nccl_version", g.nccl_version},
+          {"nccl_version", or_null(g.nccl_version, 0)},
           {"nccl_version_text", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : ""},
           {"nccl_path", g.nccl_path},
           {"nccl_error", g.nccl_error}};
@@ -169,22 +178,22 @@ nlohmann::json record_json(const Record& r) {
   nlohmann::json env_sources = nlohmann::json::object();  // values from NCCL's files
   for (const EnvVar& e : r.env_sources)
     env_sources[e.name] = e.value;
-  return {{"rank", r.rank},
+  return {{"rank", or_null(r.rank)},
           {"nranks", r.nranks},
-          {"world_size", r.world_size},
-          {"local_rank", r.local_rank},
-          {"local_world_size", r.local_world_size},
-          {"node_rank", r.node_rank},
-          {"nnodes", r.nnodes},
+          {"world_size", or_null(r.world_size)},
+          {"local_rank", or_null(r.local_rank)},
+          {"local_world_size", or_null(r.local_world_size)},
+          {"node_rank", or_null(r.node_rank)},
+          {"nnodes", or_null(r.nnodes)},
           {"host", r.host},
           {"pid", r.pid},
           {"launcher", r.launcher},
-          {"job_id", r.job_id},
-          {"master_addr", r.master_addr},
+          {"job_id", or_null(r.job_id.str())},
+          {"master_addr", or_null(r.master_addr.str())},
           {"master_port", r.master_port},
           {"master_resolved", r.master_resolved.get()},
           {"version", r.version},
-          {"started_unix_ms", r.started_unix_ms},
+          {"started_unix_ms", or_null(static_cast<long>(r.started_unix_ms), 0)},
           {"env", env},
           {"env_sources", env_sources},
           {"nccl_if", nccl_if_json(r.nccl_if)},
@@ -275,14 +284,18 @@ std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle
   std::string message = printable(f.message, 4096);
   std::string hint = printable(f.hint, 4096);
   std::string out(l.margin, ' ');
-  out += f.is_error() ? paint("31", "✗") : paint("33", "!");
+  // On a terminal the mark and the id in the finding's colour, and its fix marked:
+  // a report of many findings is read by them, not only by its verdict word.
+  const char* colour = f.is_error() ? "31" : "33";
+  out += paint(colour, f.is_error() ? "✗" : "!");
   out += ' ';
   size_t col = l.margin + 2;
+  std::string shown_id = paint(f.is_error() ? "1;31" : "1;33", id);
   if (l.id_width > 0) {
-    out += fmt::format("{:<{}}   ", id, l.id_width);
+    out += shown_id + std::string(l.id_width > id.size() ? l.id_width - id.size() : 0, ' ') + "   ";
     col += l.id_width + 3;
   } else {
-    out += id + ": ";
+    out += shown_id + ": ";
     col += id.size() + 2;
   }
   auto text = [&](std::string_view s, size_t first_col) {
@@ -291,7 +304,11 @@ std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle
   out += text(message, col);
   if (!l.fix) return out;
   out += '\n';
-  if (!hint.empty()) out += std::string(l.fix_at, ' ') + text("fix: " + hint, l.fix_at) + '\n';
+  if (!hint.empty()) {
+    // Wrapped as plain text, painted after: the colour's bytes take no columns.
+    out += std::string(l.fix_at, ' ') + paint("36", "fix:") +
+           text("fix: " + hint, l.fix_at).substr(4) + '\n';
+  }
   return out;
 }
 
@@ -408,16 +425,19 @@ std::string render_text(const Report& r, RenderStyle style) {
     out += fmt::format("  NCCL's connections rehearsed in {}: {} of {} connected\n",
                        format_seconds(r.rehearsal_ms), ok, r.paths.size());
   }
+  if (!r.rehearsal_not_run.empty()) {
+    out += fmt::format("  NCCL's connections not rehearsed: {}\n", r.rehearsal_not_run);
+  }
   // Last, where a script's `tail -1` finds it: the hosts to leave out of the next try.
   if (std::string suspects = suspect_hosts(r.findings); !suspects.empty()) {
-    out += fmt::format("  suspect hosts: {}\n", suspects);
+    out += fmt::format("  {} {}\n", paint("1", "suspect hosts:"), suspects);
   }
   return out;
 }
 
 void write_json(const Report& r, const JsonSink& sink) {
   nlohmann::json j = json_envelope("master", r.exit_code() == 0 ? "pass" : "fail", r.exit_code());
-  j["job_id"] = r.job_id;
+  j["job_id"] = or_null(r.job_id);
   j["world_size"] = r.world_size;
   j["ranks_joined"] = rank_count(r.members);
   j["hosts_joined"] = host_count(r.members);
@@ -442,6 +462,7 @@ void write_json(const Report& r, const JsonSink& sink) {
   }
   // The members are written one at a time (below): as one tree, 16k of them take
   // a hundred megabytes.
+  j["rehearsal"] = {{"ran", r.rehearsal_ran}, {"not_run", or_null(r.rehearsal_not_run)}};
   j["members"] = kMembersPlaceholder;
   j["timings"] = {{"rendezvous_ms", r.rendezvous_ms},
                   {"decision_ms", r.decision_ms},
@@ -534,7 +555,7 @@ std::string render_member_text(const MemberReport& r, RenderStyle style) {
 std::string render_member_json(const MemberReport& r) {
   nlohmann::json j = json_envelope("member", r.exit_code == 0 ? "pass" : "fail", r.exit_code);
   j["verdict_received"] = r.verdict_received;
-  j["job_id"] = r.self.job_id;
+  j["job_id"] = or_null(r.self.job_id.str());
   j["headline"] = r.headline;
   j["errors"] = r.errors;
   j["warnings"] = r.warnings;

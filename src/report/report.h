@@ -50,6 +50,9 @@ struct Report {
   /// The rehearsal of NCCL's connections: one per host pair tried (JSON `paths`).
   std::vector<PathTried> paths;
   double rehearsal_ms = 0;  ///< from the plan to the last report
+  bool rehearsal_ran = false;
+  /// Why the rehearsal did not run where it would have mattered (several hosts); "" otherwise.
+  std::string rehearsal_not_run;
   /// The master's connections: the most open at once (members' and relays'), the
   /// host relays admitted, and the members that came through one.
   size_t connections_peak = 0;

@@ -29,9 +29,104 @@ def clean_env(**extra):
     return env
 
 
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "../../docs/report.schema.json")
+_schema = None
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+          "integer": int, "number": (int, float)}
+
+
+def schema_errors(value, schema=None, where="$", root=None):
+    """What in `value` breaks docs/report.schema.json (or `schema`): a list of
+    "path: why", empty when it holds. The subset of JSON Schema that file uses: type,
+    properties, required, additionalProperties, items, enum, const, minimum, minLength, $ref,
+    oneOf."""
+    global _schema
+    if schema is None:
+        if _schema is None:
+            with open(SCHEMA_PATH) as f:
+                _schema = json.load(f)
+        schema = root = _schema
+    if "$ref" in schema:
+        node = root
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        return schema_errors(value, node, where, root)
+    if "oneOf" in schema:
+        results = [schema_errors(value, s, where, root) for s in schema["oneOf"]]
+        held = [r for r in results if not r]
+        if len(held) == 1:
+            return []
+        if not held:
+            return min(results, key=len)  # the nearest miss says the most
+        return [f"{where}: matches {len(held)} of oneOf"]
+    errors = []
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else types
+        ok = any(isinstance(value, _TYPES[t]) and not (isinstance(value, bool) and t in
+                                                        ("integer", "number"))
+                 for t in types)
+        if not ok:
+            return [f"{where}: {json.dumps(value)[:80]} is not {' or '.join(types)}"]
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{where}: {value!r} is not {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: {value!r} is not one of {schema['enum']}")
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        errors.append(f"{where}: {value} is below {schema['minimum']}")
+    if "minLength" in schema and isinstance(value, str) and len(value) < schema["minLength"]:
+        errors.append(f"{where}: {value!r} is shorter than {schema['minLength']}")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{where}: no {key}")
+        extra = schema.get("additionalProperties", True)
+        for key, v in value.items():
+            if key in props:
+                errors += schema_errors(v, props[key], f"{where}.{key}", root)
+            elif extra is False:
+                errors.append(f"{where}: {key} is not in the schema")
+            elif isinstance(extra, dict):
+                errors += schema_errors(v, extra, f"{where}.{key}", root)
+    if isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            errors += schema_errors(v, schema["items"], f"{where}[{i}]", root)
+    return errors
+
+
+def check_report(report, name="report"):
+    """`report` (a rankcheck --json document), if it holds to docs/report.schema.json;
+    else AssertionError naming what does not."""
+    errors = schema_errors(report)
+    if errors:
+        raise AssertionError(f"{name} does not hold to docs/report.schema.json: "
+                             + "; ".join(errors[:8]))
+    return report
+
+
+def check_reports(directory):
+    """Every rankcheck report under `directory` against the schema."""
+    for d, _, files in os.walk(directory):
+        for name in files:
+            if not name.endswith(".json"):
+                continue
+            path = os.path.join(d, name)
+            try:
+                with open(path) as f:
+                    report = json.load(f)
+            except (OSError, ValueError):
+                continue  # not whole, or not ours: the test that wrote it says so
+            if isinstance(report, dict) and "schema_version" in report:
+                check_report(report, path)
+
+
 def save_reports(test, directory):
-    """Keeps the JSON reports a test wrote when RANKCHECK_SAVE_REPORTS names a folder:
-    scripts/compare-reports.py compares two such folders (a refactor must not change them)."""
+    """Checks every report a test wrote against docs/report.schema.json; keeps them
+    when RANKCHECK_SAVE_REPORTS names a folder: scripts/compare-reports.py compares
+    two such folders (a refactor must not change them)."""
+    if os.path.isdir(directory):
+        check_reports(directory)
     dest = os.environ.get("RANKCHECK_SAVE_REPORTS")
     if not dest or not os.path.isdir(directory):
         return
@@ -98,7 +193,7 @@ class Proc:
     @property
     def report(self):
         with open(self.json_path) as f:
-            return json.load(f)
+            return check_report(json.load(f), self.name)
 
     def finding(self, fid):
         for f in self.report["findings"]:
@@ -168,3 +263,21 @@ class RankcheckTest(unittest.TestCase):
     def assertExit(self, procs, code):
         for p in procs:
             self.assertEqual(p.rc, code, f"{p.name}: exit {p.rc}\nstdout:\n{p.out}\nstderr:\n{p.err}")
+
+
+def readme_command(program):
+    """The first command of the main README that starts with `program` and runs
+    `rankcheck run`: a line of a ```sh block (with its backslash continuations), else
+    an inline `code` span; split into words. For tests that run the README's recipes."""
+    import re
+    import shlex
+    with open(os.path.join(os.path.dirname(__file__), "../../README.md")) as f:
+        text = f.read()
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for cmd in block.replace("\\\n", " ").splitlines():
+            if cmd.strip().startswith(program + " ") and "rankcheck run" in cmd:
+                return shlex.split(cmd)
+    for span in re.findall(r"`([^`\n]+)`", text):
+        if span.startswith(program + " ") and "rankcheck run" in span:
+            return shlex.split(span)
+    raise AssertionError(f"no {program} recipe in README.md")

@@ -232,6 +232,29 @@ class Adversarial(RankcheckTest):
         stray = self.finding(m.report, "stray-connection")
         self.assertIn("handshake deadline", stray["message"])
 
+    def test_a_member_of_the_previous_release_is_told_its_protocol(self):
+        # During a rollout hosts run two builds. A protocol-1 member sends its hello in
+        # the layout of that release (shorter: no start time, no NCCL interface block,
+        # no root id): it is refused for its version, and rank 0 reports a
+        # protocol-mismatch that names the host, not a malformed hello.
+        m = self.master(2)
+        with wire.connect(self.port) as s:
+            wire.read_frame(s)  # the challenge
+            s.sendall(wire.hello_v1(wire.record_v1(1, 2, host=b"old-host")))
+            version, msg_type, payload = wire.read_frame(s)
+            self.assertEqual(msg_type, wire.REJECT)
+            code, reason = wire.reject_reason(payload)
+            self.assertEqual(reason, "peer speaks rankcheck protocol version 1, this master "
+                                     f"speaks {wire.VERSION}")
+            self.assertNotIn("malformed", reason)
+        self.members([1], 2)
+        self.finish()
+        self.assertExit(self.procs, 0)
+        f = self.finding(m.report, "protocol-mismatch")
+        self.assertIn("protocol version 1", f["message"])
+        self.assertNotIn("malformed", f["message"])
+        self.assertNotIn("stray-connection", [x["id"] for x in m.report["findings"]])
+
     def test_garbage_frames_and_a_newer_version(self):
         m = self.master(4)
         base = fd_count(m.popen.pid)
@@ -336,12 +359,13 @@ class Adversarial(RankcheckTest):
     def test_rank_0_never_joins_a_port_squatter(self):
         # No job id: nothing tells that master is this job's.
         self.squatter("", auth=False)
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         p = self.rank(0, 2)
         self.finish([p])
         self.assertEqual(p.rc, 7)
         f = self.finding(p.report, "master-port-in-use")
         self.assertIn("this process has no job id to tell whether it is this job's", f["message"])
-        self.assertLess(p.elapsed, 3.0)
+        self.assertLess(p.elapsed, 10.0, "it says so at once, not at the deadline")
 
     def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
         self.squatter("job-a", auth=False)
@@ -511,6 +535,7 @@ class Adversarial(RankcheckTest):
         self.assertFalse([x for x in left if "fake-nccl" not in x], left)
 
     def test_kill_9_of_the_master_mid_run(self):
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         m = self.rank(0, 4)
         others = self.members([1, 2], 4)
         time.sleep(1.0)
@@ -519,7 +544,7 @@ class Adversarial(RankcheckTest):
         for p in others:
             p.wait(self.timeout + GRACE)
             self.assertEqual(p.rc, 4)
-            self.assertLess(time.monotonic() - killed, 2.0)
+            self.assertLess(time.monotonic() - killed, 10.0, "it waited for the deadline")
             self.assertIn("closed the connection before its verdict",
                           p.finding("master-lost")["message"])
         m.wait(1)

@@ -357,9 +357,50 @@ class NewUser(unittest.TestCase):
         r = run(["local", "--help"])
         self.assertNotIn("--device", r.stdout)
 
+    def test_help_names_values_for_people_not_the_parsers_types(self):
+        for cmd in ("run", "local", "env", "diagnose"):
+            out = run([cmd, "--help"]).stdout
+            for raw in ("FLOAT", "INT:", "TEXT", "NUMBER in", ":{", "Excludes:"):
+                self.assertNotIn(raw, out, f"{cmd} --help: {raw}")
+        out = run(["run", "--help"]).stdout
+        self.assertRegex(out, r"--timeout SECONDS \(default 300\)\s+Bound on the whole run")
+        self.assertRegex(out, r"--color auto\|always\|never \(default auto\)")
+        self.assertRegex(out, r"--token-fd N\s")
+        # How local hands its members the token is local's own business.
+        self.assertNotIn("--token-fd", run(["local", "--help"]).stdout)
+
+    def test_colour_marks_each_finding_not_only_the_verdict(self):
+        r = run(["run", "--no-gpu", "--timeout", "1", "--color", "always"], env=torch_env(0, 2))
+        self.assertEqual(r.returncode, 4)
+        self.assertIn("\x1b[1;31mFAIL\x1b[0m", r.stdout)
+        self.assertIn("\x1b[31m✗\x1b[0m \x1b[1;31mmissing-rank\x1b[0m", r.stdout)
+        self.assertIn("\x1b[36mfix:\x1b[0m ", r.stdout)
+        # Without colour the same text, byte for byte.
+        plain = run(["run", "--no-gpu", "--timeout", "1", "--color", "never"], env=torch_env(0, 2))
+        self.assertNotIn("\x1b[", plain.stdout)
+        self.assertIn("  ✗ missing-rank   ", plain.stdout)
+
+    def test_env_text_has_no_trailing_spaces_and_keeps_its_columns(self):
+        host = "a-very-long-host-name-that-is-longer-than-the-column." * 1
+        r = run(["env", "--no-gpu", "--host-name", host[:50]],
+                env=torch_env(0, 1, MASTER_ADDR="master-node-with-a-rather-long-name.example"))
+        lines = r.stdout.splitlines()
+        for line in lines:
+            self.assertEqual(line, line.rstrip(), repr(line))
+        # Each source starts in the same column, also after a value longer than the rest.
+        starts = {line.index("RANK (") for line in lines if "RANK (" in line}
+        starts |= {line.index("WORLD_SIZE (") for line in lines if "WORLD_SIZE (" in line}
+        self.assertEqual(len(starts), 1, r.stdout)
+        master = [line for line in lines if line.lstrip().startswith("master")]
+        self.assertTrue(master, r.stdout)
+        col = starts.pop()
+        follow = lines[lines.index(master[0]) + 1]
+        self.assertTrue(follow[:col].strip() == "" and follow[col:].startswith("MASTER_ADDR"),
+                        r.stdout)
+
     def test_torchrun_default_run_id_is_no_job_id(self):
         r = run(["env", "--json", "--no-gpu"], env=torch_env(0, 1, TORCHELASTIC_RUN_ID="none"))
-        self.assertEqual(json.loads(r.stdout)["self"]["job_id"], "")
+        self.assertIsNone(json.loads(r.stdout)["self"]["job_id"])
         r = run(["env", "--json", "--no-gpu"], env=torch_env(0, 1, TORCHELASTIC_RUN_ID="j7"))
         self.assertEqual(json.loads(r.stdout)["self"]["job_id"], "j7")
 

@@ -108,7 +108,11 @@ class Reasoning(unittest.TestCase):
         downstream = [f for f in report["findings"] if f["role"] == "downstream"]
         self.assertTrue(any(f["id"] == "peer-failed" and f["ranks"] == [0] for f in downstream))
         self.assertEqual(report["launcher"], "torchrun")
-        self.assertIn("--no_python rankcheck run", report["verify_with"])
+        # As torch 1.13's torchrun takes it: --redirects 1 --tee 1, the underscored options.
+        self.assertEqual(report["verify_with"],
+                         "torchrun --redirects 1 --tee 1 --nnodes 1 --nproc_per_node 2 "
+                         "--master_addr 127.0.0.1 --master_port 29500 --no_python rankcheck run "
+                         "--timeout 120")
 
     def test_text_report(self):
         r = run(["--color", "never", os.path.join(LOGS, "mpirun-sigkill.log")])
@@ -117,7 +121,8 @@ class Reasoning(unittest.TestCase):
                       r.stdout)
         self.assertIn("initiating · rank 1 · vm · first seen", r.stdout)
         self.assertIn("mpirun-sigkill.log:9  mpirun noticed that process rank 1", r.stdout)
-        self.assertIn("verify with: mpirun -np 3 rankcheck run --timeout 120", r.stdout)
+        self.assertIn("verify with: mpirun -np 3 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 "
+                      "rankcheck run --timeout 120", r.stdout)
 
     def test_two_processes_in_one_line(self):
         text = ("[default0]:step 3 [default1]:torch.cuda.OutOfMemoryError: CUDA out of memory. "

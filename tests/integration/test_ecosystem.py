@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import unittest
 
 from harness import BIN, RankcheckTest, clean_env
@@ -108,6 +109,37 @@ class MetricsFormat(unittest.TestCase):
                 parse_prometheus_text(bad)
 
 
+class BenchFailures(unittest.TestCase):
+    """scripts/bench_rendezvous.py prints every figure it can: a run that fails is one row
+    that names it and says why, and the runs after it still run."""
+
+    def test_a_failed_run_is_a_row_and_the_others_run(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            # A rankcheck that cannot listen, and a loadgen that sends nobody.
+            fake = os.path.join(tmp, "rankcheck")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\necho 'rankcheck: cannot listen: no such luck' >&2\nexit 7\n")
+            os.chmod(fake, 0o755)
+            script = os.path.join(os.path.dirname(__file__), "../../scripts/bench_rendezvous.py")
+            r = subprocess.run(["/usr/bin/python3", script, "--json", "--relay", "7", "3"],
+                               env=clean_env(RANKCHECK_BIN=fake, RANKCHECK_LOADGEN="/bin/true"),
+                               capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        self.assertEqual([(x["scenario"], x["ranks"]) for x in rows],
+                         [("rendezvous-relay", 8), ("master-alone", 1), ("rendezvous-direct", 4),
+                          ("rendezvous-gpu-inventory", 4)])
+        for x in rows:
+            self.assertIsNone(x["verdict"])
+            self.assertIn("the master (exit 7) left no readable report: the file is empty",
+                          x["failed"])
+            self.assertIn("it said: rankcheck: cannot listen: no such luck", x["failed"])
+        self.assertIn("bench: 4 of its runs failed: rendezvous-relay (8 ranks): ", r.stderr)
+
+
 class Ecosystem(RankcheckTest):
     timeout = 3.0
 
@@ -174,11 +206,27 @@ class Ecosystem(RankcheckTest):
         self.assertExit(self.procs, 0)
         self.assertEqual(master.report["suspect_hosts"], "")
         with open(self.path("exclude")) as f:
-            self.assertEqual(f.read(), "")  # replaced: no stale host survives a pass
+            # Replaced: no stale host survives a pass. One line, empty: a script's
+            # `read -r hosts <file` reads it (it fails on a file without a line).
+            self.assertEqual(f.read(), "\n")
         families = self.check_metrics(self.path("m.prom"))
         self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 1)
         self.assertEqual(value(families, "rankcheck_exit_code"), 0)
         self.assertEqual(value(families, "rankcheck_hosts_joined"), 2)
+
+    def test_a_warning_is_labelled_a_warning_in_the_metrics(self):
+        # A process of another job is refused: foreign-job, raised as a warning here
+        # (the catalogue's default is an error). One series for it, severity="warning".
+        extra = ("--job-id", "A", "--metrics", self.path("m.prom"))
+        self.rank(0, 2, extra=extra)
+        self.rank(1, 2, extra=("--job-id", "B"))
+        time.sleep(1.0)  # refused before the job's own rank 1 completes it
+        self.rank(1, 2, extra=("--job-id", "A"))
+        self.finish()
+        families = self.check_metrics(self.path("m.prom"))
+        series = [(labels["severity"], v) for labels, v in families["rankcheck_findings"]["samples"]
+                  if labels["id"] == "foreign-job"]
+        self.assertEqual(series, [("warning", 1)], families["rankcheck_findings"]["samples"])
 
     def test_a_member_writes_the_job_verdict_it_was_sent(self):
         extra = ("--metrics", self.path("rank{rank}-{host}.prom"))

@@ -357,6 +357,7 @@ class GpuStage(RankcheckTest):
     def test_wrong_total_does_not_hold_up_the_bandwidth_test(self):
         # Rank 1 sees a wrong total and runs no timed all-reduce; rank 0 must not start
         # one alone and wait for it until the deadline.
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
                               **self.fake(ngpus=2, **({"FAKE_NCCL_ALLREDUCE": "wrong"}
                                                       if r == 1 else {})))
@@ -366,7 +367,7 @@ class GpuStage(RankcheckTest):
         self.assertEqual(procs[0].ids(), ["allreduce-wrong-result"])
         self.assertEqual(procs[0].finding("allreduce-wrong-result")["ranks"], [1])
         for p in procs.values():
-            self.assertLess(p.elapsed, self.timeout - 1.5, f"{p.name} waited for the deadline")
+            self.assertLess(p.elapsed, 10.0, f"{p.name} waited for the deadline")
 
     def test_bandwidth_is_timed_on_the_gpu(self):
         # The fake's kernels run at 3.5 GB/s of bus bandwidth: the figure must be the

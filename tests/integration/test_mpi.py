@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port, save_reports
+from harness import BIN, clean_env, free_port, readme_command, save_reports
 
 MPIRUN = shutil.which("mpirun")
 BIN_MPI = os.environ.get("RANKCHECK_MPI_BIN", BIN + "-mpi")
@@ -51,6 +51,64 @@ class Mpi(unittest.TestCase):
         self.assertEqual({m["launcher"] for m in master["members"]}, {"openmpi"})
         self.assertEqual(sorted(m["rank"] for m in master["members"]), [0, 1, 2, 3])
         self.assertEqual(self.report(3)["role"], "member")
+
+    def test_the_readmes_mpirun_recipe_runs_as_written(self):
+        # The README's recipe, on this one host: its hosts become loopback, its port a
+        # free one, its -np 4; every other word of it is kept.
+        port = free_port()
+        words = readme_command("mpirun")[1:]
+        cmd = []
+        while words:
+            w = words.pop(0)
+            if w in ("-np", "-n"):
+                words.pop(0)
+            elif w in ("--host", "-H"):
+                words.pop(0)
+            elif w == "rankcheck":
+                cmd.append(BIN)
+            elif w.startswith("MASTER_ADDR="):
+                cmd.append("MASTER_ADDR=127.0.0.1")
+            elif w.startswith("MASTER_PORT="):
+                cmd.append(f"MASTER_PORT={port}")
+            else:
+                cmd.append(w)
+        i = cmd.index(BIN)
+        run = cmd[i:] + ["--no-gpu", "--json", os.path.join(self.tmp, "r{rank}.json")]
+        r = self.run_mpi(mpirun(4, *run, extra=tuple(cmd[:i])))
+        self.assertEqual(r.returncode, 0, " ".join(cmd) + "\n" + r.stdout + r.stderr)
+        self.assertEqual(self.report(0)["verdict"], "pass")
+        self.assertEqual(self.report(0)["ranks_joined"], 4)
+
+    def test_the_verify_command_of_a_diagnosis_runs_as_given(self):
+        # diagnose of a 3-rank mpirun log suggests a check; run as written (rankcheck's
+        # path, a free port, the test's own mpirun options aside), it passes with 3 ranks.
+        log = os.path.join(os.path.dirname(__file__), "../fixtures/logs/mpirun-sigkill.log")
+        d = subprocess.run([BIN, "diagnose", "--json", log], capture_output=True, text=True,
+                           timeout=60)
+        words = json.loads(d.stdout)["verify_with"].split()
+        self.assertEqual(words[:3], ["mpirun", "-np", "3"])
+        port = free_port()
+        words = [BIN if w == "rankcheck" else
+                 f"MASTER_PORT={port}" if w.startswith("MASTER_PORT=") else w for w in words[3:]]
+        i = words.index(BIN)
+        run = words[i:] + ["--no-gpu", "--json", os.path.join(self.tmp, "r{rank}.json")]
+        r = self.run_mpi(mpirun(3, *run, extra=tuple(words[:i])))
+        self.assertEqual(r.returncode, 0, " ".join(words) + "\n" + r.stdout + r.stderr)
+        self.assertEqual(self.report(0)["ranks_joined"], 3)
+
+    @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
+    def test_mpi_bootstrap_on_two_hosts_says_the_rehearsal_did_not_run(self):
+        # Two host names: NCCL would connect between them, and over MPI rankcheck does
+        # not rehearse those connections. The report says so; paths[] alone said nothing.
+        script = (f'exec "$0" run --bootstrap mpi --no-gpu --timeout {TIMEOUT} '
+                  f'--host-name "h$OMPI_COMM_WORLD_RANK" --json "{self.tmp}/r$OMPI_COMM_WORLD_RANK.json"')
+        r = self.run_mpi(mpirun(2, "/bin/sh", "-c", script, BIN_MPI))
+        master = self.report(0)
+        self.assertEqual(master["paths"], [])
+        self.assertFalse(master["rehearsal"]["ran"], master["rehearsal"])
+        self.assertIn("--bootstrap mpi does not rehearse them", master["rehearsal"]["not_run"])
+        self.assertIn("NCCL's connections not rehearsed: --bootstrap mpi does not rehearse them",
+                      r.stdout)
 
     @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
     def test_mpi_bootstrap_healthy(self):

@@ -20,9 +20,10 @@ WORLD = HOSTS * PER_HOST
 class NcclInterfaces(ClusterCase):
     HOSTS, PER_HOST = HOSTS, PER_HOST
 
-    def run_job(self, host_env=None, decorate=None):
+    def run_job(self, host_env=None, decorate=None, rank0_extra=()):
         """Builds the hosts, lets `decorate(ns_name, host)` add interfaces, runs the job;
-        host_env={host: {var: value}}. Returns {rank: (rc, json, stdout)}."""
+        host_env={host: {var: value}}; rank 0 gets `rank0_extra` too. Returns
+        {rank: (rc, json, stdout)}."""
         host_env = host_env or {}
         self.cluster.up()
         for i, ns in enumerate(self.cluster.ns):
@@ -32,7 +33,7 @@ class NcclInterfaces(ClusterCase):
         for r in range(self.cluster.n * PER_HOST):
             host = r // PER_HOST
             argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{host}",
-                    "--json", self.json(r)]
+                    "--json", self.json(r), *(rank0_extra if r == 0 else ())]
             procs[r] = (self.cluster.spawn(host, argv, self.slurm_env(r, **host_env.get(host, {}))),
                         time.monotonic())
         res = self.wait_all(procs, TIMEOUT)
@@ -225,7 +226,18 @@ class Rehearsal(NcclInterfaces):
                          "add rule inet rc in ct state established,related accept",
                          "add rule inet rc in iif lo accept",
                          f"add rule inet rc in tcp dport {self.port} accept")
-        res = self.run_job(decorate=wall)
+        # Each dropped connection costs --rehearsal-timeout, and the rehearsal has a
+        # timing of its own: the rendezvous and the decision leave it out.
+        res = self.run_job(decorate=wall, rank0_extra=("--rehearsal-timeout", "0.5"))
+        t = res[0][1]["timings"]
+        self.assertGreater(t["rehearsal_ms"], 400)  # a dropped connection waits it out
+        self.assertRegex(res[0][2], r"rehearsing NCCL's connections: \d+ between 3 hosts "
+                                    r"\(0\.\d\d s")
+        self.assertLess(t["decision_ms"], 400, "the decision counted the rehearsal")
+        self.assertLessEqual(t["rendezvous_ms"] + t["rehearsal_ms"], t["total_ms"])
+        self.assertEqual(res[0][1]["rehearsal"], {"ran": True, "not_run": None})
+        self.assertRegex(res[0][2], r"NCCL's connections rehearsed in \d\.\d\d s: \d+ of \d+ "
+                                    r"connected")
         found = self.blocked(res)
         self.assertEqual(res[0][1]["findings"][0]["id"], "nccl-path-blocked")
         self.assertEqual(len(found), 1)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,6 +58,18 @@ class Rendezvous(RankcheckTest):
         self.assertIn("WORLD_SIZE=8 but SLURM_NTASKS=4", master["findings"][0]["message"])
         # The members' copies of the findings carry their ranks and hosts too.
         self.assertEqual(procs[2].finding("launcher-env-conflict")["ranks"], [0, 1, 2, 3])
+
+    def test_a_waiting_member_says_so_every_progress_interval(self):
+        # Rank 2 never starts: rank 1, joined, waits for the verdict until the deadline.
+        # Its log is not silent meanwhile (every --progress-interval, 1 s here).
+        procs = self.job(3, skip={2})
+        self.finish()
+        self.assertExit(procs.values(), 4)
+        lines = re.findall(r"rank 1 \(.*\) waiting for the master's verdict \([12]/3 ranks had "
+                           r"joined when it did\): it decides once all 3 have joined, or at the "
+                           r"deadline; \d+ s left \(rank 0's log names the ranks missing\)",
+                           procs[1].err)
+        self.assertGreaterEqual(len(lines), 1, procs[1].err)
 
     def test_rank_never_started(self):
         procs = self.job(8, per_host=4, skip={5})
@@ -139,7 +152,13 @@ class Rendezvous(RankcheckTest):
         holder.bind(("127.0.0.1", self.port))
         holder.listen()
         try:
-            procs = self.job(3)
+            # Rank 0's deadline far from what is measured (a busy machine); the members,
+            # which have no master, wait for theirs.
+            self.timeout = 30.0
+            procs = [self.rank(0, 3)]
+            self.timeout = 3.0
+            procs += [self.rank(r, 3) for r in (1, 2)]
+            self.timeout = 30.0
             self.finish()
         finally:
             holder.close()
@@ -148,7 +167,7 @@ class Rendezvous(RankcheckTest):
         self.assertEqual(f["message"],
                          f"MASTER_PORT {self.port} is taken on {f['hosts'][0]}: cannot listen on "
                          f"127.0.0.1:{self.port}: Address already in use")
-        self.assertLess(procs[0].elapsed, 2.5)  # it says so at once
+        self.assertLess(procs[0].elapsed, 10.0, "it says so at once, not at the deadline")
         self.assertExit([procs[1], procs[2]], 4)
         f = procs[1].finding("master-unreachable")
         self.assertIn("accepted the connection but sent no challenge", f["message"])
@@ -157,6 +176,7 @@ class Rendezvous(RankcheckTest):
         # A link-local IPv6 address without a scope: bind(2) says EINVAL. Not a port
         # someone holds, and the report says what the system said.
         env = clean_env(RANK=0, WORLD_SIZE=1, MASTER_ADDR="fe80::1", MASTER_PORT=self.port)
+        self.timeout = 30.0  # far from what is measured (a busy machine)
         m = Proc(["run", "--no-gpu", "--timeout", str(self.timeout)], env, self.tmp.name, "rank0")
         self.procs.append(m)
         self.finish()
@@ -166,7 +186,7 @@ class Rendezvous(RankcheckTest):
         self.assertEqual(f["message"],
                          f"rank 0 cannot listen on MASTER_PORT {self.port} on {f['hosts'][0]}: "
                          f"cannot listen on [fe80::1]:{self.port}: Invalid argument")
-        self.assertLess(m.elapsed, 2.5)
+        self.assertLess(m.elapsed, 10.0, "it says so at once, not at the deadline")
 
     def test_master_port_below_1024_without_the_privilege(self):
         with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
@@ -464,16 +484,18 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertIn("note: NPROC_PER_NODE=4 is not used", alone.err)
 
     def test_a_job_wide_start_time_bounds_a_late_process_by_the_jobs_deadline(self):
-        # The launch script's RANKCHECK_START_TIME: a process that starts 2 s into a
-        # job of --timeout 3 has 1 s left, not 3: one late task does not stretch it.
-        start = f"{time.time() - 2.0:.3f}"
+        # The launch script's RANKCHECK_START_TIME: a process that starts 25 s into a
+        # job of --timeout 30 has 5 s left, not 30: one late task does not stretch it.
+        # (Bounds far from what is measured: a busy machine.)
+        self.timeout = 30.0
+        start = f"{time.time() - 25.0:.3f}"
         master = self.rank(0, 2, RANKCHECK_START_TIME=start)
         self.finish([master])
         self.assertEqual(master.rc, 4)
-        self.assertLess(master.elapsed, 2.0)
+        self.assertLess(master.elapsed, 15.0, "the deadline counted from the process's start")
         self.assertEqual(master.ids(), ["missing-rank"])
-        # 2 s, and however long the process took to start (longer under sanitizers).
-        self.assertRegex(master.err, r"this process started 2\.[0-4]\d s after the job's start")
+        # 25 s, and however long the process took to start (longer under sanitizers).
+        self.assertRegex(master.err, r"this process started 2[5-9] s after the job's start")
         # Past the job's deadline already, with no master there: it tries for 5 s (its
         # clock may be ahead), then says so, well before its own --timeout of 30 s.
         self.timeout = 30.0

@@ -528,11 +528,11 @@ class Slurm(unittest.TestCase):
     # -- (b) srun, one task per rank -----------------------------------------
 
     def test_srun_eight_ranks_pass(self):
-        timeout = 10
+        timeout = 30  # far from what is measured (a busy machine)
         step = self.srun(["-n", "8"], self.per_rank("--no-gpu", "--timeout", str(timeout)),
                          timeout + GRACE, MASTER_PORT=free_port())
         self.assertEqual(step.rc, 0, step.out + step.err)
-        self.assertLess(step.elapsed, timeout / 2, "a healthy job does not wait for the deadline")
+        self.assertLess(step.elapsed, 10, "a healthy job does not wait for the deadline")
         self.assertIn("PASS — 8 ranks of 8 joined", step.out)
         master = step.report("rank0")
         self.assertEqual((master["verdict"], master["exit_code"]), ("pass", 0))
@@ -632,7 +632,7 @@ class Slurm(unittest.TestCase):
     # -- (d) the node-level wrapper ------------------------------------------
 
     def test_node_wrapper_two_nodes_of_four(self):
-        timeout = 10
+        timeout = 30  # far from what is measured (a busy machine)
         script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
                   f'--json "{self.dir}/node$SLURM_NODEID.json"')
         step = self.srun(["-N", "2", "--ntasks-per-node=1"],
@@ -641,7 +641,7 @@ class Slurm(unittest.TestCase):
                          timeout + GRACE, RANKCHECK=RANKCHECK, GPUS_PER_NODE="4",
                          MASTER_PORT=free_port())
         self.assertEqual(step.rc, 0, step.out + step.err)
-        self.assertLess(step.elapsed, timeout / 2)
+        self.assertLess(step.elapsed, 10, "a healthy job does not wait for the deadline")
         self.assertIn("PASS — 8 ranks of 8 joined", step.out)
         master = step.report("node0")
         self.assertEqual((master["verdict"], master["findings"]), ("pass", []))

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port, save_reports
+from harness import BIN, clean_env, free_port, readme_command, save_reports
 
 TORCHRUN = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
 PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/preflight.sh")
@@ -58,6 +58,30 @@ class Torchrun(unittest.TestCase):
         self.assertIn(f"rankcheck meets on port {self.port + 1}", r.stdout + r.stderr)
         for rank in (1, 2):
             self.assertEqual(self.report(rank)["verdict"], "pass")
+
+    def test_the_readmes_torchrun_recipe_runs_as_written(self):
+        # The main README's recipe on this one host (torch 1.13 here): one node of 3,
+        # rank 0's host loopback, a free port; every other word of it is kept, so a
+        # recipe without what torch 1.13 needs (--redirects 1 --tee 1, the underscored
+        # options) fails here.
+        values = {"--nnodes": "1", "--nproc_per_node": "3", "--node_rank": "0",
+                  "--master_addr": "127.0.0.1", "--master_port": str(self.port)}
+        words = readme_command("torchrun")[1:]
+        cmd = ["/usr/bin/python3", TORCHRUN, "--max_restarts", "0"]
+        while words:
+            w = words.pop(0)
+            if w in values:
+                words.pop(0)
+                cmd += [w, values[w]]
+            else:
+                cmd.append(BIN if w == "rankcheck" else w)
+        cmd += ["--no-gpu", "--json", os.path.join(self.tmp, "r{rank}.json")]
+        r = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True,
+                           timeout=TIMEOUT + 30)
+        self.assertEqual(r.returncode, 0, " ".join(cmd) + "\n" + r.stdout + r.stderr)
+        self.assertNotIn("AttributeError", r.stderr)
+        self.assertEqual(self.report(0)["verdict"], "pass")
+        self.assertEqual(self.report(0)["ranks_joined"], 3)
 
     def test_rank_mode_broken_interface(self):
         # Every rank is told to use an interface this host does not have.

@@ -70,6 +70,28 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     return out
 
 
+def record_v1(rank, world, host=b"h0", *, job_id=b"", master_addr=b"127.0.0.1", port=29500,
+              pid=4242):
+    """A record as a protocol-1 member sent it, before the hello grew (no wall-clock start,
+    no NCCL interface block): a member of the previous release, during a rollout."""
+    out = s(b"0.1.0")
+    out += struct.pack("<iiiiiii", rank, 1, world, -1, -1, -1, -1)
+    out += s(b"torch") + s(master_addr) + struct.pack("<H", port)
+    out += strings([b"127.0.0.1"]) + s(b"") + s(job_id) + s(host) + struct.pack("<I", pid)
+    out += struct.pack("<I", 0)  # no conflicts
+    out += struct.pack("<I", 0) + struct.pack("<Q", env_digest([]))
+    out += strings([b"lo"]) + s(b"") + s(b"") + struct.pack("<B", 0)
+    out += struct.pack("<B", GPU_SKIPPED) + s(b"") + struct.pack("<i", 0) + s(b"")
+    out += struct.pack("<i", -1) + s(b"") + s(b"") + struct.pack("<I", 0)
+    out += s(b"") + struct.pack("<i", 0) + s(b"")
+    return out
+
+
+def hello_v1(record_bytes, client_nonce=bytes(16), mac=bytes(32)):
+    """A protocol-1 hello: the record, the member's nonce, the MAC (no root id byte)."""
+    return frame(HELLO, record_bytes + client_nonce + mac, 1)
+
+
 def hello(record_bytes, client_nonce=bytes(16), mac=bytes(32), version=VERSION):
     # The record, no NCCL root id (only a scalable init's block leaders send one),
     # the member's nonce, the MAC.

@@ -201,6 +201,30 @@ TEST_CASE("diagnose: the first srun task to fail initiates; the ones it took dow
     CHECK_FALSE(d.findings[i].initiating);
 }
 
+TEST_CASE("diagnose: the verify command counts the ranks the findings name and runs as given") {
+  // Three ranks under mpirun; rank 2 printed nothing of its own, mpirun names it.
+  Diagnosis d = diagnose_lines({
+      "[1,0]<stdout>:rank 0 up on vm",
+      "[1,1]<stdout>:rank 1 up on vm",
+      "mpirun noticed that process rank 2 with PID 0 on node vm exited on signal 9 (Killed).",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.launcher == "mpirun");
+  // mpirun passes no MASTER_ADDR or MASTER_PORT: the command gives them (-x).
+  CHECK(d.verify_with ==
+        "mpirun -np 3 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 rankcheck run --timeout 120");
+  // On two hosts: each host's share, and rank 0's host as MASTER_ADDR.
+  d = diagnose_lines({
+      "[1,0]<stdout>:gpu-01:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+      "[1,3]<stdout>:gpu-02:200:200 [1] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+      "mpirun noticed that process rank 3 with PID 200 on node gpu-02 exited on signal 9 "
+      "(Killed).",
+  });
+  CHECK(d.verify_with ==
+        "mpirun -np 4 --host gpu-01:2,gpu-02:2 -x MASTER_ADDR=gpu-01 -x MASTER_PORT=29500 "
+        "rankcheck run --timeout 120");
+}
+
 TEST_CASE("diagnose: a time limit ends the job; what follows is downstream") {
   Diagnosis d = diagnose_lines({
       "slurmstepd: error: *** STEP 4821.0 ON node01 CANCELLED AT 2024-05-07T15:51:09 DUE TO TIME "

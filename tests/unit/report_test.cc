@@ -170,8 +170,17 @@ TEST_CASE("env text: each value is credited to the source it was taken from") {
   REQUIRE(id.usable());
   Record self = make_record(id, HostFacts{"gpu-01", 77, {}, {}, {}, 0, {}, {}}, env);
   std::string text = render_env_text(id, self, {}, {});
-  CHECK(text.find("  rank          3 of 4                    SLURM_PROCID (Slurm srun)\n") !=
-        std::string::npos);
+  // The rank's row names its source, in the column every row's source starts at.
+  size_t at = text.find("\n  rank  ");
+  REQUIRE(at != std::string::npos);
+  std::string row = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  CHECK(row.find("3 of 4") != std::string::npos);
+  size_t col = row.find("SLURM_PROCID (Slurm srun)");
+  REQUIRE(col != std::string::npos);
+  CHECK(row.size() == col + std::string("SLURM_PROCID (Slurm srun)").size());  // no spaces after
+  size_t world = text.find("\n  world size  ");
+  REQUIRE(world != std::string::npos);
+  CHECK(text.find("SLURM_NTASKS", world) - world - 1 == col);
   CHECK(text.find("RANK (torch env)") == std::string::npos);
 }
 
