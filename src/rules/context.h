@@ -102,6 +102,10 @@ void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out
 void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out);
+/// For the join tracker: what must agree between hosts ("" when unknown), and
+/// whether one host's facts alone raise nothing.
+std::string nccl_net_signature(const NcclNetFacts& f);
+bool nccl_net_alone_ok(const NcclNetFacts& f);
 
 // Where the missing ranks were expected (missing.cc).
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out);

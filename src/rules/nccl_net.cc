@@ -306,3 +306,39 @@ void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out)
 }
 
 }  // namespace rankcheck
+
+namespace rankcheck {
+
+std::string nccl_net_signature(const NcclNetFacts& f) {
+  if (!f.known()) return "";
+  std::vector<const IbPortFacts*> used = f.used_ports();
+  bool link_local = std::any_of(used.begin(), used.end(), [](const IbPortFacts* p) {
+    return p->link == IbPortFacts::kEthernet && (p->flags & IbPortFacts::kGidLinkLocal) != 0;
+  });
+  std::set<std::string> used_names;
+  for (const IbPortFacts* p : used)
+    used_names.insert(p->name());
+  std::string names;
+  for (const std::string& n : used_names)
+    names += n + ",";
+  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", f.transport,
+                     f.plugin.empty() ? "" : nccl_plugin_short_name(f.plugin.str()), f.link_text(),
+                     used.size(), used.empty() ? 0 : used.front()->gid_family, link_local, names);
+}
+
+bool nccl_net_alone_ok(const NcclNetFacts& f) {
+  if (!f.known()) return true;
+  if (f.transport == NcclNetFacts::kNoNet || f.reason == NcclNetFacts::kHcaNone ||
+      f.reason == NcclNetFacts::kNoUverbs)
+    return false;
+  bool registers = f.transport == NcclNetFacts::kIb || f.transport == NcclNetFacts::kPlugin;
+  if (registers && f.memlock >= 0 && f.memlock < f.memlock_need) return false;
+  bool named = f.rule.str().starts_with("NCCL_IB_HCA=");
+  for (const IbPortFacts& p : f.ports) {
+    if (named && (p.flags & IbPortFacts::kSelected) != 0 && p.state != IbPortFacts::kActive)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace rankcheck
