@@ -44,7 +44,7 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
   nlohmann::json j = {{"transport", transport_name(f.transport)}};
   if (!f.known()) return j;
   j["text"] = f.text();
-  j["reason"] = f.reason == NcclNetFacts::kNone ? nlohmann::json() : nccl_net_reason_text(f);
+  j["reason"] = f.reason == NcclNetFacts::kNone ? nlohmann::json() : nlohmann::json(nccl_net_reason_text(f));
   j["rule"] = f.rule;
   j["rules_version"] = f.rules_version;
   j["net"] = f.net_name.empty() ? nlohmann::json() : nlohmann::json(f.net_name.str());
@@ -55,7 +55,8 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
   j["uverbs"] = (f.flags & NcclNetFacts::kUverbs) != 0;
   j["uverbs_openable"] = (f.flags & NcclNetFacts::kUverbsOpen) != 0;
   j["container"] = (f.flags & NcclNetFacts::kContainer) != 0;
-  j["gpudirect_rdma"] = f.gdr == NcclNetFacts::kGdrPeermem ? "nvidia_peermem" : nullptr;
+  j["gpudirect_rdma"] =
+      f.gdr == NcclNetFacts::kGdrPeermem ? nlohmann::json("nvidia_peermem") : nlohmann::json();
   j["memlock_bytes"] = f.memlock >= 0 ? nlohmann::json(f.memlock) : nlohmann::json();
   j["memlock_unlimited"] = f.memlock == -1;
   j["memlock_need_bytes"] = f.memlock_need;

@@ -227,12 +227,12 @@ void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out
 void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
   std::vector<HostNet> hs = host_nets(ctx);
   auto roce_used = [](const NcclNetFacts& f) {
-    std::vector<const IbPortFacts*> out;
+    std::vector<const IbPortFacts*> ps;
     for (const IbPortFacts* p : f.used_ports()) {
       if (f.transport == NcclNetFacts::kIb && p->link == IbPortFacts::kEthernet && p->gid_index >= 0)
-        out.push_back(p);
+        ps.push_back(p);
     }
-    return out;
+    return ps;
   };
   auto local = by(hs, [&](const NcclNetFacts& f) {
     auto ps = roce_used(f);
