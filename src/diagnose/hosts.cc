@@ -116,7 +116,8 @@ void add_host_differences(Builder& b, const Knowledge& k) {
     std::optional<Note> HostLog::*note;
   };
   for (const Fact& fact :
-       {Fact{links, FindingId::kNcclIbLinkLayerMismatch, "NCCL's IB transport used different link layers", &HostLog::ib_note},
+       {Fact{links, FindingId::kNcclIbLinkLayerMismatch,
+             "NCCL's IB transport used different link layers", &HostLog::ib_note},
         Fact{links.size() > 1 ? ByValue{} : counts, FindingId::kNcclIbPortCountMismatch,
              "NCCL's IB transport opened different numbers of ports", &HostLog::ib_note},
         Fact{plugins, FindingId::kNcclNetPluginMismatch, "NCCL loaded different network plugins",

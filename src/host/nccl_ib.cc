@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <strings.h>
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
+#include <strings.h>
 
 namespace rankcheck {
 namespace {
@@ -67,7 +67,8 @@ AddrRange parse_range(const std::string& text, int family) {
 bool in_range(const AddrRange& r, int family, const std::array<uint8_t, 16>& gid) {
   auto masked = [](uint32_t v, int bits) { return bits >= 32 ? v : v & ~(0xffffffffu >> bits); };
   std::array<uint8_t, 16> b = r.base;
-  if (family == 4) return r.prefix == 0 || masked(word(b, 0), r.prefix) == masked(word(gid, 3), r.prefix);
+  if (family == 4)
+    return r.prefix == 0 || masked(word(b, 0), r.prefix) == masked(word(gid, 3), r.prefix);
   int left = r.prefix;
   for (int i = 0; i < 4 && left > 0; ++i, left -= 32) {
     if (masked(word(b, i), left) != masked(word(gid, i), left)) return false;
@@ -131,8 +132,8 @@ std::vector<IbPortFacts> port_facts(const IbHostView& host, const IbHcaSpec& spe
 }
 
 // NCCL's NIC count: merged ports count once (ncclIbFindMatchingDev).
-uint8_t nic_count(const IbHostView& host, const std::vector<IbPortFacts>& ports,
-                  const EnvMap& env, int32_t version) {
+uint8_t nic_count(const IbHostView& host, const std::vector<IbPortFacts>& ports, const EnvMap& env,
+                  int32_t version) {
   bool merge = from(version, kMergeNicsFrom) && nccl_param(env, "NCCL_IB_MERGE_NICS", 1) != 0;
   bool merge_vfs = nccl_param(env, "NCCL_IB_MERGE_VFS", 1) != 0;
   size_t per_nic = from(version, kFourPerNicFrom) ? 4 : 2;
@@ -185,7 +186,8 @@ IbHcaSpec parse_ib_hca(std::string_view s) {
     if (name.empty()) continue;
     IbHcaToken t;
     t.prefix = std::string(name.substr(0, 63));
-    if (colon != std::string_view::npos) t.port = std::atoi(std::string(tok.substr(colon + 1)).c_str());
+    if (colon != std::string_view::npos)
+      t.port = std::atoi(std::string(tok.substr(colon + 1)).c_str());
     spec.tokens.push_back(std::move(t));
   }
   return spec;
@@ -212,7 +214,8 @@ int64_t nccl_param(const EnvMap& env, std::string_view name, int64_t dflt) {
 
 int gid_family(const std::array<uint8_t, 16>& raw) {
   bool mapped = (word(raw, 0) | word(raw, 1) | (word(raw, 2) ^ 0x0000ffffu)) == 0;
-  bool mapped_mc = word(raw, 0) == 0xff0e0000u && (word(raw, 1) | (word(raw, 2) ^ 0x0000ffffu)) == 0;
+  bool mapped_mc =
+      word(raw, 0) == 0xff0e0000u && (word(raw, 1) | (word(raw, 2) ^ 0x0000ffffu)) == 0;
   return mapped || mapped_mc ? 4 : 6;
 }
 
@@ -268,9 +271,9 @@ GidChoice choose_roce_gid(const std::vector<IbGid>& table, const EnvMap& env, in
       c.index = next;
     }
   }
-  c.rule = fmt::format("NCCL's own choice: RoCE v{}, {}{}", roce, family == 6 ? "AF_INET6" : "AF_INET",
-                       range.prefix > 0 ? ", NCCL_IB_ADDR_RANGE=" + env_or(env, "NCCL_IB_ADDR_RANGE")
-                                        : "");
+  c.rule = fmt::format(
+      "NCCL's own choice: RoCE v{}, {}{}", roce, family == 6 ? "AF_INET6" : "AF_INET",
+      range.prefix > 0 ? ", NCCL_IB_ADDR_RANGE=" + env_or(env, "NCCL_IB_ADDR_RANGE") : "");
   return c;
 }
 
@@ -292,7 +295,8 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   std::vector<std::string> out;
   for (const std::string& n : names) {
     if (from(version, kPluginAsIsFrom)) out.push_back(n);
-    bool library_like = n.find('/') != std::string::npos || (n.starts_with("lib") && n.ends_with(".so"));
+    bool library_like =
+        n.find('/') != std::string::npos || (n.starts_with("lib") && n.ends_with(".so"));
     if (!from(version, kPluginAsIsFrom) || !from(version, kPluginRuleFrom) || !library_like)
       out.push_back("libnccl-net-" + n + ".so");
   }

@@ -52,7 +52,8 @@ bool exists(const std::string& path) {
 std::array<uint8_t, 16> parse_gid(const std::string& text) {
   std::array<uint8_t, 16> raw{};
   in6_addr a{};
-  if (::inet_pton(AF_INET6, text.c_str(), &a) == 1) std::copy(a.s6_addr, a.s6_addr + 16, raw.begin());
+  if (::inet_pton(AF_INET6, text.c_str(), &a) == 1)
+    std::copy(a.s6_addr, a.s6_addr + 16, raw.begin());
   return raw;
 }
 
@@ -72,9 +73,9 @@ IbPortView read_port(const std::string& dir, int port) {
     g.index = i;
     g.raw = parse_gid(read_line(dir + "/gids/" + std::to_string(i)).value_or(""));
     std::string type = read_line(dir + "/gid_attrs/types/" + std::to_string(i)).value_or("");
-    g.roce = type.starts_with("RoCE v2")                                   ? 2
+    g.roce = type.starts_with("RoCE v2")                                     ? 2
              : type.starts_with("IB/RoCE v1") || type.starts_with("RoCE v1") ? 1
-                                                                           : 0;
+                                                                             : 0;
     g.ndev = read_line(dir + "/gid_attrs/ndevs/" + std::to_string(i)).value_or("");
     p.gids.push_back(std::move(g));
   }
@@ -183,9 +184,9 @@ std::optional<std::string> SysFs::find_library(const std::string& name,
   size_t given = dirs.size();
   for (std::string& d : ld_so_conf_dirs(*this, "/etc/ld.so.conf", 0))
     dirs.push_back(std::move(d));
-  for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu",
-                        "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-                        "/usr/lib/aarch64-linux-gnu"})
+  for (const char* d :
+       {"/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"})
     dirs.emplace_back(d);
   for (size_t i = 0; i < dirs.size(); ++i) {
     std::string candidate = (i < given ? dirs[i] : path(dirs[i])) + "/" + name;

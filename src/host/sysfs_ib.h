@@ -28,10 +28,10 @@ struct IbGid {
 
 struct IbPortView {
   int port = 1;
-  int state = 0;       ///< the number `state` starts with ("4: ACTIVE" -> 4)
-  int phys_state = 0;  ///< the number `phys_state` starts with ("5: LinkUp" -> 5)
-  std::string link_layer;  ///< "InfiniBand", "Ethernet"
-  uint32_t rate_gbps = 0;  ///< "400 Gb/sec (4X NDR)" -> 400
+  int state = 0;            ///< the number `state` starts with ("4: ACTIVE" -> 4)
+  int phys_state = 0;       ///< the number `phys_state` starts with ("5: LinkUp" -> 5)
+  std::string link_layer;   ///< "InfiniBand", "Ethernet"
+  uint32_t rate_gbps = 0;   ///< "400 Gb/sec (4X NDR)" -> 400
   std::vector<IbGid> gids;  ///< the whole table, in index order (its length is gid_tbl_len)
 };
 

@@ -29,15 +29,24 @@ std::string NcclNetFacts::link_text() const {
 
 std::string nccl_net_reason_text(const NcclNetFacts& f) {
   switch (f.reason) {
-    case NcclNetFacts::kNoDevice: return "no IB device";
-    case NcclNetFacts::kDisabled: return "NCCL_IB_DISABLE set";
-    case NcclNetFacts::kNoVerbs: return "no libibverbs";
-    case NcclNetFacts::kNoUverbs: return "no /dev/infiniband";
-    case NcclNetFacts::kHcaNone: return "NCCL_IB_HCA matches no port";
-    case NcclNetFacts::kNoActive: return "no ACTIVE port";
-    case NcclNetFacts::kNetNamed: return "NCCL_NET=Socket";
-    case NcclNetFacts::kNetMissing: return fmt::format("NCCL_NET={} not found", f.net_name.str());
-    default: return "";
+    case NcclNetFacts::kNoDevice:
+      return "no IB device";
+    case NcclNetFacts::kDisabled:
+      return "NCCL_IB_DISABLE set";
+    case NcclNetFacts::kNoVerbs:
+      return "no libibverbs";
+    case NcclNetFacts::kNoUverbs:
+      return "no /dev/infiniband";
+    case NcclNetFacts::kHcaNone:
+      return "NCCL_IB_HCA matches no port";
+    case NcclNetFacts::kNoActive:
+      return "no ACTIVE port";
+    case NcclNetFacts::kNetNamed:
+      return "NCCL_NET=Socket";
+    case NcclNetFacts::kNetMissing:
+      return fmt::format("NCCL_NET={} not found", f.net_name.str());
+    default:
+      return "";
   }
 }
 
@@ -47,18 +56,24 @@ std::string nccl_plugin_short_name(std::string_view library) {
   constexpr std::string_view kPrefix = "libnccl-net-", kSuffix = ".so";
   if (library.starts_with(kPrefix) && library.ends_with(kSuffix) &&
       library.size() > kPrefix.size() + kSuffix.size()) {
-    return std::string(library.substr(kPrefix.size(), library.size() - kPrefix.size() - kSuffix.size()));
+    return std::string(
+        library.substr(kPrefix.size(), library.size() - kPrefix.size() - kSuffix.size()));
   }
   return std::string(library);
 }
 
 std::string NcclNetFacts::text() const {
   switch (transport) {
-    case kPlugin: return "plugin " + nccl_plugin_short_name(plugin.str());
-    case kSocket: return fmt::format("Socket ({})", nccl_net_reason_text(*this));
-    case kNoNet: return fmt::format("none ({})", nccl_net_reason_text(*this));
-    case kIb: break;
-    default: return "-";
+    case kPlugin:
+      return "plugin " + nccl_plugin_short_name(plugin.str());
+    case kSocket:
+      return fmt::format("Socket ({})", nccl_net_reason_text(*this));
+    case kNoNet:
+      return fmt::format("none ({})", nccl_net_reason_text(*this));
+    case kIb:
+      break;
+    default:
+      return "-";
   }
   std::vector<const IbPortFacts*> used = used_ports();
   std::string names;
@@ -73,6 +88,9 @@ std::string NcclNetFacts::text() const {
                                    : fmt::format("gid {}", p->gid_index));
     }
   }
+  // Eight rails do not fit a table's cell: the first and last port, and how many.
+  if (used.size() > 3)
+    names = fmt::format("{}..{} ({})", used.front()->name(), used.back()->name(), used.size());
   std::string link = link_text();
   std::string gid = gids.size() == 1 ? " " + *gids.begin() : gids.empty() ? "" : " gid mixed";
   return fmt::format("{}{} {} {}G", link, gid, names, gbps);

@@ -21,8 +21,8 @@ struct IbPortFacts {
   enum State : uint8_t { kNop = 0, kDown = 1, kInit = 2, kArmed = 3, kActive = 4, kDefer = 5 };
   enum Link : uint8_t { kLinkUnknown = 0, kInfiniBand = 1, kEthernet = 2 };
   enum Flags : uint8_t {
-    kSelected = 1,   ///< NCCL_IB_HCA (or its absence) selects it
-    kUsed = 2,       ///< selected, ACTIVE, IB or Ethernet: NCCL opens it
+    kSelected = 1,      ///< NCCL_IB_HCA (or its absence) selects it
+    kUsed = 2,          ///< selected, ACTIVE, IB or Ethernet: NCCL opens it
     kGidLinkLocal = 4,  ///< the GID NCCL picks is link-local (fe80::/64) or unset
   };
   SharedString device;  ///< "mlx5_0"
@@ -64,17 +64,17 @@ struct NcclNetFacts {
   uint8_t reason = kNone;
   uint8_t gdr = kGdrUnknown;
   uint8_t flags = 0;
-  uint8_t ib_devices = 0;       ///< RDMA devices in sysfs
-  uint8_t nics = 0;             ///< NICs NCCL counts, after NCCL_IB_MERGE_NICS
-  int64_t memlock = -2;         ///< RLIMIT_MEMLOCK bytes; -1 unlimited, -2 unknown
-  int64_t memlock_need = 0;     ///< what NCCL's registrations need, estimated
-  SharedString rule;            ///< how: "NCCL_IB_HCA=mlx5_0 (environment)", "default"
-  SharedString plugin;          ///< the plugin library the loader finds, or ""
-  SharedString plugin_tried;    ///< the names NCCL would try, "libnccl-net.so"
-  SharedString net_name;        ///< NCCL_NET, "" when unset
-  SharedString gid_rule;        ///< how the RoCE GID was chosen (choose_roce_gid's rule)
-  SharedString root;            ///< RANKCHECK_SYSFS_ROOT when the facts came from a copy
-  int32_t rules_version = 0;    ///< the NCCL version whose rules applied; 0: the newest
+  uint8_t ib_devices = 0;          ///< RDMA devices in sysfs
+  uint8_t nics = 0;                ///< NICs NCCL counts, after NCCL_IB_MERGE_NICS
+  int64_t memlock = -2;            ///< RLIMIT_MEMLOCK bytes; -1 unlimited, -2 unknown
+  int64_t memlock_need = 0;        ///< what NCCL's registrations need, estimated
+  SharedString rule;               ///< how: "NCCL_IB_HCA=mlx5_0 (environment)", "default"
+  SharedString plugin;             ///< the plugin library the loader finds, or ""
+  SharedString plugin_tried;       ///< the names NCCL would try, "libnccl-net.so"
+  SharedString net_name;           ///< NCCL_NET, "" when unset
+  SharedString gid_rule;           ///< how the RoCE GID was chosen (choose_roce_gid's rule)
+  SharedString root;               ///< RANKCHECK_SYSFS_ROOT when the facts came from a copy
+  int32_t rules_version = 0;       ///< the NCCL version whose rules applied; 0: the newest
   std::vector<IbPortFacts> ports;  ///< every port of every device, up to kMaxIbPorts
 
   bool known() const { return transport != kUnknown; }
@@ -82,7 +82,8 @@ struct NcclNetFacts {
   std::vector<const IbPortFacts*> used_ports() const;
   /// The link layer of the used ports: "IB", "RoCE", "IB+RoCE" or "".
   std::string link_text() const;
-  /// The table's cell: "IB mlx5_0:1,mlx5_1:1 400G", "RoCE v2 gid 3 mlx5_0:1 100G",
+  /// The table's cell: "IB mlx5_0:1,mlx5_1:1 800G" (beyond 3 ports "IB mlx5_0:1..mlx5_7:1
+  /// (8) 3200G"), "RoCE v2 gid 3 mlx5_0:1 100G",
   /// "Socket (no IB device)", "plugin aws-ofi", "-".
   std::string text() const;
 };

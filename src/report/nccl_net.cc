@@ -15,7 +15,8 @@ const char* transport_name(uint8_t t) {
 }
 
 const char* state_name(uint8_t s) {
-  static constexpr const char* kNames[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"};
+  static constexpr const char* kNames[] = {"NOP",   "DOWN",   "INIT",
+                                           "ARMED", "ACTIVE", "ACTIVE_DEFER"};
   return kNames[s <= IbPortFacts::kDefer ? s : 0];
 }
 
@@ -44,7 +45,8 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
   nlohmann::json j = {{"transport", transport_name(f.transport)}};
   if (!f.known()) return j;
   j["text"] = f.text();
-  j["reason"] = f.reason == NcclNetFacts::kNone ? nlohmann::json() : nlohmann::json(nccl_net_reason_text(f));
+  j["reason"] =
+      f.reason == NcclNetFacts::kNone ? nlohmann::json() : nlohmann::json(nccl_net_reason_text(f));
   j["rule"] = f.rule;
   j["rules_version"] = f.rules_version;
   j["net"] = f.net_name.empty() ? nlohmann::json() : nlohmann::json(f.net_name.str());
@@ -69,17 +71,18 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
                            {"state", state_name(p.state)},
                            {"link_layer", p.link == IbPortFacts::kInfiniBand ? "InfiniBand"
                                           : p.link == IbPortFacts::kEthernet ? "Ethernet"
-                                                                              : "unknown"},
+                                                                             : "unknown"},
                            {"rate_gbps", p.rate_gbps},
                            {"selected", (p.flags & IbPortFacts::kSelected) != 0},
                            {"used", p.used()}};
     if (p.gid_index >= 0) {
-      port["gid"] = {{"index", p.gid_index},
-                     {"roce_version", p.gid_roce},
-                     {"family", p.gid_family == 0 ? nlohmann::json() : nlohmann::json(p.gid_family)},
-                     {"address", p.gid},
-                     {"netdev", p.netdev},
-                     {"link_local", (p.flags & IbPortFacts::kGidLinkLocal) != 0}};
+      port["gid"] = {
+          {"index", p.gid_index},
+          {"roce_version", p.gid_roce},
+          {"family", p.gid_family == 0 ? nlohmann::json() : nlohmann::json(p.gid_family)},
+          {"address", p.gid},
+          {"netdev", p.netdev},
+          {"link_local", (p.flags & IbPortFacts::kGidLinkLocal) != 0}};
     }
     j["ports"].push_back(std::move(port));
   }
@@ -103,10 +106,11 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
     std::string what = fmt::format("{} {} {}G", state_name(p.state),
                                    p.link == IbPortFacts::kInfiniBand ? "IB"
                                    : p.link == IbPortFacts::kEthernet ? "RoCE"
-                                                                       : "?",
+                                                                      : "?",
                                    p.rate_gbps);
-    std::string note = p.used() ? "used" : (p.flags & IbPortFacts::kSelected) ? "skipped: not ACTIVE"
-                                                                              : "not selected";
+    std::string note = p.used()                             ? "used"
+                       : (p.flags & IbPortFacts::kSelected) ? "skipped: not ACTIVE"
+                                                            : "not selected";
     if (p.gid_index >= 0) {
       note += fmt::format(" · gid {} {} {}{} · {}", p.gid_index, printable(p.gid, 40),
                           p.gid_roce ? fmt::format("RoCE v{}", p.gid_roce) : "type ?",

@@ -163,7 +163,8 @@ std::string member_table(const Report& r) {
         auto it = host_nets.find(host);
         std::string cell = predicted ? format_list({h.nccl_net.begin(), h.nccl_net.end()}, 2) : "-";
         if (it != host_nets.end())
-          cell = predicted ? cell + " · NCCL: " + printable(it->second, 24) : printable(it->second, 24);
+          cell = predicted ? cell + " · NCCL: " + printable(it->second, 24)
+                           : printable(it->second, 24);
         rows.back().push_back(cell);
       }
       rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));

@@ -53,7 +53,7 @@ std::string host_list(const std::vector<const HostNet*>& hs) {
 // Groups hosts by `key` ("" leaves a host out), biggest group first.
 template <class Key>
 std::vector<std::pair<std::string, std::vector<const HostNet*>>> by(const std::vector<HostNet>& hs,
-                                                                     Key key) {
+                                                                    Key key) {
   std::map<std::string, std::vector<const HostNet*>> m;
   for (const HostNet& h : hs) {
     std::string k = key(h.first->nccl_net);
@@ -115,9 +115,10 @@ void check_nccl_net_unavailable(const CheckContext& ctx, std::vector<Finding>& o
   for (const HostNet& h : host_nets(ctx)) {
     const NcclNetFacts& f = h.first->nccl_net;
     if (f.transport != NcclNetFacts::kNoNet) continue;
-    std::string why = f.reason == NcclNetFacts::kNetMissing
-                          ? fmt::format("no plugin library found (tried {})", printable(f.plugin_tried, 120))
-                          : "its IB transport has no port: " + nccl_net_reason_text(f);
+    std::string why =
+        f.reason == NcclNetFacts::kNetMissing
+            ? fmt::format("no plugin library found (tried {})", printable(f.plugin_tried, 120))
+            : "its IB transport has no port: " + nccl_net_reason_text(f);
     out.push_back(make(FindingId::kNcclNetUnavailable,
                        fmt::format("NCCL_NET={} names a network {} does not have ({}): NCCL's "
                                    "init fails there with \"Error: network {} not found.\"",
@@ -131,8 +132,9 @@ void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out) {
   std::vector<HostNet> hs = host_nets(ctx);
   auto groups = by(hs, [](const NcclNetFacts& f) -> std::string {
     if (f.transport == NcclNetFacts::kNoNet) return "";
-    return f.plugin.empty() ? fmt::format("no plugin ({})", f.transport == NcclNetFacts::kIb ? "IB" : "Socket")
-                            : "plugin " + nccl_plugin_short_name(f.plugin.str());
+    return f.plugin.empty()
+               ? fmt::format("no plugin ({})", f.transport == NcclNetFacts::kIb ? "IB" : "Socket")
+               : "plugin " + nccl_plugin_short_name(f.plugin.str());
   });
   if (groups.size() < 2) return;
   bool any_plugin = std::any_of(groups.begin(), groups.end(),
@@ -177,14 +179,15 @@ void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>
       if (!selected || p.state == IbPortFacts::kActive) continue;
       // Unnamed, an idle port is only news when other hosts use the same port.
       if (named || used_elsewhere.count(p.name()) > 0) {
-        static constexpr const char* kStates[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"};
+        static constexpr const char* kStates[] = {"NOP",   "DOWN",   "INIT",
+                                                  "ARMED", "ACTIVE", "ACTIVE_DEFER"};
         idle.push_back(fmt::format("{} {}", p.name(), kStates[p.state <= 5 ? p.state : 0]));
       }
     }
     if (idle.empty()) continue;
-    std::string then = f.used_ports().empty() ? "no port is left, and NCCL falls back to sockets"
-                                              : fmt::format("it uses {} port(s) there instead",
-                                                            f.used_ports().size());
+    std::string then = f.used_ports().empty()
+                           ? "no port is left, and NCCL falls back to sockets"
+                           : fmt::format("it uses {} port(s) there instead", f.used_ports().size());
     out.push_back(make(FindingId::kNcclIbPortNotActive,
                        fmt::format("{} on {} {} not ACTIVE: NCCL's IB transport skips ports that "
                                    "are not; {}",
@@ -210,9 +213,9 @@ void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out
     return;  // the port counts of different fabrics say nothing more
   }
   auto counts = by(hs, [](const NcclNetFacts& f) {
-    return f.transport == NcclNetFacts::kIb
-               ? fmt::format("{} port{}", f.used_ports().size(), f.used_ports().size() == 1 ? "" : "s")
-               : std::string();
+    return f.transport == NcclNetFacts::kIb ? fmt::format("{} port{}", f.used_ports().size(),
+                                                          f.used_ports().size() == 1 ? "" : "s")
+                                            : std::string();
   });
   if (counts.size() < 2) return;
   auto [text, odd] = describe(counts);
@@ -229,7 +232,8 @@ void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
   auto roce_used = [](const NcclNetFacts& f) {
     std::vector<const IbPortFacts*> ps;
     for (const IbPortFacts* p : f.used_ports()) {
-      if (f.transport == NcclNetFacts::kIb && p->link == IbPortFacts::kEthernet && p->gid_index >= 0)
+      if (f.transport == NcclNetFacts::kIb && p->link == IbPortFacts::kEthernet &&
+          p->gid_index >= 0)
         ps.push_back(p);
     }
     return ps;
@@ -250,7 +254,8 @@ void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
     for (const IbPortFacts* q : roce_used(f)) {
       if ((q->flags & IbPortFacts::kGidLinkLocal) != 0 && p == nullptr) p = q;
     }
-    std::string gid = p ? fmt::format("GID {} ({}) on {}", p->gid_index, printable(p->gid, 40), p->name()) : "";
+    std::string gid =
+        p ? fmt::format("GID {} ({}) on {}", p->gid_index, printable(p->gid, 40), p->name()) : "";
     out.push_back(make(FindingId::kNcclRoceGidLinkLocal,
                        fmt::format("NCCL would use a link-local or unset RoCE {} on {} ({}): it "
                                    "reaches no other subnet{}",
@@ -258,12 +263,14 @@ void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
                                    others_routable ? ", and the other hosts use routable GIDs, so "
                                                      "their queue pairs never connect"
                                                    : ""),
-                       {}, members_of(group), others_routable ? Severity::kError : Severity::kWarning));
+                       {}, members_of(group),
+                       others_routable ? Severity::kError : Severity::kWarning));
   }
   auto family = by(hs, [&](const NcclNetFacts& f) {
     auto ps = roce_used(f);
-    return ps.empty() || ps.front()->gid_family == 0 ? std::string()
-                                                       : fmt::format("IPv{} GIDs", ps.front()->gid_family);
+    return ps.empty() || ps.front()->gid_family == 0
+               ? std::string()
+               : fmt::format("IPv{} GIDs", ps.front()->gid_family);
   });
   if (family.size() < 2) return;
   auto [text, odd] = describe(family);
@@ -279,13 +286,13 @@ void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out) {
     const NcclNetFacts& f = h.first->nccl_net;
     if (f.transport != NcclNetFacts::kIb && f.transport != NcclNetFacts::kPlugin) continue;
     if (f.memlock < 0 || f.memlock >= f.memlock_need) continue;
-    out.push_back(make(FindingId::kIbMemlockLow,
-                       fmt::format("The locked-memory limit (RLIMIT_MEMLOCK) on {} is {}; NCCL's "
-                                   "RDMA buffers pin about {}: ibv_reg_mr fails with \"Cannot "
-                                   "allocate memory\" and NCCL's init fails",
-                                   printable(h.host, 40), memlock_text(f.memlock),
-                                   memlock_text(f.memlock_need)),
-                       {}, h.members));
+    out.push_back(make(
+        FindingId::kIbMemlockLow,
+        fmt::format("The locked-memory limit (RLIMIT_MEMLOCK) on {} is {}; NCCL's "
+                    "RDMA buffers pin about {}: ibv_reg_mr fails with \"Cannot "
+                    "allocate memory\" and NCCL's init fails",
+                    printable(h.host, 40), memlock_text(f.memlock), memlock_text(f.memlock_need)),
+        {}, h.members));
   }
 }
 

@@ -113,8 +113,10 @@ TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_
       "h1:11:11 [0] NCCL INFO NET/Plugin: Using internal network plugin.",
       "h2:22:22 [0] NCCL INFO NET/Plugin: Using internal network plugin.",
       "h3:33:33 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v10)",
-      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>",
-      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.2<0>",
+      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB "
+      "ib0:10.0.0.1<0>",
+      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB "
+      "eth0:10.0.0.2<0>",
   });
   const DiagFinding* link = nullptr;
   const DiagFinding* plugin = nullptr;
@@ -131,8 +133,10 @@ TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_
 
   // Merged NICs (2.20+) count their ports; one host with fewer is a warning.
   Diagnosis c = diagnose_lines({
-      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB e:1<0>",
-      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB e:2<0>",
+      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB "
+      "e:1<0>",
+      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB "
+      "e:2<0>",
       "h3:33:33 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB e:3<0>",
   });
   REQUIRE(c.findings.size() == 1);

@@ -10,6 +10,7 @@
 
 #include "helpers.h"
 #include "protocol/record_codec.h"
+#include "report/report.h"
 #include "rules/rules.h"
 
 using namespace rankcheck;
@@ -46,9 +47,12 @@ IbGid gid(int index, const std::string& text, int roce) {
 // The table a ConnectX port in RoCE mode shows with one IPv4 and one IPv6 address:
 // the default link-local pair first, then each address as RoCE v1 and v2.
 std::vector<IbGid> roce_table() {
-  return {gid(0, "fe80::bace:f6ff:fea1:2b40", 1), gid(1, "fe80::bace:f6ff:fea1:2b40", 2),
-          gid(2, "2001:db8::13", 1),              gid(3, "2001:db8::13", 2),
-          gid(4, "::ffff:198.18.0.11", 1),        gid(5, "::ffff:198.18.0.11", 2),
+  return {gid(0, "fe80::bace:f6ff:fea1:2b40", 1),
+          gid(1, "fe80::bace:f6ff:fea1:2b40", 2),
+          gid(2, "2001:db8::13", 1),
+          gid(3, "2001:db8::13", 2),
+          gid(4, "::ffff:198.18.0.11", 1),
+          gid(5, "::ffff:198.18.0.11", 2),
           gid(6, "::", 0)};
 }
 
@@ -134,8 +138,7 @@ TEST_CASE("network plugin: the library names NCCL tries, by version", "[nccl_ib]
   CHECK(nccl_plugin_short_name("/usr/lib/libnccl-net-aws-ofi.so") == "aws-ofi");
 }
 
-TEST_CASE("sysfs fixtures: InfiniBand, RoCE, a port in INIT, a container, no device",
-          "[nccl_ib]") {
+TEST_CASE("sysfs fixtures: InfiniBand, RoCE, a port in INIT, a container, no device", "[nccl_ib]") {
   EnvMap env;
   NcclNetFacts ib = choose(fixture("ib-cx7"), env);
   CHECK(ib.transport == NcclNetFacts::kIb);
@@ -164,7 +167,8 @@ TEST_CASE("sysfs fixtures: InfiniBand, RoCE, a port in INIT, a container, no dev
   NcclNetFacts ll = choose(fixture("roce-linklocal"), env);
   CHECK(ll.ports[0].gid_index == 0);
   CHECK((ll.ports[0].flags & IbPortFacts::kGidLinkLocal) != 0);
-  CHECK(choose(fixture("roce-ipv6"), {{"NCCL_IB_ADDR_FAMILY", "AF_INET6"}}).ports[0].gid_family == 6);
+  CHECK(choose(fixture("roce-ipv6"), {{"NCCL_IB_ADDR_FAMILY", "AF_INET6"}}).ports[0].gid_family ==
+        6);
 
   NcclNetFacts cont = choose(fixture("ib-cx7-container"), env);
   CHECK(cont.text() == "Socket (no /dev/infiniband)");
@@ -315,4 +319,28 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
         "about 64 MiB: ibv_reg_mr fails with \"Cannot allocate memory\" and NCCL's init fails");
   // And alone, as `rankcheck env` sees it.
   CHECK(test::find(local_checks(lock.members[1].record), "ib-memlock-low") != nullptr);
+}
+
+TEST_CASE("report: the nccl net column, with what the stage's NCCL said beside it", "[nccl_ib]") {
+  JobView v = job_of({"ib-cx7", "ib-cx7-container"});
+  Report r;
+  r.world_size = 2;
+  r.members = v.members;
+  std::string text = render_text(r, {});
+  CHECK(text.find("nccl net") != std::string::npos);
+  CHECK(text.find("IB mlx5_0:1,mlx5_1:1 800G") != std::string::npos);
+  CHECK(text.find("Socket (no /dev/infiniband)") != std::string::npos);
+  RankResult x;
+  x.rank = 1;
+  x.nccl_net = "Socket";
+  r.stage_results.push_back(x);
+  CHECK(render_text(r, {}).find("Socket (no /dev/infiniband) · NCCL: Socket") != std::string::npos);
+
+  // Eight rails: the first and the last port, and how many.
+  NcclNetFacts f = choose(fixture("ib-cx7"), {});
+  while (f.ports.size() < 8) {
+    f.ports.push_back(f.ports.back());
+    f.ports.back().device = "mlx5_" + std::to_string(f.ports.size() - 1);
+  }
+  CHECK(f.text() == "IB mlx5_0:1..mlx5_7:1 (8) 3200G");
 }
