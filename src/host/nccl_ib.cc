@@ -375,6 +375,12 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
     f.transport = NcclNetFacts::kSocket;
     f.reason = ib_reason;
   }
+  // Off its IB transport, NCCL opens none of the ports it would have used.
+  if (f.transport != NcclNetFacts::kIb) {
+    for (IbPortFacts& p : f.ports)
+      p.flags &= static_cast<uint8_t>(~IbPortFacts::kUsed);
+    f.nics = 0;
+  }
   return f;
 }
 

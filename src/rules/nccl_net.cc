@@ -50,7 +50,7 @@ std::string host_list(const std::vector<const HostNet*>& hs) {
   return format_list(names, 4);
 }
 
-// Groups hosts by `key` ("" leaves a host out), biggest group first.
+// Groups hosts by `key` ("" leaves a host out); `hs` is in host order.
 template <class Key>
 std::vector<std::pair<std::string, std::vector<const HostNet*>>> by(const std::vector<HostNet>& hs,
                                                                     Key key) {
@@ -60,8 +60,11 @@ std::vector<std::pair<std::string, std::vector<const HostNet*>>> by(const std::v
     if (!k.empty()) m[k].push_back(&h);
   }
   std::vector<std::pair<std::string, std::vector<const HostNet*>>> out(m.begin(), m.end());
-  std::stable_sort(out.begin(), out.end(),
-                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  // Biggest first; between groups as big, the one with the first host (rank 0's side).
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+    return a.second.front() < b.second.front();
+  });
   return out;
 }
 
