@@ -108,9 +108,12 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
                                    : p.link == IbPortFacts::kEthernet ? "RoCE"
                                                                       : "?",
                                    p.rate_gbps);
-    std::string note = p.used()                             ? "used"
-                       : (p.flags & IbPortFacts::kSelected) ? "skipped: not ACTIVE"
-                                                            : "not selected";
+    std::string note = p.used()                                  ? std::string("used")
+                       : (p.flags & IbPortFacts::kSelected) == 0 ? std::string("not selected")
+                       : p.state != IbPortFacts::kActive ? std::string("skipped: not ACTIVE")
+                       : f.transport == NcclNetFacts::kPlugin
+                           ? std::string("the plugin's")
+                           : "not opened: " + nccl_net_reason_text(f);
     if (p.gid_index >= 0) {
       note += fmt::format(" · gid {} {} {}{} · {}", p.gid_index, printable(p.gid, 40),
                           p.gid_roce ? fmt::format("RoCE v{}", p.gid_roce) : "type ?",
