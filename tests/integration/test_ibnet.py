@@ -53,7 +53,7 @@ class IbNet(ClusterCase):
         for r, (rc, _, out, err) in res.items():
             self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
         members = res[0][1]["members"]
-        nets = {m["host"]: m["record"]["nccl_net"] for m in members}
+        nets = {m["host"]: m["nccl_net"] for m in members}
         self.assertEqual(nets["h1"]["text"], "IB mlx5_0:1,mlx5_1:1 800G")
         self.assertEqual(nets["h1"]["sysfs_root"], root("ib-cx7"))
 
