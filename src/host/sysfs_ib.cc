@@ -1,6 +1,7 @@
 #include "host/sysfs_ib.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -42,6 +43,33 @@ std::vector<std::string> entries(const std::string& dir) {
     out.push_back(it->path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// "mlx5_2" before "mlx5_10": digits compare as numbers, as the kernel numbers devices.
+bool natural_less(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2])))
+        ++i2;
+      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2])))
+        ++j2;
+      // As numbers, without converting: a longer run of digits is larger (no leading
+      // zeros in kernel names), equal lengths compare as text.
+      std::string_view x(a.data() + i, i2 - i), y(b.data() + j, j2 - j);
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
 }
 
 bool exists(const std::string& path) {
@@ -132,7 +160,9 @@ IbHostView SysFs::read_ib() const {
   IbHostView v;
   v.root = root;
   const std::string cls = path("/sys/class/infiniband");
-  for (const std::string& name : entries(cls)) {
+  std::vector<std::string> names = entries(cls);
+  std::sort(names.begin(), names.end(), natural_less);
+  for (const std::string& name : names) {
     IbDeviceView d;
     d.name = name;
     std::error_code ec;
