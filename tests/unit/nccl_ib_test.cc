@@ -316,7 +316,8 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
   JobView lock = job_of({"ib-cx7", "ib-cx7"});
   lock.members[1].record.nccl_net.memlock = 64 << 10;
   CHECK_FALSE(test::tracker_clean(lock));
-  const Finding* ml = test::find(run_checks(lock), "ib-memlock-low");
+  auto lf = run_checks(lock);
+  const Finding* ml = test::find(lf, "ib-memlock-low");
   REQUIRE(ml != nullptr);
   CHECK(ml->message ==
         "The locked-memory limit (RLIMIT_MEMLOCK) on gpu-02 is 64 KiB; NCCL's RDMA buffers pin "
