@@ -247,10 +247,10 @@ void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
     bool ll = std::any_of(ps.begin(), ps.end(), [](const IbPortFacts* p) {
       return (p->flags & IbPortFacts::kGidLinkLocal) != 0;
     });
-    return ll ? std::string("link-local") : std::string("routable");
+    return ll ? std::string("link local") : std::string("routable");
   });
   for (const auto& [kind, group] : local) {
-    if (kind != "link-local") continue;
+    if (kind != "link local") continue;
     bool others_routable = local.size() > 1;
     const NcclNetFacts& f = group.front()->first->nccl_net;
     const IbPortFacts* p = nullptr;
