@@ -219,6 +219,21 @@ TEST_CASE("the record carries NCCL's data network through the codec", "[nccl_ib]
   CHECK(back.nccl_net.gid_rule == r.nccl_net.gid_rule);
 }
 
+TEST_CASE("a record's data network with an unknown transport or port state is refused",
+          "[nccl_ib]") {
+  NcclNetFacts f = choose(fixture("ib-cx7"), {});
+  Writer w;
+  encode_nccl_net(w, f);
+  std::vector<uint8_t> bad = w.data();
+  bad[0] = 9;  // the transport
+  Reader r(bad);
+  (void)decode_nccl_net(r);
+  CHECK_FALSE(r.ok());
+  Reader good(w.data());
+  CHECK(decode_nccl_net(good).ports.size() == 2);
+  CHECK(good.ok());
+}
+
 namespace {
 
 // A job of one rank per host, each host's facts from a fixture.
