@@ -66,6 +66,10 @@ row "NCCL loaded" "a version" "$nccl" "$(verdict [ "$nccl" != none ])" "$t"
 driver=$(json "$work/env.json" 'j["self"]["gpu"]["driver"]')
 row "driver version" "like 570.86.15" "${driver:-?}" \
   "$([[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && echo ok || echo FAILED)" "$t"
+# What the sysfs reader sees here (no machine this was built on has an RDMA device):
+# informational, any answer is a fact about the host.
+net=$(json "$work/env.json" 'j["self"]["nccl_net"].get("text", "-")')
+row "NCCL data network" "info: what sysfs shows" "$net" ok "$t"
 
 echo; echo "== one rank: real NCCL init + one-element all-reduce into a sentinel-filled buffer"
 p=$(port)

@@ -642,7 +642,8 @@ class GpuCheckScript(unittest.TestCase):
             self.assertEqual(r.returncode, 0, summary + r.stderr[-2000:])
             rows = summary.splitlines()[2:]
             self.assertEqual([row.split()[0] for row in rows],
-                             ["inventory", "NCCL", "driver", "world", "scalable", "bandwidth,", "two",
+                             ["inventory", "NCCL", "driver", "NCCL", "world", "scalable", "bandwidth,",
+                              "two",
                               "init", "node", "local"])
             self.assertTrue(all(row.rstrip().endswith("ok") for row in rows), summary)
             self.assertIn("exit 5 nccl-init-timeout", summary)
