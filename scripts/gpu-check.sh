@@ -231,6 +231,10 @@ row "NCCL loaded" "$(ok_if [ "${nccl:-none}" != none ])" "$t" $((2 * LIMIT_ENV))
   "${nccl:-none} from ${nccl_path:-?}"
 row "driver version" "$([[ $driver =~ ^[0-9]+(\.[0-9]+)+$ ]] && echo ok || echo FAILED)" "$t" \
   $((2 * LIMIT_ENV)) "${driver:-?}, CUDA ${cuda_version:-?}"
+# What the sysfs reader sees here (the NCCL data network: IB/RoCE ports, plugin):
+# informational, any answer is a fact about the host.
+net=$(json "$work/env.json" '(j["self"].get("nccl_net") or {}).get("text", "-")')
+row "NCCL data network" ok "$t" $((2 * LIMIT_ENV)) "${net:--}"
 
 one_rank() {  # one_rank LIMIT JSON ARGS...: a job of one rank on GPU 0
   local l=$1 out=$2; shift 2

@@ -48,17 +48,33 @@ std::set<std::string> odd_hosts(const ByValue& by) {
   return out;
 }
 
+// NCCL's IB ports as "NET/IB : Using" lists them ("[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE",
+// merged NICs as "[0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE}"): the link layers, the count.
+std::pair<std::string, size_t> ib_summary(const std::string& ports) {
+  size_t ib = 0, roce = 0;
+  for (size_t at = ports.find('/'); at != std::string::npos; at = ports.find('/', at + 1)) {
+    ib += ports.compare(at, 3, "/IB") == 0;
+    roce += ports.compare(at, 5, "/RoCE") == 0;
+  }
+  return {ib && roce ? "IB+RoCE" : ib ? "IB" : roce ? "RoCE" : "", ib + roce};
+}
+
 // 1. What the hosts say of themselves, compared: an NCCL version or a network that
 // one host has and the others do not is a cause of its own (a host on NET/Socket
 // beside hosts on NET/IB hangs or crawls); NCCL_* values that differ, a warning.
 }  // namespace
 
 void add_host_differences(Builder& b, const Knowledge& k) {
-  ByValue versions, networks;
+  ByValue versions, networks, links, counts, plugins;
   std::map<std::string, ByValue> env;
   for (const auto& [host, h] : k.host_logs) {
     if (!h.nccl_version.empty()) versions[h.nccl_version].insert(host);
     if (!h.network.empty()) networks[h.network].insert(host);
+    if (auto [link, n] = ib_summary(h.ib_ports); n > 0) {
+      links[link].insert(host);
+      counts[fmt::format("{} port{}", n, n == 1 ? "" : "s")].insert(host);
+    }
+    if (!h.plugin.empty()) plugins[h.plugin].insert(host);
     for (const auto& [name, value] : h.env)
       env[name][value].insert(host);
   }
@@ -82,7 +98,7 @@ void add_host_differences(Builder& b, const Knowledge& k) {
   if (networks.size() > 1) {
     std::set<std::string> odd = odd_hosts(networks);
     DiagFinding& f =
-        b.add(FindingId::kEnvMismatch,
+        b.add(FindingId::kNcclNetMismatch,
               fmt::format("NCCL chose different networks on the hosts: {}; a host that falls "
                           "back to NET/Socket hangs or crawls against the others",
                           values_text(networks)),
@@ -90,6 +106,26 @@ void add_host_differences(Builder& b, const Knowledge& k) {
               "give the odd host what the others have (the IB devices, /dev/infiniband in its "
               "container, the same network plugin), or set NCCL_NET alike everywhere");
     f.finding.severity = Severity::kError;
+    attach(f, {}, odd, {});
+  }
+  // NCCL's data network in its own words: the same findings as rankcheck run's.
+  struct Fact {
+    const ByValue& by;
+    FindingId id;
+    const char* what;
+    std::optional<Note> HostLog::*note;
+  };
+  for (const Fact& fact :
+       {Fact{links, FindingId::kNcclIbLinkLayerMismatch,
+             "NCCL's IB transport used different link layers", &HostLog::ib_note},
+        Fact{links.size() > 1 ? ByValue{} : counts, FindingId::kNcclIbPortCountMismatch,
+             "NCCL's IB transport opened different numbers of ports", &HostLog::ib_note},
+        Fact{plugins, FindingId::kNcclNetPluginMismatch, "NCCL loaded different network plugins",
+             &HostLog::plugin_note}}) {
+    if (fact.by.size() < 2) continue;
+    std::set<std::string> odd = odd_hosts(fact.by);
+    DiagFinding& f = b.add(fact.id, fmt::format("{}: {}", fact.what, values_text(fact.by)), true,
+                           *first_of(odd, fact.note));
     attach(f, {}, odd, {});
   }
   for (const auto& [name, by] : env) {

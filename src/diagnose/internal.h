@@ -195,6 +195,10 @@ struct HostLog {
   std::string network;
   std::map<std::string, std::string> env;
   std::optional<Note> version_note, network_note, env_note;
+  /// NCCL's IB transport's ports ("[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE", hosts.cc reads
+  /// them) and the network plugin ("internal" or the plugin's name).
+  std::string ib_ports, plugin;
+  std::optional<Note> ib_note, plugin_note;
 };
 
 /// Everything the lines said, bounded by the ranks, hosts and findings seen.

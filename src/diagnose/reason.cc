@@ -246,9 +246,18 @@ void Knowledge::on_host_fact(const Match& m, const Pattern& row, const Origin& o
                              const Note& note) {
   if (o.host.empty() || (host_logs.size() >= kMaxHostLogs && !host_logs.count(o.host))) return;
   bool version = row.name == "nccl_version_banner", network = row.name == "nccl_using_network";
-  if (!version && !network && row.name != "nccl_env_set") return;
+  bool ib = row.name == "nccl_ib_using", plugin = row.name.starts_with("nccl_plugin_");
+  if (!version && !network && !ib && !plugin && row.name != "nccl_env_set") return;
   HostLog& h = host_logs[o.host];
   const std::string& value = m.get(LineField::kId);
+  if (ib || plugin) {  // NCCL's data network: the first line of each
+    std::string& slot = ib ? h.ib_ports : h.plugin;
+    if (slot.empty()) {
+      slot = value.substr(0, 512);
+      (ib ? h.ib_note : h.plugin_note) = note;
+    }
+    return;
+  }
   if (version && h.nccl_version.empty()) {
     h.nccl_version = value;
     h.version_note = note;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "host/interfaces.h"
+#include "host/nccl_ib.h"
 #include "host/nccl_socket_if.h"
 #include "host/resolve.h"
 
@@ -74,6 +75,8 @@ Record self_record(const Identity& id, const std::optional<std::string>& host_na
     facts.env_sources.push_back({name, file});
   facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);
   facts.nccl_if.netns = view->netns;
+  // And the data network NCCL's IB transport or a plugin would carry the job over.
+  facts.nccl_net = collect_nccl_net(sysfs_from_env(env), conf.env, gpu.nccl_version, conf.from);
   return make_record(id, facts, conf.env, std::move(gpu));
 }
 

@@ -73,6 +73,51 @@ constexpr FindingKind kCatalog[] = {
      "net.ipv4.ip_local_port_range and open that), or set NCCL_SOCKET_IFNAME to the interface "
      "that routes between the hosts",
      kNet},
+    {kNcclNetMismatch, "nccl-net-mismatch", kE, ec::kMismatch,
+     "give every host the same data network: map /dev/infiniband into the container (and "
+     "install libibverbs), bring the ports up, or fix NCCL_IB_HCA / NCCL_IB_DISABLE / "
+     "NCCL_NET where one host differs",
+     kNet},
+    {kNcclNetUnavailable, "nccl-net-unavailable", kE, ec::kMismatch,
+     "NCCL_NET names the one network NCCL may use: install that plugin (or its IB devices) on "
+     "the host, or unset NCCL_NET",
+     kHostCfg},
+    {kNcclNetPluginMismatch, "nccl-net-plugin-mismatch", kE, ec::kMismatch,
+     "install the same network plugin (libnccl-net*.so) on every host and on the loader's path "
+     "(LD_LIBRARY_PATH), or set NCCL_NET_PLUGIN the same way everywhere",
+     kHostCfg},
+    {kNcclIbHcaNone, "nccl-ib-hca-none", kW, ec::kMismatch,
+     "set NCCL_IB_HCA to devices the host has (a prefix, '=' for exact names, '^' to exclude, "
+     "':port' for one port), or unset it; `rankcheck env` lists the host's ports",
+     kHostCfg},
+    {kNcclIbPortNotActive, "nccl-ib-port-not-active", kW, ec::kMismatch,
+     "bring the port up (cable, switch port, subnet manager for InfiniBand: `ibstat`), or leave "
+     "it out of NCCL_IB_HCA",
+     kNet},
+    {kNcclIbLinkLayerMismatch, "nccl-ib-link-layer-mismatch", kE, ec::kMismatch,
+     "use the same link layer on every host (the NICs' mode: mlxconfig LINK_TYPE_P1), or limit "
+     "NCCL_IB_HCA to ports of one link layer",
+     kNet},
+    {kNcclIbPortCountMismatch, "nccl-ib-port-count-mismatch", kW, ec::kMismatch,
+     "give every host the same usable ports: bring the missing ones up, or set NCCL_IB_HCA to "
+     "the same set everywhere",
+     kNet},
+    {kNcclRoceGidLinkLocal, "nccl-roce-gid-link-local", kE, ec::kMismatch,
+     "give the RoCE netdev a routable IP address (NCCL then picks its RoCE v2 GID), or set "
+     "NCCL_IB_GID_INDEX to the index of one (`show_gids`)",
+     kNet},
+    {kNcclRoceGidFamilyMismatch, "nccl-roce-gid-family-mismatch", kE, ec::kMismatch,
+     "set NCCL_IB_ADDR_FAMILY (or NCCL_IB_GID_INDEX) the same way on every host, and give "
+     "every RoCE netdev an address of that family",
+     kNet},
+    {kIbMemlockLow, "ib-memlock-low", kE, ec::kMismatch,
+     "raise the locked-memory limit: `ulimit -l unlimited` (limits.conf memlock, "
+     "docker --ulimit memlock=-1, Slurm PropagateResourceLimits)",
+     kHostCfg},
+    {kIbUverbsMissing, "ib-uverbs-missing", kW, ec::kMismatch,
+     "map the RDMA devices into the container (--device=/dev/infiniband, the RDMA device "
+     "plugin's rdma/ resource), or NCCL falls back to sockets",
+     kHostCfg},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "

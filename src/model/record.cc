@@ -73,6 +73,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.gpu = std::move(gpu);
   r.started_unix_ms = host.started_unix_ms;
   r.nccl_if = host.nccl_if;
+  r.nccl_net = host.nccl_net;
   std::vector<EnvVar> sources;
   for (const EnvVar& e : host.env_sources) {
     if (!is_tracked_env(e.name) || e.name.size() > 64) continue;

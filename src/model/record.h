@@ -9,6 +9,7 @@
 #include "base/shared_string.h"
 #include "identity/identity.h"
 #include "model/gpu.h"
+#include "model/nccl_net.h"
 
 namespace rankcheck {
 
@@ -85,6 +86,7 @@ struct Record {
   GpuFacts gpu;                  ///< what the GPU inventory found
   uint64_t started_unix_ms = 0;  ///< when this process started (wall clock); 0: unknown
   NcclIfFacts nccl_if;           ///< the interface NCCL would use on this host
+  NcclNetFacts nccl_net;         ///< the data network NCCL would use on this host
   /// Where tracked variables not from the environment came from: value = the file
   /// ("/etc/nccl.conf"); `env` holds the effective values NCCL sees.
   SharedList<EnvVar> env_sources;
@@ -109,6 +111,7 @@ struct HostFacts {
   std::string resolve_error;
   uint64_t started_unix_ms = 0;  ///< the process's start, wall clock
   NcclIfFacts nccl_if;           ///< unknown unless collected
+  NcclNetFacts nccl_net;         ///< unknown unless collected
   std::vector<EnvVar> env_sources;
 };
 

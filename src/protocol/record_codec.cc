@@ -67,6 +67,7 @@ void encode_record(Writer& w, const Record& r) {
     w.str(r.env_sources.get()[i].name.substr(0, 64));
     w.str(r.env_sources.get()[i].value.substr(0, 128));
   }
+  encode_nccl_net(w, r.nccl_net);
 }
 
 void encode_nccl_if(Writer& w, const NcclIfFacts& f) {
@@ -206,6 +207,7 @@ Record decode_record(Reader& r) {
     v.value = r.str(128, "variable source");
   }
   rec.env_sources = std::move(sources);
+  rec.nccl_net = decode_nccl_net(r);
   if (!r.ok()) return rec;
   // Shape checks: the rules may rely on these.
   if (rec.nranks < 1 || rec.nranks > kMaxRanksPerMember) r.fail("ranks per member out of bounds");

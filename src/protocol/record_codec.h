@@ -18,4 +18,8 @@ GpuFacts decode_gpu(Reader& r);
 void encode_nccl_if(Writer& w, const NcclIfFacts& f);
 NcclIfFacts decode_nccl_if(Reader& r);
 
+/// NCCL's data network (protocol 3: after the variable sources; nccl_net_codec.cc).
+void encode_nccl_net(Writer& w, const NcclNetFacts& f);
+NcclNetFacts decode_nccl_net(Reader& r);
+
 }  // namespace rankcheck

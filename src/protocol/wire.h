@@ -15,8 +15,10 @@
 namespace rankcheck {
 
 inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
-inline constexpr uint16_t kProtocolVersion = 2;  // 2: a stage result carries NCCL's words
-inline constexpr size_t kHeaderSize = 12;        // magic, u16 version, u16 type, u32 length
+// 2: a stage result carries NCCL's words; 3: a record carries NCCL's data network
+// (NcclNetFacts: transport, IB ports, GIDs, plugin, memlock) after its variable sources
+inline constexpr uint16_t kProtocolVersion = 3;
+inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
 enum class MsgType : uint16_t {
   kChallenge = 1,    ///< master -> member, first: nonce, master version, job id

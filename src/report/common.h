@@ -3,6 +3,7 @@
 // the JSON of a record and a finding. Private to the report layer (report.cc,
 // env.cc, table.cc) and the diagnosis's renderer (diagnose/render.cc).
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -42,6 +43,12 @@ nlohmann::json nccl_if_json(const NcclIfFacts& f);
 std::map<long, std::string> nccl_net_by_rank(const Report& r);
 /// The same by host (a host whose ranks chose differently: "IB,Socket").
 std::map<std::string, std::string> nccl_networks(const Report& r);
+/// NCCL's data network (nccl_net.cc): its JSON, the member table's cell (with what
+/// the stage's NCCL said, when it did), and `rankcheck env`'s rows.
+nlohmann::json nccl_net_json(const NcclNetFacts& f);
+std::string nccl_net_cell(const Record& r, const std::string* stage_net);
+using EnvRowFn = std::function<void(std::string_view, const std::string&, const std::string&)>;
+void nccl_net_env_rows(const Record& self, const EnvRowFn& row);
 /// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
 /// The document as text, indented, with a final newline unless asked not to.

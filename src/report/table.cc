@@ -61,12 +61,17 @@ std::string member_table(const Report& r) {
   // The network NCCL chose, once the stage's results say (NCCL_DEBUG=INFO's words).
   std::map<long, std::string> nets = nccl_net_by_rank(r);
   std::map<std::string, std::string> host_nets = nccl_networks(r);
+  // The data network NCCL's rules pick on each host, once members say; beside it
+  // what the stage's NCCL said it chose, when it said.
+  bool predicted = std::any_of(r.members.begin(), r.members.end(),
+                               [](const Member& m) { return m.record.nccl_net.known(); });
+  bool net_column = predicted || !nets.empty();
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
     rows.push_back({"rank", "host", "local", "pid", "launcher"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpu", "nccl"});
     if (nccl_ifs) rows.back().push_back("nccl if");
-    if (!nets.empty()) rows.back().push_back("nccl net");
+    if (net_column) rows.back().push_back("nccl net");
     rows.back().push_back("joined");
     std::vector<const Member*> sorted;
     for (const Member& m : r.members)
@@ -90,9 +95,9 @@ std::string member_table(const Report& r) {
                                                     : "-");
       }
       if (nccl_ifs) rows.back().push_back(printable(rec.nccl_if.text(), 48));
-      if (!nets.empty()) {
+      if (net_column) {
         auto it = nets.find(rec.rank);
-        rows.back().push_back(it != nets.end() ? printable(it->second, 24) : "-");
+        rows.back().push_back(nccl_net_cell(rec, it != nets.end() ? &it->second : nullptr));
       }
       rows.back().push_back(fmt::format("+{}", format_seconds(m->joined_ms)));
     }
@@ -105,7 +110,7 @@ std::string member_table(const Report& r) {
       size_t members = 0;
       size_t gpus = 0;
       std::string gpu_name;
-      std::set<std::string> nccl, driver, nccl_if;
+      std::set<std::string> nccl, driver, nccl_if, nccl_net;
     };
     std::map<std::string, HostRow> hosts;
     for (const Member& m : r.members) {
@@ -120,6 +125,7 @@ std::string member_table(const Report& r) {
       if (!g.devices.empty()) h.gpu_name = short_gpu_name(g.devices.front().name);
       h.nccl.insert(g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "-");
       if (nccl_ifs) h.nccl_if.insert(printable(m.record.nccl_if.text(), 48));
+      if (predicted) h.nccl_net.insert(printable(m.record.nccl_net.text(), 48));
       if (g.usable())
         h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
                                          : printable(g.driver, 20));
@@ -135,7 +141,7 @@ std::string member_table(const Report& r) {
     rows.push_back({"host", "ranks", "members"});
     if (gpus) rows.back().insert(rows.back().end(), {"gpus", "nccl", "driver"});
     if (nccl_ifs) rows.back().push_back("nccl if");
-    if (!host_nets.empty()) rows.back().push_back("nccl net");
+    if (predicted || !host_nets.empty()) rows.back().push_back("nccl net");
     rows.back().push_back("joined");
     size_t shown = 0;
     for (const auto* entry : sorted) {
@@ -153,9 +159,13 @@ std::string member_table(const Report& r) {
             h.driver.empty() ? "-" : format_list({h.driver.begin(), h.driver.end()}, 2));
       }
       if (nccl_ifs) rows.back().push_back(format_list({h.nccl_if.begin(), h.nccl_if.end()}, 2));
-      if (!host_nets.empty()) {
+      if (predicted || !host_nets.empty()) {
         auto it = host_nets.find(host);
-        rows.back().push_back(it != host_nets.end() ? printable(it->second, 24) : "-");
+        std::string cell = predicted ? format_list({h.nccl_net.begin(), h.nccl_net.end()}, 2) : "-";
+        if (it != host_nets.end())
+          cell = predicted ? cell + " · NCCL: " + printable(it->second, 24)
+                           : printable(it->second, 24);
+        rows.back().push_back(cell);
       }
       rows.back().push_back(fmt::format("+{}", format_seconds(h.last_join)));
     }

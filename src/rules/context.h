@@ -93,6 +93,23 @@ void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>
 void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Finding>& out);
 
+// The data network NCCL will use: IB/RoCE ports, plugins, memlock (nccl_net.cc).
+void check_nccl_net_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_net_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_ib_hca_none(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>& out);
+/// Also nccl-ib-port-count-mismatch, when the link layers agree.
+void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out);
+/// nccl-roce-gid-link-local and nccl-roce-gid-family-mismatch.
+void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out);
+void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out);
+void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out);
+/// For the join tracker: what must agree between hosts ("" when unknown), and
+/// whether one host's facts alone raise nothing.
+std::string nccl_net_signature(const NcclNetFacts& f);
+bool nccl_net_alone_ok(const NcclNetFacts& f);
+
 // Where the missing ranks were expected (missing.cc).
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out);
 

@@ -44,6 +44,12 @@ void JoinTracker::add(const Record& r, std::string_view peer) {
            !(r.rank == 0 && e.name == "NCCL_COMM_ID" && (f.flags & NcclIfFacts::kCommIdLocal) == 0);
     }
   }
+  // NCCL's data network: nothing one host raises alone, the same everywhere.
+  ok = ok && nccl_net_alone_ok(r.nccl_net);
+  if (std::string net = nccl_net_signature(r.nccl_net); !net.empty()) {
+    if (first_net_.empty()) first_net_ = net;
+    ok = ok && net == first_net_;
+  }
   if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
     ok = ok && is_loopback_address(peer_host(peer));
   }

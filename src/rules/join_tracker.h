@@ -50,6 +50,7 @@ class JoinTracker {
   std::vector<std::string> first_resolved_;
   std::map<std::string, HostState, std::less<>> hosts_;
   std::map<std::string, std::string, std::less<>> nccl_addrs_;  // NCCL's address -> its stack
+  std::string first_net_;  // the first known nccl_net_signature
 };
 
 }  // namespace rankcheck

@@ -28,6 +28,15 @@ constexpr Rule kRules[] = {
     {FindingId::kNcclInterfaceLoopback, check_nccl_interface_loopback},
     {FindingId::kNcclInterfaceSharedAddress, check_nccl_interface_shared_address},
     {FindingId::kNcclInterfaceLinkLocal, check_nccl_interface_link_local},
+    {FindingId::kNcclNetUnavailable, check_nccl_net_unavailable},
+    {FindingId::kIbMemlockLow, check_ib_memlock},
+    {FindingId::kIbUverbsMissing, check_ib_uverbs_missing},  // causes of a Socket fallback
+    {FindingId::kNcclIbHcaNone, check_nccl_ib_hca_none},
+    {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active},
+    {FindingId::kNcclNetMismatch, check_nccl_net_mismatch},  // ... and its effect between hosts
+    {FindingId::kNcclNetPluginMismatch, check_nccl_net_plugin},
+    {FindingId::kNcclIbLinkLayerMismatch, check_nccl_ib_link_layer},  // also the port count
+    {FindingId::kNcclRoceGidLinkLocal, check_nccl_roce_gid},          // also the GID family
     {FindingId::kDuplicateGpu, check_duplicate_gpu},
     {FindingId::kNcclVersionMismatch, check_nccl_version},
     {FindingId::kCudaDriverMissing, check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
@@ -88,6 +97,11 @@ std::vector<Finding> local_checks(const Record& self) {
   check_launcher_conflicts(ctx, findings);
   check_ifname(ctx, findings);
   check_nccl_no_interface(ctx, findings);
+  check_nccl_net_unavailable(ctx, findings);
+  check_ib_memlock(ctx, findings);
+  check_ib_uverbs_missing(ctx, findings);
+  check_nccl_ib_hca_none(ctx, findings);
+  check_nccl_ib_port_not_active(ctx, findings);
   check_self_master_loopback(self, findings);
   return order(std::move(findings));
 }

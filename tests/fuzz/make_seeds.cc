@@ -57,6 +57,27 @@ Record sample(int rank, bool gpu, bool conflicts) {
   r.nccl_if.listen_port = 41234;
   r.nccl_if.port_lo = 32768;
   r.nccl_if.port_hi = 60999;
+  // NCCL's data network: two RoCE ports with their GIDs (protocol 3).
+  r.nccl_net.transport = NcclNetFacts::kIb;
+  r.nccl_net.rule = "NCCL_IB_HCA=mlx5";
+  r.nccl_net.gid_rule = "NCCL's own choice: RoCE v2, AF_INET";
+  r.nccl_net.memlock = -1;
+  r.nccl_net.memlock_need = 64 << 20;
+  r.nccl_net.nics = 1;
+  for (uint8_t i = 0; i < 2; ++i) {
+    IbPortFacts p;
+    p.device = "mlx5_" + std::to_string(i);
+    p.state = IbPortFacts::kActive;
+    p.link = IbPortFacts::kEthernet;
+    p.flags = IbPortFacts::kSelected | IbPortFacts::kUsed;
+    p.rate_gbps = 100;
+    p.gid_index = 3;
+    p.gid_roce = 2;
+    p.gid_family = 4;
+    p.gid = "::ffff:198.18.0.11";
+    p.netdev = "ens1f" + std::to_string(i);
+    r.nccl_net.ports.push_back(p);
+  }
   r.env_sources = {{"NCCL_IB_HCA", "/etc/nccl.conf"}};
   if (conflicts) {
     r.conflicts.push_back(Conflict{

@@ -115,7 +115,7 @@ class GpuCheckOnAMachineLayout(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
         rows = table(r.stdout)
         self.assertEqual(list(rows), ["libraries", "inventory", "NCCL loaded", "driver version",
-                                      "world size 1", "scalable init, 1 root",
+                                      "NCCL data network", "world size 1", "scalable init, 1 root",
                                       "bandwidth, world size 1", "two ranks, one GPU",
                                       "init aborted (world 2)", "node mode x2", "local -n 2"])
         self.assertTrue(all(v[0] == "ok" for v in rows.values()), rows)

@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 2  # src/protocol/wire.h kProtocolVersion (2: stage results carry NCCL's words)
+VERSION = 3  # src/protocol/wire.h kProtocolVersion (3: records carry NCCL's data network)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 GPU_SKIPPED = 1
 
@@ -67,6 +67,11 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<BB", 0, 0) + s(b"") + s(b"") + s(b"") + s(b"") + strings([])
     out += struct.pack("<i", 0) + s(b"") + struct.pack("<HHH", 0, 0, 0)
     out += struct.pack("<I", 0)
+    # NCCL's data network: unknown (transport, reason, GPUDirect, flags, devices, NICs,
+    # memlock and its need, rule, plugin, plugins tried, NCCL_NET, GID rule, sysfs
+    # root, rules version, no port)
+    out += struct.pack("<BBBBBBqq", 0, 0, 0, 0, 0, 0, -2, 0) + s(b"") * 6
+    out += struct.pack("<iI", 0, 0)
     return out
 
 

@@ -103,9 +103,46 @@ TEST_CASE("diagnose: a host whose NCCL or network differs from the others' is na
   REQUIRE(d.findings.size() == 2);
   CHECK(d.findings[0].finding.id == "nccl-version-mismatch");
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"h3"});
-  CHECK(d.findings[1].finding.id == "env-mismatch");
+  CHECK(d.findings[1].finding.id == "nccl-net-mismatch");
   CHECK(d.findings[1].finding.hosts == std::vector<std::string>{"h3"});
   CHECK(d.networks.at("h3") == "Socket");
+}
+
+TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_ib]") {
+  Diagnosis d = diagnose_lines({
+      "h1:11:11 [0] NCCL INFO NET/Plugin: Using internal network plugin.",
+      "h2:22:22 [0] NCCL INFO NET/Plugin: Using internal network plugin.",
+      "h3:33:33 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v10)",
+      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB "
+      "ib0:10.0.0.1<0>",
+      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB "
+      "eth0:10.0.0.2<0>",
+  });
+  const DiagFinding* link = nullptr;
+  const DiagFinding* plugin = nullptr;
+  for (const DiagFinding& f : d.findings) {
+    if (f.finding.id == "nccl-ib-link-layer-mismatch") link = &f;
+    if (f.finding.id == "nccl-net-plugin-mismatch") plugin = &f;
+  }
+  REQUIRE(link != nullptr);
+  CHECK(link->finding.message ==
+        "NCCL's IB transport used different link layers: IB on h1; RoCE on h2");
+  REQUIRE(plugin != nullptr);
+  CHECK(plugin->finding.hosts == std::vector<std::string>{"h3"});
+  CHECK(plugin->finding.is_error());
+
+  // Merged NICs (2.20+) count their ports; one host with fewer is a warning.
+  Diagnosis c = diagnose_lines({
+      "h1:11:11 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB "
+      "e:1<0>",
+      "h2:22:22 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_0:1/RoCE, [1] mlx5_1:1/RoCE} ; OOB "
+      "e:2<0>",
+      "h3:33:33 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB e:3<0>",
+  });
+  REQUIRE(c.findings.size() == 1);
+  CHECK(c.findings[0].finding.id == "nccl-ib-port-count-mismatch");
+  CHECK(c.findings[0].finding.hosts == std::vector<std::string>{"h3"});
+  CHECK_FALSE(c.findings[0].finding.is_error());
 }
 
 TEST_CASE("diagnose: NCCL's own words in a process's debug file") {

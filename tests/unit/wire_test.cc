@@ -1,6 +1,7 @@
 #include "protocol/wire.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 using namespace rankcheck;
 using Bytes = std::vector<uint8_t>;
@@ -76,10 +77,12 @@ TEST_CASE("wire: garbage, unknown types and other versions") {
   CHECK(h.error().message == "unknown message type 99");
 
   uint16_t peer = 0;
-  h = decode_header(header(3, uint16_t(MsgType::kHello), 10), &peer);
+  const auto next = static_cast<uint16_t>(kProtocolVersion + 1);
+  h = decode_header(header(next, uint16_t(MsgType::kHello), 10), &peer);
   CHECK(h.error().fault == Fault::kOtherVersion);
-  CHECK(peer == 3);
-  CHECK(h.error().message == "protocol version 3 (this rankcheck speaks 2)");
+  CHECK(peer == next);
+  CHECK(h.error().message ==
+        fmt::format("protocol version {} (this rankcheck speaks {})", next, kProtocolVersion));
 
   CHECK(decode_header(Bytes{'R', 'K', 'C'}).error().message ==
         "short frame header (3 of 12 bytes)");

@@ -1,0 +1,105 @@
+#pragma once
+// Which data network NCCL will use on this host, by NCCL's own rules
+// (src/transport/net_ib.cc ncclIbInit and ncclIbGetGidIndex, src/misc/utils.cc
+// parseStringList and matchIfList, the network plugin loader in src/net.cc and
+// src/plugin/), as pure functions of what host/sysfs_ib.h reads, the effective
+// NCCL_* settings and the NCCL version the host loads.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/env.h"
+#include "host/sysfs_ib.h"
+#include "model/nccl_net.h"
+
+namespace rankcheck {
+
+/// NCCL_IB_HCA: a leading '^' excludes, a '=' after it makes every token an exact
+/// device name, else tokens are prefixes ("mlx5_1" also matches "mlx5_10"); each
+/// token may carry ":port" (NCCL's atoi: "mlx5_0:" is port 0, which no port has).
+/// At most 32 tokens, as NCCL parses them.
+struct IbHcaToken {
+  std::string prefix;
+  int port = -1;  ///< -1: every port
+};
+struct IbHcaSpec {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<IbHcaToken> tokens;
+};
+IbHcaSpec parse_ib_hca(std::string_view spec);
+/// matchIfList ^ exclude: an empty list selects every port, and so "^" alone none.
+bool ib_hca_selects(const IbHcaSpec& spec, std::string_view device, int port);
+
+/// NCCL_PARAM's reading of an integer: strtoll base 0, the whole value, else the default.
+int64_t nccl_param(const EnvMap& env, std::string_view name, int64_t dflt);
+
+/// The GID NCCL's IB transport uses on a RoCE port, and how it came to it.
+struct GidChoice {
+  int index = 0;
+  std::string rule;  ///< "NCCL_IB_GID_INDEX=3", "NCCL 2.18's default 0", "chosen: RoCE v2, AF_INET"
+};
+/// Before 2.21: NCCL_IB_GID_INDEX, default 0. From 2.21: NCCL_IB_GID_INDEX when >= 0,
+/// else NCCL walks the table from index 1 and keeps a candidate of the family
+/// NCCL_IB_ADDR_FAMILY names (AF_INET unless "AF_INET6") inside NCCL_IB_ADDR_RANGE,
+/// preferring a configured, not link-local GID of NCCL_IB_ROCE_VERSION_NUM (2).
+GidChoice choose_roce_gid(const std::vector<IbGid>& table, const EnvMap& env, int32_t nccl_version);
+
+/// 4 for an IPv4-mapped GID (::ffff:a.b.c.d, also its multicast form), else 6.
+int gid_family(const std::array<uint8_t, 16>& raw);
+/// NCCL's validGid: configured (not all zero, not fe80:: with nothing after) and
+/// not link-local (fe80::/64).
+bool gid_valid(const std::array<uint8_t, 16>& raw);
+bool gid_link_local(const std::array<uint8_t, 16>& raw);
+/// "::ffff:198.18.0.1", "fe80::e42:a1ff:fe5d:b4a2"
+std::string gid_text(const std::array<uint8_t, 16>& raw);
+
+/// The network plugin libraries NCCL would try, in order, for NCCL_NET_PLUGIN at
+/// `nccl_version`: unset: "libnccl-net.so"; set (before 2.21): "libnccl-net-NAME.so";
+/// 2.21+: NAME as given, then "libnccl-net-NAME.so" (2.26+: not for a path or a
+/// "lib*.so" name); 2.28+: a comma list, and "none" for no plugin at all.
+std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t nccl_version);
+
+/// What the choice reads besides the host view.
+struct NcclNetInput {
+  const EnvMap* env = nullptr;  ///< the effective NCCL_* values (environment, then conf files)
+  int32_t nccl_version = 0;     ///< 0: unknown, the newest rules
+  /// The first plugin library the loader finds among nccl_plugin_candidates, or "".
+  std::string plugin;
+  std::vector<std::string> plugin_tried;
+  /// "NCCL_IB_HCA" -> " (from /etc/nccl.conf)": where a value came from, for `rule`.
+  std::string hca_source;
+};
+
+/// NCCL's data network on this host:
+/// - NCCL_NET, when set, names the one network NCCL may use ("IB", "Socket" or a
+///   plugin's); a plugin the loader finds wins otherwise;
+/// - the IB transport is off with NCCL_IB_DISABLE, without libibverbs, and finds no
+///   device it can open without /dev/infiniband;
+/// - it opens every port that NCCL_IB_HCA selects, that is ACTIVE, and whose link
+///   layer is InfiniBand or Ethernet, up to 32; none left: NET/Socket;
+/// - NICs: from 2.20 NCCL_IB_MERGE_NICS (default 1) counts the ports of one PCI
+///   device with one system image GUID and one link layer as one NIC (2 ports at
+///   most, 4 from 2.24);
+/// - on RoCE ports, the GID of choose_roce_gid.
+NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in);
+
+/// The memory NCCL's registrations pin, estimated: 16 buffers of NCCL_BUFFSIZE
+/// (default 4 MiB), the send and receive buffers of 8 channels.
+int64_t nccl_memlock_need(const EnvMap& env);
+
+}  // namespace rankcheck
+
+namespace rankcheck {
+
+/// This host's facts for the record: `sys`'s view (the loader's libibverbs.so[.1]
+/// and plugin lookup included, LD_LIBRARY_PATH from `env`) through choose_nccl_net.
+/// `sources`: name -> file, for the variables NCCL's configuration files set.
+NcclNetFacts collect_nccl_net(const SysFs& sys, const EnvMap& env, int32_t nccl_version,
+                              const std::map<std::string, std::string, std::less<>>& sources);
+
+}  // namespace rankcheck

@@ -1,0 +1,354 @@
+// The data network NCCL will carry the job over, decided before any NCCL call:
+// the transport NCCL's rules pick on each host (its IB transport, a plugin or
+// NET/Socket), the InfiniBand/RoCE ports and GIDs, and memory registration's limit
+// (each record's NcclNetFacts, see host/nccl_ib.h). A transport or a link layer
+// that differs between hosts fails or hangs NCCL's init where they meet; a host
+// that falls back to sockets alone only runs slowly.
+
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "base/text.h"
+#include "model/gpu.h"
+#include "rules/context.h"
+
+namespace rankcheck {
+namespace {
+
+// One record per host with known facts: a host's members share its devices.
+struct HostNet {
+  std::string_view host;
+  const Record* first;
+  Records members;
+};
+
+std::vector<HostNet> host_nets(const CheckContext& ctx) {
+  std::vector<HostNet> out;
+  for (const auto& [host, rs] : ctx.hosts) {
+    for (const Record* r : rs) {
+      if (!r->nccl_net.known()) continue;
+      out.push_back({host, r, rs});
+      break;
+    }
+  }
+  return out;
+}
+
+Records members_of(const std::vector<const HostNet*>& hs) {
+  Records out;
+  for (const HostNet* h : hs)
+    out.insert(out.end(), h->members.begin(), h->members.end());
+  return out;
+}
+
+std::string host_list(const std::vector<const HostNet*>& hs) {
+  std::vector<std::string> names;
+  for (const HostNet* h : hs)
+    names.push_back(printable(h->host, 40));
+  return format_list(names, 4);
+}
+
+// Groups hosts by `key` ("" leaves a host out); `hs` is in host order.
+template <class Key>
+std::vector<std::pair<std::string, std::vector<const HostNet*>>> by(const std::vector<HostNet>& hs,
+                                                                    Key key) {
+  std::map<std::string, std::vector<const HostNet*>> m;
+  for (const HostNet& h : hs) {
+    std::string k = key(h.first->nccl_net);
+    if (!k.empty()) m[k].push_back(&h);
+  }
+  std::vector<std::pair<std::string, std::vector<const HostNet*>>> out(m.begin(), m.end());
+  // Biggest first; between groups as big, the one with the first host (rank 0's side).
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+    return a.second.front() < b.second.front();
+  });
+  return out;
+}
+
+// "IB on gpu-01, gpu-02; Socket (no /dev/infiniband) on gpu-03", and the hosts
+// outside the biggest group, which the finding names.
+template <class Groups>
+std::pair<std::string, Records> describe(const Groups& groups) {
+  std::vector<std::string> parts;
+  std::vector<const HostNet*> odd;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    parts.push_back(fmt::format("{} on {}", groups[i].first, host_list(groups[i].second)));
+    if (i > 0) odd.insert(odd.end(), groups[i].second.begin(), groups[i].second.end());
+  }
+  return {join(parts, "; ", 6), members_of(odd)};
+}
+
+std::string ports_text(const NcclNetFacts& f, size_t max = 4) {
+  std::vector<std::string> names;
+  for (const IbPortFacts& p : f.ports)
+    names.push_back(p.name());
+  return names.empty() ? std::string("none") : format_list(names, max);
+}
+
+std::string memlock_text(int64_t v) {
+  return v >= (int64_t{1} << 20) ? fmt::format("{} MiB", v >> 20) : fmt::format("{} KiB", v >> 10);
+}
+
+}  // namespace
+
+void check_nccl_net_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  auto groups = by(hs, [](const NcclNetFacts& f) -> std::string {
+    if (f.transport == NcclNetFacts::kIb) return "IB";
+    if (f.transport == NcclNetFacts::kSocket) return f.text();
+    return "";  // a plugin, or no network at all: their own findings
+  });
+  std::set<bool> ib;
+  for (const auto& g : groups)
+    ib.insert(g.first == "IB");
+  if (ib.size() < 2) return;
+  auto [text, odd] = describe(groups);
+  out.push_back(make(FindingId::kNcclNetMismatch,
+                     fmt::format("NCCL would carry the job over different networks: {}; ranks on "
+                                 "IB and on sockets exchange connection handles the other side "
+                                 "cannot use, so NCCL's init fails or hangs between them",
+                                 text),
+                     {}, odd));
+}
+
+void check_nccl_net_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const HostNet& h : host_nets(ctx)) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if (f.transport != NcclNetFacts::kNoNet) continue;
+    std::string why =
+        f.reason == NcclNetFacts::kNetMissing
+            ? fmt::format("no plugin library found (tried {})", printable(f.plugin_tried, 120))
+            : "its IB transport has no port: " + nccl_net_reason_text(f);
+    out.push_back(make(FindingId::kNcclNetUnavailable,
+                       fmt::format("NCCL_NET={} names a network {} does not have ({}): NCCL's "
+                                   "init fails there with \"Error: network {} not found.\"",
+                                   printable(f.net_name, 32), printable(h.host, 40), why,
+                                   printable(f.net_name, 32)),
+                       {}, h.members));
+  }
+}
+
+void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  auto groups = by(hs, [](const NcclNetFacts& f) -> std::string {
+    if (f.transport == NcclNetFacts::kNoNet) return "";
+    return f.plugin.empty()
+               ? fmt::format("no plugin ({})", f.transport == NcclNetFacts::kIb ? "IB" : "Socket")
+               : "plugin " + nccl_plugin_short_name(f.plugin.str());
+  });
+  if (groups.size() < 2) return;
+  bool any_plugin = std::any_of(groups.begin(), groups.end(),
+                                [](const auto& g) { return g.first.starts_with("plugin"); });
+  if (!any_plugin) return;
+  auto [text, odd] = describe(groups);
+  out.push_back(make(FindingId::kNcclNetPluginMismatch,
+                     fmt::format("The loader finds a network plugin on some hosts only: {}; NCCL "
+                                 "uses a plugin it finds instead of its own transports, and the "
+                                 "hosts' networks cannot connect",
+                                 text),
+                     {}, odd));
+}
+
+void check_nccl_ib_hca_none(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const HostNet& h : host_nets(ctx)) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if (f.reason != NcclNetFacts::kHcaNone) continue;
+    out.push_back(make(FindingId::kNcclIbHcaNone,
+                       fmt::format("{} matches none of {}'s ports ({}): NCCL's IB transport finds "
+                                   "no device (\"NET/IB : No device found.\") and NCCL falls back "
+                                   "to sockets there",
+                                   printable(f.rule, 120), printable(h.host, 40), ports_text(f, 8)),
+                       {}, h.members));
+  }
+}
+
+void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  std::set<std::string> used_elsewhere;  // "mlx5_0:1" used on some host
+  for (const HostNet& h : hs) {
+    for (const IbPortFacts* p : h.first->nccl_net.used_ports())
+      used_elsewhere.insert(p->name());
+  }
+  for (const HostNet& h : hs) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if (f.transport == NcclNetFacts::kPlugin) continue;
+    bool named = f.rule.str().starts_with("NCCL_IB_HCA=");
+    std::vector<std::string> idle;
+    for (const IbPortFacts& p : f.ports) {
+      bool selected = (p.flags & IbPortFacts::kSelected) != 0;
+      if (!selected || p.state == IbPortFacts::kActive) continue;
+      // Unnamed, an idle port is only news when other hosts use the same port.
+      if (named || used_elsewhere.count(p.name()) > 0) {
+        static constexpr const char* kStates[] = {"NOP",   "DOWN",   "INIT",
+                                                  "ARMED", "ACTIVE", "ACTIVE_DEFER"};
+        idle.push_back(fmt::format("{} {}", p.name(), kStates[p.state <= 5 ? p.state : 0]));
+      }
+    }
+    if (idle.empty()) continue;
+    std::string then = f.used_ports().empty()
+                           ? "no port is left, and NCCL falls back to sockets"
+                           : fmt::format("it uses {} port(s) there instead", f.used_ports().size());
+    out.push_back(make(FindingId::kNcclIbPortNotActive,
+                       fmt::format("{} on {} {} not ACTIVE: NCCL's IB transport skips ports that "
+                                   "are not; {}",
+                                   format_list(idle, 6), printable(h.host, 40),
+                                   idle.size() == 1 ? "is" : "are", then),
+                       {}, h.members));
+  }
+}
+
+void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  auto groups = by(hs, [](const NcclNetFacts& f) {
+    return f.transport == NcclNetFacts::kIb ? f.link_text() : std::string();
+  });
+  if (groups.size() > 1) {
+    auto [text, odd] = describe(groups);
+    out.push_back(make(FindingId::kNcclIbLinkLayerMismatch,
+                       fmt::format("NCCL's IB transport would use different link layers: {}; an "
+                                   "InfiniBand port and a RoCE port cannot connect, so NCCL's init "
+                                   "fails between them",
+                                   text),
+                       {}, odd));
+    return;  // the port counts of different fabrics say nothing more
+  }
+  auto counts = by(hs, [](const NcclNetFacts& f) {
+    return f.transport == NcclNetFacts::kIb ? fmt::format("{} port{}", f.used_ports().size(),
+                                                          f.used_ports().size() == 1 ? "" : "s")
+                                            : std::string();
+  });
+  if (counts.size() < 2) return;
+  auto [text, odd] = describe(counts);
+  out.push_back(make(FindingId::kNcclIbPortCountMismatch,
+                     fmt::format("Hosts would give NCCL different numbers of usable ports: {}; "
+                                 "NCCL's rings and trees run at the pace of the host with the "
+                                 "fewest",
+                                 text),
+                     {}, odd));
+}
+
+void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  auto roce_used = [](const NcclNetFacts& f) {
+    std::vector<const IbPortFacts*> ps;
+    for (const IbPortFacts* p : f.used_ports()) {
+      if (f.transport == NcclNetFacts::kIb && p->link == IbPortFacts::kEthernet &&
+          p->gid_index >= 0)
+        ps.push_back(p);
+    }
+    return ps;
+  };
+  auto local = by(hs, [&](const NcclNetFacts& f) {
+    auto ps = roce_used(f);
+    if (ps.empty()) return std::string();
+    bool ll = std::any_of(ps.begin(), ps.end(), [](const IbPortFacts* p) {
+      return (p->flags & IbPortFacts::kGidLinkLocal) != 0;
+    });
+    return ll ? std::string("link local") : std::string("routable");
+  });
+  for (const auto& [kind, group] : local) {
+    if (kind != "link local") continue;
+    bool others_routable = local.size() > 1;
+    const NcclNetFacts& f = group.front()->first->nccl_net;
+    const IbPortFacts* p = nullptr;
+    for (const IbPortFacts* q : roce_used(f)) {
+      if ((q->flags & IbPortFacts::kGidLinkLocal) != 0 && p == nullptr) p = q;
+    }
+    std::string gid =
+        p ? fmt::format("GID {} ({}) on {}", p->gid_index, printable(p->gid, 40), p->name()) : "";
+    out.push_back(make(FindingId::kNcclRoceGidLinkLocal,
+                       fmt::format("NCCL would use a link-local or unset RoCE {} on {} ({}): it "
+                                   "reaches no other subnet{}",
+                                   gid, host_list(group), printable(f.gid_rule, 80),
+                                   others_routable ? ", and the other hosts use routable GIDs, so "
+                                                     "their queue pairs never connect"
+                                                   : ""),
+                       {}, members_of(group),
+                       others_routable ? Severity::kError : Severity::kWarning));
+  }
+  auto family = by(hs, [&](const NcclNetFacts& f) {
+    auto ps = roce_used(f);
+    return ps.empty() || ps.front()->gid_family == 0
+               ? std::string()
+               : fmt::format("IPv{} GIDs", ps.front()->gid_family);
+  });
+  if (family.size() < 2) return;
+  auto [text, odd] = describe(family);
+  out.push_back(make(FindingId::kNcclRoceGidFamilyMismatch,
+                     fmt::format("NCCL would pick RoCE GIDs of different address families: {}; "
+                                 "an IPv4 and an IPv6 GID cannot address each other",
+                                 text),
+                     {}, odd));
+}
+
+void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const HostNet& h : host_nets(ctx)) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if (f.transport != NcclNetFacts::kIb && f.transport != NcclNetFacts::kPlugin) continue;
+    if (f.memlock < 0 || f.memlock >= f.memlock_need) continue;
+    out.push_back(make(
+        FindingId::kIbMemlockLow,
+        fmt::format("The locked-memory limit (RLIMIT_MEMLOCK) on {} is {}; NCCL's "
+                    "RDMA buffers pin about {}: ibv_reg_mr fails with \"Cannot "
+                    "allocate memory\" and NCCL's init fails",
+                    printable(h.host, 40), memlock_text(f.memlock), memlock_text(f.memlock_need)),
+        {}, h.members));
+  }
+}
+
+void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out) {
+  for (const HostNet& h : host_nets(ctx)) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if (f.reason != NcclNetFacts::kNoUverbs) continue;
+    bool container = (f.flags & NcclNetFacts::kContainer) != 0;
+    out.push_back(make(FindingId::kIbUverbsMissing,
+                       fmt::format("{} has RDMA devices ({}) but {} /dev/infiniband/uverbs*{}: "
+                                   "NCCL cannot open them (\"NET/IB : Unable to open device\") "
+                                   "and falls back to sockets there",
+                                   printable(h.host, 40), ports_text(f),
+                                   (f.flags & NcclNetFacts::kUverbs) ? "cannot open" : "no",
+                                   container ? " in its container" : ""),
+                       {}, h.members));
+  }
+}
+
+}  // namespace rankcheck
+
+namespace rankcheck {
+
+std::string nccl_net_signature(const NcclNetFacts& f) {
+  if (!f.known()) return "";
+  std::vector<const IbPortFacts*> used = f.used_ports();
+  bool link_local = std::any_of(used.begin(), used.end(), [](const IbPortFacts* p) {
+    return p->link == IbPortFacts::kEthernet && (p->flags & IbPortFacts::kGidLinkLocal) != 0;
+  });
+  std::set<std::string> used_names;
+  for (const IbPortFacts* p : used)
+    used_names.insert(p->name());
+  std::string names;
+  for (const std::string& n : used_names)
+    names += n + ",";
+  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", f.transport,
+                     f.plugin.empty() ? "" : nccl_plugin_short_name(f.plugin.str()), f.link_text(),
+                     used.size(), used.empty() ? 0 : used.front()->gid_family, link_local, names);
+}
+
+bool nccl_net_alone_ok(const NcclNetFacts& f) {
+  if (!f.known()) return true;
+  if (f.transport == NcclNetFacts::kNoNet || f.reason == NcclNetFacts::kHcaNone ||
+      f.reason == NcclNetFacts::kNoUverbs)
+    return false;
+  bool registers = f.transport == NcclNetFacts::kIb || f.transport == NcclNetFacts::kPlugin;
+  if (registers && f.memlock >= 0 && f.memlock < f.memlock_need) return false;
+  bool named = f.rule.str().starts_with("NCCL_IB_HCA=");
+  for (const IbPortFacts& p : f.ports) {
+    if (named && (p.flags & IbPortFacts::kSelected) != 0 && p.state != IbPortFacts::kActive)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace rankcheck

@@ -1,0 +1,110 @@
+"""NCCL's data network per host (InfiniBand/RoCE, plugins, memlock), read from sysfs:
+each namespace "host" reads its own fixture tree (tests/fixtures/sysfs, through
+RANKCHECK_SYSFS_ROOT) and the master compares them. No IB device is needed: what
+these tests show holds for the fixtures' layouts, which README.md there names."""
+
+import json
+import os
+import subprocess
+import time
+import unittest
+
+from harness import BIN, clean_env
+from netns import ClusterCase
+
+TIMEOUT = 4.0
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sysfs")
+# NCCL_BUFFSIZE=64 KiB: NCCL's registrations then need about 1 MiB of locked memory,
+# below the 8 MiB containers commonly allow (a test may lower the limit, not raise it).
+SMALL_BUFFERS = {"NCCL_BUFFSIZE": "65536"}
+
+
+def root(name):
+    return os.path.realpath(os.path.join(FIXTURES, name))
+
+
+def with_memlock(limit_bytes, argv):
+    """argv run under a lower RLIMIT_MEMLOCK (None: as it is)."""
+    if limit_bytes is None:
+        return argv
+    return ["sh", "-c", f'ulimit -l {limit_bytes // 1024} && exec "$@"', "sh", *argv]
+
+
+class IbNet(ClusterCase):
+    HOSTS, PER_HOST = 3, 1
+
+    def run_job(self, fixtures, memlock=None, env=None):
+        """One rank per host, host i reading fixtures[i]; {rank: (rc, report, out, err)}."""
+        memlock = memlock or {}
+        self.cluster.up()
+        procs = {}
+        for r, name in enumerate(fixtures):
+            argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{r}",
+                    "--json", self.json(r)]
+            e = self.slurm_env(r, RANKCHECK_SYSFS_ROOT=root(name), **SMALL_BUFFERS, **(env or {}))
+            procs[r] = (self.cluster.spawn(r, with_memlock(memlock.get(r), argv), e),
+                        time.monotonic())
+        return self.wait_all(procs, TIMEOUT)
+
+    def findings(self, res):
+        return {f["id"]: f for f in res[0][1]["findings"]}
+
+    def test_three_hosts_on_ib(self):
+        res = self.run_job(["ib-cx7", "ib-cx7", "ib-cx7"])
+        for r, (rc, _, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        members = res[0][1]["members"]
+        nets = {m["host"]: m["nccl_net"] for m in members}
+        self.assertEqual(nets["h1"]["text"], "IB mlx5_0:1,mlx5_1:1 800G")
+        self.assertEqual(nets["h1"]["sysfs_root"], root("ib-cx7"))
+
+    def test_a_container_without_dev_infiniband_falls_back_to_sockets(self):
+        res = self.run_job(["ib-cx7", "ib-cx7", "ib-cx7-container"])
+        f = self.findings(res)
+        self.assertIn("nccl-net-mismatch", f)
+        self.assertEqual(f["nccl-net-mismatch"]["severity"], "error")
+        self.assertEqual(f["nccl-net-mismatch"]["hosts"], ["h2"])
+        self.assertEqual(f["ib-uverbs-missing"]["hosts"], ["h2"])
+        self.assertEqual(res[0][0], 3)
+
+    def test_a_low_memlock_limit_on_one_host(self):
+        res = self.run_job(["ib-cx7", "ib-cx7", "ib-cx7"], memlock={1: 64 << 10})
+        f = self.findings(res)
+        self.assertEqual(f["ib-memlock-low"]["hosts"], ["h1"])
+        self.assertIn("is 64 KiB; NCCL's RDMA buffers pin about 1 MiB",
+                      f["ib-memlock-low"]["message"])
+
+    def test_roce_with_a_link_local_gid_on_one_host(self):
+        res = self.run_job(["roce-cx6", "roce-cx6-b", "roce-linklocal"])
+        f = self.findings(res)
+        self.assertEqual(f["nccl-roce-gid-link-local"]["hosts"], ["h2"])
+        self.assertEqual(f["nccl-roce-gid-link-local"]["severity"], "error")
+
+
+class EnvView(unittest.TestCase):
+    """`rankcheck env` shows what the reader sees under a root, with each value's source."""
+
+    def env(self, fixture, json_out=True, **extra):
+        e = clean_env(RANKCHECK_SYSFS_ROOT=root(fixture), RANK=0, WORLD_SIZE=1,
+                      MASTER_ADDR="127.0.0.1", **SMALL_BUFFERS, **extra)
+        return subprocess.run([BIN, "env", "--no-gpu", *(["--json"] if json_out else [])],
+                              env=e, capture_output=True, text=True, timeout=30)
+
+    def test_json_names_ports_gid_and_sources(self):
+        p = self.env("roce-cx6")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        net = json.loads(p.stdout)["self"]["nccl_net"]
+        self.assertEqual(net["text"], "RoCE v2 gid 3 mlx5_0:1,mlx5_1:1 200G")
+        self.assertEqual(net["rule"], "every device")
+        self.assertEqual(net["ports"][0]["gid"]["address"], "::ffff:198.18.0.11")
+        self.assertEqual(net["ports"][0]["gid"]["netdev"], "ens1f0np0")
+        self.assertTrue(net["gid_rule"].startswith("NCCL's own choice: RoCE v2, AF_INET"))
+
+    def test_text_with_nccl_ib_hca_matching_nothing(self):
+        p = self.env("ib-cx7", json_out=False, NCCL_IB_HCA="=mlx5_9")
+        self.assertIn("Socket (NCCL_IB_HCA matches no port)", p.stdout)
+        self.assertIn("nccl-ib-hca-none", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
