@@ -60,6 +60,9 @@ constexpr FindingKind kCatalog[] = {
      "open the ephemeral port range between the hosts (or narrow it with "
      "net.ipv4.ip_local_port_range and open that), or set NCCL_SOCKET_IFNAME to the interface "
      "that routes between the hosts"},
+    {kNcclPathFlooded, "nccl-path-flooded", kE, ec::kMismatch,
+     "find what opens connections to that host's ephemeral ports (ss -tn on it) and stop or "
+     "firewall it, then run the job again: the path itself was reached"},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "

@@ -56,6 +56,7 @@ enum class FindingId {
   kNcclInterfaceSharedAddress,
   kNcclCommIdMismatch,
   kNcclPathBlocked,
+  kNcclPathFlooded,
   kDuplicateGpu,
   kNcclVersionMismatch,
   kCudaDriverMissing,

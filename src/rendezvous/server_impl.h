@@ -301,6 +301,10 @@ struct Server::Impl {
   bool start_rehearsal(bool timed_out);
   awaitable<void> read_path_report(ConnPtr c);
   void path_report_in(const ConnPtr& c, size_t host, std::optional<PathReport> got);
+  /// The report in a frame of `type`, if it is one that decodes and, with a job
+  /// token, carries its MAC over c's nonces; nullopt (logged) otherwise.
+  std::optional<PathReport> take_path_report(const ConnPtr& c, uint16_t type,
+                                             std::span<const uint8_t> payload);
   void path_report(size_t host, std::vector<PathResult> results);
   // All reports in, or out of time: the findings, then the decision.
   void end_rehearsal();
