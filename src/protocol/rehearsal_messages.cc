@@ -86,10 +86,6 @@ Result<PathReport> decode_path_report(std::span<const uint8_t> payload) {
 
 namespace {
 
-std::span<const uint8_t> payload_part(std::span<const uint8_t> frame) {
-  return frame.subspan(std::min(frame.size(), kHeaderSize));
-}
-
 Mac trailing(std::span<const uint8_t> payload) {
   Mac m{};
   if (payload.size() >= kMacSize) std::copy(payload.end() - kMacSize, payload.end(), m.begin());

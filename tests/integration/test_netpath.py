@@ -423,13 +423,13 @@ class ListenerFlood(ClusterCase):
     FLOOD = ("import socket, struct, sys, time\n"
              "while True:\n"
              "    held = []\n"
-             "    for _ in range(100):\n"
+             "    for _ in range(250):\n"
              "        s = socket.socket()\n"
              "        s.setblocking(False)\n"
              "        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
              "        s.connect_ex((sys.argv[1], int(sys.argv[2])))\n"
              "        held.append(s)\n"
-             "    time.sleep(0.2)\n"
+             "    time.sleep(0.5)\n"
              "    for s in held:\n"
              "        s.close()\n")
 
@@ -459,7 +459,7 @@ class ListenerFlood(ClusterCase):
         port = self.listener_port(2)
         flood = [self.cluster.spawn(3, ["python3", "-c", self.FLOOD, self.cluster.addr(2),
                                         str(port)], os.environ.copy(), stdout=subprocess.DEVNULL)
-                 for _ in range(4)]
+                 for _ in range(6)]
         time.sleep(1.0)  # the flood under way before the last rank joins
         start(1)
         res = self.wait_all(procs, self.TIMEOUT)
