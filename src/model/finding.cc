@@ -63,6 +63,9 @@ constexpr FindingKind kCatalog[] = {
     {kNcclPathFlooded, "nccl-path-flooded", kE, ec::kMismatch,
      "find what opens connections to that host's ephemeral ports (ss -tn on it) and stop or "
      "firewall it, then run the job again: the path itself was reached"},
+    {kNcclPathUnproven, "nccl-path-unproven", kE, ec::kMismatch,
+     "read that host's own report (its stderr) for why: a report or plan rewritten on the way "
+     "(something on the path between it and the master), or a prober that died"},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "

@@ -57,6 +57,7 @@ enum class FindingId {
   kNcclCommIdMismatch,
   kNcclPathBlocked,
   kNcclPathFlooded,
+  kNcclPathUnproven,
   kDuplicateGpu,
   kNcclVersionMismatch,
   kCudaDriverMissing,

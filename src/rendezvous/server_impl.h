@@ -181,6 +181,9 @@ struct Server::Impl {
     std::vector<PathResult> results;             // every connection, filled as reports come
     size_t waiting = 0;                          // hosts that have not reported
     std::vector<bool> reported;
+    // Hosts whose prober's report was refused (not the token's) or whose prober
+    // left before reporting: their paths are unproven, and the job does not pass.
+    std::vector<std::string> unproven;
     Clock::time_point started;
   } rehearsal;
   asio::steady_timer rehearsal_timer;

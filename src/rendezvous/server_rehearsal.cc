@@ -81,6 +81,7 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
   R.timed_out = timed_out;
   R.waiting = n;
   R.reported.assign(n, false);
+  R.unproven.clear();
   R.started = Clock::now();
   log(fmt::format("rehearsing NCCL's connections: {} between {} hosts ({} s at most)",
                   R.results.size(), n, format_seconds(double(total.count()))));
@@ -156,6 +157,9 @@ void Server::Impl::path_report_in(const ConnPtr& c, size_t host, std::optional<P
   } else if (!rehearsal.running || state.decided()) {
     return;
   }
+  if (!got && host < rehearsal.hosts.size() && !rehearsal.reported[host]) {
+    rehearsal.unproven.push_back(rehearsal.hosts[host].name);
+  }
   path_report(host, got ? std::move(got->results) : std::vector<PathResult>{});
   if (!got) {
     depart(c);
@@ -192,6 +196,20 @@ void Server::Impl::end_rehearsal() {
     if (c != nullptr) c->path_host = -1;
   }
   std::vector<Finding> findings = attribute_paths(R.hosts, R.results);
+  if (!R.unproven.empty()) {
+    // Not a pass on paths nobody proved: a report rewritten on the way, a plan the
+    // member refused, or a prober gone before its report.
+    Finding f = make_finding(
+        FindingId::kNcclPathUnproven,
+        fmt::format("{} sent no report of NCCL's connections that the master could take (its "
+                    "report did not carry this job's token, or its prober refused the plan or "
+                    "left): the paths from there are unproven",
+                    format_list(R.unproven, 6)));
+    f.hosts = R.unproven;
+    std::sort(f.hosts.begin(), f.hosts.end());
+    f.hosts.erase(std::unique(f.hosts.begin(), f.hosts.end()), f.hosts.end());
+    findings.insert(findings.begin(), std::move(f));
+  }
   std::vector<PathTried> paths;
   size_t ok = 0;
   for (const PathResult& r : R.results) {

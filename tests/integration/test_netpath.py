@@ -369,6 +369,8 @@ class OnPath(ClusterCase):
         self.assertIn("rewrote a path report", inj.stdout.read())
         self.never_passes(res)
         self.assertIn("does not carry this job's token", res[0][3])
+        self.assertEqual(res[0][1]["findings"][0]["id"], "nccl-path-unproven")
+        self.assertEqual(res[0][1]["findings"][0]["hosts"], ["h1"])
 
     def test_a_rewritten_path_plan_is_refused(self):
         # Item 2: the injector points h1's plan at a forwarder on h0 (a port h1 may reach)
@@ -384,7 +386,9 @@ class OnPath(ClusterCase):
         fwd.kill()
         self.assertIn("rewrote a path plan", inj.stdout.read())
         self.never_passes(res)
-        self.assertIn("path plan does not carry this job's token", res[2][3] + res[3][3])
+        said = "".join(res[r][2] + res[r][3] for r in (2, 3))
+        self.assertIn("path plan does not carry this job's token", said)
+        self.assertIn("nccl-path-unproven", [f["id"] for f in res[0][1]["findings"]])
 
     def squat(self, name):
         """A process of the same user, without the token, binds `name` on h1 before any
