@@ -509,7 +509,7 @@ TEST_CASE("protocol: a stage result of an older version is told apart from a mal
   REQUIRE(!got.ok());
   CHECK(got.error().fault == Fault::kOtherVersion);
   CHECK(peer == 1);
-  CHECK(got.error().message == "protocol version 1 (this rankcheck speaks 2)");
+  CHECK(got.error().message == "protocol version 1 (this rankcheck speaks 3)");
 }
 
 TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {

@@ -256,7 +256,7 @@ TEST_CASE("server: a member of the previous protocol version is told so, not cal
   auto reject = decode_reject(answer->payload);
   REQUIRE(reject.ok());
   CHECK(reject->code == RejectCode::kVersion);
-  CHECK(reject->reason == "peer speaks rankcheck protocol version 1, this master speaks 2");
+  CHECK(reject->reason == "peer speaks rankcheck protocol version 1, this master speaks 3");
 
   (void)own.get();
   Report r = server.finish(Deadline::after(Millis(2000)));
@@ -282,6 +282,6 @@ TEST_CASE("server: a stage result in the previous protocol version's frame is na
   for (const std::string& l : lines)
     named = named || l.find(
                          "its GPU stage result is unreadable: protocol version 1 (this "
-                         "rankcheck speaks 2)") != std::string::npos;
+                         "rankcheck speaks 3)") != std::string::npos;
   CHECK(named);
 }

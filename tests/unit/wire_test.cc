@@ -76,10 +76,10 @@ TEST_CASE("wire: garbage, unknown types and other versions") {
   CHECK(h.error().message == "unknown message type 99");
 
   uint16_t peer = 0;
-  h = decode_header(header(3, uint16_t(MsgType::kHello), 10), &peer);
+  h = decode_header(header(4, uint16_t(MsgType::kHello), 10), &peer);
   CHECK(h.error().fault == Fault::kOtherVersion);
-  CHECK(peer == 3);
-  CHECK(h.error().message == "protocol version 3 (this rankcheck speaks 2)");
+  CHECK(peer == 4);
+  CHECK(h.error().message == "protocol version 4 (this rankcheck speaks 3)");
 
   CHECK(decode_header(Bytes{'R', 'K', 'C'}).error().message ==
         "short frame header (3 of 12 bytes)");
