@@ -463,7 +463,7 @@ class ListenerFlood(ClusterCase):
         port = self.listener_port(2)
         flood = [self.cluster.spawn(3, ["python3", "-c", self.FLOOD, self.cluster.addr(2),
                                         str(port)], os.environ.copy(), stdout=subprocess.DEVNULL)
-                 for _ in range(6)]
+                 for _ in range(8)]
         time.sleep(1.0)  # the flood under way before the last rank joins
         start(1)
         res = self.wait_all(procs, self.TIMEOUT)
