@@ -186,8 +186,8 @@ std::vector<uint8_t> encode_signed(const PathPlan& m, const JobToken& token, con
                                    const Nonce& client);
 std::vector<uint8_t> encode_signed(const PathReport& m, const JobToken& token, const Nonce& server,
                                    const Nonce& client);
-bool verify_path_plan(std::span<const uint8_t> payload, const JobToken& token,
-                      const Nonce& server, const Nonce& client);
+bool verify_path_plan(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
+                      const Nonce& client);
 bool verify_path_report(std::span<const uint8_t> payload, const JobToken& token,
                         const Nonce& server, const Nonce& client);
 /// The master's ticket for one question to the listener that answers as `identity`.

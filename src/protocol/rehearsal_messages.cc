@@ -93,8 +93,8 @@ Mac trailing(std::span<const uint8_t> payload) {
 }
 
 // The frame with its trailing MAC (zeros when the HMAC failed: never accepted).
-std::vector<uint8_t> sign(std::vector<uint8_t> frame, std::string_view label,
-                          const JobToken& token, const Nonce& server, const Nonce& client) {
+std::vector<uint8_t> sign(std::vector<uint8_t> frame, std::string_view label, const JobToken& token,
+                          const Nonce& server, const Nonce& client) {
   auto p = std::span(frame).subspan(kHeaderSize);
   if (auto mac = token.mac(label, server, client, signed_part(p))) {
     std::copy(mac->begin(), mac->end(), p.end() - kMacSize);
@@ -114,8 +114,8 @@ std::vector<uint8_t> encode_signed(const PathReport& m, const JobToken& token, c
   return sign(encode(m), kPathReportLabel, token, server, client);
 }
 
-bool verify_path_plan(std::span<const uint8_t> payload, const JobToken& token,
-                      const Nonce& server, const Nonce& client) {
+bool verify_path_plan(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
+                      const Nonce& client) {
   return token.verify(trailing(payload), kPathPlanLabel, server, client, signed_part(payload));
 }
 
@@ -134,21 +134,22 @@ Status check_path_plan(const PathPlan& p, uint32_t world_size) {
   // Every host has at least one rank, and a host connects to each other at most once.
   uint32_t most = std::min<uint32_t>(kMaxPathTargets, std::max<uint32_t>(world_size, 2) - 1);
   if (p.targets.size() > most) {
-    return Error{fmt::format("a path plan of {} connections, more than a job of {} ranks has "
-                             "hosts to connect to ({} at most)",
-                             p.targets.size(), world_size, most)};
+    return Error{
+        fmt::format("a path plan of {} connections, more than a job of {} ranks has "
+                    "hosts to connect to ({} at most)",
+                    p.targets.size(), world_size, most)};
   }
   if (p.per_conn_ms == 0 || p.per_conn_ms > kMaxPathConnMs) {
     return Error{fmt::format("a path plan that gives each connection {} ms (1-{} ms)",
                              p.per_conn_ms, kMaxPathConnMs)};
   }
   if (p.in_flight == 0 || p.in_flight > kMaxPathInFlight) {
-    return Error{fmt::format("a path plan of {} connections at once (1-{})", p.in_flight,
-                             kMaxPathInFlight)};
+    return Error{
+        fmt::format("a path plan of {} connections at once (1-{})", p.in_flight, kMaxPathInFlight)};
   }
   if (p.total_ms > kMaxPathTotalMs) {
-    return Error{fmt::format("a path plan of {} ms in all ({} at most)", p.total_ms,
-                             kMaxPathTotalMs)};
+    return Error{
+        fmt::format("a path plan of {} ms in all ({} at most)", p.total_ms, kMaxPathTotalMs)};
   }
   std::vector<uint32_t> hosts;
   for (const PathTarget& t : p.targets) {

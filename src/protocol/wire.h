@@ -35,7 +35,8 @@ enum class MsgType : uint16_t {
   kChannel = 11,     ///< relay <-> master: one member's frame, or its channel opening or closing
   kRelayWait = 12,   ///< relay -> member, until the master answers: why it has not yet
   kNcclRoots = 13,   ///< master -> member, before a go verdict: the roots of a scalable NCCL init
-  kRelayAsk = 14,    ///< member -> its host's relay, first: a nonce the relay must prove the token over
+  kRelayAsk =
+      14,  ///< member -> its host's relay, first: a nonce the relay must prove the token over
   kRelayProof = 15,  ///< relay -> member, the answer: a MAC over that nonce (zeros without a token)
 };
 

@@ -30,9 +30,9 @@ constexpr uint8_t kBusy[4] = {'R', 'K', 'N', 'B'};
 constexpr size_t kNonce = 16;
 constexpr size_t kTicket = kMacSize;
 constexpr size_t kRequest = 4 + kNonce + kTicket;
-constexpr size_t kMaxPending = 256;    // questions not yet whole at a listener
-constexpr size_t kMaxPerSource = 32;   // of those, from one address
-constexpr size_t kAcceptBurst = 64;    // accepted before the pending ones are read again
+constexpr size_t kMaxPending = 256;       // questions not yet whole at a listener
+constexpr size_t kMaxPerSource = 32;      // of those, from one address
+constexpr size_t kAcceptBurst = 64;       // accepted before the pending ones are read again
 constexpr size_t kMaxAnswered = 1 << 16;  // tickets remembered, so that none is used twice
 constexpr Millis kAnswerWithin{1000};
 

@@ -158,9 +158,10 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
     if (!proven) {
       if (frame->header.type != uint16_t(MsgType::kRelayProof) ||
           !verify_relay_proof(*o.token, frame->payload, ask, self.job_id)) {
-        o.log(fmt::format("this host's relay (@{}) did not prove this job's token: joining the "
-                          "master directly",
-                          printable(o.relay, 120)));
+        o.log(
+            fmt::format("this host's relay (@{}) did not prove this job's token: joining the "
+                        "master directly",
+                        printable(o.relay, 120)));
         return Step::kRelayGone;
       }
       proven = true;
@@ -422,8 +423,8 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
       auto plan = decode_path_plan(frame->payload);
       if (!plan) return plan.error();
       // Instructions to connect elsewhere: only the master's, and only within bounds.
-      if (token != nullptr && !verify_path_plan(frame->payload, *token, joined.server_nonce,
-                                                joined.client_nonce)) {
+      if (token != nullptr &&
+          !verify_path_plan(frame->payload, *token, joined.server_nonce, joined.client_nonce)) {
         return Error{
             "its path plan does not carry this job's token: it is not from this job's master "
             "(rewritten on the way?)",
@@ -433,9 +434,9 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
         return Error{fmt::format("refused the master's path plan: {}", bounded.error().message)};
       }
       PathReport report = on_plan(*plan);
-      auto out = token != nullptr ? encode_signed(report, *token, joined.server_nonce,
-                                                  joined.client_nonce)
-                                  : encode(report);
+      auto out = token != nullptr
+                     ? encode_signed(report, *token, joined.server_nonce, joined.client_nonce)
+                     : encode(report);
       if (auto sent = socket.write_all(out, deadline); !sent) return sent.error();
       continue;
     }

@@ -138,7 +138,8 @@ std::optional<PathReport> Server::Impl::take_path_report(const ConnPtr& c, uint1
   if (cfg.token && !verify_path_report(payload, *cfg.token, c->server_nonce, c->client_nonce)) {
     // Rewritten on the way, or not the admitted member's: it says nothing of the paths.
     if (c->slot >= 0) {
-      log(fmt::format("{}: its report of its connections does not carry this job's token "
+      log(
+          fmt::format("{}: its report of its connections does not carry this job's token "
                       "(rewritten on the way?): not taken",
                       member_label(state.members()[size_t(c->slot)].record)));
     }
