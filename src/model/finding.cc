@@ -118,6 +118,14 @@ constexpr FindingKind kCatalog[] = {
      "map the RDMA devices into the container (--device=/dev/infiniband, the RDMA device "
      "plugin's rdma/ resource), or NCCL falls back to sockets",
      kHostCfg},
+    {kNcclPathFlooded, "nccl-path-flooded", kE, ec::kMismatch,
+     "find what opens connections to that host's ephemeral ports (ss -tn on it) and stop or "
+     "firewall it, then run the job again: the path itself was reached",
+     kHostCfg},
+    {kNcclPathUnproven, "nccl-path-unproven", kE, ec::kMismatch,
+     "read that host's own report (its stderr) for why: a report or plan rewritten on the way "
+     "(something on the path between it and the master), or a prober that died",
+     kHostCfg},
     {kDuplicateGpu, "duplicate-gpu", kE, ec::kMismatch,
      "NCCL refuses two ranks on one GPU at init, after every other rank has waited: give each "
      "process its own device (LOCAL_RANK must differ, and CUDA_VISIBLE_DEVICES must not pin "

@@ -67,6 +67,8 @@ enum class FindingId {
   kNcclRoceGidFamilyMismatch,
   kIbMemlockLow,
   kIbUverbsMissing,
+  kNcclPathFlooded,
+  kNcclPathUnproven,
   kDuplicateGpu,
   kNcclVersionMismatch,
   kCudaDriverMissing,

@@ -22,6 +22,8 @@ std::string_view outcome_text(PathOutcome o) {
       return "not tried";
     case PathOutcome::kDenied:
       return "denied by the local firewall";
+    case PathOutcome::kFlooded:
+      return "flooded";
   }
   return "failed";
 }

@@ -4,6 +4,7 @@
 // itself and what its results mean are rehearsal/plan.h; the probing,
 // rehearsal/probe.h.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@ enum class PathOutcome : uint8_t {
   kOther = 6,        ///< reset, closed, another errno
   kNotRun = 7,       ///< the prober sent no result (gone, or out of time itself)
   kDenied = 8,       ///< EPERM / EACCES: a firewall on the prober's own host
+  kFlooded = 9,      ///< the listener was reached, but too busy with unproven connections
 };
 /// "timed out", "refused", "no route to host", ...
 std::string_view outcome_text(PathOutcome o);
@@ -46,6 +48,11 @@ struct PathTarget {
   std::string ifname;   ///< for an IPv6 link-local address
   uint16_t port = 0;
   std::string identity;  ///< what the right host answers
+  /// The master's ticket for this one question: a fresh nonce, and with a job token
+  /// a MAC over it and `identity` (kPathTicketLabel) that the listener checks
+  /// before it answers. Zeros where there is no token.
+  std::array<uint8_t, 16> nonce{};
+  std::array<uint8_t, 32> ticket{};
 };
 
 }  // namespace rankcheck

@@ -74,5 +74,17 @@ inline constexpr std::string_view kStageLabel = "rankcheck stage result 1";
 inline constexpr std::string_view kJobTagLabel = "rankcheck job tag 1";
 /// A host's relay introducing itself to the master (relay.h).
 inline constexpr std::string_view kRelayLabel = "rankcheck relay 1";
+/// The rehearsal's plan (master -> member) and its report (member -> master), on
+/// the connection its hello authenticated: each its own label, so that neither
+/// stands in for the other, and one of each per connection.
+inline constexpr std::string_view kPathPlanLabel = "rankcheck path plan 1";
+inline constexpr std::string_view kPathReportLabel = "rankcheck path report 1";
+/// A plan target's ticket: the master's word that a prober may ask that listener
+/// (over the ticket's nonce and the listener's identity).
+inline constexpr std::string_view kPathTicketLabel = "rankcheck path ticket 1";
+/// A relay's proof to a member that it holds the token (over the member's nonce).
+inline constexpr std::string_view kRelayProofLabel = "rankcheck relay proof 1";
+/// The name of a host's relay endpoint with a token: not guessable without it.
+inline constexpr std::string_view kRelayEndpointLabel = "rankcheck relay endpoint 1";
 
 }  // namespace rankcheck

@@ -165,14 +165,38 @@ struct PathPlan {
   uint32_t total_ms = 0;  ///< everything by then
   uint32_t in_flight = 32;
   std::vector<PathTarget> targets;
+  Mac mac{};  ///< over both nonces of the connection and the rest (zeros without a job token)
 };
 /// What each connection of a plan found, in the plan's order.
 struct PathReport {
   std::vector<PathResult> results;
+  Mac mac{};  ///< over both nonces of the connection and the results (zeros without a token)
 };
 inline constexpr uint32_t kMaxPathTargets = 8192;
+// What a member takes from a plan at most: the master's own plans give each
+// connection 2 s, 32 at once, and end before the master's deadline.
+inline constexpr uint32_t kMaxPathConnMs = 10'000;
+inline constexpr uint32_t kMaxPathInFlight = 64;
+inline constexpr uint32_t kMaxPathTotalMs = 600'000;
 std::vector<uint8_t> encode(const PathPlan& m);
 std::vector<uint8_t> encode(const PathReport& m);
+/// With a job token: signed over the connection's nonces, each under its own
+/// label (a plan only goes master -> member, a report the other way).
+std::vector<uint8_t> encode_signed(const PathPlan& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client);
+std::vector<uint8_t> encode_signed(const PathReport& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client);
+bool verify_path_plan(std::span<const uint8_t> payload, const JobToken& token, const Nonce& server,
+                      const Nonce& client);
+bool verify_path_report(std::span<const uint8_t> payload, const JobToken& token,
+                        const Nonce& server, const Nonce& client);
+/// The master's ticket for one question to the listener that answers as `identity`.
+std::array<uint8_t, kMacSize> path_ticket(const JobToken& token, std::span<const uint8_t> nonce,
+                                          std::string_view identity);
+/// A member acts on a plan only within these bounds: at most one connection per
+/// other host of a job of `world_size` ranks, each host once and never itself,
+/// and the time limits and parallelism above. An error naming what is out of bounds.
+Status check_path_plan(const PathPlan& p, uint32_t world_size);
 Result<PathPlan> decode_path_plan(std::span<const uint8_t> payload);
 Result<PathReport> decode_path_report(std::span<const uint8_t> payload);
 

@@ -37,6 +37,10 @@ uint32_t payload_cap(uint16_t type) {
       return 1024;
     case MsgType::kNcclRoots:
       return 4 + 1024 * 128;  // kMaxNcclRoots ids
+    case MsgType::kRelayAsk:
+      return 16;
+    case MsgType::kRelayProof:
+      return 32;
   }
   return 0;
 }
@@ -69,6 +73,10 @@ std::string_view type_name(uint16_t type) {
       return "relay wait";
     case MsgType::kNcclRoots:
       return "NCCL roots";
+    case MsgType::kRelayAsk:
+      return "relay ask";
+    case MsgType::kRelayProof:
+      return "relay proof";
   }
   return "unknown";
 }

@@ -15,8 +15,11 @@
 namespace rankcheck {
 
 inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
-// 2: a stage result carries NCCL's words; 3: a record carries NCCL's data network
-// (NcclNetFacts: transport, IB ports, GIDs, plugin, memlock) after its variable sources
+// 2: a stage result carries NCCL's words. 3: a record carries NCCL's data network
+// (NcclNetFacts: transport, IB ports, GIDs, plugin, memlock) after its variable sources;
+// path plans and reports carry a MAC over the connection's nonces, each plan target a
+// master-issued ticket for the listener, and a relay proves the job token to each
+// member (kRelayProof).
 inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
@@ -34,6 +37,9 @@ enum class MsgType : uint16_t {
   kChannel = 11,     ///< relay <-> master: one member's frame, or its channel opening or closing
   kRelayWait = 12,   ///< relay -> member, until the master answers: why it has not yet
   kNcclRoots = 13,   ///< master -> member, before a go verdict: the roots of a scalable NCCL init
+  kRelayAsk =
+      14,  ///< member -> its host's relay, first: a nonce the relay must prove the token over
+  kRelayProof = 15,  ///< relay -> member, the answer: a MAC over that nonce (zeros without a token)
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

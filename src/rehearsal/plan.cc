@@ -72,6 +72,19 @@ std::string over(const PathHost& h) {
   return fmt::format("{} ({})", printable(h.ifname, 20), printable(h.address, 48));
 }
 
+// A listener too busy with a flood to answer the probes from `from`.
+Finding flooded_finding(const std::vector<PathHost>& hosts, uint32_t h,
+                        const std::set<uint32_t>& from) {
+  Finding f = make_finding(
+      FindingId::kNcclPathFlooded,
+      fmt::format("the rehearsal listener of {} on {} was flooded: connections from {} "
+                  "reached it, but it was too busy with unproven connections to prove which "
+                  "host it is",
+                  printable(hosts[h].name, 40), over(hosts[h]), names(hosts, from)));
+  f.hosts.push_back(hosts[h].name);
+  return f;
+}
+
 }  // namespace
 
 std::vector<PathEdge> rehearsal_plan(size_t hosts, uint64_t seed) {
@@ -116,8 +129,15 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
                                      const std::vector<PathResult>& results) {
   const size_t n = hosts.size();
   std::vector<std::vector<const PathResult*>> in(n), out(n);
+  // A listener too busy with a flood of unproven connections: the path was reached
+  // but nothing proven. Said as a flood, per host, never as a blocked path.
+  std::map<uint32_t, std::set<uint32_t>> flooded;  // listener's host -> probers
   for (const PathResult& r : results) {
     if (r.outcome == PathOutcome::kNotRun || r.edge.from >= n || r.edge.to >= n) continue;
+    if (r.outcome == PathOutcome::kFlooded) {
+      flooded[r.edge.to].insert(r.edge.from);
+      continue;
+    }
     out[r.edge.from].push_back(&r);
     in[r.edge.to].push_back(&r);
   }
@@ -185,10 +205,13 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
                         printable(hosts[h].name, 40), ifname_fix),
             {uint32_t(h)});
   }
+  for (const auto& [h, from] : flooded)
+    findings.push_back(flooded_finding(hosts, h, from));
   // The rest: which groups cannot reach which, by the way they fail.
   std::map<PathOutcome, std::vector<const PathResult*>> rest;
   for (const PathResult& r : results) {
-    if (failed(r.outcome) && r.edge.from < n && r.edge.to < n && !explained.count(&r)) {
+    if (failed(r.outcome) && r.outcome != PathOutcome::kFlooded && r.edge.from < n &&
+        r.edge.to < n && !explained.count(&r)) {
       rest[r.outcome].push_back(&r);
     }
   }

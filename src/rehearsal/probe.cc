@@ -24,9 +24,16 @@ namespace rankcheck {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'R', 'K', 'N', 'P'};
+// A listener too busy to take a question says so before it closes: the prober
+// reports "flooded", not "blocked" (the connection itself went through).
+constexpr uint8_t kBusy[4] = {'R', 'K', 'N', 'B'};
 constexpr size_t kNonce = 16;
-constexpr size_t kRequest = 4 + kNonce;
-constexpr size_t kMaxPending = 256;  // answers in progress at a listener
+constexpr size_t kTicket = kMacSize;
+constexpr size_t kRequest = 4 + kNonce + kTicket;
+constexpr size_t kMaxPending = 256;       // questions not yet whole at a listener
+constexpr size_t kMaxPerSource = 32;      // of those, from one address
+constexpr size_t kAcceptBurst = 64;       // accepted before the pending ones are read again
+constexpr size_t kMaxAnswered = 1 << 16;  // tickets remembered, so that none is used twice
 constexpr Millis kAnswerWithin{1000};
 
 struct Addr {
@@ -56,10 +63,27 @@ std::optional<Addr> to_addr(const std::string& address, const std::string& ifnam
   return std::nullopt;
 }
 
-Mac answer_mac(const JobToken* token, std::span<const uint8_t> nonce, std::string_view identity) {
+Mac answer_mac(const JobToken* token, std::span<const uint8_t> nonce,
+               std::span<const uint8_t> ticket, std::string_view identity) {
   if (token == nullptr) return Mac{};
   auto body = std::span(reinterpret_cast<const uint8_t*>(identity.data()), identity.size());
-  return token->mac(kPathLabel, nonce, {}, body).value_or(Mac{});
+  return token->mac(kPathLabel, nonce, ticket, body).value_or(Mac{});
+}
+
+// The address a connection came from, without its port: what the flood bound counts by.
+std::string source_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<sockaddr_in*>(&ss)->sin_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof a);
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof a);
+  }
+  return {};
 }
 
 PathOutcome classify(int err) {
@@ -137,16 +161,76 @@ PathListener::~PathListener() {
   }
 }
 
-// Each connection gets one answer; a peer that sends nothing in time is dropped,
-// and at most kMaxPending wait at once, so no stranger can stall the answers.
-void PathListener::serve() {
-  struct Pending {
-    int fd;
-    Clock::time_point until;
-    std::vector<uint8_t> rx;
-  };
-  std::vector<Pending> pending;
+// What the listener does with a question once it is whole: with a job token, it
+// answers only a ticket the master made for this listener's identity, once; the
+// answer (its identity and a MAC over the ticket) goes to nobody else. Without a
+// token, every question is answered (nothing tells a stranger from a prober).
+void PathListener::answer(int fd, std::span<const uint8_t> rx) {
+  if (!std::equal(kMagic, kMagic + 4, rx.begin())) return;
+  auto nonce = rx.subspan(4, kNonce);
+  auto ticket = rx.subspan(4 + kNonce, kTicket);
   const JobToken* token = token_ ? &*token_ : nullptr;
+  if (token != nullptr) {
+    auto id = std::span(reinterpret_cast<const uint8_t*>(identity_.data()), identity_.size());
+    Mac t{};
+    std::copy(ticket.begin(), ticket.end(), t.begin());
+    if (!token->verify(t, kPathTicketLabel, nonce, {}, id)) return;  // not the master's question
+    std::string key(nonce.begin(), nonce.end());
+    if (answered_.size() >= kMaxAnswered || !answered_.insert(key).second) return;  // used once
+  }
+  Mac mac = answer_mac(token, nonce, ticket, identity_);
+  std::vector<uint8_t> out(kMagic, kMagic + 4);
+  out.push_back(static_cast<uint8_t>(identity_.size()));
+  out.insert(out.end(), identity_.begin(), identity_.end());
+  out.insert(out.end(), mac.begin(), mac.end());
+  (void)!::send(fd, out.data(), out.size(), MSG_NOSIGNAL);
+}
+
+// Reads what `p` sent; true once it is done with (answered, closed, or past its time).
+bool PathListener::read_question(Pending& p, Clock::time_point now) {
+  uint8_t buf[kRequest];
+  ssize_t got = ::recv(p.fd, buf, kRequest - p.rx.size(), 0);
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    return true;
+  }
+  if (got > 0) p.rx.insert(p.rx.end(), buf, buf + got);
+  if (p.rx.size() == kRequest) {
+    answer(p.fd, p.rx);
+    return true;
+  }
+  return now >= p.until;
+}
+
+// Takes the connections waiting in the backlog, each read at once (a prober's
+// question is usually there already). One that is not whole yet waits, within
+// bounds: at most kMaxPerSource from one address and kMaxPending in all. Past
+// them the newest is told it is busy and closed, never an older one: a flood of
+// unproven connections cannot push out a question already waiting.
+void PathListener::accept_some(std::vector<Pending>& pending) {
+  for (size_t k = 0; k < kAcceptBurst; ++k) {
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) return;
+    Pending p{c, Clock::now() + kAnswerWithin, {}, source_of(c)};
+    if (read_question(p, Clock::now() - kAnswerWithin)) {
+      ::close(c);
+      continue;
+    }
+    size_t same = 0;
+    for (const Pending& q : pending)
+      same += q.source == p.source;
+    if (same >= kMaxPerSource || pending.size() >= kMaxPending) {
+      ++flooded_;
+      (void)!::send(c, kBusy, sizeof kBusy, MSG_NOSIGNAL);
+      ::close(c);
+      continue;
+    }
+    pending.push_back(std::move(p));
+  }
+}
+
+// Each connection gets one answer; a peer that sends nothing in time is dropped.
+void PathListener::serve() {
+  std::vector<Pending> pending;
   while (true) {
     std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}, {fd_, POLLIN, 0}};
     for (const Pending& p : pending)
@@ -155,47 +239,17 @@ void PathListener::serve() {
     int n = ::poll(fds.data(), fds.size(), wait);
     if (n < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) break;
-    if (fds[1].revents != 0) {
-      while (true) {
-        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
-        if (pending.size() == kMaxPending) {
-          ::close(pending.front().fd);
-          pending.erase(pending.begin());
-        }
-        pending.push_back({c, Clock::now() + kAnswerWithin, {}});
-      }
-    }
+    // The questions already waiting first, then the newcomers.
     auto now = Clock::now();
     for (size_t i = 0; i < pending.size();) {
-      Pending& p = pending[i];
-      bool done = now >= p.until;
-      uint8_t buf[kRequest];
-      ssize_t got = ::recv(p.fd, buf, kRequest - p.rx.size(), 0);
-      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        done = true;
-      } else if (got > 0) {
-        p.rx.insert(p.rx.end(), buf, buf + got);
-      }
-      if (p.rx.size() == kRequest) {
-        done = true;
-        if (std::equal(kMagic, kMagic + 4, p.rx.begin())) {
-          auto nonce = std::span(p.rx).subspan(4, kNonce);
-          Mac mac = answer_mac(token, nonce, identity_);
-          std::vector<uint8_t> out(kMagic, kMagic + 4);
-          out.push_back(static_cast<uint8_t>(identity_.size()));
-          out.insert(out.end(), identity_.begin(), identity_.end());
-          out.insert(out.end(), mac.begin(), mac.end());
-          (void)!::send(p.fd, out.data(), out.size(), MSG_NOSIGNAL);
-        }
-      }
-      if (done) {
-        ::close(p.fd);
+      if (read_question(pending[i], now)) {
+        ::close(pending[i].fd);
         pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;
       }
     }
+    if (fds[1].revents != 0) accept_some(pending);
   }
   for (const Pending& p : pending)
     ::close(p.fd);
@@ -210,7 +264,6 @@ struct Probe {
   int fd = -1;  // -1 once finished
   Clock::time_point start, until;
   bool connected = false;
-  std::array<uint8_t, kNonce> nonce{};
   std::vector<uint8_t> rx;
 };
 
@@ -296,7 +349,6 @@ void Prober::start_probes() {
       results_[a.target] = {{self_host_, t.host}, PathOutcome::kOther, 0, std::strerror(errno)};
       continue;
     }
-    (void)fill_random(a.nonce);
     if (::connect(a.fd, reinterpret_cast<sockaddr*>(&addr->ss), addr->len) != 0 &&
         errno != EINPROGRESS) {
       int err = errno;
@@ -343,8 +395,10 @@ void Prober::ask(Probe& a) {
     return;
   }
   a.connected = true;
+  const PathTarget& t = targets_[a.target];
   std::vector<uint8_t> req(kMagic, kMagic + 4);
-  req.insert(req.end(), a.nonce.begin(), a.nonce.end());
+  req.insert(req.end(), t.nonce.begin(), t.nonce.end());
+  req.insert(req.end(), t.ticket.begin(), t.ticket.end());
   if (::send(a.fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) {
     finish(a, PathOutcome::kOther, "the connection closed before the question");
   }
@@ -361,6 +415,10 @@ void Prober::read_answer(Probe& a) {
     return;
   }
   if (got > 0) a.rx.insert(a.rx.end(), buf, buf + got);
+  if (a.rx.size() >= 4 && std::equal(kBusy, kBusy + 4, a.rx.begin())) {
+    finish(a, PathOutcome::kFlooded, "the listener was busy with unproven connections");
+    return;
+  }
   if (a.rx.size() < 5) return;
   size_t id_len = a.rx[4];
   if (a.rx.size() < 5 + id_len + kMacSize) return;
@@ -375,11 +433,11 @@ void Prober::judge(Probe& a, size_t id_len) {
   std::copy(a.rx.begin() + 5 + static_cast<long>(id_len),
             a.rx.begin() + 5 + static_cast<long>(id_len + kMacSize), mac.begin());
   bool magic = std::equal(kMagic, kMagic + 4, a.rx.begin());
+  const PathTarget& t = targets_[a.target];
   bool proven =
       magic && (token_ == nullptr ||
-                token_->verify(mac, kPathLabel, a.nonce, {},
+                token_->verify(mac, kPathLabel, t.nonce, t.ticket,
                                std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())));
-  const PathTarget& t = targets_[a.target];
   if (!proven) {
     finish(a, PathOutcome::kWrongHost, "an answer without this job's token");
   } else if (id == self_identity_) {

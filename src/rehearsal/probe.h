@@ -3,12 +3,18 @@
 // ephemeral port of the address NCCL would use, which proves which host it is,
 // and a prober that connects to other hosts' listeners and checks the proof.
 //
-//   prober                            listener
-//     | -- "RKNP" nonce(16) -------->  |
-//     | <- "RKNP" u8 n, id(n), mac(32)  |   id: the answering host (its name and
-//                                           network stack); mac: HMAC with the job
-//                                           token over the nonce and the id (zeros
-//                                           without a token)
+//   prober                                  listener
+//     | -- "RKNP" nonce(16) ticket(32) ---->  |   both from the master's plan: with a
+//     |                                        |   job token, the ticket is a MAC over
+//     |                                        |   the nonce and the listener's identity
+//     | <- "RKNP" u8 n, id(n), mac(32) -----   |   id: the answering host (its name and
+//                                                  network stack); mac: HMAC with the job
+//                                                  token over the nonce, the ticket and
+//                                                  the id (zeros without a token)
+//     | <- "RKNB" ---------------------------  |   or: too busy (a flood), then closed
+//
+// With a token, a listener answers only a ticket made for it, each once: to
+// anyone else it says nothing, not even which host it is.
 
 #include <atomic>
 #include <cstdint>
@@ -16,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "base/deadline.h"
@@ -25,7 +32,7 @@
 
 namespace rankcheck {
 
-inline constexpr std::string_view kPathLabel = "rankcheck path 1";
+inline constexpr std::string_view kPathLabel = "rankcheck path 2";
 
 /// What a host answers a probe with: its name and its network stack.
 std::string path_identity(std::string_view host, std::string_view netns);
@@ -41,10 +48,23 @@ class PathListener {
   PathListener(const PathListener&) = delete;
   PathListener& operator=(const PathListener&) = delete;
   uint16_t port() const { return port_; }
+  /// Connections told "busy" and closed so far: past the bounds on unproven ones.
+  size_t flooded() const { return flooded_.load(); }
 
  private:
+  struct Pending {
+    int fd;
+    Clock::time_point until;
+    std::vector<uint8_t> rx;
+    std::string source;  // the peer's address
+  };
   PathListener() = default;
   void serve();
+  void accept_some(std::vector<Pending>& pending);
+  bool read_question(Pending& p, Clock::time_point now);
+  void answer(int fd, std::span<const uint8_t> rx);
+  std::atomic<size_t> flooded_{0};
+  std::unordered_set<std::string> answered_;  // tickets' nonces, on the listener's thread
   int fd_ = -1;
   int wake_[2] = {-1, -1};
   uint16_t port_ = 0;

@@ -136,6 +136,16 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
   if (sock->peer_uid() != long(::geteuid())) return Step::kRelayGone;
   std::string where =
       fmt::format("{} (through this host's relay)", endpoint(o.master_addr, o.master_port));
+  // With a job token, the relay proves it first: a process that took the name
+  // without the token carries nobody (the member goes to the master directly).
+  Nonce ask{};
+  bool proven = o.token == nullptr;
+  if (!proven) {
+    if (!fill_random(ask)) return Step::kRelayGone;
+    auto sent = sock->write_all(encode_frame(MsgType::kRelayAsk, ask),
+                                Deadline::after(Millis(1000)).sooner(o.give_up));
+    if (!sent) return Step::kRelayGone;
+  }
   // The relay says why it waits every second: silence means it stopped.
   while (true) {
     Deadline quiet = o.give_up.extended(Millis(250)).sooner(Deadline::after(Millis(3000)));
@@ -144,6 +154,18 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
       if (frame.error().fault == Fault::kInterrupted) return Step::kFatal;
       if (frame.error().fault == Fault::kTimeout && o.give_up.expired()) return Step::kRetry;
       return Step::kRelayGone;
+    }
+    if (!proven) {
+      if (frame->header.type != uint16_t(MsgType::kRelayProof) ||
+          !verify_relay_proof(*o.token, frame->payload, ask, self.job_id)) {
+        o.log(
+            fmt::format("this host's relay (@{}) did not prove this job's token: joining the "
+                        "master directly",
+                        printable(o.relay, 120)));
+        return Step::kRelayGone;
+      }
+      proven = true;
+      continue;
     }
     if (frame->header.type != uint16_t(MsgType::kRelayWait)) {
       return handshake(std::move(*sock), where, self, o, out, last_error, std::move(frame));
@@ -347,6 +369,7 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
                              const WaitProgress& progress) {
   std::optional<NcclRoots> roots;  // a scalable init's, sent ahead of the go verdict
   auto next_progress = Deadline::after(progress.every);
+  bool planned = false;            // one path plan per connection, at most
   while (true) {
     auto frame = socket.read_frame(progress.say ? deadline.sooner(next_progress) : deadline);
     if (!frame && frame.error().fault == Fault::kTimeout && progress.say && !deadline.expired()) {
@@ -403,10 +426,26 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
     if (frame->header.type == uint16_t(MsgType::kPathPlan) && on_plan &&
         which == VerdictWait::kFirst) {
       // The rehearsal of NCCL's connections: run it, report, wait on for the verdict.
+      if (planned) return Error{"the master sent a second path plan on one connection"};
+      planned = true;
       auto plan = decode_path_plan(frame->payload);
       if (!plan) return plan.error();
+      // Instructions to connect elsewhere: only the master's, and only within bounds.
+      if (token != nullptr &&
+          !verify_path_plan(frame->payload, *token, joined.server_nonce, joined.client_nonce)) {
+        return Error{
+            "its path plan does not carry this job's token: it is not from this job's master "
+            "(rewritten on the way?)",
+            Fault::kAuthFailed};
+      }
+      if (auto bounded = check_path_plan(*plan, joined.admit.world_size); !bounded) {
+        return Error{fmt::format("refused the master's path plan: {}", bounded.error().message)};
+      }
       PathReport report = on_plan(*plan);
-      if (auto sent = socket.write_all(encode(report), deadline); !sent) return sent.error();
+      auto out = token != nullptr
+                     ? encode_signed(report, *token, joined.server_nonce, joined.client_nonce)
+                     : encode(report);
+      if (auto sent = socket.write_all(out, deadline); !sent) return sent.error();
       continue;
     }
     if (frame->header.type == uint16_t(MsgType::kNcclRoots) && which == VerdictWait::kFirst) {

@@ -18,7 +18,7 @@ HostRelay::~HostRelay() {
 
 HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, long backlog) {
   RelayOptions ro;
-  ro.endpoint = relay_endpoint(join.master_addr, join.master_port);
+  ro.endpoint = relay_endpoint(join.master_addr, join.master_port, self.job_id, join.token);
   ro.master_addr = join.master_addr;
   ro.master_port = join.master_port;
   ro.host = self.host;

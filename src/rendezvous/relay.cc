@@ -69,7 +69,8 @@ struct Relay::Impl {
     bool opened = false;      // the master knows of it
     bool hello_seen = false;  // what follows the hello is forwarded as it comes
     bool has_nonce = false;
-    Nonce nonce{};  // its challenge's: its hello's MAC is over it
+    Nonce nonce{};        // its challenge's: its hello's MAC is over it
+    bool proved = false;  // with a job token: the member asked, and was given the proof
     bool read_closed = false;
   };
   using MemberPtr = std::shared_ptr<Member>;
@@ -204,8 +205,37 @@ struct Relay::Impl {
     });
   }
 
+  // A member the relay may carry: with a job token, once it was given the proof.
+  bool carried(const Member& m) const { return o.token == nullptr || m.proved; }
+
+  // The member's first frame, with a job token: its kRelayAsk. It gets the proof,
+  // and then what a member gets on connecting without one. False: not an ask.
+  bool prove(const MemberPtr& m, const Frame& f) {
+    if (f.header.type != uint16_t(MsgType::kRelayAsk) || f.payload.size() != kNonceSize) {
+      return false;
+    }
+    Nonce n{};
+    std::copy(f.payload.begin(), f.payload.end(), n.begin());
+    Mac mac = relay_proof(*o.token, n, o.job_id);
+    m->send(encode_frame(MsgType::kRelayProof, mac));
+    m->proved = true;
+    welcome(m);
+    return true;
+  }
+
+  // A member the relay carries from now on: its channel opens, or it hears why not yet.
+  void welcome(const MemberPtr& m) {
+    if (ready) {
+      open(m);
+    } else {
+      m->send(encode(RelayWait{status, attempts, false}));
+      pump<Local::socket>(m);
+    }
+  }
+
   void say_status() {
     for (auto& [id, m] : members) {
+      if (!carried(*m)) continue;
       m->send(encode(RelayWait{status, attempts, false}));
       pump<Local::socket>(m);
     }
@@ -334,8 +364,9 @@ struct Relay::Impl {
     }
     ready = true;
     wait_timer.cancel();
-    for (auto& [id, m] : members)
-      open(m);
+    for (auto& [id, m] : members) {
+      if (carried(*m)) open(m);
+    }
     while (true) {
       auto f = co_await read_frame(up->sock);
       if (!f || f->header.type != uint16_t(MsgType::kChannel)) break;
@@ -397,6 +428,10 @@ struct Relay::Impl {
     while (!gone) {
       auto f = co_await read_frame(m->sock);
       if (!f) break;
+      if (!carried(*m)) {
+        if (!prove(m, *f)) break;  // not a member of this version: closed
+        continue;
+      }
       if (!m->hello_seen) {
         if (f->header.type != uint16_t(MsgType::kHello) || !ready) break;
         m->hello_seen = true;
@@ -454,12 +489,7 @@ struct Relay::Impl {
       auto m = std::make_shared<Member>(std::move(sock));
       m->channel = next_channel++;
       members.emplace(m->channel, m);
-      if (ready) {
-        open(m);
-      } else {
-        m->send(encode(RelayWait{status, attempts, false}));
-        pump<Local::socket>(m);
-      }
+      if (carried(*m)) welcome(m);  // with a token: once it asked for the proof
       asio::co_spawn(io, serve(m), asio::detached);
     }
   }
@@ -526,17 +556,6 @@ void Relay::finish(Deadline deadline) {
     s.io.stop();
   }
   s.thread.join();
-}
-
-std::string relay_endpoint(const std::string& master_addr, uint16_t master_port) {
-  // Readable in `ss -xl`: the user, the port and the address (odd bytes made safe).
-  std::string addr;
-  for (char ch : master_addr.substr(0, 64)) {
-    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '-' || ch == ':';
-    addr += ok ? ch : '_';
-  }
-  return fmt::format("rankcheck-relay/{}/{}/{}", ::geteuid(), master_port, addr);
 }
 
 }  // namespace rankcheck

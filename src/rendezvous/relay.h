@@ -7,6 +7,8 @@
 //
 //   member              relay                          master
 //     |  -- connect -->   |  -- relay hello (once) -->    |  admit / reject
+//     |  -- ask -------> |                                |  with a job token: the relay
+//     |  <-- proof ----- |                                |  proves it to the member first
 //     |                   |  -- channel k: open ------>   |
 //     |  <-- challenge -- |  <-- channel k: challenge --  |  a nonce per member
 //     |  -- hello ------> |  -- channel k: hello ----->   |  checked by the relay too
@@ -38,8 +40,19 @@
 namespace rankcheck {
 
 /// The host-local endpoint of the relays of the job whose master is addr:port,
-/// for this user: an abstract unix socket's name (without its leading NUL).
-std::string relay_endpoint(const std::string& master_addr, uint16_t master_port);
+/// for this user: an abstract unix socket's name (without its leading NUL). With
+/// a job token, the name is a MAC over the job id, the port and the address: a
+/// process without the token cannot know it, so it cannot take it first.
+std::string relay_endpoint(const std::string& master_addr, uint16_t master_port,
+                           std::string_view job_id = {}, const JobToken* token = nullptr);
+
+/// With a job token, a member's first frame to a relay is a kRelayAsk with a fresh
+/// nonce, and the relay's first answer a kRelayProof: this MAC over the nonce and
+/// the job id. A member takes no challenge through a relay that has not proved it.
+Mac relay_proof(const JobToken& token, const Nonce& member_nonce, std::string_view job_id);
+/// Whether `payload` (a kRelayProof's) is that MAC, compared in constant time.
+bool verify_relay_proof(const JobToken& token, std::span<const uint8_t> payload,
+                        const Nonce& member_nonce, std::string_view job_id);
 
 struct RelayOptions {
   std::string endpoint;  ///< relay_endpoint()

@@ -189,6 +189,9 @@ struct Server::Impl {
     std::vector<PathResult> results;             // every connection, filled as reports come
     size_t waiting = 0;                          // hosts that have not reported
     std::vector<bool> reported;
+    // Hosts whose prober's report was refused (not the token's) or whose prober
+    // left before reporting: their paths are unproven, and the job does not pass.
+    std::vector<std::string> unproven;
     Clock::time_point started;
   } rehearsal;
   asio::steady_timer rehearsal_timer;
@@ -313,6 +316,10 @@ struct Server::Impl {
   bool start_rehearsal(bool timed_out);
   awaitable<void> read_path_report(ConnPtr c);
   void path_report_in(const ConnPtr& c, size_t host, std::optional<PathReport> got);
+  /// The report in a frame of `type`, if it is one that decodes and, with a job
+  /// token, carries its MAC over c's nonces; nullopt (logged) otherwise.
+  std::optional<PathReport> take_path_report(const ConnPtr& c, uint16_t type,
+                                             std::span<const uint8_t> payload);
   void path_report(size_t host, std::vector<PathResult> results);
   // All reports in, or out of time: the findings, then the decision.
   void end_rehearsal();

@@ -61,7 +61,11 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
   R.plans.assign(n, {});
   R.results.clear();
   for (const PathEdge& e : rehearsal_plan(n, seed_of(cfg.master.job_id))) {
-    R.plans[e.from].push_back(target_of[e.to]);
+    // A ticket per question: the listener answers only what this master asked of it.
+    PathTarget t = target_of[e.to];
+    if (!fill_random(t.nonce)) return false;
+    if (cfg.token) t.ticket = path_ticket(*cfg.token, t.nonce, t.identity);
+    R.plans[e.from].push_back(std::move(t));
     R.results.push_back({e, PathOutcome::kNotRun, 0, ""});
   }
   size_t most = 0;
@@ -78,6 +82,7 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
   R.timed_out = timed_out;
   R.waiting = n;
   R.reported.assign(n, false);
+  R.unproven.clear();
   R.started = Clock::now();
   log(fmt::format("rehearsing NCCL's connections: {} between {} hosts ({} at most)",
                   R.results.size(), n, format_seconds(double(total.count()))));
@@ -103,7 +108,8 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
       });
     } else {
       c->path_host = int(h);
-      send(c, encode(plan));
+      send(c, cfg.token ? encode_signed(plan, *cfg.token, c->server_nonce, c->client_nonce)
+                        : encode(plan));
     }
   }
   rehearsal_timer.expires_at(by.when());
@@ -120,11 +126,27 @@ awaitable<void> Server::Impl::read_path_report(ConnPtr c) {
   auto header = co_await read_header(c->sock);
   if (header && header->type == uint16_t(MsgType::kPathReport)) {
     auto payload = co_await read_payload(c->sock, *header);
-    if (payload) {
-      if (auto r = decode_path_report(*payload)) got = std::move(*r);
-    }
+    if (payload) got = take_path_report(c, header->type, *payload);
   }
   path_report_in(c, host, std::move(got));
+}
+
+std::optional<PathReport> Server::Impl::take_path_report(const ConnPtr& c, uint16_t type,
+                                                         std::span<const uint8_t> payload) {
+  if (type != uint16_t(MsgType::kPathReport)) return std::nullopt;
+  auto r = decode_path_report(payload);
+  if (!r) return std::nullopt;
+  if (cfg.token && !verify_path_report(payload, *cfg.token, c->server_nonce, c->client_nonce)) {
+    // Rewritten on the way, or not the admitted member's: it says nothing of the paths.
+    if (c->slot >= 0) {
+      log(
+          fmt::format("{}: its report of its connections does not carry this job's token "
+                      "(rewritten on the way?): not taken",
+                      member_label(state.members()[size_t(c->slot)].record)));
+    }
+    return std::nullopt;
+  }
+  return std::move(*r);
 }
 
 void Server::Impl::path_report_in(const ConnPtr& c, size_t host, std::optional<PathReport> got) {
@@ -136,6 +158,9 @@ void Server::Impl::path_report_in(const ConnPtr& c, size_t host, std::optional<P
     watch(c);
   } else if (!rehearsal.running || state.decided()) {
     return;
+  }
+  if (!got && host < rehearsal.hosts.size() && !rehearsal.reported[host]) {
+    rehearsal.unproven.push_back(rehearsal.hosts[host].name);
   }
   path_report(host, got ? std::move(got->results) : std::vector<PathResult>{});
   if (!got) {
@@ -173,6 +198,20 @@ void Server::Impl::end_rehearsal() {
     if (c != nullptr) c->path_host = -1;
   }
   std::vector<Finding> findings = attribute_paths(R.hosts, R.results);
+  if (!R.unproven.empty()) {
+    // Not a pass on paths nobody proved: a report rewritten on the way, a plan the
+    // member refused, or a prober gone before its report.
+    Finding f = make_finding(
+        FindingId::kNcclPathUnproven,
+        fmt::format("{} sent no report of NCCL's connections that the master could take (its "
+                    "report did not carry this job's token, or its prober refused the plan or "
+                    "left): the paths from there are unproven",
+                    format_list(R.unproven, 6)));
+    f.hosts = R.unproven;
+    std::sort(f.hosts.begin(), f.hosts.end());
+    f.hosts.erase(std::unique(f.hosts.begin(), f.hosts.end()), f.hosts.end());
+    findings.insert(findings.begin(), std::move(f));
+  }
   std::vector<PathTried> paths;
   size_t ok = 0;
   for (const PathResult& r : R.results) {

@@ -263,11 +263,7 @@ void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> f
   if (rehearsal.running && c->path_host >= 0) {
     auto host = size_t(c->path_host);
     c->path_host = -1;
-    std::optional<PathReport> got;
-    if (header->type == uint16_t(MsgType::kPathReport)) {
-      if (auto r = decode_path_report(payload)) got = std::move(*r);
-    }
-    return path_report_in(c, host, std::move(got));
+    return path_report_in(c, host, take_path_report(c, header->type, payload));
   }
   depart(c);  // bytes it had no business sending yet
   close(c);

@@ -9,7 +9,7 @@ import time
 import unittest
 
 from harness import BIN, free_port
-from netns import Cluster, ClusterCase, ip
+from netns import Cluster, ClusterCase, ip, slurm_step_env
 
 TIMEOUT = 4.0
 HOSTS = 3
@@ -303,6 +303,191 @@ class Rehearsal(NcclInterfaces):
                          r"^h0, h1, h2 and h3 cannot reach h0, h1, h2 and h3 over eth1: "
                          r"no route to host .*\(8 of the connections tried\)$")
 
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKEN = "s3cret-of-this-job-0123456789abcdef"
+
+
+def relay_name(port, addr="h0", job="4242", token=TOKEN):
+    """The relay endpoint of a job with a token (src/rendezvous/relay.cc relay_endpoint):
+    only a token holder can compute it."""
+    import hashlib
+    import hmac
+    import struct
+    parts = [b"rankcheck relay endpoint 1", b"", b"", f"{job}\n{port}\n{addr}".encode()]
+    msg = b"".join(struct.pack("<I", len(p)) + p for p in parts)
+    mac = hmac.new(token.encode(), msg, hashlib.sha256).digest()
+    return f"rankcheck-relay/{os.geteuid()}/t/{mac[:16].hex()}"
+
+
+class OnPath(ClusterCase):
+    """What someone on the path cannot do with a job token (docs/security.md): h1 cannot
+    reach h0's NCCL ports (an outbound firewall on h1 drops the ephemeral range), and
+    an injector without the token rewrites the rehearsal's frames between h1's members
+    and the master, or takes h1's relay socket first. The job must never pass."""
+
+    HOSTS, PER_HOST = 2, 2
+    TIMEOUT = 6.0
+
+    def setUp(self):
+        super().setUp()
+        self.token = os.path.join(self.tmp.name, "token")
+        with open(self.token, "w") as f:
+            f.write(TOKEN + "\n")
+        os.chmod(self.token, 0o600)
+        self.cluster.up()
+        # h1 reaches the master's port (below the ephemeral range), never h0's listener.
+        firewall(self.cluster.ns[1], ["-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"],
+                 ["-A", "OUTPUT", "-m", "state", "--state", "ESTABLISHED,RELATED", "-j",
+                  "ACCEPT"],
+                 ["-A", "OUTPUT", "-p", "tcp", "--dport", "32768:60999", "-j", "DROP"],
+                 tool="iptables")
+
+    def helper(self, host, *args):
+        p = self.cluster.spawn(host, ["python3", os.path.join(HERE, "onpath.py"), *args],
+                               os.environ.copy())
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        return p
+
+    def divert(self, to_port, source_port):
+        """h1's connections to the master go to the injector on h1 (198.18.0.2:to_port),
+        all but the injector's own (from source_port): nat in h1's namespace."""
+        ns = self.cluster.ns[1]
+        for rule in ("add table ip rcnat",
+                     "add chain ip rcnat out { type nat hook output priority -100 ; }",
+                     f"add rule ip rcnat out ip daddr 198.18.0.1 tcp dport {self.port} "
+                     f"tcp sport != {source_port}-{source_port + 15} dnat to 198.18.0.2:{to_port}"):
+            firewall(ns, rule)
+
+    def run_job(self):
+        procs = {}
+        for r in range(self.cluster.n * self.PER_HOST):
+            argv = [BIN, "run", "--no-gpu", "--timeout", str(self.TIMEOUT), "--host-name",
+                    f"h{r // self.PER_HOST}", "--json", self.json(r)]
+            env = self.slurm_env(r, RANKCHECK_TOKEN_FILE=self.token)
+            procs[r] = (self.cluster.spawn(r // self.PER_HOST, argv, env), time.monotonic())
+        return self.wait_all(procs, self.TIMEOUT)
+
+    def never_passes(self, res):
+        for r, (rc, rep, out, err) in res.items():
+            self.assertNotEqual(rc, 0, f"rank {r} passed a job h1 cannot run: {out}{err}")
+
+    def test_a_rewritten_path_report_does_not_pass_a_blocked_job(self):
+        # Item 1: the injector rewrites h1's report of its connections to "all connected".
+        inj_port, src_port = free_port(), free_port()
+        self.divert(inj_port, src_port)
+        inj = self.helper(1, "tcp", f"198.18.0.2:{inj_port}", f"198.18.0.1:{self.port}",
+                          "report", str(src_port))
+        res = self.run_job()
+        inj.kill()
+        self.assertIn("rewrote a path report", inj.stdout.read())
+        self.never_passes(res)
+        self.assertIn("does not carry this job's token", res[0][3])
+        self.assertEqual(res[0][1]["findings"][0]["id"], "nccl-path-unproven")
+        self.assertEqual(res[0][1]["findings"][0]["hosts"], ["h1"])
+
+    def test_a_rewritten_path_plan_is_refused(self):
+        # Item 2: the injector points h1's plan at a forwarder on h0 (a port h1 may reach)
+        # that relays to h0's real listener, whose proof would then verify.
+        inj_port, src_port, fwd_port = free_port(), free_port(), free_port()
+        orig = os.path.join(self.tmp.name, "orig")
+        self.divert(inj_port, src_port)
+        fwd = self.helper(0, "forward", f"198.18.0.1:{fwd_port}", "@" + orig)
+        inj = self.helper(1, "tcp", f"198.18.0.2:{inj_port}", f"198.18.0.1:{self.port}",
+                          f"plan=198.18.0.1:{fwd_port}:{orig}", str(src_port))
+        res = self.run_job()
+        inj.kill()
+        fwd.kill()
+        self.assertIn("rewrote a path plan", inj.stdout.read())
+        self.never_passes(res)
+        said = "".join(res[r][2] + res[r][3] for r in (2, 3))
+        self.assertIn("path plan does not carry this job's token", said)
+        self.assertIn("nccl-path-unproven", [f["id"] for f in res[0][1]["findings"]])
+
+    def squat(self, name):
+        """A process of the same user, without the token, binds `name` on h1 before any
+        member, relays each member to the master on a connection of its own and
+        rewrites the path report."""
+        sq = self.helper(1, "relay", "@" + name, f"198.18.0.1:{self.port}", "report")
+        res = self.run_job()
+        sq.kill()
+        self.never_passes(res)
+        # The truth: h1 reaches no listener of h0 (said both ways round with two hosts).
+        blocked = [f for f in res[0][1]["findings"] if f["id"] == "nccl-path-blocked"]
+        self.assertTrue(blocked, res[0][1]["findings"])
+        self.assertIn("h1", {h for f in blocked for h in f["hosts"]})
+        return res
+
+    def test_a_relay_squatter_at_the_port_s_name_carries_nobody(self):
+        # Item 3, as reproduced: the name was guessable from the port alone.
+        self.squat(f"rankcheck-relay/{os.geteuid()}/{self.port}/h0")
+
+    def test_a_relay_squatter_at_the_token_s_name_is_not_proven(self):
+        # As if the name had leaked (ss -xl shows it once bound): the relay must prove
+        # the token to each member, and this one cannot.
+        res = self.squat(relay_name(self.port))
+        self.assertIn("did not prove this job's token", res[2][3] + res[3][3])
+
+
+class ListenerFlood(ClusterCase):
+    """Item 5: while a healthy job of h0-h2 rehearses, a few processes on h3 (not of the
+    job) flood h2's rehearsal listener (its port is visible in ss) with connections
+    they hold a moment and then reset. The listener's answers to the real probes are
+    not pushed out by them, and the job passes."""
+
+    HOSTS, PER_HOST = 4, 1
+    JOB_HOSTS = 3
+    TIMEOUT = 8.0
+    FLOOD = ("import socket, struct, sys, time\n"
+             "while True:\n"
+             "    held = []\n"
+             "    for _ in range(250):\n"
+             "        s = socket.socket()\n"
+             "        s.setblocking(False)\n"
+             "        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
+             "        s.connect_ex((sys.argv[1], int(sys.argv[2])))\n"
+             "        held.append(s)\n"
+             "    time.sleep(0.5)\n"
+             "    for s in held:\n"
+             "        s.close()\n")
+
+    def listener_port(self, host, wait=5.0):
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[host], "ss", "-ltnH"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            for line in out.splitlines():
+                local = line.split()[3]
+                if local.startswith(self.cluster.addr(host) + ":"):
+                    return int(local.rsplit(":", 1)[1])
+            time.sleep(0.05)
+        self.fail(f"no rehearsal listener on h{host}")
+
+    def test_a_flood_at_a_listener_does_not_fail_a_healthy_job(self):
+        self.cluster.up()
+        procs = {}
+
+        def start(r):
+            argv = [BIN, "run", "--no-gpu", "--timeout", str(self.TIMEOUT), "--host-name",
+                    f"h{r}", "--json", self.json(r)]
+            env = slurm_step_env(r, self.JOB_HOSTS, 1, self.port)
+            procs[r] = (self.cluster.spawn(r, argv, env), time.monotonic())
+        start(0)
+        start(2)
+        port = self.listener_port(2)
+        flood = [self.cluster.spawn(3, ["python3", "-c", self.FLOOD, self.cluster.addr(2),
+                                        str(port)], os.environ.copy(), stdout=subprocess.DEVNULL)
+                 for _ in range(8)]
+        time.sleep(1.0)  # the flood under way before the last rank joins
+        start(1)
+        res = self.wait_all(procs, self.TIMEOUT)
+        for p in flood:
+            p.kill()
+        ids = [f["id"] for f in res[0][1]["findings"]]
+        self.assertNotIn("nccl-path-blocked", ids, res[0][1]["findings"])
+        for r, (rc, rep, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        self.assertEqual({p["outcome"] for p in res[0][1]["paths"]}, {"connected"})
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,8 +10,9 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 3  # src/protocol/wire.h kProtocolVersion (3: records carry NCCL's data network)
+VERSION = 3  # src/protocol/wire.h kProtocolVersion (3: records carry NCCL's data network; path plans and reports are signed)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
+PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
 
 
@@ -182,3 +183,56 @@ class FakeMaster:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# The rehearsal's frames, as an on-path injector sees them (src/protocol/rehearsal_messages.cc).
+# Version 2: no tickets and no MAC; version 3: each target's nonce(16) and ticket(32),
+# and a trailing MAC(32) over the rest.
+
+def _str(b, at):
+    n, = struct.unpack_from("<I", b, at)
+    return b[at + 4:at + 4 + n], at + 4 + n
+
+
+def parse_plan(payload, version=VERSION):
+    """{"self_host", "identity", "per_conn", "total", "in_flight", "targets": [{host, address,
+    ifname, port, identity, rest}], "mac"} of a path plan's payload."""
+    self_host, = struct.unpack_from("<I", payload, 0)
+    identity, at = _str(payload, 4)
+    per_conn, total, in_flight, n = struct.unpack_from("<IIII", payload, at)
+    at += 16
+    targets = []
+    for _ in range(n):
+        host, = struct.unpack_from("<I", payload, at)
+        address, at = _str(payload, at + 4)
+        ifname, at = _str(payload, at)
+        port, = struct.unpack_from("<H", payload, at)
+        tid, at = _str(payload, at + 2)
+        rest = payload[at:at + 48] if version >= 3 else b""
+        at += len(rest)
+        targets.append(dict(host=host, address=address, ifname=ifname, port=port, identity=tid,
+                            rest=rest))
+    return dict(self_host=self_host, identity=identity, per_conn=per_conn, total=total,
+                in_flight=in_flight, targets=targets, mac=payload[at:])
+
+
+def encode_plan(p):
+    out = struct.pack("<I", p["self_host"]) + s(p["identity"])
+    out += struct.pack("<IIII", p["per_conn"], p["total"], p["in_flight"], len(p["targets"]))
+    for t in p["targets"]:
+        out += struct.pack("<I", t["host"]) + s(t["address"]) + s(t["ifname"])
+        out += struct.pack("<H", t["port"]) + s(t["identity"]) + t["rest"]
+    return out + p["mac"]
+
+
+def report_all_connected(payload, version=VERSION):
+    """A path report's payload with every outcome rewritten to "connected" (the MAC, if
+    any, left as it was: an injector has no token)."""
+    n, = struct.unpack_from("<I", payload, 0)
+    out, at = bytearray(payload[:4]), 4
+    for _ in range(n):
+        to, = struct.unpack_from("<I", payload, at)
+        _, connect_us = struct.unpack_from("<BI", payload, at + 4)
+        _, at = _str(payload, at + 9)
+        out += struct.pack("<IBI", to, 0, connect_us or 100) + s(b"")
+    return bytes(out) + payload[at:]
