@@ -326,6 +326,17 @@ void MasterState::set_paths(std::vector<Finding> findings, std::vector<PathTried
   report_.rehearsal_ran = true;
 }
 
+std::optional<Finding> MasterState::no_token_finding(const JobView& view) const {
+  if (cfg_.authenticated || cfg_.master_addr == kMpiMasterAddr || !spans_hosts(view.members)) {
+    return std::nullopt;
+  }
+  return make_finding(
+      FindingId::kNoJobToken,
+      "no job token on a job that spans hosts: whoever reaches MASTER_PORT can claim a rank, "
+      "pass or fail this job, and is handed the NCCL id; nothing in this report is "
+      "authenticated");
+}
+
 const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                                    std::vector<std::string> bound, const ProcessFacts& process) {
   if (decided_) return verdict_;
@@ -352,13 +363,7 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.refused_total = refused_total_;
   view.members = std::move(members_);
   if (!tracker_.clean()) report_.findings = run_checks(view);
-  if (!cfg_.authenticated && cfg_.master_addr != kMpiMasterAddr && spans_hosts(view.members)) {
-    report_.findings.push_back(make_finding(
-        FindingId::kNoJobToken,
-        "no job token on a job that spans hosts: whoever reaches MASTER_PORT can claim a rank, "
-        "pass or fail this job, and is handed the NCCL id; nothing in this report is "
-        "authenticated"));
-  }
+  if (auto f = no_token_finding(view)) report_.findings.push_back(std::move(*f));
   // A blocked path is the initiating failure: NCCL would hang on it.
   report_.findings.insert(report_.findings.begin(), path_findings_.begin(), path_findings_.end());
   report_signal();

@@ -107,6 +107,8 @@ class MasterState {
   double now_ms() const { return ms_between(cfg_.start, Clock::now()); }
 
  private:
+  /// The warning that a job over hosts without a token is not authenticated, where it is one.
+  std::optional<Finding> no_token_finding(const JobView& view) const;
   void count(const Record& rec, int by, bool master);
   bool smaller_world_complete() const;
   bool complete_up_to(long world) const;

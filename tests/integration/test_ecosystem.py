@@ -188,13 +188,25 @@ class Ecosystem(RankcheckTest):
         self.assertNotIn("rankcheck_nccl_init_seconds", families)  # --no-gpu
 
     def test_the_text_report_ends_with_the_suspect_hosts(self):
-        # Rank 1 claimed on two hosts: duplicate-rank leads, and names both.
+        # A host whose NCCL_SOCKET_IFNAME matches no interface of its own: a finding
+        # about that host leads, and the report ends with it.
+        master = self.rank(0, 3, host="gpu-01")
+        self.rank(1, 3, host="gpu-02", NCCL_SOCKET_IFNAME="=nosuch0")
+        self.rank(2, 3, host="gpu-02", NCCL_SOCKET_IFNAME="=nosuch0")
+        self.finish()
+        self.assertEqual(master.rc, 3)
+        self.assertEqual(master.out.splitlines()[-1], "  suspect hosts: gpu-02")
+
+    def test_a_job_wide_error_ends_with_no_suspect_hosts(self):
+        # Rank 1 claimed twice: a configuration every process shares, not a host's
+        # fault. No host is named to drain or exclude.
         master = self.rank(0, 3, host="gpu-01")
         self.rank(1, 3, host="gpu-01")
         self.rank(1, 3, host="gpu-02")
         self.finish()
         self.assertEqual(master.rc, 3)
-        self.assertEqual(master.out.splitlines()[-1], "  suspect hosts: gpu-[01-02]")
+        self.assertEqual(master.report["suspect_hosts"], "")
+        self.assertNotIn("suspect hosts:", master.out)
 
     def test_a_passing_job_leaves_an_empty_exclude_file_and_passing_metrics(self):
         with open(self.path("exclude"), "w") as f:

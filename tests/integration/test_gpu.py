@@ -25,7 +25,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, RankcheckTest, clean_env, free_port
+from harness import BIN, RankcheckTest, clean_env, free_port, job_findings
 
 FAKE = os.environ.get("RANKCHECK_FAKE_GPU", os.path.join(os.path.dirname(BIN), "tests/libfakegpu.so"))
 REAL_NCCL = os.environ.get("RANKCHECK_REAL_NCCL", "")
@@ -85,7 +85,7 @@ class GpuStage(RankcheckTest):
         self.finish()
         self.assertExit(procs.values(), 0)
         rep = procs[0].report
-        self.assertEqual(rep["findings"], [])
+        self.assertEqual(job_findings(rep), [])
         self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
         results = rep["stage_results"]
         self.assertEqual([r["rank"] for r in results], [0, 1, 2, 3])
@@ -148,7 +148,7 @@ class GpuStage(RankcheckTest):
         self.finish()
         self.assertExit(procs.values(), 3)
         rep = procs[0].report
-        self.assertEqual([f["id"] for f in rep["findings"]], ["duplicate-gpu"])
+        self.assertEqual([f["id"] for f in job_findings(rep)], ["duplicate-gpu"])
         f = rep["findings"][0]
         self.assertEqual(f["ranks"], [0, 1, 2, 3])
         self.assertIn(gpus(0, 4).split(",")[1], f["message"])
@@ -238,7 +238,7 @@ class GpuStage(RankcheckTest):
         self.finish()
         self.assertExit(nodes, 0)
         rep = nodes[0].report
-        self.assertEqual(rep["findings"], [])
+        self.assertEqual(job_findings(rep), [])
         self.assertEqual(rep["ranks_joined"], 8)
         self.assertEqual([r["rank"] for r in rep["stage_results"]], list(range(8)))
         self.assertTrue(all(r["got"] == 36 for r in rep["stage_results"]))  # 1+...+8
@@ -396,7 +396,7 @@ class GpuStage(RankcheckTest):
                          for r in range(2)}
                 self.finish(procs.values())
                 self.assertExit(procs.values(), 0)
-                self.assertEqual(procs[0].report["findings"], [])
+                self.assertEqual(procs[0].job_findings(report), [])
                 self.assertGreater(procs[0].report["stage_results"][1]["bandwidth"]["busbw_gbps"], 0)
                 self.procs.clear()
 
@@ -734,7 +734,7 @@ class GpuStage(RankcheckTest):
         rep = procs[0].report
         self.assertEqual({r["nccl_net"] for r in rep["stage_results"]}, {"Socket"})
         self.assertEqual(self.left_behind(), [])
-        self.assertEqual(rep["findings"], [])
+        self.assertEqual(job_findings(rep), [])
 
     def node(self, node, env, *extra):
         args = ["run", "--timeout", str(self.timeout), "--nproc-per-node", "4", "--nnodes", "2",

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import RankcheckTest, free_port
+from harness import RankcheckTest, free_port, job_findings
 from test_gpu import FAKE, gpus, stage_built
 
 
@@ -87,7 +87,7 @@ class StageMaster(RankcheckTest):
                 procs = self.two_hosts("3", extra=extra)
                 self.assertExit(procs.values(), 0)
                 rep = procs[0].report
-                self.assertEqual(rep["findings"], [])
+                self.assertEqual(job_findings(rep), [])
                 results = {r["rank"]: r for r in rep["stage_results"]}
                 self.assertEqual(sorted(results), [0, 1, 2, 3])
                 self.assertTrue(results[2]["allreduce_ok"])

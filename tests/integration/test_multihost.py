@@ -6,7 +6,7 @@ import subprocess
 import time
 import unittest
 
-from harness import BIN
+from harness import BIN, job_findings
 from netns import ClusterCase
 
 TIMEOUT = 4.0
@@ -39,7 +39,11 @@ class MultiHost(ClusterCase):
         for r, (rc, rep, out, err) in res.items():
             self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
         master = res[0][1]
-        self.assertEqual(master["findings"], [])
+        self.assertEqual(job_findings(master), [])
+        # Without a token, a job over hosts is told so with its findings, not only on stderr.
+        self.assertEqual([(f["id"], f["severity"]) for f in master["findings"]],
+                         [("no-job-token", "warning")])
+        self.assertEqual(master["verdict"], "pass")
         self.assertEqual(master["master"]["addr"], "h0")
         self.assertEqual(master["master"]["bound"], ["198.18.0.1"])
         peers = sorted({m["peer"].rsplit(":", 1)[0] for m in master["members"]})
@@ -52,7 +56,7 @@ class MultiHost(ClusterCase):
         for r, (rc, rep, out, err) in res.items():
             self.assertEqual(rc, 3, f"rank {r}: {out}{err}")
         master = res[0][1]
-        self.assertEqual([f["id"] for f in master["findings"]], ["master-addr-loopback"])
+        self.assertEqual([f["id"] for f in job_findings(master)], ["master-addr-loopback"])
         f = master["findings"][0]
         self.assertEqual((f["ranks"], f["hosts"]), ([0], ["h0"]))
         self.assertIn("resolves to 127.0.1.1 (loopback) on the master's host h0", f["message"])
@@ -82,7 +86,7 @@ class MultiHost(ClusterCase):
         master = res[0][1]
         for r, (rc, rep, out, err) in res.items():
             self.assertEqual(rc, 4, f"rank {r}: {out}{err}")
-        self.assertEqual([f["id"] for f in master["findings"]], ["missing-rank"])
+        self.assertEqual([f["id"] for f in job_findings(master)], ["missing-rank"])
         f = master["findings"][0]
         self.assertEqual((f["ranks"], f["hosts"]), ([2, 3], ["h1"]))
         self.assertEqual(f["message"], "h1 never joined: all 2 of its ranks (2-3) are missing")

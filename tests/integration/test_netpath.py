@@ -8,7 +8,7 @@ import subprocess
 import time
 import unittest
 
-from harness import BIN, free_port
+from harness import BIN, free_port, job_findings
 from netns import Cluster, ClusterCase, ip, slurm_step_env
 
 TIMEOUT = 4.0
@@ -40,7 +40,7 @@ class NcclInterfaces(ClusterCase):
         return {r: (rc, rep, out + err) for r, (rc, rep, out, err) in res.items()}
 
     def ids(self, res):
-        return [f["id"] for f in res[0][1]["findings"]]
+        return [f["id"] for f in job_findings(res[0][1])]
 
     def test_healthy_each_host_on_its_own_address(self):
         res = self.run_job()

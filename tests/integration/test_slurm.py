@@ -35,7 +35,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, GRACE, clean_env, free_port
+from harness import BIN, GRACE, clean_env, free_port, job_findings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAUNCHERS = os.path.normpath(os.path.join(HERE, "../../launchers/slurm"))
@@ -350,7 +350,7 @@ class Step:
 
 
 def ids(report):
-    return [f["id"] for f in report["findings"]]
+    return [f["id"] for f in job_findings(report)]
 
 
 def finding(report, fid):
@@ -472,7 +472,7 @@ class Slurm(unittest.TestCase):
         self.assertTrue(master["authenticated"])
         self.assertIn("authenticated with the job token", job.out)
         self.assertEqual(os.listdir(tmpdir), [])
-        self.assertEqual(master["findings"], [])
+        self.assertEqual(job_findings(master), [])
         self.assertEqual(master["decided"], "all-joined")
         self.assertEqual(sorted(m["rank"] for m in master["members"]), list(range(8)))
         hosts = self.assertHosts(master["members"], 4)
@@ -536,7 +536,7 @@ class Slurm(unittest.TestCase):
         self.assertIn("PASS — 8 ranks of 8 joined", step.out)
         master = step.report("rank0")
         self.assertEqual((master["verdict"], master["exit_code"]), ("pass", 0))
-        self.assertEqual(master["findings"], [])
+        self.assertEqual(job_findings(master), [])
         self.assertEqual(master["decided"], "all-joined")
         members = master["members"]
         self.assertEqual(sorted(m["rank"] for m in members), list(range(8)))
@@ -644,7 +644,7 @@ class Slurm(unittest.TestCase):
         self.assertLess(step.elapsed, 10, "a healthy job does not wait for the deadline")
         self.assertIn("PASS — 8 ranks of 8 joined", step.out)
         master = step.report("node0")
-        self.assertEqual((master["verdict"], master["findings"]), ("pass", []))
+        self.assertEqual((master["verdict"], job_findings(master)), ("pass", []))
         members = sorted(master["members"], key=lambda m: m["rank"])
         self.assertEqual([(m["rank"], m["nranks"], m["node_rank"], m["world_size"],
                            m["local_world_size"]) for m in members],

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port, readme_command, save_reports
+from harness import BIN, clean_env, free_port, readme_command, save_reports, job_findings
 
 TORCHRUN = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
 PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/preflight.sh")
@@ -89,7 +89,7 @@ class Torchrun(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         master = self.report(0)
         self.assertEqual(master["exit_code"], 3)
-        self.assertEqual([f["id"] for f in master["findings"]], ["nccl-ifname-missing"])
+        self.assertEqual([f["id"] for f in job_findings(master)], ["nccl-ifname-missing"])
         self.assertEqual(master["findings"][0]["ranks"], [0, 1, 2])
         self.assertEqual(self.report(2)["exit_code"], 3)
 
@@ -128,7 +128,7 @@ class Torchrun(unittest.TestCase):
             self.assertIn("torchrun not started", err)
         with open(os.path.join(self.tmp, "node0.json")) as f:
             master = json.load(f)
-        self.assertEqual([f["id"] for f in master["findings"]], ["world-size-mismatch"])
+        self.assertEqual([f["id"] for f in job_findings(master)], ["world-size-mismatch"])
         self.assertEqual(os.listdir(marks), [])
 
 

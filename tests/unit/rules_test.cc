@@ -34,7 +34,8 @@ TEST_CASE("missing-rank: a rank absent from a host that sent the others") {
   CHECK(f.hint ==
         "the process for that rank on gpu-02 was not started or died early: compare the "
         "launcher's task count on gpu-02 with --ntasks-per-node / --nproc-per-node, and check "
-        "its log");
+        "its log; a process given another MASTER_ADDR or MASTER_PORT than node01:29500 waits "
+        "for a master that is not there: compare them in its log");
 }
 
 TEST_CASE("missing-rank: a whole host is one finding that names it (Slurm node list)") {
@@ -51,7 +52,9 @@ TEST_CASE("missing-rank: a whole host is one finding that names it (Slurm node l
   CHECK(f.ranks == Ranks{8, 9, 10, 11, 12, 13, 14, 15});
   CHECK(f.hint ==
         "gpu-02 did not start the job, or cannot reach the master at node01:29500: check that it "
-        "is up, resolves MASTER_ADDR and reaches that port");
+        "is up, resolves MASTER_ADDR and reaches that port; a process given another "
+        "MASTER_ADDR or MASTER_PORT than node01:29500 waits for a master that is not there: "
+        "compare them in its log");
 }
 
 TEST_CASE("missing-rank: Slurm cyclic distribution attributes ranks round-robin") {
