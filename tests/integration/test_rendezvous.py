@@ -31,7 +31,7 @@ class Rendezvous(RankcheckTest):
         for p in procs.values():
             self.assertLess(p.elapsed, self.timeout / 3, p.name)
         self.assertIn("PASS — 8 ranks of 8 joined", procs[0].out)
-        self.assertRegex(procs[5].out, r"rankcheck: PASS: 8 ranks joined; this is rank 5 on h1")
+        self.assertRegex(procs[5].out, r"rankcheck: PASS: 8 ranks joined, 1 warning; this is rank 5 on h1")
         self.assertEqual(procs[5].report["role"], "member")
 
     def test_master_port_is_free_for_the_training_job_right_after(self):
@@ -223,7 +223,9 @@ class Rendezvous(RankcheckTest):
                       missing["hint"])
         f = procs[0].finding("foreign-job")
         self.assertEqual((f["severity"], f["ranks"]), ("warning", [2]))
-        self.assertEqual(procs[0].report["suspect_hosts"], procs[0].report["master"]["host"])
+        # The missing rank's host is not known (no node list), and the other job's
+        # process is no evidence about a host: no host is suspected.
+        self.assertEqual(procs[0].report["suspect_hosts"], "")
         self.assertEqual(len(procs[0].report["members"]), 3)  # never counted
 
     def test_several_rank_0s_without_a_job_id_report_the_duplicate(self):
@@ -536,7 +538,7 @@ class WhatTheLauncherStarted(RankcheckTest):
         self.assertNotIn("late-start", ids)
         f = master.finding("clock-skew")
         self.assertEqual(f["hosts"], ["h3"])
-        self.assertRegex(f["message"], r"^h3's clock is about 30\d\.\d\d s ahead of the "
+        self.assertRegex(f["message"], r"^h3's clock is about 30\d(\.\d\d)? s ahead of the "
                                        r"master's \(h0\)")
 
     def test_a_late_rank_0_is_named_with_how_late_it_was(self):
