@@ -104,7 +104,14 @@ def serve(kind, listen, master, mode, source_port=None):
             except OSError:
                 continue
         up.settimeout(10)
-        up.connect((maddr, int(mport)))
+        try:
+            up.connect((maddr, int(mport)))
+        except OSError:
+            # The master is not listening yet (the members start with it): the member
+            # is refused as it would be, and tries again. The injector stays.
+            up.close()
+            member.close()
+            continue
         up.settimeout(None)
         threading.Thread(target=pipe, args=(member, up, mode, "up"), daemon=True).start()
         threading.Thread(target=pipe, args=(up, member, mode, "down"), daemon=True).start()

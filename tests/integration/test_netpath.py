@@ -320,10 +320,6 @@ def relay_name(port, addr="h0", job="4242", token=TOKEN):
     return f"rankcheck-relay/{os.geteuid()}/t/{mac[:16].hex()}"
 
 
-@unittest.skipUnless(os.environ.get("RANKCHECK_ONPATH_TESTS") == "1",
-                     "timing-dependent in the merged tree (a member on h1 sometimes never reaches "
-                     "the diverted master, or the real relay binds the name before the squatter): "
-                     "run with RANKCHECK_ONPATH_TESTS=1; tracked in issue 27")
 class OnPath(ClusterCase):
     """What someone on the path cannot do with a job token (docs/security.md): h1 cannot
     reach h0's NCCL ports (an outbound firewall on h1 drops the ephemeral range), and
