@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +24,47 @@
 namespace rankcheck {
 
 namespace {
+
+// "PATH.rankcheck-HOST-": the start of this host's temporaries beside PATH.
+std::string temporary_prefix(const std::string& path) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string name(host);
+  std::replace(name.begin(), name.end(), '/', '_');
+  return fmt::format("{}.rankcheck-{}-", path, name);
+}
+
+// Removes this host's temporaries beside PATH whose process no longer runs (a run
+// killed between writing and renaming). Another host's, or a live process's, stay.
+void remove_stale_temporaries(const std::string& own) {
+  auto slash = own.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : own.substr(0, slash);
+  std::string start = slash == std::string::npos ? own : own.substr(slash + 1);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name.substr(0, start.size()) != start) continue;
+    std::string_view rest = name.substr(start.size());  // PID.XXXXXX
+    auto dot = rest.find('.');
+    if (dot == std::string_view::npos || dot == 0 || rest.size() - dot != 7) continue;
+    long pid = 0;
+    bool digits = true;
+    for (char c : rest.substr(0, dot)) {
+      digits = digits && c >= '0' && c <= '9';
+      pid = pid * 10 + (c - '0');
+      if (pid > (1L << 30)) digits = false;
+    }
+    if (!digits || pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    std::string full = dir + "/" + std::string(name);
+    struct stat st {};
+    if (::lstat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) {
+      ::unlink(full.c_str());
+    }
+  }
+  ::closedir(d);
+}
 
 bool write_all_fd(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -156,7 +199,11 @@ Status write_report_file(const std::string& path,
   // of its own, then renamed over it. Two processes that claim the same {rank}
   // each leave a whole report, the later one; a reader never sees half of one.
   // A symbolic link at PATH is replaced, never followed.
-  std::string tmp = path + ".XXXXXX";
+  // Its name says whose it is (host, pid): a run killed between the two steps leaves
+  // it behind, and the next run on this host removes those whose process is gone.
+  const std::string own = temporary_prefix(path);
+  remove_stale_temporaries(own);
+  std::string tmp = fmt::format("{}{}.XXXXXX", own, ::getpid());
   std::string pattern = tmp;
   int fd = open_with_spare([&tmp, &pattern] {
     tmp = pattern;  // mkstemp fills in the X's, failed or not

@@ -216,6 +216,31 @@ class DiagnoseBounds(unittest.TestCase):
 
 class Outputs(unittest.TestCase):
 
+    def test_a_killed_runs_temporary_is_removed_by_the_next_run(self):
+        # A SIGKILL between writing the temporary and renaming it left it behind, for
+        # good. The next run on this host removes its own host's whose process is gone.
+        import socket
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        host = socket.gethostname()
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "report.json")
+            stale = f"{report}.rankcheck-{host}-{dead.pid}.a1b2c3"
+            live = f"{report}.rankcheck-{host}-{os.getpid()}.d4e5f6"
+            other = f"{report}.rankcheck-not-{host}-{dead.pid}.a1b2c3"
+            for path in (stale, live, other):
+                with open(path, "w") as f:
+                    f.write("{")
+            r = subprocess.run([BIN, "local", "-n", "1", "--no-gpu", "--timeout", "20",
+                                "--json", report], env=clean_env(), capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertFalse(os.path.exists(stale), "a dead process's temporary stays")
+            self.assertTrue(os.path.exists(live), "a live process's temporary was removed")
+            self.assertTrue(os.path.exists(other), "another host's temporary was removed")
+            self.assertEqual(sorted(os.listdir(tmp)),
+                             sorted(os.path.basename(p) for p in (report, live, other)))
+
     def test_a_fifo_at_metrics_is_refused_and_the_report_is_kept(self):
         # open(O_WRONLY) blocked until the watchdog ended a passing job with exit 4, the
         # text report lost.
