@@ -369,7 +369,7 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
                              const WaitProgress& progress) {
   std::optional<NcclRoots> roots;  // a scalable init's, sent ahead of the go verdict
   auto next_progress = Deadline::after(progress.every);
-  bool planned = false;            // one path plan per connection, at most
+  bool planned = false;  // one path plan per connection, at most
   while (true) {
     auto frame = socket.read_frame(progress.say ? deadline.sooner(next_progress) : deadline);
     if (!frame && frame.error().fault == Fault::kTimeout && progress.say && !deadline.expired()) {
