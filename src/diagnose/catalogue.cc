@@ -31,6 +31,12 @@ constexpr Pattern kCatalogue[] = {
     {"rankcheck_report_finding", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
      "\xE2\x9C\x97 ", R"(^\s*\xE2\x9C\x97 ([a-z0-9-]+)(?::\s|\s{2,})(.*)$)", "id,detail",
      "src/report/report.cc render_finding"},
+    {"rankcheck_suspect_hosts", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
+     "suspect hosts: ", R"(^\s*suspect hosts: (\S+)\s*$)", "host",
+     "src/report/report.cc render_text, render_member_text"},
+    {"rankcheck_cannot_run", "rankcheck", kSetup, kInitiating, F::kIdentityInvalid,
+     "rankcheck: cannot run: ", R"(rankcheck: cannot run: (.*)$)", "detail",
+     "src/app/output.cc usage_problems"},
 
     // -- a rank's own setup: initiating wherever it appears ---------------------
     {"nccl_duplicate_gpu", "NCCL", kSetup, kInitiating, F::kDuplicateGpu, "Duplicate GPU detected",
@@ -283,6 +289,7 @@ std::vector<LineField> parse_extracts(std::string_view extracts) {
       {"enqueued", LineField::kEnqueued},
       {"detail", LineField::kDetail},
       {"id", LineField::kId},
+      {"fix", LineField::kFix},
   };
   std::vector<LineField> out;
   while (!extracts.empty()) {

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
+#include "base/hostlist.h"
 #include "base/text.h"
 #include "diagnose/builder.h"
 #include "diagnose/internal.h"
@@ -99,13 +101,44 @@ std::string op_text(const std::pair<long, std::string>& op) {
   return fmt::format("SeqNum {}{}", op.first, op.second.empty() ? "" : " (" + op.second + ")");
 }
 
-// 1. rankcheck's own verdict leads the report: it was decided already.
+// The ranks a rankcheck message names ("ranks 6-7 never joined", "rank 0 on vm
+// says 2; rank 1 on vm says 3"): its own rank lists, at most kMaxRanks of them.
+std::set<long> ranks_named(const std::string& text) {
+  constexpr size_t kMaxRanks = 4096;
+  static const std::regex kList(R"(\branks? ([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*))");
+  std::set<long> out;
+  for (std::sregex_iterator it(text.begin(), text.end(), kList), end; it != end; ++it) {
+    std::string list = (*it)[1].str();
+    for (size_t from = 0; from < list.size() && out.size() < kMaxRanks;) {
+      size_t comma = std::min(list.find(',', from), list.size());
+      std::string run = list.substr(from, comma - from);
+      size_t dash = run.find('-');
+      long lo = number(run.substr(0, dash));
+      long hi = dash == std::string::npos ? lo : number(run.substr(dash + 1));
+      for (long r = lo; r >= 0 && r <= hi && out.size() < kMaxRanks; ++r)
+        out.insert(r);
+      from = comma + 1;
+    }
+  }
+  return out;
+}
+
+// 1. rankcheck's own verdict leads the report: it was decided already. Its fix is
+// the report's own (it names hosts and values), its hosts the report's suspects
+// (none for a job-wide error, as `rankcheck run` names none).
 void add_verdict(Builder& b, const Knowledge& k) {
   if (!k.rankcheck) return;
-  const FindingKind* kind = find_finding_kind(k.rankcheck->first);
-  DiagFinding& f = b.add(kind->id, "rankcheck reported: " + k.rankcheck->second.detail, true,
-                         k.rankcheck->second);
+  const Knowledge::Verdict& v = *k.rankcheck;
+  const FindingKind* kind = find_finding_kind(v.id);
+  DiagFinding& f = b.add(kind->id, "rankcheck reported: " + v.note.detail, true, v.note, v.fix);
   f.order = 0;
+  auto suspects = k.suspects.find(v.source);
+  if (suspects == k.suspects.end()) suspects = k.suspects.begin();
+  std::set<std::string> hosts;
+  if (suspects != k.suspects.end()) {
+    if (auto names = expand_hostlist(suspects->second)) hosts.insert(names->begin(), names->end());
+  }
+  attach(f, ranks_named(v.note.detail), hosts, {});
 }
 
 // 1. Ranks that waited for different world sizes are a setup error of their own,

@@ -61,6 +61,7 @@ enum class LineField : uint8_t {
   kEnqueued,
   kDetail,
   kId,
+  kFix,  ///< the fix a rankcheck report printed under its finding
   kCount,
 };
 inline constexpr size_t kLineFieldCount = static_cast<size_t>(LineField::kCount);

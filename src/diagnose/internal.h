@@ -92,6 +92,9 @@ inline constexpr size_t kEvidenceShort = 300;
 inline constexpr uint64_t kLongTextBudget = uint64_t{32} << 20;
 /// A field pulled out of a line (a host, a message) is cut to this many bytes.
 inline constexpr size_t kFieldBytes = 400;
+/// rankcheck's own finding (its message, its fix), joined from its wrapped lines, is
+/// cut to this many bytes: rankcheck prints a message of 4 KiB at most.
+inline constexpr size_t kVerdictBytes = 4096;
 
 /// One matched message: its row, what it pulled out, who printed it, where.
 struct Match {
@@ -214,8 +217,18 @@ struct Knowledge {
     std::string reason;
   };
   std::vector<External> external;
-  std::optional<std::pair<std::string, Note>> rankcheck;  ///< its first verdict's id
-  std::map<long, long> world_by_rank;                     ///< the world size each rank waited for
+  /// rankcheck's own verdict: the first that names a known finding, with the fix
+  /// its report printed and the suspect hosts of the same file.
+  struct Verdict {
+    std::string id;
+    Note note;
+    std::string fix;
+    uint32_t source = 0;
+  };
+  std::optional<Verdict> rankcheck;
+  /// The first "suspect hosts: h[0-2]" line of each file, as printed.
+  std::map<uint32_t, std::string> suspects;
+  std::map<long, long> world_by_rank;  ///< the world size each rank waited for
   long world = -1, joined = -1;
   long most_joined = -1;                     ///< the most any wait said had joined
   std::optional<Note> absent_first;          ///< the first "waited for peers" message

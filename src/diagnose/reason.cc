@@ -270,14 +270,20 @@ void Knowledge::on_host_fact(const Match& m, const Pattern& row, const Origin& o
   }
 }
 
-// rankcheck's own verdict: the first one that names a known finding.
+// rankcheck's own verdict: the first one that names a known finding; and the
+// suspect hosts its report ended with.
 void Knowledge::on_verdict(const Match& m, Note note) {
   rankcheck_seen = true;
+  if (catalogue()[m.row].name == "rankcheck_suspect_hosts") {
+    if (suspects.size() < kMaxHostLogs) suspects.emplace(m.source, m.get(LineField::kHost));
+    return;
+  }
   std::string id = m.get(LineField::kId);
   if (id.empty()) id = "missing-rank";
   if (!find_finding_kind(id) || rankcheck) return;
-  note.detail = printable(m.get(LineField::kDetail), 400);
-  rankcheck = std::make_pair(id, std::move(note));
+  // Whole: the scanner joined a report's wrapped lines (kVerdictBytes at most).
+  note.detail = m.get(LineField::kDetail);
+  rankcheck = Verdict{id, std::move(note), m.get(LineField::kFix), m.source};
 }
 
 // A rank's own setup is wrong: grouped by finding, with every rank it names.

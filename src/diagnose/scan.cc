@@ -163,6 +163,14 @@ struct Scanner::State {
   size_t entry_row = 0;
   long last_rank = -2, last_local = -2;
   std::vector<uint8_t> seen_ranks, seen_locals;  // per source
+  // A finding of rankcheck's own report, held while its wrapped lines follow: the
+  // message goes on in lines indented past its mark, then "fix:" and the fix's.
+  struct Wrapped {
+    bool open = false, in_fix = false;
+    Match m;
+    size_t margin = 0;  // the column of its mark (✗ or !) after the line's prefix
+    long rank = -1, local_rank = -1;
+  } wrapped;
 
   State() {
     for (const Pattern& p : rows) {
@@ -220,6 +228,48 @@ struct Scanner::State {
       ++matched;
     }
     entry = TableEntry{};
+  }
+
+  void flush_wrapped() {
+    if (!wrapped.open) return;
+    wrapped.open = false;
+    k.add(wrapped.m);
+  }
+
+  // The column of a line's text after its launchers' prefixes: the blanks the
+  // prefix parser passed over before the body, and those that begin it.
+  static size_t indent_of(std::string_view line, size_t body) {
+    size_t n = 0;
+    for (size_t i = body; i > 0 && line[i - 1] == ' '; --i)
+      ++n;
+    for (size_t i = body; i < line.size() && line[i] == ' '; ++i)
+      ++n;
+    return n;
+  }
+
+  // A line that goes on with the held finding of a rankcheck report: true when it
+  // was one (and is added to the finding's message or fix).
+  bool wrapped_line(std::string_view line, const Prefix& prefix) {
+    if (!wrapped.open) return false;
+    std::string_view t = trim(line.substr(prefix.body));
+    bool same = prefix.rank == wrapped.rank && prefix.local_rank == wrapped.local_rank;
+    if (!same || t.empty() || indent_of(line, prefix.body) <= wrapped.margin ||
+        t.starts_with("\xE2\x9C\x97 ") || t.starts_with("! ")) {
+      flush_wrapped();
+      return false;
+    }
+    LineField to = LineField::kDetail;
+    if (t.starts_with("fix:")) {
+      wrapped.in_fix = true;
+      t = trim(t.substr(4));
+    }
+    if (wrapped.in_fix) to = LineField::kFix;
+    std::string& field = wrapped.m.field[static_cast<size_t>(to)];
+    if (field.size() < kVerdictBytes) {
+      if (!field.empty()) field += ' ';
+      field += printable(t, kVerdictBytes - field.size());
+    }
+    return true;
   }
 
   // A line inside torchrun's table: true when it was one of the table's own.
@@ -304,7 +354,8 @@ struct Scanner::State {
       for (size_t g = 0; g < names.size() && g + 1 < sm.size(); ++g) {
         // Log text is hostile: what a field holds is escaped once, here.
         if (sm[g + 1].matched)
-          m.field[static_cast<size_t>(names[g])] = printable(sm[g + 1].str(), kFieldBytes);
+          m.field[static_cast<size_t>(names[g])] = printable(
+              sm[g + 1].str(), p.cls == MessageClass::kRankcheck ? kVerdictBytes : kFieldBytes);
       }
       return true;
     }
@@ -370,8 +421,17 @@ struct Scanner::State {
     // Once per line, however many processes' segments in it match.
     if (line_text.empty()) line_text = printable(trim(line), kEvidenceBytes);
     m.text = line_text;
-    k.add(m);
     ++matched;
+    if (rows[m.row].name == "rankcheck_report_finding") {
+      flush_wrapped();
+      wrapped = {.open = true,
+                 .m = std::move(m),
+                 .margin = indent_of(line, static_cast<size_t>(seg.data() - line.data())),
+                 .rank = prefix.rank,
+                 .local_rank = prefix.local_rank};
+      return;
+    }
+    k.add(m);
   }
 
   void line(std::string_view text) {
@@ -400,6 +460,7 @@ struct Scanner::State {
     }
     if (!prefix.host.empty() && k.hosts_seen.size() < 4096) k.hosts_seen.emplace(prefix.host);
     std::string_view body = text.substr(prefix.body);
+    if (wrapped_line(text, prefix)) return;
     if (table_line(body)) return;
     Prefilter::Mask hits{};
     bool any_hit = prefilter.scan(body, hits);
@@ -424,6 +485,7 @@ Scanner::~Scanner() = default;
 
 void Scanner::begin_source(std::string name) {
   s_->flush_entry();
+  s_->flush_wrapped();
   s_->in_table = false;
   s_->from_path = path_origin(name);
   s_->k.sources.push_back(std::move(name));
@@ -449,6 +511,7 @@ void Scanner::skipped(std::string name) {
 
 Diagnosis Scanner::finish() {
   s_->flush_entry();
+  s_->flush_wrapped();
   Diagnosis d = s_->k.conclude();
   d.files = s_->k.sources.size();
   d.lines = s_->seq;

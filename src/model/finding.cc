@@ -291,6 +291,10 @@ constexpr FindingKind kCatalog[] = {
      "/dev/shm is too small for NCCL (a container's default is 64 MB): run the container with "
      "--ipc=host or --shm-size, or mount an emptyDir of medium Memory at /dev/shm",
      kHostCfg},
+    {kIdentityInvalid, "identity-invalid", kE, ec::kMismatch,
+     "give every process its rank, the world size and rank 0's address (RANK, WORLD_SIZE, "
+     "MASTER_ADDR, MASTER_PORT, or the launcher's own variables): the line shown names what was "
+     "missing or wrong; `rankcheck env` in the job's environment shows every source it reads"},
     {kUnexplainedError, "unexplained-error", kE, ec::kIncomplete,
      "no message rankcheck knows explains this failure: read the lines shown, from the first; "
      "the rank and host named printed the first of them",

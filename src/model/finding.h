@@ -113,6 +113,7 @@ enum class FindingId {
   kCudaError,
   kNcclNetworkError,
   kSharedMemoryExhausted,
+  kIdentityInvalid,
   kUnexplainedError,
 };
 

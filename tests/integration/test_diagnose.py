@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env
+from harness import BIN, RankcheckTest, clean_env
 
 LOGS = os.path.normpath(os.path.join(os.path.dirname(__file__), "../fixtures/logs"))
 
@@ -131,6 +131,87 @@ class Reasoning(unittest.TestCase):
         first = report["findings"][0]
         self.assertEqual(first["id"], "gpu-out-of-memory")
         self.assertIn("local rank 1", first["message"])
+
+
+class OwnReports(RankcheckTest):
+    """diagnose of rankcheck's own text reports, from real runs: the finding it
+    leads with is the one the run's JSON report leads with, whole (a wrapped
+    message, its fix, its ranks and its suspect hosts)."""
+
+    timeout = 3.0
+
+    def log_of(self, proc, prefix=""):
+        """The process's output as a job log has it (stderr and stdout), each line
+        behind `prefix` (srun --label's "0: ")."""
+        path = os.path.join(self.tmp.name, f"{proc.name}.log")
+        with open(path, "w") as f:
+            for line in (proc.err + proc.out).splitlines():
+                f.write(prefix + line + "\n")
+        return path
+
+    def diagnosed(self, path):
+        r = run(["--json", path])
+        report = json.loads(r.stdout)
+        self.assertEqual(report["exit_code"], r.returncode)
+        return r.returncode, report["findings"][0]
+
+    def assertSame(self, diagnosed, report, fix=True):
+        """The diagnosed finding is the report's first, its hosts the suspect hosts."""
+        finding = job_first(report)
+        self.assertEqual(diagnosed["id"], finding["id"])
+        self.assertEqual(diagnosed["message"], "rankcheck reported: " + finding["message"])
+        if fix:
+            self.assertEqual(diagnosed["hint"], finding["hint"])
+        self.assertEqual(",".join(diagnosed["hosts"]), report["suspect_hosts"],
+                         diagnosed["message"])
+
+    def test_a_wrapped_finding_is_read_whole_with_its_own_fix(self):
+        master = self.rank(0, 2, host="h0", extra=["--color", "never"])
+        member = self.rank(1, 3, host="h1", extra=["--color", "never"])
+        self.finish()
+        self.assertExit([master, member], 3)
+        want = master.finding("world-size-mismatch")
+        self.assertNotIn(want["message"], master.out, "the text report wraps it")
+        for prefix in ("", "0: "):
+            with self.subTest(prefix=prefix):
+                code, got = self.diagnosed(self.log_of(master, prefix))
+                self.assertEqual(code, 3)
+                self.assertSame(got, master.report)
+                self.assertIn("rank 1 on h1 says 3", got["message"])
+                self.assertEqual(got["ranks"], [0, 1])
+                self.assertEqual(got["hosts"], [], "job-wide: no suspect host")
+        # A member's one line carries the same message (its fix is the master's).
+        code, got = self.diagnosed(self.log_of(member))
+        self.assertEqual(code, 3)
+        self.assertSame(got, master.report, fix=False)
+
+    def test_the_suspect_hosts_of_a_report_are_its_findings_hosts(self):
+        # Two processes on h1 both claim local rank 0: h1's setup, h1 the suspect.
+        procs = [self.rank(0, 4, host="h0", local=(0, 2)), self.rank(1, 4, host="h0", local=(1, 2)),
+                 self.rank(2, 4, host="h1", local=(0, 2)), self.rank(3, 4, host="h1", local=(0, 2))]
+        self.finish()
+        report = procs[0].report
+        self.assertEqual(report["suspect_hosts"], "h1", report)
+        self.assertIn("suspect hosts: h1", procs[0].out)
+        code, got = self.diagnosed(self.log_of(procs[0]))
+        self.assertEqual(code, job_first(report)["exit_code"])
+        self.assertSame(got, report)
+
+    def test_a_usage_error_of_rankcheck_is_named(self):
+        r = subprocess.run([BIN, "run", "--no-gpu"], env=clean_env(WORLD_SIZE="2"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        path = os.path.join(self.tmp.name, "usage.log")
+        with open(path, "w") as f:
+            f.write(r.stderr)
+        code, got = self.diagnosed(path)
+        self.assertEqual((code, got["id"]), (3, "identity-invalid"))
+        self.assertIn("cannot tell this process's rank", got["message"])
+
+
+def job_first(report):
+    """The report's first finding other than no-job-token."""
+    return next(f for f in report["findings"] if f["id"] != "no-job-token")
 
 
 class Inputs(unittest.TestCase):

@@ -885,7 +885,10 @@ class SlurmProlog(unittest.TestCase):
         while True:
             show = c.cmd("scontrol", "show", "job", "-o", job, check=False).stdout
             fields = dict(re.findall(r"(\w+)=(\S*)", show))
-            held = fields.get("Reason", "").startswith("launch_failed_requeued_held")
+            # A requeued-held job passes through COMPLETING (its nodes clean up) before
+            # it settles in PENDING; the held state is the one after that.
+            held = (fields.get("Reason", "").startswith("launch_failed_requeued_held")
+                    and fields.get("JobState") != "COMPLETING")
             if fields.get("JobState") in TERMINAL_STATES or held:
                 return job, fields
             if time.monotonic() > end:
