@@ -12,6 +12,7 @@
 
 #include "base/interrupt.h"
 #include "base/text.h"
+#include "host/interfaces.h"
 #include "host/resolve.h"
 #include "rendezvous/relay.h"
 #include "rules/rules.h"
@@ -31,6 +32,10 @@ void nap(Deadline until) {
 enum class Step { kRetry, kJoined, kFatal, kRelayGone };
 
 // MASTER_ADDR resolved to loopback on a host that is not rank 0's.
+// What a member's last attempt met, in words the fix recognises.
+constexpr std::string_view kNotMaster = "but is not a rankcheck master";
+constexpr std::string_view kNoChallenge = "sent no challenge";
+
 bool loopback_master(const Record& self) {
   if (self.master_resolved.empty() || self.rank == 0) return false;
   for (const auto& a : self.master_resolved) {
@@ -192,9 +197,8 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
     if (e.fault == Fault::kInterrupted) return Step::kFatal;
     last_error =
         !is_io_fault(e.fault)
-            ? fmt::format("{} answered, but is not a rankcheck master ({})", where, e.message)
-            : fmt::format("{} accepted the connection but sent no challenge ({})", where,
-                          e.message);
+            ? fmt::format("{} answered, {} ({})", where, kNotMaster, e.message)
+            : fmt::format("{} accepted the connection but {} ({})", where, kNoChallenge, e.message);
     return Step::kRetry;
   }
   if (frame->header.type != uint16_t(MsgType::kChallenge)) {
@@ -269,6 +273,58 @@ Millis first_connect_delay(long index, long count, long backlog) {
   return Millis(std::min(index, count) * kBacklogDrain.count() / backlog);
 }
 
+// Whether MASTER_ADDR names this very host (one of its own addresses, not loopback).
+bool master_is_this_host(const Record& self) {
+  if (self.master_resolved.empty()) return false;
+  std::vector<IfAddr> own = host_interfaces();
+  for (const std::string& a : self.master_resolved) {
+    if (is_loopback_address(a)) continue;
+    for (const IfAddr& i : own) {
+      if (!i.loopback && i.address == a) return true;
+    }
+  }
+  return false;
+}
+
+// The fix of a member that never reached its master: the most specific cause its
+// attempts showed first, then what to check in any case.
+std::string unreachable_fix(const Record& self, const JoinOptions& o, const std::string& last_error,
+                            bool resolved_last) {
+  std::string addr = printable(o.master_addr);
+  std::string lead;
+  if (!resolved_last && self.master_resolved.empty()) {
+    lead = fmt::format(
+        "MASTER_ADDR {} does not resolve on {}: fix the name (a typo, a short name without its "
+        "domain, a DNS or /etc/hosts entry not there yet: getent hosts {}) or give rank 0's "
+        "address; once it resolves, ",
+        addr, printable(self.host), addr);
+  } else if (self.rank != 0 && master_is_this_host(self)) {
+    lead = fmt::format(
+        "MASTER_ADDR {} is this host, {}, so rank 0 should be running here, and nothing of it "
+        "answers on port {}: check that the launcher started rank 0 on {} (the first host of its "
+        "list, torchrun's --node_rank 0), or set MASTER_ADDR to the host where rank 0 runs; else ",
+        addr, printable(self.host), o.master_port, printable(self.host));
+  } else if (last_error.find(kNoChallenge) != std::string::npos ||
+             last_error.find(kNotMaster) != std::string::npos) {
+    lead = fmt::format(
+        "something other than rankcheck's master answers on {}: another service or another job's "
+        "process holds that port (ss -ltnp 'sport = :{}' on that host names it); give this job "
+        "another MASTER_PORT, or stop that process; else ",
+        endpoint(o.master_addr, o.master_port), o.master_port);
+  } else if (loopback_master(self)) {
+    lead = fmt::format(
+        "{} resolves to loopback here, so this process knocks on its own door unless rank 0 runs "
+        "on this machine: set MASTER_ADDR to rank 0's cluster address, or fix /etc/hosts; else ",
+        addr);
+  }
+  return fmt::format(
+      "{}check that rank 0 is running and that this host resolves {} and reaches port {} "
+      "(getent hosts {}; nc -z {} {}); compare MASTER_ADDR/MASTER_PORT with rank 0's. If rank 0 "
+      "already finished (it decides once every rank joined, or at its deadline), this process "
+      "started too late: compare its start with the others'",
+      lead, addr, o.master_port, addr, addr, o.master_port);
+}
+
 JoinResult join_master(Record& self, const JoinOptions& o) {
   JoinResult out;
   std::string last_error = "no attempt made";
@@ -283,6 +339,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                                    : fmt::format("{}-{}", self.rank, self.last_rank()),
                   printable(self.host, 64));
   bool relay = !o.relay.empty();
+  bool resolved_last = true;  // whether the last attempt resolved MASTER_ADDR
   if (!relay && o.first_delay > Millis(0)) nap(o.give_up.sooner(Deadline::after(o.first_delay)));
   while (true) {
     if (interrupted()) return out;
@@ -290,6 +347,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     ++out.attempts;
     // Resolved first, also through a relay: the record carries what it resolved to.
     auto addrs = resolve_host(o.master_addr, o.give_up.sooner(Deadline::after(Millis(5000))));
+    resolved_last = static_cast<bool>(addrs);
     if (!addrs) {
       // Cut short by the deadline: what the earlier attempts met says more.
       bool cut_short = addrs.error().fault == Fault::kTimeout && o.give_up.expired();
@@ -328,23 +386,11 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
     nap(o.give_up.sooner(Deadline::after(wait)));
     backoff = std::min(backoff * 2, Millis(1000));
   }
-  out.failure = self_failure(
-      self, FindingId::kMasterUnreachable,
-      fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
-                  endpoint(o.master_addr, o.master_port), last_error, out.attempts),
-      fmt::format("{}check that rank 0 is running and that this host resolves {} and reaches "
-                  "port {} (getent hosts {}; nc -z {} {}); compare MASTER_ADDR/MASTER_PORT with "
-                  "rank 0's. If rank 0 already finished (it decides once every rank joined, or "
-                  "at its deadline), this process started too late: compare its start with the "
-                  "others'",
-                  loopback_master(self)
-                      ? fmt::format("{} resolves to loopback here, so this process knocks on its "
-                                    "own door unless rank 0 runs on this machine: set MASTER_ADDR "
-                                    "to rank 0's cluster address, or fix /etc/hosts; else ",
-                                    printable(o.master_addr))
-                      : std::string(),
-                  printable(o.master_addr), o.master_port, printable(o.master_addr),
-                  printable(o.master_addr), o.master_port));
+  out.failure =
+      self_failure(self, FindingId::kMasterUnreachable,
+                   fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
+                               endpoint(o.master_addr, o.master_port), last_error, out.attempts),
+                   unreachable_fix(self, o, last_error, resolved_last));
   return out;
 }
 

@@ -171,6 +171,36 @@ class Rendezvous(RankcheckTest):
         self.assertExit([procs[1], procs[2]], 4)
         f = procs[1].finding("master-unreachable")
         self.assertIn("accepted the connection but sent no challenge", f["message"])
+        # The fix leads with the cause: something else holds the port.
+        self.assertTrue(f["hint"].startswith(
+            f"something other than rankcheck's master answers on 127.0.0.1:{self.port}: another "
+            "service or another job's process holds that port"), f["hint"])
+
+    def test_an_unresolvable_master_addr_leads_the_fix(self):
+        m = self.rank(1, 2, extra=["--master-addr", "no-such-host.invalid"])
+        self.finish()
+        self.assertEqual(m.rc, 4)
+        f = m.finding("master-unreachable")
+        self.assertTrue(f["hint"].startswith(
+            f"MASTER_ADDR no-such-host.invalid does not resolve on {f['hosts'][0]}: fix the name"),
+            f["hint"])
+
+    def test_a_rank_on_the_host_master_addr_names_is_told_rank_0_belongs_there(self):
+        own = own_address()
+        if own is None:
+            self.skipTest("this host has no address but loopback")
+        # Nothing leaves the host: a connection to its own address stays on it.
+        m = self.rank(1, 2, extra=["--master-addr", own])
+        self.finish()
+        self.assertEqual(m.rc, 4)
+        f = m.finding("master-unreachable")
+        self.assertTrue(f["hint"].startswith(
+            f"MASTER_ADDR {own} is this host, {f['hosts'][0]}, so rank 0 should be running here"),
+            f["hint"])
+        # On loopback, no such lead: there, it is the loopback hint's to say.
+        m = self.rank(1, 2)
+        self.finish([m])
+        self.assertNotIn("should be running here", m.finding("master-unreachable")["hint"])
 
     def test_master_cannot_listen_for_another_reason(self):
         # A link-local IPv6 address without a scope: bind(2) says EINVAL. Not a port
@@ -270,8 +300,6 @@ class Rendezvous(RankcheckTest):
         self.assertEqual(len(master.report["members"]), 3)
 
 
-if __name__ == "__main__":
-    unittest.main()
 
 class WhatUsersTrippedOver(RankcheckTest):
     """Each case failed before its fix."""
@@ -563,3 +591,21 @@ class WhatTheLauncherStarted(RankcheckTest):
                                        r"\(rank [12] ")
         starts = {m["rank"]: m["started_unix_ms"] for m in master.report["members"]}
         self.assertGreater(starts[0] - min(starts[1], starts[2]), 2000)
+
+
+def own_address():
+    """An IPv4 address of this host other than loopback, or None (`ip -o -4 addr`)."""
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except OSError:
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[1] != "lo" and fields[2] == "inet":
+            return fields[3].split("/")[0]
+    return None
+
+
+if __name__ == "__main__":
+    unittest.main()
