@@ -482,7 +482,7 @@ class Slurm(unittest.TestCase):
         self.assertIn(f"master {addr}:{port}", job.out)
         for m in master["members"]:
             self.assertEqual((m["master_addr"], m["master_port"]), (addr, port))
-            self.assertEqual(m["job_id"], str(job.job))
+            self.assertEqual(m["job_id"], f"{job.job}.0")  # the job and its first step
             self.assertEqual(m["launcher"], "slurm")
         for name, r in job.all_reports().items():
             self.assertEqual((r["verdict"], r["exit_code"]), ("pass", 0), name)

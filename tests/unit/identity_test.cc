@@ -33,7 +33,7 @@ TEST_CASE("identity: Slurm srun, MASTER_ADDR from the first host of the step") {
   CHECK(id.local_world_size == 4);  // this node's entry of SLURM_STEP_TASKS_PER_NODE
   CHECK(id.node_rank == 1);
   CHECK(id.nnodes == 2);
-  CHECK(id.job_id == "48213");
+  CHECK(id.job_id == "48213.0");  // the step's: two steps of a job are two jobs
   CHECK(id.launcher == "slurm");
   CHECK(id.master_addr == "gpu-01");
   CHECK(id.master_port == 29500);
@@ -58,6 +58,18 @@ TEST_CASE("identity: SLURM_PROCID=3 but RANK=5 is a conflict, and RANK is used")
   CHECK(c.values[0].value == "5");
   CHECK(c.values[1].variable == "SLURM_PROCID");
   CHECK(c.values[1].value == "3");
+}
+
+TEST_CASE("identity: a Slurm job id carries the step only where srun started the task") {
+  EnvMap env = env_fixture("slurm_srun.env");
+  env.erase("SLURM_STEP_ID");  // a prolog, a batch script
+  CHECK(detect_identity(env, {}).job_id == "48213");
+  env["SLURM_STEP_ID"] = "3";
+  CHECK(detect_identity(env, {}).job_id == "48213.3");
+  // mpirun inside the allocation: its ranks' SLURM_STEP_ID differs from node to node.
+  env["OMPI_COMM_WORLD_SIZE"] = "8";
+  env["OMPI_COMM_WORLD_RANK"] = "5";
+  CHECK(detect_identity(env, {}).job_id == "48213");
 }
 
 TEST_CASE("identity: torchrun inside srun does not read the agent's SLURM_PROCID as the rank") {

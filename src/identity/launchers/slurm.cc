@@ -52,7 +52,20 @@ bool several_tasks_per_node(const EnvMap& env) {
 void scan(LauncherScan& s) {
   const EnvMap& env = s.env();
   Identity& id = s.identity();
-  s.take(Field::kJobId, "SLURM_JOB_ID");
+  // The job id of an srun task carries its step: two steps of one allocation (a
+  // check still running from the step before, and this one) are two jobs, and
+  // refuse each other. A prolog or a batch script runs outside any step; under
+  // mpirun or mpiexec, ranks on the first node inherit the batch script's
+  // variables and the others a daemon step's: the job id alone.
+  const std::string* job = env_get(env, "SLURM_JOB_ID");
+  const std::string* step = env_get(env, "SLURM_STEP_ID");
+  bool srun_task = env_get(env, "TORCHELASTIC_RUN_ID") == nullptr &&
+                   env_get(env, "OMPI_COMM_WORLD_SIZE") == nullptr && !hydra_under_slurm(env);
+  if (srun_task && job != nullptr && step != nullptr && !step->empty()) {
+    s.add(Field::kJobId, "SLURM_JOB_ID.SLURM_STEP_ID", *job + "." + *step);
+  } else {
+    s.take(Field::kJobId, "SLURM_JOB_ID");
+  }
 
   // Under torchrun or mpirun inside an allocation, the SLURM_* task variables
   // describe the step that started the launcher, not this process: they would
