@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       "incomplete rendezvous, 5 GPU/NCCL stage, 6 rejected, 7 cannot listen, 128+N "
       "signal N."};
   app.name("rankcheck");
+  app.formatter(cli::help_formatter());
   app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   const cli::Command commands[] = {cli::add_run(app, env), cli::add_env(app, env),

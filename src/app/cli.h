@@ -3,6 +3,7 @@
 // parsing. CLI11 stays in these files.
 
 #include <functional>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,9 @@ Command add_local(CLI::App& root, const EnvMap& env);
 /// `rankcheck diagnose LOGS...`: the initiating failure in a failed job's logs.
 Command add_diagnose(CLI::App& root, const EnvMap& env);
 
+/// --help's formatter: a flag's value when given bare ("--json{-}") is not shown as
+/// part of its name. Set on the root before the subcommands, which copy it.
+std::shared_ptr<CLI::Formatter> help_formatter();
 /// `opt` as --help shows it: `what` its value (SECONDS, PATH, auto|always|never) and
 /// its default, instead of the parser's types and checks.
 CLI::Option* shown(CLI::Option* opt, std::string_view what);

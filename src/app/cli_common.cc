@@ -8,6 +8,27 @@
 
 namespace rankcheck::cli {
 
+namespace {
+
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    std::string name = CLI::Formatter::make_option_name(opt, positional);
+    for (size_t open = name.find('{'); open != std::string::npos; open = name.find('{', open)) {
+      size_t close = name.find('}', open);
+      if (close == std::string::npos) break;
+      name.erase(open, close + 1 - open);
+    }
+    return name;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<CLI::Formatter> help_formatter() {
+  return std::make_shared<HelpFormatter>();
+}
+
 CLI::Option* shown(CLI::Option* opt, std::string_view what) {
   std::string d = opt->get_default_str();
   opt->option_text(d.empty() ? std::string(what) : fmt::format("{} (default {})", what, d));

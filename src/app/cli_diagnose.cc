@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "app/cli.h"
+#include "app/output.h"
 #include "base/text.h"
 #include "diagnose/diagnose.h"
 #include "model/finding.h"
@@ -14,14 +15,18 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
       "files, directories (torchrun's log dir, Slurm output), '-' for stdin, .gz");
   struct Options {
     diagnose::Input input;
-    bool json = false;
+    std::string json_path;  // as run's --json: "-" for JSON instead of text, or a file
     std::string color = "auto";
   };
   auto o = std::make_shared<Options>();
   shown(app->add_option("paths", o->input.paths, "Log files or directories ('-': standard input)")
             ->required(),
         "LOG...");
-  app->add_flag("--json", o->json, "JSON instead of text");
+  // A flag that takes a value only after '=': `--json logs/` reads logs/.
+  shown(app->add_flag("--json{-}", o->json_path,
+                      "JSON instead of text; --json=PATH writes it to PATH and prints the text, as "
+                      "--json PATH does in run"),
+        "[=PATH]");
   add_color_flag(*app, o->color);
   return {app, [o, &env] {
             diagnose::Scanner scanner;
@@ -42,10 +47,14 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
                            printable(format_list(o->input.paths, 4), 4096).c_str());
               return exit_code::kUsage;
             }
-            std::string out = o->json ? diagnose::render_json(d)
-                                      : diagnose::render_text(d, use_color(o->color, env));
-            std::fwrite(out.data(), 1, out.size(), stdout);
-            return d.exit_code();
+            Output out{.json_path = o->json_path,
+                       .color = use_color(o->color, env),
+                       .metrics_path = {},
+                       .exclude_path = {}};
+            Status written =
+                out.emit([&] { return diagnose::render_text(d, out.color); },
+                         [&](const JsonSink& sink) { sink(diagnose::render_json(d)); });
+            return with_written(written, d.exit_code());
           }};
 }
 

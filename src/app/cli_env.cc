@@ -12,7 +12,11 @@ Command add_env(CLI::App& root, const EnvMap& env) {
   add_identity_flags(*app, o->flags);
   shown(app->add_option("--host-name", o->host_name, "Host name to report (default: gethostname)"),
         "NAME");
-  app->add_flag("--json", o->json, "JSON instead of text");
+  // A flag that takes a value only after '=': `--json` alone is JSON on stdout.
+  shown(app->add_flag("--json{-}", o->json_path,
+                      "JSON instead of text; --json=PATH writes it to PATH and prints the text, as "
+                      "--json PATH does in run"),
+        "[=PATH]");
   app->add_flag("--no-gpu", o->no_gpu, "Do not probe the GPUs and NCCL");
   shown(app->add_option("--nccl-lib", o->nccl_lib, "The libnccl.so the training job loads"),
         "PATH");

@@ -55,6 +55,10 @@ Status write_report_file(const std::string& path,
 /// them (its members hold them all) still writes its report.
 void reserve_spare_fd();
 
+/// A report that could not be written fails the run: the job's own failure still
+/// gives the exit code; a pass becomes a usage error (the write's error logged).
+int with_written(const Status& written, int code);
+
 /// Fails early, before any rendezvous, when --json names a directory that is not there.
 Status check_json_path(const std::string& path);
 

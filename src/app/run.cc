@@ -363,13 +363,10 @@ int run_env(const EnvOptions& o, const EnvMap& env) {
       local.push_back(std::move(f));
     }
   }
-  if (o.json) {
-    std::fputs(render_env_json(id, self, local).c_str(), stdout);
-  } else {
-    std::fputs(render_env_text(id, self, local, {o.color}).c_str(), stdout);
-  }
-  if (!id.usable()) return exit_code::kUsage;
-  return exit_code_for(local);
+  Output out{.json_path = o.json_path, .color = o.color, .metrics_path = {}, .exclude_path = {}};
+  Status written = out.emit([&] { return render_env_text(id, self, local, {o.color}); },
+                            [&](const JsonSink& sink) { sink(render_env_json(id, self, local)); });
+  return with_written(written, id.usable() ? exit_code_for(local) : exit_code::kUsage);
 }
 
 }  // namespace rankcheck

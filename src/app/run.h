@@ -46,7 +46,7 @@ struct LocalOptions {
 struct EnvOptions {
   Flags flags;
   std::optional<std::string> host_name;
-  bool json = false;
+  std::string json_path;  ///< as run's --json: "-" for JSON instead of text, or a file
   double resolve_timeout_s = 2;
   bool no_gpu = false;
   std::string nccl_lib;

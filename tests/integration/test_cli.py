@@ -282,6 +282,34 @@ class NewUser(unittest.TestCase):
             self.assertEqual(r.returncode, 2)
             self.assertIn("that is a directory", r.stderr)
 
+    def test_one_json_convention_in_every_command(self):
+        # --json=PATH: the JSON in PATH, the text on stdout; --json=-: JSON on stdout.
+        log = os.path.join(os.path.dirname(__file__), "../fixtures/logs/mpirun-sigkill.log")
+        env = fixture_env("torchrun_worker.env")
+        commands = {
+            "run": (["run", "--rank", "0", "--world-size", "1", "--master-addr", "127.0.0.1",
+                     "--master-port", str(free_port()), "--no-gpu", "--timeout", "5"], None, 0),
+            "local": (["local", "-n", "2", "--no-gpu"], None, 0),
+            "env": (["env", "--resolve-timeout", "0.2", "--no-gpu"], env, None),
+            "diagnose": (["diagnose", log], None, 4),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, (args, e, code) in commands.items():
+                with self.subTest(name):
+                    path = os.path.join(tmp, f"{name}.json")
+                    r = run(args[:1] + [f"--json={path}"] + args[1:], env=e)
+                    if code is not None:
+                        self.assertEqual(r.returncode, code, r.stderr)
+                    with open(path) as f:
+                        self.assertIn("schema_version", json.load(f))
+                    self.assertFalse(r.stdout.lstrip().startswith("{"), r.stdout[:200])
+                    r = run(args[:1] + ["--json=-"] + args[1:], env=e)
+                    self.assertIn("schema_version", json.loads(r.stdout))
+        # A bare --json in diagnose takes no value: the path after it is a log.
+        r = run(["diagnose", "--json", log])
+        self.assertEqual((r.returncode, json.loads(r.stdout)["findings"][0]["id"]),
+                         (4, "process-died"))
+
     def test_json_report_replaces_a_file_whole_and_never_follows_a_link(self):
         with tempfile.TemporaryDirectory() as tmp:
             victim = os.path.join(tmp, "victim")
