@@ -447,6 +447,15 @@ void write_json(const Report& r, const JsonSink& sink) {
                  {"host", r.master_host},
                  {"bound", r.master_bound}};
   j["authenticated"] = r.authenticated;
+  // The keys a member's report has too, meaning the same there (docs/report.schema.json).
+  j["verdict_received"] = true;  // it decided it
+  j["headline"] = headline(r.findings);
+  j["errors"] = std::count_if(r.findings.begin(), r.findings.end(),
+                              [](const Finding& f) { return f.is_error(); });
+  j["warnings"] = r.findings.size() - static_cast<size_t>(j["errors"].get<long>());
+  auto rank0 = std::find_if(r.members.begin(), r.members.end(),
+                            [](const Member& m) { return m.record.rank == 0; });
+  j["self"] = rank0 == r.members.end() ? nlohmann::json() : record_json(rank0->record);
   j["decided"] = r.interrupted_by != 0 ? "interrupted"
                  : r.timed_out         ? "deadline"
                  : r.member_lost       ? "member-lost"
@@ -557,6 +566,7 @@ std::string render_member_json(const MemberReport& r) {
   nlohmann::json j = json_envelope("member", r.exit_code == 0 ? "pass" : "fail", r.exit_code);
   j["verdict_received"] = r.verdict_received;
   j["job_id"] = or_null(r.self.job_id.str());
+  j["world_size"] = r.self.world_size < 0 ? nlohmann::json() : nlohmann::json(r.self.world_size);
   j["headline"] = r.headline;
   j["errors"] = r.errors;
   j["warnings"] = r.warnings;

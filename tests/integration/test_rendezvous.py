@@ -176,6 +176,28 @@ class Rendezvous(RankcheckTest):
             f"something other than rankcheck's master answers on 127.0.0.1:{self.port}: another "
             "service or another job's process holds that port"), f["hint"])
 
+    def test_master_and_member_files_share_one_core(self):
+        core = ("role", "verdict", "exit_code", "job_id", "world_size", "ranks_joined",
+                "headline", "errors", "warnings", "verdict_received", "self", "findings",
+                "suspect_hosts", "timings")
+        for world, skip in ((2, ()), (3, (2,))):  # a pass, and a failure
+            with self.subTest(world=world):
+                procs = self.job(world, skip=skip, extra=["--job-id", "j1"])
+                self.finish(procs.values())
+                master, member = procs[0].report, procs[1].report
+                for key in core:
+                    self.assertIn(key, master)
+                    self.assertIn(key, member)
+                for key in ("verdict", "exit_code", "job_id", "world_size", "ranks_joined",
+                            "headline", "errors", "warnings"):
+                    self.assertEqual(master[key], member[key], key)
+                self.assertEqual((master["self"]["rank"], member["self"]["rank"]), (0, 1))
+                self.assertTrue(master["verdict_received"] and member["verdict_received"])
+                self.assertIn("total_ms", master["timings"])
+                self.assertIn("total_ms", member["timings"])
+                self.procs.clear()
+                self.port = free_port()
+
     def test_an_unresolvable_master_addr_leads_the_fix(self):
         m = self.rank(1, 2, extra=["--master-addr", "no-such-host.invalid"])
         self.finish()
