@@ -335,8 +335,10 @@ struct Scanner::State {
   }
 
   // The first hand-written row whose literal and regex a segment holds, its fields
-  // in `m`.
+  // in `m`; a context row (a banner, a value) yields to a later row of a program's
+  // own error: an exception that quotes "NCCL version 2.14.3" is the exception.
   bool match_hand(std::string_view seg, const Prefilter::Mask& hits, Match& m) {
+    std::optional<Match> context;
     for (size_t row = 0; row < hand_rows().size(); ++row) {
       if ((hits[row / 64] >> (row % 64) & 1) == 0) continue;
       const Pattern& p = rows[row];
@@ -349,17 +351,26 @@ struct Scanner::State {
         window.assign(seg.substr(from, kWindow));
         if (!std::regex_search(window, sm, compiled(row))) continue;
       }
-      m.row = row;
+      Match found;
+      found.row = row;
       const auto& names = extracts[row];
       for (size_t g = 0; g < names.size() && g + 1 < sm.size(); ++g) {
         // Log text is hostile: what a field holds is escaped once, here.
         if (sm[g + 1].matched)
-          m.field[static_cast<size_t>(names[g])] = printable(
+          found.field[static_cast<size_t>(names[g])] = printable(
               sm[g + 1].str(), p.cls == MessageClass::kRankcheck ? kVerdictBytes : kFieldBytes);
       }
-      return true;
+      // A generic error line (a word, "Error:") does not beat the context row.
+      if (context && p.cls == MessageClass::kErrorLine) break;
+      if (p.cls != MessageClass::kContext) {
+        m = std::move(found);
+        return true;
+      }
+      if (!context) context = std::move(found);
     }
-    return false;
+    if (!context) return false;
+    m = std::move(*context);
+    return true;
   }
 
   // The row read from a program's source that a segment holds: an NCCL WARN by the

@@ -124,6 +124,15 @@ class Reasoning(unittest.TestCase):
         self.assertIn("verify with: mpirun -np 3 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 "
                       "rankcheck run --timeout 120", r.stdout)
 
+    def test_an_exception_that_quotes_the_nccl_version_is_not_a_banner(self):
+        # PyTorch's NCCL error names NCCL's version at its end, as NCCL's banner does:
+        # one line, no traceback, and still a failure.
+        text = ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                "ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version 2.14.3\n")
+        r = run(["--json", "-"], stdin=text)
+        self.assertNotEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(json.loads(r.stdout)["findings"][0]["id"], "nccl-init-failed")
+
     def test_two_processes_in_one_line(self):
         text = ("[default0]:step 3 [default1]:torch.cuda.OutOfMemoryError: CUDA out of memory. "
                 "Tried to allocate 2.00 GiB\n")
