@@ -85,9 +85,10 @@ void remove_at_watchdog_exit(const std::string& path) {
   watchdog_remove_set.store(true);
 }
 
+// The timer stays set: the process ends right after its session, and an exit
+// handler or a static destructor that hangs must still end by the deadline (with
+// the verdict's code, which is set by then).
 Watchdog::~Watchdog() {
-  itimerval off{};
-  ::setitimer(ITIMER_REAL, &off, nullptr);
   watchdog_code = nullptr;
 }
 

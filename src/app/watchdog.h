@@ -12,7 +12,8 @@ namespace rankcheck {
 inline constexpr Millis kWatchdogGrace{1800};
 
 /// Ends the process if the run outlives its deadline: the last word on "never hangs".
-/// One per process (it owns SIGALRM and the ITIMER_REAL timer).
+/// One per process (it owns SIGALRM and the ITIMER_REAL timer); its timer outlives it,
+/// so that the exit after the session is bounded too.
 class Watchdog {
  public:
   Watchdog(Clock::time_point at, std::atomic<int>& exit_code);
