@@ -31,11 +31,11 @@ void nap(Deadline until) {
 
 enum class Step { kRetry, kJoined, kFatal, kRelayGone };
 
-// MASTER_ADDR resolved to loopback on a host that is not rank 0's.
 // What a member's last attempt met, in words the fix recognises.
 constexpr std::string_view kNotMaster = "but is not a rankcheck master";
 constexpr std::string_view kNoChallenge = "sent no challenge";
 
+// MASTER_ADDR resolved to loopback on a host that is not rank 0's.
 bool loopback_master(const Record& self) {
   if (self.master_resolved.empty() || self.rank == 0) return false;
   for (const auto& a : self.master_resolved) {
