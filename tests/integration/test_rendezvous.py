@@ -597,19 +597,20 @@ class WhatTheLauncherStarted(RankcheckTest):
                                        r"master's \(h0\)")
 
     def test_a_late_rank_0_is_named_with_how_late_it_was(self):
-        # Rank 0 starts 2.5 s after the others, who wait for it: the report says who
+        # Rank 0 starts 5 s after the others, who wait for it: the report says who
         # started late and by how much, rather than nothing (or, had they given up,
-        # that ranks 1-2 "were not started").
-        self.timeout = 8.0
+        # that ranks 1-2 "were not started"). 5 s against the 2 s that count as late:
+        # under load (a sanitizer build) the others' own start may come a second late.
+        self.timeout = 15.0
         members = [self.rank(r, 3) for r in (1, 2)]
-        time.sleep(2.5)
+        time.sleep(5.0)
         master = self.rank(0, 3)
         self.finish()
         self.assertExit(self.procs, 0)
         self.assertEqual(master.ids(), ["late-start"])
         f = master.finding("late-start")
         self.assertEqual((f["severity"], f["ranks"]), ("warning", [0]))
-        self.assertRegex(f["message"], r"^rank 0 \(.*\) started 2\.\d+ s after the first process "
+        self.assertRegex(f["message"], r"^rank 0 \(.*\) started [2-5]\.\d+ s after the first process "
                                        r"\(rank [12] ")
         starts = {m["rank"]: m["started_unix_ms"] for m in master.report["members"]}
         self.assertGreater(starts[0] - min(starts[1], starts[2]), 2000)

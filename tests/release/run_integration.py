@@ -15,6 +15,7 @@ line counts the suites, 'N passed, N failed'.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,8 @@ def main():
     ap.add_argument("overrides", nargs="+", metavar="NAME=PATH")
     ap.add_argument("-j", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("-E", dest="exclude", default="",
+                    help="leave out the suites whose name matches this regex (as ctest -E)")
     args = ap.parse_args()
     overrides = {}
     for kv in args.overrides:
@@ -54,7 +57,8 @@ def main():
             ok, output = False, f"timed out after {args.timeout} s\n{e.stdout or ''}{e.stderr or ''}"
         return name, ok, time.monotonic() - start, output
 
-    found = list(suites(args.build_dir))
+    found = [s for s in suites(args.build_dir)
+             if not (args.exclude and re.search(args.exclude, s[0]))]
     if not found:
         print(f"run_integration: ctest in {args.build_dir} lists no integration suite",
               file=sys.stderr)
