@@ -68,7 +68,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.environ.get("RANKCHECK_BIN",
                                                    os.path.join(ROOT, "build", "rankcheck")))
-    ap.add_argument("--set", default="dev", choices=["dev", "heldout", "all"])
+    ap.add_argument("--set", default="dev", choices=["dev", "heldout", "heldout3", "all"])
     ap.add_argument("--case")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true")
