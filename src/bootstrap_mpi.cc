@@ -89,21 +89,6 @@ class Mpi {
   Deadline deadline_;
 };
 
-// The rehearsal of NCCL's connections needs the TCP rendezvous (a listener per
-// host, the plan sent as each host's members join): over MPI it does not run, and
-// on several hosts the report says so rather than show an empty list of paths.
-void say_no_rehearsal(MasterState& master, Session& s) {
-  std::set<std::string> hosts;
-  for (const Member& m : master.report().members)
-    hosts.insert(m.record.host.str());
-  if (hosts.size() < 2) return;  // one host: NCCL connects nowhere else
-  master.report().rehearsal_not_run =
-      "--bootstrap mpi does not rehearse them; run rankcheck over TCP under mpirun "
-      "(mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT=<a free port> rankcheck run) to "
-      "try them before NCCL";
-  s.log.progress("NCCL's connections not rehearsed: " + master.report().rehearsal_not_run);
-}
-
 std::vector<uint8_t> record_bytes(const Record& r) {
   Writer w;
   encode_record(w, r);
@@ -168,9 +153,8 @@ int run(const Identity& id, Record& self, Session& s) {
           static_cast<long>(master->admit(std::move(rec), fmt::format("MPI rank {}", k), k == 0));
     }
     // Everyone in the communicator is here: nobody else can come.
-    const Verdict& v =
-        master->decide(false, 0, {fmt::format("MPI_COMM_WORLD of {}", size)}, process_facts());
-    say_no_rehearsal(*master, s);
+    const Verdict& v = master->decide(
+        {.bound = {fmt::format("MPI_COMM_WORLD of {}", size)}, .process = process_facts()});
     frames = verdicts(*master, v, member_of);
   }
   auto mine = mpi.scatter(frames);

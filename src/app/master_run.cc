@@ -117,7 +117,7 @@ MasterConfig master_config(const Identity& id, const Record& self, Session& s,
     // MPI_COMM_WORLD is the rendezvous: every process the launcher started is in it
     // at once (no launcher count to wait for), nothing was resolved, nothing is
     // signed, and the MPI bootstrap hands out one NCCL id (no scalable init).
-    mc.master_addr = std::string(kMpiMasterAddr);
+    mc.transport = Transport::kMpi;
     return mc;
   }
   mc.launcher_members = extra_launcher_members(id, log);

@@ -19,6 +19,7 @@
 #include "gpu/stage.h"
 #include "host/procfs.h"
 #include "host/resolve.h"
+#include "nccl/version.h"
 #include "rehearsal/probe.h"
 #include "rendezvous/member.h"
 #include "rendezvous/member_run.h"
@@ -215,7 +216,8 @@ std::optional<int> rank0_path(Record& self, const Identity& id, Session& s) {
 std::optional<NcclIdBytes> root_id(const Record& self, const Identity& id, Session& s) {
   long every = s.o.nccl_roots_every;
   if (s.o.no_gpu || every <= 0 || id.world_size <= every || self.rank % every != 0 ||
-      self.nranks != 1 || !self.gpu.usable() || self.gpu.nccl_version < 22300) {
+      self.nranks != 1 || !self.gpu.usable() ||
+      !nccl::has(self.gpu.nccl_version, nccl::kScalableInit)) {
     return std::nullopt;
   }
   auto uid = s.stage->unique_id();
@@ -264,8 +266,7 @@ int member_path(Record& self, const Identity& id, Session& s, std::optional<doub
   MemberOutcome got = run_member(self, run);
   if (got.interrupted) return interrupted_exit(s.log, self, s.out, s.start);
   double took = ms_between(s.start, Clock::now());
-  if (got.failure && past_ms &&
-      got.failure->id == finding_kind(FindingId::kMasterUnreachable).name) {
+  if (got.failure && past_ms && got.failure->id == FindingId::kMasterUnreachable) {
     got.failure = started_past_deadline(self, *past_ms, s.o.timeout_s, /*tried=*/true);
   }
   if (got.failure) return print_member(failure_report(self, std::move(*got.failure), took), s.out);
@@ -349,18 +350,7 @@ int run_env(const EnvOptions& o, const EnvMap& env) {
     if (id.rank == 0) {
       local.push_back(master_addr_unresolved(self, id.master_addr));
     } else {
-      Finding f = make_finding(
-          FindingId::kMasterUnreachable,
-          fmt::format("MASTER_ADDR {} does not resolve on {} now: {}; `rankcheck run` would "
-                      "retry it until --timeout",
-                      printable(id.master_addr), printable(self.host), self.resolve_error),
-          "check the name in MASTER_ADDR (a typo, a short name this host's resolver cannot "
-          "complete), or give rank 0's address; a name that appears later (a Kubernetes "
-          "headless service) is fine",
-          Severity::kWarning);
-      f.ranks = {self.rank};
-      f.hosts = {self.host};
-      local.push_back(std::move(f));
+      local.push_back(master_addr_unresolved_yet(self, id.master_addr));
     }
   }
   Output out{.json_path = o.json_path, .color = o.color, .metrics_path = {}, .exclude_path = {}};

@@ -12,6 +12,7 @@
 
 #include "base/interrupt.h"
 #include "base/text.h"
+#include "diagnose/diagnose.h"
 #include "host/interfaces.h"
 #include "host/self_record.h"
 #include "protocol/messages.h"
@@ -114,7 +115,8 @@ void capture_nccl_words(Session& s, const EnvMap& env) {
   std::string host = local_host_name();
   host = host.substr(0, host.find('.'));
   std::string why;
-  auto file = std::make_unique<NcclDebugFile>(nccl_debug_plan(env, host, long(::getpid())), &why);
+  auto file = std::make_unique<NcclDebugFile>(nccl_debug_plan(env, host, long(::getpid())), &why,
+                                              remove_at_watchdog_exit);
   if (!why.empty()) s.log.error("warning: " + why + ": the GPU stage's findings cannot quote NCCL");
   if (file->active()) s.nccl_debug = std::move(file);
 }
@@ -142,7 +144,7 @@ StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
   StageReport report{s.stage->run(init, world_size, s.plan, by)};
   if (!s.nccl_debug) return report;
   // One process, one file: its words go with each of its ranks.
-  diagnose::NcclWords words = s.nccl_debug->read();
+  diagnose::NcclWords words = diagnose::read_nccl_words(s.nccl_debug->read());
   for (RankResult& r : report.ranks) {
     r.nccl_warn = words.warn;
     r.nccl_finding = words.finding;

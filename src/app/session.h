@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "app/nccl_debug.h"
 #include "app/output.h"
 #include "app/run.h"
 #include "app/watchdog.h"
 #include "base/deadline.h"
 #include "base/env.h"
 #include "base/result.h"
+#include "gpu/nccl_debug_file.h"
 #include "gpu/stage.h"
 #include "identity/identity.h"
 #include "model/gpu.h"

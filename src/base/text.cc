@@ -27,6 +27,15 @@ std::string format_ranks(std::vector<long> ranks, size_t max_runs) {
   return out;
 }
 
+std::string ranks_label(const std::vector<long>& ranks, size_t max_runs) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", format_ranks(ranks, max_runs));
+}
+
+std::string span_label(long first, long count) {
+  return count == 1 ? fmt::format("rank {}", first)
+                    : fmt::format("ranks {}-{}", first, first + count - 1);
+}
+
 std::string format_list(const std::vector<std::string>& items, size_t max_items) {
   std::string out;
   size_t shown = std::min(items.size(), max_items);

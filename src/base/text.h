@@ -11,6 +11,10 @@ namespace rankcheck {
 /// "0-7,9,12-15" from any ranks (sorted and deduplicated here). Very long lists
 /// end in "... (+N more)".
 std::string format_ranks(std::vector<long> ranks, size_t max_runs = 24);
+/// "rank 3" or "ranks 0-6,9": every place that names ranks in words says it so.
+std::string ranks_label(const std::vector<long>& ranks, size_t max_runs = 24);
+/// A member's ranks, `count` of them from `first`: "rank 5" or "ranks 8-11".
+std::string span_label(long first, long count);
 
 /// "gpu-01, gpu-02 and 6 more".
 std::string format_list(const std::vector<std::string>& items, size_t max_items = 6);

@@ -25,8 +25,7 @@ std::string name_of(const Proc& p) {
 }
 
 std::string ranks_text(const std::set<long>& ranks) {
-  std::vector<long> v(ranks.begin(), ranks.end());
-  return fmt::format("{} {}", v.size() == 1 ? "rank" : "ranks", format_ranks(v));
+  return ranks_label(std::vector<long>(ranks.begin(), ranks.end()));
 }
 
 std::string signal_text(long sig) {
@@ -129,8 +128,7 @@ std::set<long> ranks_named(const std::string& text) {
 void add_verdict(Builder& b, const Knowledge& k) {
   if (!k.rankcheck) return;
   const Knowledge::Verdict& v = *k.rankcheck;
-  const FindingKind* kind = find_finding_kind(v.id);
-  DiagFinding& f = b.add(kind->id, "rankcheck reported: " + v.note.detail, true, v.note, v.fix);
+  DiagFinding& f = b.add(v.id, "rankcheck reported: " + v.note.detail, true, v.note, v.fix);
   f.order = 0;
   auto suspects = k.suspects.find(v.source);
   if (suspects == k.suspects.end()) suspects = k.suspects.begin();
@@ -151,8 +149,7 @@ void group_world_sizes(Knowledge& k) {
   if (by_world.size() <= 1 || k.setup.count(FindingId::kWorldSizeMismatch)) return;
   std::vector<std::string> parts;
   for (const auto& [w, ranks] : by_world)
-    parts.push_back(fmt::format("{} {} waited for {}", ranks.size() == 1 ? "rank" : "ranks",
-                                format_ranks(ranks), w));
+    parts.push_back(fmt::format("{} waited for {}", ranks_label(ranks), w));
   Group& g = k.setup[FindingId::kWorldSizeMismatch];
   g.id = FindingId::kWorldSizeMismatch;
   g.detail = format_list(parts, 8);
@@ -490,12 +487,13 @@ void sort_findings(std::vector<DiagFinding>& findings, const std::map<FindingId,
   // internal check) and a failure no row explains say less than a cause in words of
   // its own: PyTorch prints NCCL's result before NCCL's "Last error:" that says why.
   auto generic = [](const DiagFinding& f) {
-    return f.finding.id == "nccl-init-failed" || f.finding.id == "unexplained-error";
+    return f.finding.id == FindingId::kNcclInitFailed ||
+           f.finding.id == FindingId::kUnexplainedError;
   };
   std::stable_sort(findings.begin(), findings.end(),
                    [&](const DiagFinding& x, const DiagFinding& y) {
-                     bool sx = x.initiating && setup.count(find_finding_kind(x.finding.id)->id);
-                     bool sy = y.initiating && setup.count(find_finding_kind(y.finding.id)->id);
+                     bool sx = x.initiating && setup.count(x.finding.id);
+                     bool sy = y.initiating && setup.count(y.finding.id);
                      if (rank_of(x) != rank_of(y)) return rank_of(x) < rank_of(y);
                      if (x.initiating && generic(x) != generic(y)) return !generic(x);
                      if (sx != sy) return sx;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "diagnose/builder.h"
 
@@ -35,15 +36,18 @@ std::string values_text(const ByValue& by) {
 // The hosts of the values fewer hosts share than the most common one's: the odd
 // ones out (with two values on as many hosts each, all of them).
 std::set<std::string> odd_hosts(const ByValue& by) {
-  size_t most = 0;
-  for (const auto& [value, hosts] : by)
-    most = std::max(most, hosts.size());
-  size_t at_most = 0;
-  for (const auto& [value, hosts] : by)
-    at_most += hosts.size() == most;
-  std::set<std::string> out;
+  std::vector<std::pair<std::string, std::string>> said;  // host, value
   for (const auto& [value, hosts] : by) {
-    if (hosts.size() < most || at_most > 1) out.insert(hosts.begin(), hosts.end());
+    for (const std::string& host : hosts)
+      said.emplace_back(host, value);
+  }
+  auto groups = odd_ones_out<std::string>(
+      said, [](const auto& s) { return std::optional(s.second); }, no_order);
+  bool tie = groups.size() > 1 && groups[1].items.size() == groups[0].items.size();
+  std::set<std::string> out;
+  for (size_t i = tie ? 0 : 1; i < groups.size(); ++i) {
+    for (const auto& s : groups[i].items)
+      out.insert(s.first);
   }
   return out;
 }

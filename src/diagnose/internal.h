@@ -220,7 +220,7 @@ struct Knowledge {
   /// rankcheck's own verdict: the first that names a known finding, with the fix
   /// its report printed and the suspect hosts of the same file.
   struct Verdict {
-    std::string id;
+    FindingId id;
     Note note;
     std::string fix;
     uint32_t source = 0;

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "diagnose/internal.h"
+#include "nccl/log_line.h"
 
 namespace rankcheck::diagnose {
 namespace {
@@ -29,10 +30,6 @@ size_t digits(std::string_view s, size_t p, size_t max, long& value) {
 
 bool starts(std::string_view s, size_t p, std::string_view what) {
   return s.size() >= p + what.size() && s.compare(p, what.size(), what) == 0;
-}
-
-bool host_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
 }
 
 // "[default3]:" / "[trainer12]:" (a local rank) or "[rank3]:" (a global rank).
@@ -153,23 +150,13 @@ size_t bare_date(std::string_view s, size_t p, Prefix& out) {
   return q - p;
 }
 
-// NCCL: "host:pid:tid [dev] ".
+// NCCL: "host:pid:tid [dev] " (nccl/log_line.h).
 size_t nccl_prefix(std::string_view s, size_t p, Prefix& out) {
-  size_t q = p;
-  while (q < s.size() && q - p < 128 && host_char(s[q]))
-    ++q;
-  if (q == p || !starts(s, q, ":")) return 0;
-  long pid = -1, tid = -1, dev = -1;
-  size_t n = digits(s, q + 1, 10, pid);
-  if (n == 0 || !starts(s, q + 1 + n, ":")) return 0;
-  size_t m = digits(s, q + 2 + n, 12, tid);
-  size_t r = q + 2 + n + m;
-  if (m == 0 || !starts(s, r, " [")) return 0;
-  size_t k = digits(s, r + 2, 4, dev);
-  if (k == 0 || !starts(s, r + 2 + k, "] ")) return 0;
-  out.host = s.substr(p, q - p);
-  out.pid = pid;
-  return r + 4 + k - p;
+  nccl::LogPrefix n = nccl::read_log_prefix(s.substr(p));
+  if (n.length == 0) return 0;
+  out.host = n.host;
+  out.pid = n.pid;
+  return n.length;
 }
 
 // srun --label: "12: " (right-aligned with spaces to the widest task id).

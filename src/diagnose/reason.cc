@@ -278,12 +278,12 @@ void Knowledge::on_verdict(const Match& m, Note note) {
     if (suspects.size() < kMaxHostLogs) suspects.emplace(m.source, m.get(LineField::kHost));
     return;
   }
-  std::string id = m.get(LineField::kId);
-  if (id.empty()) id = "missing-rank";
-  if (!find_finding_kind(id) || rankcheck) return;
+  std::string name = m.get(LineField::kId);
+  const FindingKind* kind = find_finding_kind(name.empty() ? "missing-rank" : name);
+  if (kind == nullptr || rankcheck) return;
   // Whole: the scanner joined a report's wrapped lines (kVerdictBytes at most).
   note.detail = m.get(LineField::kDetail);
-  rankcheck = Verdict{id, std::move(note), m.get(LineField::kFix), m.source};
+  rankcheck = Verdict{kind->id, std::move(note), m.get(LineField::kFix), m.source};
 }
 
 // A rank's own setup is wrong: grouped by finding, with every rank it names.

@@ -59,8 +59,7 @@ std::string render_text(const Diagnosis& d, bool color) {
       plural(d.lines, "line", "lines"), d.launcher.empty() ? "" : " · launcher " + d.launcher,
       d.ranks_seen.empty()
           ? ""
-          : fmt::format(" · {} {} on {}", d.ranks_seen.size() == 1 ? "rank" : "ranks",
-                        format_ranks(d.ranks_seen, 6),
+          : fmt::format(" · {} on {}", ranks_label(d.ranks_seen, 6),
                         d.hosts_seen.empty() ? std::string("unnamed hosts")
                                              : plural(d.hosts_seen.size(), "host", "hosts")));
   if (d.findings.empty()) {
@@ -77,7 +76,7 @@ std::string render_text(const Diagnosis& d, bool color) {
   out += "\n";
   size_t id_width = 0;
   for (const DiagFinding& f : d.findings)
-    id_width = std::max(id_width, f.finding.id.size());
+    id_width = std::max(id_width, f.finding.name().size());
   size_t indent = 4 + id_width + 3;
   FindingLayout layout{
       .margin = 2, .id_width = id_width, .wrap_indent = indent, .fix_at = indent, .fix = false};
@@ -85,16 +84,14 @@ std::string render_text(const Diagnosis& d, bool color) {
   for (const DiagFinding& f : d.findings) {
     out += render_finding(f.finding, layout, {color}) + "\n";
     std::string facts = f.initiating ? paint("1", "initiating") : std::string("downstream");
-    if (!f.finding.ranks.empty())
-      facts += fmt::format(" · {} {}", f.finding.ranks.size() == 1 ? "rank" : "ranks",
-                           format_ranks(f.finding.ranks, 8));
+    if (!f.finding.ranks.empty()) facts += " · " + ranks_label(f.finding.ranks, 8);
     if (!f.finding.hosts.empty()) facts += " · " + printable(format_list(f.finding.hosts, 4), 120);
     facts += " · first seen " + printable(f.first_seen, 160);
     out += pad + facts + "\n";
     for (const Evidence& e : f.evidence)
       out += pad + "  " + evidence_line(e, indent + 2) + "\n";
-    if (f.initiating && !f.finding.hint.empty())
-      out += pad + wrap("fix: " + printable(f.finding.hint, 4096), indent, indent) + "\n";
+    if (f.initiating && !f.finding.fix.empty())
+      out += pad + wrap("fix: " + printable(f.finding.fix, 4096), indent, indent) + "\n";
   }
   out += fmt::format("\n  verify with: {}\n", printable(d.verify_with, 400));
   out += fmt::format("  read {} ({}{}), {} matched a message of the catalogue\n",

@@ -8,6 +8,7 @@
 
 #include "base/text.h"
 #include "diagnose/internal.h"
+#include "nccl/log_line.h"
 
 namespace rankcheck::diagnose {
 namespace {
@@ -28,49 +29,10 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// The NCCL source file of a WARN from what precedes " NCCL WARN": "misc/socket.cc:484",
-// or 2.30's "misc/socket.cc:484 (ncclSocketConnect)"; "" when there is none.
-std::string_view warn_file(std::string_view before) {
-  before = trim(before);
-  if (!before.empty() && before.back() == ')') {
-    size_t open = before.rfind(" (");
-    if (open != std::string_view::npos) before = trim(before.substr(0, open));
-  }
-  size_t n = 0;
-  while (n < before.size() && digit(before[before.size() - 1 - n]))
-    ++n;
-  if (n == 0 || n == before.size() || before[before.size() - 1 - n] != ':') return {};
-  before.remove_suffix(n + 1);
-  size_t space = before.find_last_of(' ');
-  std::string_view file = space == std::string_view::npos ? before : before.substr(space + 1);
-  size_t src = file.rfind("src/");  // a build that logs its full path
-  return src == std::string_view::npos ? file : file.substr(src + 4);
-}
-
 // Whether what was peeled off a line is a program's name ("slurmstepd: ", "srun: "),
 // which its own texts include, rather than a rank, host or time (which hold digits).
 bool named_prefix(std::string_view peeled) {
   return !peeled.empty() && std::none_of(peeled.begin(), peeled.end(), digit);
-}
-
-// Where an NCCL WARN's marker starts in a line: " NCCL WARN " (or at the start of the
-// text, its prefixes peeled), or an old NCCL's bare "file.h:LINE WARN "; npos if none.
-size_t nccl_warn_at(std::string_view seg) {
-  size_t at = seg.find(" NCCL WARN ");
-  if (at != std::string_view::npos) return at;
-  std::string_view t = trim(seg);
-  if (t.rfind("NCCL WARN ", 0) == 0) return static_cast<size_t>(t.data() - seg.data());
-  for (size_t w = seg.find(" WARN "); w != std::string_view::npos; w = seg.find(" WARN ", w + 1)) {
-    size_t colon = w;
-    while (colon > 0 && digit(seg[colon - 1]))
-      --colon;
-    if (colon == w || colon == 0 || seg[colon - 1] != ':') continue;
-    std::string_view file = seg.substr(0, colon - 1);
-    if (file.ends_with(".h") || file.ends_with(".cc") || file.ends_with(".c") ||
-        file.ends_with(".cpp"))
-      return w;
-  }
-  return std::string_view::npos;
 }
 
 // NCCL's "ADDR<port>" (an IPv4 or IPv6 address, or a host name) in a message.
@@ -377,10 +339,10 @@ struct Scanner::State {
   // file its prefix names (or that file's subsystem), any other line by the index.
   bool match_source(std::string_view seg, std::string_view whole, Match& m) {
     std::string_view text = trim(seg);
-    size_t warn = nccl_warn_at(seg);
+    size_t warn = nccl::warn_marker_at(seg);
     std::optional<size_t> row;
     if (warn != std::string_view::npos) {
-      std::string_view file = warn_file(seg.substr(0, warn));
+      std::string_view file = nccl::warn_source_file(seg.substr(0, warn));
       text = trim(seg.substr(seg.find("WARN ", warn) + 5));
       if (auto r = sources.match_warn(file, text)) {
         row = source_base + *r;
@@ -545,7 +507,7 @@ NcclWords read_nccl_words(std::span<const std::string> lines) {
     const std::string& text = f.evidence.front().text;
     size_t at = text.find("NCCL WARN ");
     w.warn = printable(text.substr(at + 10), 300);
-    w.finding = f.finding.id;
+    w.finding = f.finding.name();
     break;
   }
   if (!d.networks.empty()) w.network = d.networks.begin()->second;

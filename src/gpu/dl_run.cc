@@ -19,6 +19,7 @@
 
 #include "base/interrupt.h"
 #include "base/text.h"
+#include "nccl/version.h"
 
 namespace rankcheck::dl {
 namespace {
@@ -40,9 +41,6 @@ class Pause {
  private:
   bool spin_;
 };
-
-// The first NCCL whose failed ncclCommDestroy leaves the caller inside a group.
-constexpr int32_t kDestroyLeavesGroup = 22400;
 
 }  // namespace
 
@@ -505,7 +503,7 @@ void StageRun::cleanup(std::vector<Slot>& slots, bool abort) {
       // thread inside the group it started (src/init.cc, ncclCommDestroy: its
       // NCCLCHECK(ncclCommEnsureReady(comm)) returns before ncclGroupEndInternal;
       // tags v2.24.3-1 to v2.29.7-1): the abort would only be queued in it. Ended here.
-      if (in_.nccl_version >= kDestroyLeavesGroup &&
+      if (nccl::has(in_.nccl_version, nccl::kDestroyLeavesGroup) &&
           !nccl_call("ncclGroupEnd", rc, [&] { return in_.nccl.group_end(); })) {
         break;
       }

@@ -19,6 +19,7 @@
 #include "gpu/stage.h"
 #include "host/procfs.h"
 #include "model/gpu.h"
+#include "nccl/version.h"
 
 namespace rankcheck {
 namespace {
@@ -31,11 +32,6 @@ using dl::NcclApi;
 // results are sent then; the aborts themselves get seconds more before the process
 // ends (GpuStage::wait_for_aborts).
 constexpr Millis kRunGrace{150};
-// The first NCCL that aborts a communicator safely from another thread than the one
-// whose non-blocking init runs it: before, the group job is thread-local and the
-// abort frees the communicator under the init (NVIDIA/nccl#992).
-constexpr int32_t kAbortFromAnyThread = 21901;
-
 // NCCL_COMM_BLOCKING=1 overrides config.blocking = 0 (src/init.cc envConfigOverride,
 // since 2.14; read once, at the first init): init would then block in the stage's
 // thread, and the deadline could abort nothing. The stage sets 0 in this process
@@ -322,7 +318,7 @@ std::vector<RankResult> DlStage::take_over(const std::shared_ptr<dl::StageRun>& 
                                            std::thread& worker) {
   left_ = job;
   const char* blocked_in = nullptr;
-  if (facts_.nccl_version < kAbortFromAnyThread) {
+  if (!nccl::has(facts_.nccl_version, nccl::kAbortFromAnyThread)) {
     std::fprintf(stderr,
                  "rankcheck: NCCL %s cannot abort a communicator from another thread "
                  "(NVIDIA/nccl#992, fixed in 2.19.1): the stage's stuck call is left as it "

@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "host/nccl_socket_if.h"
+#include "nccl/socket_if.h"
 
 namespace rankcheck {
 
 /// This host's name (gethostname), or "unknown".
 std::string local_host_name();
 /// Every IPv4 and IPv6 address of this host in getifaddrs order, with its
-/// interface's flags: what NCCL's interface rules read (nccl_socket_if.h).
+/// interface's flags: what NCCL's interface rules read (nccl/socket_if.h).
 std::vector<IfAddr> host_interfaces();
 /// Names of the interfaces among `addresses` (host_interfaces()), sorted, unique.
 std::vector<std::string> interfaces_with_address(const std::vector<IfAddr>& addresses);

@@ -1,9 +1,10 @@
 // This host's data network for the record: the sysfs view, the loader's lookups,
-// then NCCL's rules (nccl_ib.cc).
+// then NCCL's rules (nccl/ib.cc).
 
 #include <fmt/format.h>
 
-#include "host/nccl_ib.h"
+#include "host/sysfs_ib.h"
+#include "nccl/ib.h"
 
 namespace rankcheck {
 

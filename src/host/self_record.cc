@@ -8,9 +8,10 @@
 #include <unistd.h>
 
 #include "host/interfaces.h"
-#include "host/nccl_ib.h"
-#include "host/nccl_socket_if.h"
 #include "host/resolve.h"
+#include "host/sysfs_ib.h"
+#include "nccl/param.h"
+#include "nccl/socket_if.h"
 
 namespace rankcheck {
 
@@ -70,7 +71,7 @@ Record self_record(const Identity& id, const std::optional<std::string>& host_na
   }
   // NCCL sees the environment plus its configuration files: so do the record's
   // variables and the interface its rules pick.
-  NcclConf conf = apply_nccl_conf(env, read_small_file);
+  nccl::Conf conf = nccl::apply_conf(env, read_small_file);
   for (const auto& [name, file] : conf.from)
     facts.env_sources.push_back({name, file});
   facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);

@@ -9,6 +9,7 @@
 
 #include "base/interrupt.h"
 #include "base/text.h"
+#include "nccl/version.h"
 
 namespace rankcheck {
 namespace {
@@ -22,16 +23,6 @@ constexpr size_t kMaxDeparturesKept = 64;
 constexpr size_t kMaxDeparturesLogged = 8;
 // Members named in the log line of those with no GPU stage result at its end.
 constexpr size_t kSilentLogged = 4;
-
-// Whether the members run on more than one host, or say that the job does.
-bool spans_hosts(const std::vector<Member>& members) {
-  for (const Member& m : members) {
-    if (rankcheck::spans_hosts(m.record) || m.record.host != members.front().record.host) {
-      return true;
-    }
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -77,12 +68,6 @@ size_t MasterState::admit(Record rec, SharedString peer, bool own) {
   last_join_ms_ = now_ms();
   count(rec, +1, own);
   tracker_.add(rec, peer);
-  // A process that started late is a finding (late-start): the rules must run.
-  if (uint64_t at = rec.started_unix_ms; at != 0) {
-    first_start_ = first_start_ == 0 ? at : std::min(first_start_, at);
-    last_start_ = std::max(last_start_, at);
-    if (last_start_ > first_start_ + kLateStartMs) tracker_.taint();
-  }
   string_lists_.intern(rec.interfaces);
   string_lists_.intern(rec.master_resolved);
   envs_.intern(rec.env);
@@ -148,7 +133,7 @@ std::vector<NcclIdBytes> MasterState::scalable_roots(const NcclIdBytes& first,
   long every = cfg_.nccl_roots_every;
   if (every < 0 || (every > 0 && cfg_.world_size <= every)) return {};
   for (const Member& m : members) {
-    if (m.record.gpu.nccl_version < 22300) {
+    if (!nccl::has(m.record.gpu.nccl_version, nccl::kScalableInit)) {
       cfg_.log(fmt::format("NCCL {} on {}: ncclCommInitRankScalable needs 2.23; one root instead",
                            m.record.gpu.nccl_version, member_label(m.record)));
       return {};
@@ -181,6 +166,7 @@ std::vector<NcclIdBytes> MasterState::scalable_roots(const NcclIdBytes& first,
 }
 
 void MasterState::relay_lost(const std::string& host, uint32_t pid, size_t members) {
+  tracker_.taint();  // relay-lost is raised on it
   if (lost_relays_.size() < 64) lost_relays_.push_back(LostRelay{host, pid, members, now_ms()});
 }
 
@@ -255,6 +241,21 @@ bool MasterState::ready() const {
   return joined_ranks_ >= cfg_.world_size || smaller_world_complete();
 }
 
+// The rehearsal of NCCL's connections needs the TCP rendezvous (a listener per host,
+// the plan sent as each host's members join): over MPI it does not run, and on
+// several hosts the report says so rather than show an empty list of paths.
+void MasterState::say_not_rehearsed(const std::vector<Member>& members) {
+  std::set<std::string_view> hosts;
+  for (const Member& m : members)
+    hosts.insert(m.record.host.str());
+  if (hosts.size() < 2) return;  // one host: NCCL connects nowhere else
+  report_.rehearsal_not_run =
+      "--bootstrap mpi does not rehearse them; run rankcheck over TCP under mpirun "
+      "(mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT=<a free port> rankcheck run) to "
+      "try them before NCCL";
+  cfg_.log("NCCL's connections not rehearsed: " + report_.rehearsal_not_run);
+}
+
 void MasterState::interrupt(int signal) {
   signal_ = signal;
 }
@@ -264,20 +265,17 @@ void MasterState::report_signal() {
   if (signal_ == 0 || signal_reported_) return;
   signal_reported_ = true;
   report_.interrupted_by = signal_;
-  Finding f = make_finding(
-      FindingId::kMasterInterrupted,
-      fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check was done",
-                  printable(cfg_.master_host), signal_name(signal_), format_seconds(now_ms())));
-  f.ranks = {0};
-  f.hosts = {cfg_.master_host};
-  report_.findings.insert(report_.findings.begin(), std::move(f));
+  // First in the catalogue's precedence, and raised last: it leads every report, the
+  // GPU stage's too.
+  report_.findings.insert(report_.findings.begin(),
+                          master_interrupted(cfg_.master_host, signal_, now_ms()));
 }
 
 Verdict MasterState::verdict_base() const {
   Verdict v;
   v.exit_code = static_cast<uint8_t>(report_.exit_code());
   v.headline = headline(report_.findings);
-  if (!report_.findings.empty()) v.headline_id = report_.findings.front().id;
+  if (!report_.findings.empty()) v.headline_id = report_.findings.front().name();
   v.joined_ranks = static_cast<uint32_t>(distinct_claimed_);
   for (const Finding& f : report_.findings)
     (f.is_error() ? v.errors : v.warnings)++;
@@ -292,6 +290,8 @@ JobView MasterState::config_view() const {
   view.master_host = cfg_.master_host;
   view.master_resolved = cfg_.master_resolved;
   view.gpu_stage = cfg_.gpu_stage;
+  view.transport = cfg_.transport;
+  view.authenticated = cfg_.authenticated;
   view.master_started_unix_ms = cfg_.start_unix_ms;
   view.timeout_ms = cfg_.timeout_ms;
   return view;
@@ -326,27 +326,17 @@ void MasterState::set_paths(std::vector<Finding> findings, std::vector<PathTried
   report_.rehearsal_ran = true;
 }
 
-std::optional<Finding> MasterState::no_token_finding(const JobView& view) const {
-  if (cfg_.authenticated || cfg_.master_addr == kMpiMasterAddr || !spans_hosts(view.members)) {
-    return std::nullopt;
-  }
-  return make_finding(
-      FindingId::kNoJobToken,
-      "no job token on a job that spans hosts: whoever reaches MASTER_PORT can claim a rank, "
-      "pass or fail this job, and is handed the NCCL id; nothing in this report is "
-      "authenticated");
-}
-
-const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
-                                   std::vector<std::string> bound, const ProcessFacts& process) {
+const Verdict& MasterState::decide(DecisionFacts facts) {
   if (decided_) return verdict_;
+  const bool timed_out = facts.timed_out;
+  const ProcessFacts& process = facts.process;
   // Not at the deadline, yet not complete: the server's grace after a lost member.
   report_.member_lost = !timed_out && signal_ == 0 && !ready() && departed_total_ > 0;
   decided_ = true;
   auto t0 = Clock::now();
   JobView view = config_view();
-  view.master_port = master_port;
-  view.master_bound = bound;
+  view.master_port = facts.master_port;
+  view.master_bound = facts.bound;
   view.accept_failures = accept_failures_;
   view.lost_relays = lost_relays_;
   if (accept_failures_.count > 0) {
@@ -362,17 +352,24 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
   view.refused = std::move(refused_);
   view.refused_total = refused_total_;
   view.members = std::move(members_);
-  if (!tracker_.clean()) report_.findings = run_checks(view);
-  if (auto f = no_token_finding(view)) report_.findings.push_back(std::move(*f));
-  // A blocked path is the initiating failure: NCCL would hang on it.
-  report_.findings.insert(report_.findings.begin(), path_findings_.begin(), path_findings_.end());
+  // A clean job (the tracker kept to every rule as members joined) runs only what
+  // runs on every decision; the rehearsal's findings join the rules' (a blocked path
+  // leads: NCCL would hang on it).
+  report_.findings = tracker_.clean() ? run_always(view) : run_checks(view);
+  report_.findings.insert(report_.findings.end(), path_findings_.begin(), path_findings_.end());
+  order_findings(report_.findings);
   report_signal();
+  if (cfg_.transport == Transport::kMpi) say_not_rehearsed(view.members);
   report_.job_id = cfg_.job_id;
   report_.world_size = cfg_.world_size;
+  report_.transport = cfg_.transport;
   report_.master_addr = cfg_.master_addr;
-  report_.master_port = master_port;
+  report_.master_port = facts.master_port;
   report_.master_host = cfg_.master_host;
-  report_.master_bound = std::move(bound);
+  report_.master_bound = std::move(facts.bound);
+  report_.connections_peak = facts.connections_peak;
+  report_.relays = facts.relays;
+  report_.relayed_members = facts.relayed_members;
   report_.timed_out = timed_out;
   report_.authenticated = cfg_.authenticated;
   // The rehearsal runs between the last join and the decision, and has a timing of
@@ -392,14 +389,8 @@ const Verdict& MasterState::decide(bool timed_out, uint16_t master_port,
                                          : Result<NcclId>(Error{"no NCCL on the master"})) {
     nccl_id = *id;
   } else {
-    Finding f = make_finding(FindingId::kNcclInitFailed,
-                             fmt::format("ncclGetUniqueId failed on the master ({}): {}",
-                                         printable(cfg_.master_host), id.error().message),
-                             "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name "
-                             "an interface rank 0 has");
-    f.ranks = {0};
-    f.hosts = {cfg_.master_host};
-    report_.findings.insert(report_.findings.begin(), std::move(f));
+    report_.findings.push_back(unique_id_failed(cfg_.master_host, id.error().message));
+    order_findings(report_.findings);
     report_.gpu_stage = "failed (no NCCL unique id)";
   }
   std::vector<NcclIdBytes> roots;
@@ -464,10 +455,8 @@ std::vector<Finding> MasterState::notes_for(size_t i) const {
   // Findings about refused processes (another job's, one without the token) name
   // the ranks those claim: a member of this job holding the same number is not
   // their subject, and the master's report names them once.
-  const std::string_view foreign = finding_kind(FindingId::kForeignJob).name;
-  const std::string_view auth = finding_kind(FindingId::kAuthFailed).name;
   for (const Finding& f : report_.findings) {
-    if (f.id == foreign || f.id == auth) continue;
+    if (f.id == FindingId::kForeignJob || f.id == FindingId::kAuthFailed) continue;
     auto lo = std::lower_bound(f.ranks.begin(), f.ranks.end(), long(rec.rank));
     if (lo != f.ranks.end() && *lo <= rec.last_rank()) notes.push_back(f);
   }
@@ -515,8 +504,11 @@ const Verdict& MasterState::finalize() {
   sv.stage_ms = stage_ms_;
   sv.min_busbw_gbps = cfg_.min_busbw_gbps;
   auto found = stage_checks(sv);
+  // The stage's findings follow the rendezvous's (its warnings after theirs); its
+  // errors lead, since the stage ran only when the rendezvous found none.
   report_.findings.insert(report_.findings.end(), found.begin(), found.end());
-  order_findings(report_.findings);
+  std::stable_partition(report_.findings.begin(), report_.findings.end(),
+                        [](const Finding& f) { return f.is_error(); });
   report_signal();
   report_.stage_results = std::move(stage_results_);
   double init_max = 0;
@@ -535,9 +527,8 @@ const Verdict& MasterState::finalize() {
                                 algbw, cfg_.min_busbw_gbps > 0 ? ", --min-busbw not applied" : "")
                   : std::string();
   // Hosts that chose different networks are a finding of the stage, not its failure.
-  bool failed = std::any_of(found.begin(), found.end(), [](const Finding& f) {
-    return f.id != finding_kind(FindingId::kEnvMismatch).name;
-  });
+  bool failed = std::any_of(found.begin(), found.end(),
+                            [](const Finding& f) { return f.id != FindingId::kEnvMismatch; });
   report_.gpu_stage =
       !failed ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
                             format_seconds(init_max), ar_max, bandwidth)

@@ -19,12 +19,13 @@ namespace rankcheck {
 
 struct MasterConfig {
   long world_size = 0;
+  Transport transport = Transport::kTcp;
   /// Members the launcher started when that is more than the world size asks for
   /// (WORLD_SIZE=2 exported over 4 tasks): the master waits for all of them, so
   /// that the extra ones are reported, not turned away as late. 0: not so.
   long launcher_members = 0;
   std::string job_id;
-  std::string master_addr;  ///< MASTER_ADDR as given, for the report
+  std::string master_addr;  ///< MASTER_ADDR as given, for the report ("" over MPI)
   std::string master_host;
   std::vector<std::string> master_resolved;
   Clock::time_point start = Clock::now();
@@ -40,6 +41,18 @@ struct MasterConfig {
   uint64_t start_unix_ms = 0;  ///< `start` by this host's wall clock (clock-skew); 0: unknown
   double timeout_ms = 0;       ///< the master's --timeout (clock-skew)
   std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+/// What the transport saw up to the decision: decide() takes it whole, and nothing
+/// writes the report afterwards but the master state itself.
+struct DecisionFacts {
+  bool timed_out = false;          ///< at the deadline, rather than on the last join
+  uint16_t master_port = 0;        ///< the port it listened on (0 over MPI)
+  std::vector<std::string> bound;  ///< what it listened on ("MPI_COMM_WORLD of 8")
+  ProcessFacts process = {};       ///< the master process's limits and memory
+  size_t connections_peak = 0;     ///< the most connections open at once
+  size_t relays = 0;               ///< host relays carrying members at the decision
+  size_t relayed_members = 0;      ///< members that came through one
 };
 
 class MasterState {
@@ -79,10 +92,10 @@ class MasterState {
   void set_paths(std::vector<Finding> findings, std::vector<PathTried> paths, double ms);
 
   /// Decides, once: the findings, and go or not for the GPU stage. Returns the
-  /// verdict every member gets (with notes_for(i) added for member i). `process`:
-  /// the master process's limits and memory at the decision (process_facts()).
-  const Verdict& decide(bool timed_out, uint16_t master_port, std::vector<std::string> bound,
-                        const ProcessFacts& process = {});
+  /// verdict every member gets (with notes_for(i) added for member i).
+  const Verdict& decide(DecisionFacts facts);
+  /// The verdicts were queued for every member `ms` after the decision.
+  void verdicts_sent(double ms) { report_.broadcast_ms = ms; }
   /// The findings that name member `i`'s ranks, all of them (a verdict carries
   /// the first kMaxVerdictNotes and says how many more there are).
   std::vector<Finding> notes_for(size_t i) const;
@@ -102,13 +115,12 @@ class MasterState {
   /// once, one outside the world not at all (what progress and verdicts say).
   long joined_ranks() const { return distinct_claimed_; }
   std::vector<long> missing_ranks() const;
-  Report& report() { return report_; }
+  /// The report as it stands; taken whole once the run is over.
   const Report& report() const { return report_; }
+  Report take_report() { return std::move(report_); }
   double now_ms() const { return ms_between(cfg_.start, Clock::now()); }
 
  private:
-  /// The warning that a job over hosts without a token is not authenticated, where it is one.
-  std::optional<Finding> no_token_finding(const JobView& view) const;
   void count(const Record& rec, int by, bool master);
   bool smaller_world_complete() const;
   bool complete_up_to(long world) const;
@@ -144,8 +156,6 @@ class MasterState {
   std::vector<NcclIdBytes> scalable_roots(const NcclIdBytes& first,
                                           const std::vector<Member>& members) const;
   double last_join_ms_ = 0;
-  uint64_t first_start_ = 0;  // members' wall-clock starts, earliest and latest (late-start)
-  uint64_t last_start_ = 0;
   bool decided_ = false;
   Report report_;
   Verdict verdict_;
@@ -159,6 +169,7 @@ class MasterState {
   bool signal_reported_ = false;
   std::vector<Finding> path_findings_;
   void report_signal();
+  void say_not_rehearsed(const std::vector<Member>& members);
 };
 
 }  // namespace rankcheck

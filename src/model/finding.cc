@@ -312,6 +312,110 @@ static_assert(in_order(), "kCatalog rows must follow FindingId's order");
 static_assert(std::size(kCatalog) == static_cast<size_t>(kUnexplainedError) + 1,
               "every FindingId has a row");
 
+// Which finding leads when several are raised, first to last. The initiating failure
+// leads: the master stopped by a signal; a connection NCCL would hang on; what kept
+// members out (descriptors, a flood, another job, the token); a stale variable before
+// the duplicates and wrong sizes it makes; a host's setup (interfaces, data network,
+// GPUs) before the rendezvous's effects (lost relays, departures, late starts, the
+// missing ranks they leave); then the GPU stage, init before the all-reduce; then what
+// explains nothing by itself (differences, strays, no token). A member's own findings
+// and diagnose's follow; they lead only in reports of their own.
+constexpr FindingId kLeadOrder[] = {
+    kMasterInterrupted,
+    kNcclPathUnproven,
+    kNcclPathBlocked,
+    kNcclPathFlooded,
+    kMasterOutOfFds,
+    kConnectionFlood,
+    kForeignJob,
+    kAuthFailed,
+    kLauncherEnvConflict,
+    kWorldSizeMismatch,
+    kDuplicateRank,
+    kRankOutOfRange,
+    kMasterAddrLoopback,
+    kLocalRankCollision,
+    kLocalWorldSizeMismatch,
+    kNcclIfnameMissing,
+    kNcclCommIdMismatch,
+    kNcclNoInterface,
+    kNcclInterfaceLoopback,
+    kNcclInterfaceSharedAddress,
+    kNcclInterfaceLinkLocal,
+    kNcclNetUnavailable,
+    kIbMemlockLow,
+    kIbUverbsMissing,
+    kNcclIbHcaNone,
+    kNcclIbPortNotActive,
+    kNcclNetMismatch,
+    kNcclNetPluginMismatch,
+    kNcclIbLinkLayerMismatch,
+    kNcclIbPortCountMismatch,
+    kNcclRoceGidLinkLocal,
+    kNcclRoceGidFamilyMismatch,
+    kDuplicateGpu,
+    kNcclVersionMismatch,
+    kCudaDriverMissing,
+    kGpuCountMismatch,
+    kGpuMissing,
+    kNcclMissing,
+    kMasterAddrMismatch,
+    kProtocolMismatch,
+    kRelayLost,
+    kMemberDisconnected,
+    kClockSkew,
+    kLateStart,
+    kMissingRank,
+    kNcclInitFailed,
+    kNcclInitTimeout,
+    kAllreduceWrongResult,
+    kAllreduceFailed,
+    kAllreduceTimeout,
+    kBandwidthLow,
+    kEnvMismatch,
+    kCudaDriverMismatch,
+    kGpuUnavailable,
+    kStrayConnection,
+    kNoJobToken,
+    kMasterUnreachable,
+    kMasterLost,
+    kLateJoin,
+    kMasterPortInUse,
+    kMasterAddrNotLocal,
+    kMasterListenFailed,
+    kProcessDied,
+    kPeerFailed,
+    kCollectiveDesync,
+    kCollectiveTimeout,
+    kJobCancelled,
+    kGpuOutOfMemory,
+    kHostOutOfMemory,
+    kCudaError,
+    kNcclNetworkError,
+    kSharedMemoryExhausted,
+    kIdentityInvalid,
+    kUnexplainedError,
+};
+
+// Every FindingId once in kLeadOrder: its position, built at compile time.
+struct LeadRanks {
+  int rank[std::size(kCatalog)] = {};
+  bool complete = true;
+  constexpr LeadRanks() {
+    for (int& r : rank)
+      r = -1;
+    for (size_t i = 0; i < std::size(kLeadOrder); ++i) {
+      int& r = rank[static_cast<size_t>(kLeadOrder[i])];
+      complete = complete && r == -1;
+      r = static_cast<int>(i);
+    }
+    for (int r : rank)
+      complete = complete && r >= 0;
+  }
+};
+constexpr LeadRanks kLeadRanks;
+static_assert(kLeadRanks.complete, "kLeadOrder holds every FindingId exactly once");
+
 }  // namespace
 
 std::span<const FindingKind> finding_catalog() {
@@ -332,12 +436,27 @@ Finding make_finding(FindingId id, std::string message, std::string fix,
                      std::optional<Severity> severity) {
   const FindingKind& k = finding_kind(id);
   Finding f;
-  f.id = std::string(k.name);
+  f.id = id;
   f.severity = severity.value_or(k.severity);
   f.exit_code = k.exit_code;
   f.message = std::move(message);
-  f.hint = fix.empty() ? std::string(k.fix) : std::move(fix);
+  f.fix = fix.empty() ? std::string(k.fix) : std::move(fix);
   return f;
+}
+
+std::string_view Finding::name() const {
+  return finding_kind(id).name;
+}
+
+int lead_rank(FindingId id) {
+  return kLeadRanks.rank[static_cast<size_t>(id)];
+}
+
+void order_findings(std::vector<Finding>& findings) {
+  std::stable_sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
+    if (a.is_error() != b.is_error()) return a.is_error();
+    return lead_rank(a.id) < lead_rank(b.id);
+  });
 }
 
 std::string_view class_name(FindingClass c) {

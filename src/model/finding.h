@@ -26,18 +26,6 @@ inline constexpr int kCannotListen = 7;
 inline constexpr int kSignalBase = 128;
 }  // namespace exit_code
 
-struct Finding {
-  std::string id;  ///< stable kebab-case id, documented in docs/findings.md
-  Severity severity = Severity::kError;
-  int exit_code = exit_code::kMismatch;  ///< what the job exits with when this leads
-  std::string message;
-  std::string hint;                ///< the fix
-  std::vector<long> ranks;         ///< sorted, unique
-  std::vector<std::string> hosts;  ///< sorted, unique
-
-  bool is_error() const { return severity == Severity::kError; }
-};
-
 /// Every finding rankcheck raises, in the order of docs/findings.md.
 enum class FindingId {
   kMasterAddrLoopback,
@@ -117,6 +105,23 @@ enum class FindingId {
   kUnexplainedError,
 };
 
+/// One problem, as the rules raise it: its kind (the catalogue's row), and what this
+/// one says. The kind's name ("missing-rank") is used only where a finding is written
+/// out: a report, the wire, the metrics.
+struct Finding {
+  FindingId id = FindingId::kUnexplainedError;
+  Severity severity = Severity::kError;
+  int exit_code = exit_code::kMismatch;  ///< what the job exits with when this leads
+  std::string message;
+  std::string fix;                 ///< what to try first ("hint" in the JSON, schema 1)
+  std::vector<long> ranks;         ///< sorted, unique
+  std::vector<std::string> hosts;  ///< sorted, unique
+
+  bool is_error() const { return severity == Severity::kError; }
+  /// The kind's kebab-case name, documented in docs/findings.md.
+  std::string_view name() const;
+};
+
 /// What kind of fault a finding is: whether the hosts it names are to blame (the
 /// suspect hosts a retry leaves out), and which of them a drain may take.
 enum class FindingClass {
@@ -149,6 +154,15 @@ const FindingKind& finding_kind(FindingId id);
 const FindingKind* find_finding_kind(std::string_view name);
 /// The class of the finding named `name` (kJob for a name the catalogue lacks).
 FindingClass finding_class(std::string_view name);
+
+/// Which finding leads when several are raised: the catalogue's precedence, causes
+/// before their effects (a path NCCL would hang on before the ranks it leaves
+/// waiting; a stale RANK before the duplicates it makes). Lower leads.
+int lead_rank(FindingId id);
+
+/// Orders findings as a report shows them: errors first, then by lead_rank, keeping
+/// the order in which each kind's findings were raised.
+void order_findings(std::vector<Finding>& findings);
 
 /// A finding of kind `id`: its severity (unless `severity` is given), its exit
 /// code, and the catalogue's fix unless `fix` names a more specific one.

@@ -51,7 +51,12 @@ struct Refusal {
 /// more than a launcher's spread, and than the clock skew between synchronised hosts.
 inline constexpr uint64_t kLateStartMs = 2000;
 
-/// The master's address in a job that met over MPI (rankcheck-mpi --bootstrap mpi).
+/// How the members met the master.
+enum class Transport : uint8_t {
+  kTcp,  ///< the TCP rendezvous on MASTER_ADDR:MASTER_PORT (and the host relays)
+  kMpi,  ///< MPI_COMM_WORLD (rankcheck-mpi --bootstrap mpi)
+};
+/// The master's address as a report names it for a job that met over MPI.
 inline constexpr std::string_view kMpiMasterAddr = "MPI_COMM_WORLD";
 
 /// Connections the master could not accept (out of file descriptors or memory).
@@ -82,6 +87,8 @@ struct ProcessFacts {
 /// Everything the rules look at: what the master holds when it decides.
 struct JobView {
   long world_size = 0;  ///< the master's
+  Transport transport = Transport::kTcp;
+  bool authenticated = false;  ///< every member proved the job token
   std::string job_id;
   std::vector<Member> members;  ///< admitted, in arrival order
   std::vector<Departure> departed;

@@ -2,7 +2,7 @@
 // The data network NCCL will use on a member's host, as a record carries it: the
 // transport NCCL's rules pick (its IB transport, a network plugin, or NET/Socket),
 // the InfiniBand/RoCE ports they open and the GID they pick on each, and what
-// memory registration needs (see host/nccl_ib.h for the rules, host/sysfs_ib.h for
+// memory registration needs (see nccl/ib.h for the rules, host/sysfs_ib.h for
 // the facts they read).
 
 #include <cstdint>

@@ -55,4 +55,12 @@ struct PathTarget {
   std::array<uint8_t, 32> ticket{};
 };
 
+/// A host as the rehearsal names it.
+struct PathHost {
+  std::string name;
+  std::string ifname;                 ///< the interface NCCL would use there
+  std::string address;                ///< its address, which the listener was bound to
+  uint16_t port_lo = 0, port_hi = 0;  ///< its ip_local_port_range
+};
+
 }  // namespace rankcheck

@@ -34,7 +34,7 @@ inline size_t hash_item(const EnvVar& v) {
   return std::hash<std::string>{}(v.name) * 31 + std::hash<std::string>{}(v.value);
 }
 
-/// The interface NCCL's rules pick on a member's host (see host/nccl_socket_if.h), as sent.
+/// The interface NCCL's rules pick on a member's host (see nccl/socket_if.h), as sent.
 struct NcclIfFacts {
   enum State : uint8_t { kUnknown = 0, kFound = 1, kNone = 2 };
   enum Flags : uint8_t { kLoopback = 1, kCommIdLocal = 2, kLinkScope = 4 };

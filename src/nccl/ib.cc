@@ -1,7 +1,7 @@
 // NCCL's IB device, port and GID choice and its network plugin lookup, as pure
-// functions (see nccl_ib.h); read in NVIDIA/nccl at v2.18.6-1, v2.21.5-1, v2.28.9-1.
+// functions (see ib.h); read in NVIDIA/nccl at v2.18.6-1, v2.21.5-1, v2.28.9-1.
 
-#include "host/nccl_ib.h"
+#include "nccl/ib.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,21 +13,16 @@
 #include <fmt/format.h>
 #include <strings.h>
 
+#include "nccl/list.h"
+#include "nccl/param.h"
+#include "nccl/version.h"
+
 namespace rankcheck {
 namespace {
 
-constexpr int32_t kGidChoiceFrom = 22100;   // 2.21: NCCL picks the GID itself
-constexpr int32_t kMergeNicsFrom = 22000;   // 2.20: NCCL_IB_MERGE_NICS
-constexpr int32_t kFourPerNicFrom = 22400;  // 2.24: NCCL_IB_MAX_DEVS_PER_NIC 4
-constexpr int32_t kPluginAsIsFrom = 22100;  // 2.21: NCCL_NET_PLUGIN tried as given first
-constexpr int32_t kPluginRuleFrom = 22600;  // 2.26: no prefixed try for paths and lib*.so
-constexpr int32_t kPluginListFrom = 22800;  // 2.28: a comma list, "none"
-constexpr size_t kMaxHcaTokens = 32;        // MAX_IB_DEVS
+using nccl::rules_since;
+// NCCL opens at most MAX_IB_DEVS devices.
 constexpr size_t kMaxIbDevs = 32;
-
-bool from(int32_t version, int32_t since) {
-  return version == 0 || version >= since;
-}
 
 std::string env_or(const EnvMap& env, std::string_view name) {
   const std::string* v = env_get(env, name);
@@ -93,7 +88,7 @@ uint8_t link_of(const std::string& layer) {
 
 // The ports of every device, in libibverbs' order, with NCCL_IB_HCA's and the
 // port's own verdict, and on used RoCE ports the GID NCCL picks.
-std::vector<IbPortFacts> port_facts(const IbHostView& host, const IbHcaSpec& spec,
+std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& spec,
                                     const EnvMap& env, int32_t version, std::string& gid_rule) {
   std::vector<IbPortFacts> out;
   size_t used = 0;
@@ -106,7 +101,7 @@ std::vector<IbPortFacts> port_facts(const IbHostView& host, const IbHcaSpec& spe
       f.state = static_cast<uint8_t>(std::clamp(p.state, 0, 255));
       f.link = link_of(p.link_layer);
       f.rate_gbps = p.rate_gbps;
-      if (ib_hca_selects(spec, d.name, p.port)) f.flags |= IbPortFacts::kSelected;
+      if (nccl::list_matches(spec, d.name, p.port)) f.flags |= IbPortFacts::kSelected;
       if ((f.flags & IbPortFacts::kSelected) != 0 && f.state == IbPortFacts::kActive &&
           f.link != IbPortFacts::kLinkUnknown && used < kMaxIbDevs) {
         f.flags |= IbPortFacts::kUsed;
@@ -134,9 +129,10 @@ std::vector<IbPortFacts> port_facts(const IbHostView& host, const IbHcaSpec& spe
 // NCCL's NIC count: merged ports count once (ncclIbFindMatchingDev).
 uint8_t nic_count(const IbHostView& host, const std::vector<IbPortFacts>& ports, const EnvMap& env,
                   int32_t version) {
-  bool merge = from(version, kMergeNicsFrom) && nccl_param(env, "NCCL_IB_MERGE_NICS", 1) != 0;
-  bool merge_vfs = nccl_param(env, "NCCL_IB_MERGE_VFS", 1) != 0;
-  size_t per_nic = from(version, kFourPerNicFrom) ? 4 : 2;
+  bool merge =
+      rules_since(version, nccl::kMergeNics) && nccl::param(env, "NCCL_IB_MERGE_NICS", 1) != 0;
+  bool merge_vfs = nccl::param(env, "NCCL_IB_MERGE_VFS", 1) != 0;
+  size_t per_nic = rules_since(version, nccl::kFourDevsPerNic) ? 4 : 2;
   std::map<std::string, const IbDeviceView*> devices;
   for (const IbDeviceView& d : host.devices)
     devices[d.name] = &d;
@@ -165,53 +161,6 @@ std::string hca_rule(const EnvMap& env, const NcclNetInput& in) {
 
 }  // namespace
 
-IbHcaSpec parse_ib_hca(std::string_view s) {
-  IbHcaSpec spec;
-  if (s.starts_with('^')) {
-    spec.exclude = true;
-    s.remove_prefix(1);
-  }
-  if (s.starts_with('=')) {
-    spec.exact = true;
-    s.remove_prefix(1);
-  }
-  // parseStringList: tokens end at ',' (or at ':', whose port runs to the next ',');
-  // empty tokens are dropped.
-  while (!s.empty() && spec.tokens.size() < kMaxHcaTokens) {
-    size_t comma = s.find(',');
-    std::string_view tok = s.substr(0, comma);
-    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
-    size_t colon = tok.find(':');
-    std::string_view name = tok.substr(0, colon);
-    if (name.empty()) continue;
-    IbHcaToken t;
-    t.prefix = std::string(name.substr(0, 63));
-    if (colon != std::string_view::npos)
-      t.port = std::atoi(std::string(tok.substr(colon + 1)).c_str());
-    spec.tokens.push_back(std::move(t));
-  }
-  return spec;
-}
-
-bool ib_hca_selects(const IbHcaSpec& spec, std::string_view device, int port) {
-  bool match = spec.tokens.empty();
-  for (const IbHcaToken& t : spec.tokens) {
-    bool name = spec.exact ? device == t.prefix : device.starts_with(t.prefix);
-    if (name && (t.port == -1 || t.port == port)) match = true;
-  }
-  return match != spec.exclude;
-}
-
-int64_t nccl_param(const EnvMap& env, std::string_view name, int64_t dflt) {
-  const std::string* v = env_get(env, name);
-  if (v == nullptr) return dflt;
-  errno = 0;
-  char* end = nullptr;
-  long long n = std::strtoll(v->c_str(), &end, 0);
-  if (errno != 0 || end == v->c_str() || *end != '\0') return dflt;
-  return n;
-}
-
 int gid_family(const std::array<uint8_t, 16>& raw) {
   bool mapped = (word(raw, 0) | word(raw, 1) | (word(raw, 2) ^ 0x0000ffffu)) == 0;
   bool mapped_mc =
@@ -235,19 +184,19 @@ std::string gid_text(const std::array<uint8_t, 16>& raw) {
 
 GidChoice choose_roce_gid(const std::vector<IbGid>& table, const EnvMap& env, int32_t version) {
   GidChoice c;
-  if (!from(version, kGidChoiceFrom)) {
-    c.index = static_cast<int>(nccl_param(env, "NCCL_IB_GID_INDEX", 0));
+  if (!rules_since(version, nccl::kGidChoice)) {
+    c.index = static_cast<int>(nccl::param(env, "NCCL_IB_GID_INDEX", 0));
     c.rule = env_get(env, "NCCL_IB_GID_INDEX") ? fmt::format("NCCL_IB_GID_INDEX={}", c.index)
                                                : "NCCL_IB_GID_INDEX's default 0 (before 2.21)";
     return c;
   }
-  if (int64_t fixed = nccl_param(env, "NCCL_IB_GID_INDEX", -1); fixed >= 0) {
+  if (int64_t fixed = nccl::param(env, "NCCL_IB_GID_INDEX", -1); fixed >= 0) {
     c.index = static_cast<int>(fixed);
     c.rule = fmt::format("NCCL_IB_GID_INDEX={}", fixed);
     return c;
   }
   int family = env_or(env, "NCCL_IB_ADDR_FAMILY") == "AF_INET6" ? 6 : 4;
-  int roce = static_cast<int>(nccl_param(env, "NCCL_IB_ROCE_VERSION_NUM", 2));
+  int roce = static_cast<int>(nccl::param(env, "NCCL_IB_ROCE_VERSION_NUM", 2));
   AddrRange range = parse_range(env_or(env, "NCCL_IB_ADDR_RANGE"), family);
   // The table by index: a missing slot is an empty GID.
   auto at = [&](int i) -> const IbGid* {
@@ -281,7 +230,7 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   const std::string* set = env_get(env, "NCCL_NET_PLUGIN");
   if (set == nullptr || set->empty()) return {"libnccl-net.so"};
   std::vector<std::string> names;
-  if (from(version, kPluginListFrom)) {
+  if (rules_since(version, nccl::kPluginList)) {
     if (strcasecmp(set->c_str(), "none") == 0) return {};
     for (size_t start = 0; start < set->size();) {
       size_t comma = set->find(',', start);
@@ -294,10 +243,11 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   }
   std::vector<std::string> out;
   for (const std::string& n : names) {
-    if (from(version, kPluginAsIsFrom)) out.push_back(n);
+    if (rules_since(version, nccl::kPluginAsIs)) out.push_back(n);
     bool library_like =
         n.find('/') != std::string::npos || (n.starts_with("lib") && n.ends_with(".so"));
-    if (!from(version, kPluginAsIsFrom) || !from(version, kPluginRuleFrom) || !library_like)
+    if (!rules_since(version, nccl::kPluginAsIs) || !rules_since(version, nccl::kPluginNoPrefix) ||
+        !library_like)
       out.push_back("libnccl-net-" + n + ".so");
   }
   return out;
@@ -305,7 +255,7 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
 
 int64_t nccl_memlock_need(const EnvMap& env) {
   constexpr int64_t kDefaultBuffSize = int64_t{4} << 20;
-  int64_t buff = nccl_param(env, "NCCL_BUFFSIZE", kDefaultBuffSize);
+  int64_t buff = nccl::param(env, "NCCL_BUFFSIZE", kDefaultBuffSize);
   if (buff <= 0) buff = kDefaultBuffSize;
   return 16 * buff;
 }
@@ -329,7 +279,7 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
     tried += (tried.empty() ? "" : " ") + t;
   f.plugin_tried = tried;
   f.net_name = env_or(env, "NCCL_NET");
-  IbHcaSpec spec = parse_ib_hca(env_or(env, "NCCL_IB_HCA"));
+  nccl::List spec = nccl::parse_list(env_or(env, "NCCL_IB_HCA"), nccl::kMaxHcas, in.nccl_version);
   std::string gid_rule;
   f.ports = port_facts(host, spec, env, in.nccl_version, gid_rule);
   f.gid_rule = gid_rule;
@@ -342,7 +292,7 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   bool selected = std::any_of(f.ports.begin(), f.ports.end(), [](const IbPortFacts& p) {
     return (p.flags & IbPortFacts::kSelected) != 0;
   });
-  if (nccl_param(env, "NCCL_IB_DISABLE", 0) != 0) {
+  if (nccl::param(env, "NCCL_IB_DISABLE", 0) != 0) {
     ib_reason = NcclNetFacts::kDisabled;
   } else if (!host.verbs_library) {
     ib_reason = NcclNetFacts::kNoVerbs;

@@ -2,9 +2,10 @@
 // Which data network NCCL will use on this host, by NCCL's own rules
 // (src/transport/net_ib.cc ncclIbInit and ncclIbGetGidIndex, src/misc/utils.cc
 // parseStringList and matchIfList, the network plugin loader in src/net.cc and
-// src/plugin/), as pure functions of what host/sysfs_ib.h reads, the effective
-// NCCL_* settings and the NCCL version the host loads.
+// src/plugin/), as pure functions of a host's view (what host/sysfs_ib.h reads from
+// sysfs), the effective NCCL_* settings and the NCCL version the host loads.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -13,31 +14,48 @@
 #include <vector>
 
 #include "base/env.h"
-#include "host/sysfs_ib.h"
 #include "model/nccl_net.h"
 
 namespace rankcheck {
 
-/// NCCL_IB_HCA: a leading '^' excludes, a '=' after it makes every token an exact
-/// device name, else tokens are prefixes ("mlx5_1" also matches "mlx5_10"); each
-/// token may carry ":port" (NCCL's atoi: "mlx5_0:" is port 0, which no port has).
-/// At most 32 tokens, as NCCL parses them.
-struct IbHcaToken {
-  std::string prefix;
-  int port = -1;  ///< -1: every port
+/// One entry of a port's GID table (ports/N/gids/I, gid_attrs/types/I, gid_attrs/ndevs/I).
+struct IbGid {
+  int index = 0;
+  std::array<uint8_t, 16> raw{};  ///< all zero: an empty slot
+  int roce = 0;                   ///< 1 ("IB/RoCE v1", "RoCE v1"), 2 ("RoCE v2"), 0 unreadable
+  std::string ndev;               ///< the netdev behind it, "" when none
 };
-struct IbHcaSpec {
-  bool exclude = false;
-  bool exact = false;
-  std::vector<IbHcaToken> tokens;
+
+struct IbPortView {
+  int port = 1;
+  int state = 0;            ///< the number `state` starts with ("4: ACTIVE" -> 4)
+  int phys_state = 0;       ///< the number `phys_state` starts with ("5: LinkUp" -> 5)
+  std::string link_layer;   ///< "InfiniBand", "Ethernet"
+  uint32_t rate_gbps = 0;   ///< "400 Gb/sec (4X NDR)" -> 400
+  std::vector<IbGid> gids;  ///< the whole table, in index order (its length is gid_tbl_len)
 };
-IbHcaSpec parse_ib_hca(std::string_view spec);
-/// matchIfList ^ exclude: an empty list selects every port, and so "^" alone none.
-bool ib_hca_selects(const IbHcaSpec& spec, std::string_view device, int port);
 
-/// NCCL_PARAM's reading of an integer: strtoll base 0, the whole value, else the default.
-int64_t nccl_param(const EnvMap& env, std::string_view name, int64_t dflt);
+struct IbDeviceView {
+  std::string name;            ///< "mlx5_0"
+  std::string pci_path;        ///< realpath of the device link, as NCCL merges by it
+  std::string sys_image_guid;  ///< NCCL merges ports of one NIC by it too
+  std::vector<IbPortView> ports;
+};
 
+/// This host's view, as NCCL's IB transport would find it.
+struct IbHostView {
+  std::vector<IbDeviceView> devices;  ///< sorted by name, as libibverbs lists them
+  std::vector<std::string> uverbs;    ///< /dev/infiniband/uverbs* present
+  bool uverbs_openable = false;       ///< at least one opens read-write
+  bool peermem = false;               ///< nvidia_peermem (or nv_peer_mem) loaded
+  bool container = false;             ///< /.dockerenv or /run/.containerenv
+  bool verbs_library = false;         ///< the loader finds libibverbs.so.1
+  int64_t memlock = -2;               ///< RLIMIT_MEMLOCK soft limit; -1 unlimited, -2 unknown
+  std::string root;                   ///< the root read ("" for "/")
+};
+
+/// NCCL_IB_HCA is read with NCCL's list grammar (nccl/list.h: '^', '=', prefixes,
+/// ":port"), at most kMaxHcas entries; an empty list selects every port, "^" none.
 /// The GID NCCL's IB transport uses on a RoCE port, and how it came to it.
 struct GidChoice {
   int index = 0;
@@ -91,15 +109,5 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in);
 /// The memory NCCL's registrations pin, estimated: 16 buffers of NCCL_BUFFSIZE
 /// (default 4 MiB), the send and receive buffers of 8 channels.
 int64_t nccl_memlock_need(const EnvMap& env);
-
-}  // namespace rankcheck
-
-namespace rankcheck {
-
-/// This host's facts for the record: `sys`'s view (the loader's libibverbs.so[.1]
-/// and plugin lookup included, LD_LIBRARY_PATH from `env`) through choose_nccl_net.
-/// `sources`: name -> file, for the variables NCCL's configuration files set.
-NcclNetFacts collect_nccl_net(const SysFs& sys, const EnvMap& env, int32_t nccl_version,
-                              const std::map<std::string, std::string, std::less<>>& sources);
 
 }  // namespace rankcheck

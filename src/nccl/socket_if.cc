@@ -1,9 +1,9 @@
 // NCCL's interface choice, as NCCL's own source makes it (src/misc/socket.cc
 // ncclFindInterfaces, from 2.29 src/os/linux.cc ncclOsFindInterfaces, and
-// src/bootstrap.cc bootstrapNetInit), and the configuration files NCCL reads
-// (src/misc/param.cc initEnv). Each version difference is a named predicate.
+// src/bootstrap.cc bootstrapNetInit). Each version difference is a named gate
+// (nccl/version.h).
 
-#include "host/nccl_socket_if.h"
+#include "nccl/socket_if.h"
 
 #include <algorithm>
 #include <array>
@@ -13,12 +13,13 @@
 #include <fmt/format.h>
 
 #include "model/record.h"
+#include "nccl/list.h"
+#include "nccl/version.h"
 
 namespace rankcheck {
 namespace {
 
-// NCCL parses at most MAX_IFS (16) tokens of a list and keeps as many interfaces.
-constexpr size_t kMaxIfs = 16;
+using nccl::kMaxIfs;
 
 constexpr std::string_view kNoInterface = "Bootstrap : no socket interface found";
 constexpr std::string_view kNoSubnetInterface = "NET/Socket : No usable listening interface found";
@@ -26,19 +27,17 @@ constexpr std::string_view kBadCommId =
     "Invalid NCCL_COMM_ID, please use format: <ipv4>:<port> or [<ipv6>]:<port> or "
     "<hostname>:<port>";
 
-// 2.28.3 skips interfaces that are not IFF_RUNNING (NVIDIA/nccl#1798) and moves
-// libvirt's virbr bridges behind lo.
 bool skips_not_running(int32_t v) {
-  return v == 0 || v >= 22800;
+  return nccl::rules_since(v, nccl::kSkipsNotRunning);
 }
 bool virbr_last(int32_t v) {
-  return v == 0 || v >= 22800;
+  return nccl::rules_since(v, nccl::kVirbrLast);
 }
-// 2.29.2 to 2.29.7 (src/os/linux.cc matchSubnet) return "not in the subnet" for an
-// IPv4 address in it and the reverse, fixed in 2.30.3 (NVIDIA/nccl#2047): with
-// NCCL_COMM_ID those versions bind the first interface outside its subnet.
+// 2.29.x (src/os/linux.cc matchSubnet) returns "not in the subnet" for an IPv4
+// address in it and the reverse: with NCCL_COMM_ID it binds the first interface
+// outside its subnet.
 bool inverted_ipv4_subnet(int32_t v) {
-  return v >= 22900 && v < 23000;
+  return v >= nccl::kInvertedSubnetFrom && v < nccl::kInvertedSubnetUntil;
 }
 
 struct Parsed {
@@ -88,8 +87,8 @@ NcclIf to_nccl_if(const IfAddr& a) {
 }
 
 // ncclOsFindInterfaces: the matches of `spec`, first address per name, up to `max`.
-std::vector<NcclIf> find_interfaces(const std::vector<IfAddr>& ifs, const IfSpec& spec, int family,
-                                    int32_t version, size_t max) {
+std::vector<NcclIf> find_interfaces(const std::vector<IfAddr>& ifs, const nccl::List& spec,
+                                    int family, int32_t version, size_t max) {
   std::vector<NcclIf> found;
   for (const IfAddr& a : ifs) {
     if (found.size() >= max) break;
@@ -97,7 +96,7 @@ std::vector<NcclIf> find_interfaces(const std::vector<IfAddr>& ifs, const IfSpec
     if (skips_not_running(version) && !a.running) continue;
     if (family != 0 && a.family != family) continue;
     if (is_ipv6_loopback(a)) continue;
-    if (!if_spec_matches(spec, a.name)) continue;
+    if (!nccl::list_matches(spec, a.name)) continue;
     bool seen =
         std::any_of(found.begin(), found.end(), [&a](const NcclIf& f) { return f.name == a.name; });
     if (!seen) found.push_back(to_nccl_if(a));
@@ -134,35 +133,6 @@ std::optional<NcclIf> match_subnet(const std::vector<IfAddr>& ifs, const std::st
 
 }  // namespace
 
-IfSpec parse_if_spec(std::string_view spec) {
-  IfSpec s;
-  if (!spec.empty() && spec.front() == '^') {
-    s.exclude = true;
-    spec.remove_prefix(1);
-  }
-  if (!spec.empty() && spec.front() == '=') {
-    s.exact = true;
-    spec.remove_prefix(1);
-  }
-  while (!spec.empty() && s.tokens.size() < kMaxIfs) {
-    size_t comma = spec.find(',');
-    std::string_view entry = spec.substr(0, comma);
-    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
-    std::string_view name = entry.substr(0, entry.find(':'));  // ":port" is not part of the name
-    if (!name.empty()) s.tokens.emplace_back(name);
-  }
-  return s;
-}
-
-bool if_spec_matches(const IfSpec& spec, std::string_view name) {
-  // An empty list matches every name (matchIfList), and "^" then excludes them all.
-  bool listed = spec.tokens.empty();
-  for (const std::string& t : spec.tokens) {
-    listed = listed || (spec.exact ? name == t : name.substr(0, t.size()) == t);
-  }
-  return listed != spec.exclude;
-}
-
 std::optional<CommId> parse_comm_id(std::string_view id) {
   if (id.size() <= 1) return std::nullopt;
   CommId c;
@@ -188,12 +158,6 @@ bool is_link_local_address(std::string_view address) {
   return p->bytes[0] == 0xfe && (p->bytes[1] & 0xc0) == 0x80;
 }
 
-bool same_subnet(std::string_view local, int prefix_len, std::string_view a) {
-  auto l = parse_address(local);
-  auto r = parse_address(a);
-  return l && r && l->family == r->family && masked_equal(*l, *r, prefix_len);
-}
-
 NcclIfChoice choose_nccl_interfaces(const std::vector<IfAddr>& ifs, const NcclIfInput& in) {
   static const EnvMap kEmpty;
   const EnvMap& env = in.env != nullptr ? *in.env : kEmpty;
@@ -216,8 +180,8 @@ NcclIfChoice choose_nccl_interfaces(const std::vector<IfAddr>& ifs, const NcclIf
   // The socket transport (and, without NCCL_COMM_ID, bootstrap): ncclFindInterfaces.
   const std::string* ifname = env_get(env, "NCCL_SOCKET_IFNAME");
   std::string rule;
-  if (ifname != nullptr && ifname->size() > 1) {  // a single character is not read
-    c.socket = find_interfaces(ifs, parse_if_spec(*ifname), family, v, kMaxIfs);
+  if (ifname != nullptr && nccl::ifname_is_read(*ifname)) {
+    c.socket = find_interfaces(ifs, nccl::parse_list(*ifname, kMaxIfs, v), family, v, kMaxIfs);
     rule = fmt::format("NCCL_SOCKET_IFNAME={}", *ifname);
   } else {
     std::vector<std::string_view> order = {"ib", "(comm id)", "^docker,lo", "docker", "lo"};
@@ -228,7 +192,7 @@ NcclIfChoice choose_nccl_interfaces(const std::vector<IfAddr>& ifs, const NcclIf
         if (auto m = subnet_of_id()) c.socket = {*m};
         rule = "default order: NCCL_COMM_ID's subnet";
       } else {
-        c.socket = find_interfaces(ifs, parse_if_spec(step), family, v, kMaxIfs);
+        c.socket = find_interfaces(ifs, nccl::parse_list(step, kMaxIfs, v), family, v, kMaxIfs);
         rule = fmt::format("default order: {}", step);
       }
       if (!c.socket.empty()) break;
@@ -285,39 +249,6 @@ NcclIfFacts nccl_if_facts(const std::vector<IfAddr>& ifs, const NcclIfInput& in)
   f.socket = std::move(socket);
   f.rules_version = c.rules_version;
   return f;
-}
-
-NcclConf apply_nccl_conf(const EnvMap& env, const ReadFileFn& read) {
-  NcclConf conf;
-  conf.env = env;
-  auto apply = [&conf, &read](const std::string& path) {
-    std::optional<std::string> text = read(path);
-    if (!text) return;
-    conf.files_read.push_back(path);
-    std::string_view rest = *text;
-    while (!rest.empty()) {
-      size_t nl = rest.find('\n');
-      std::string_view line = rest.substr(0, nl);
-      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.empty() || line.front() == '#') continue;
-      size_t eq = line.find('=');
-      if (eq == std::string_view::npos || eq == 0) continue;  // setenv refuses an empty name
-      // NCCL reads names and values into 1,023 characters (setEnvFile).
-      std::string name(line.substr(0, std::min<size_t>(eq, 1023)));
-      std::string value(line.substr(eq + 1, 1023));
-      // setenv(name, value, 0): the environment and earlier files win.
-      if (conf.env.try_emplace(name, value).second) conf.from.emplace(name, path);
-    }
-  };
-  const std::string* user = env_get(env, "NCCL_CONF_FILE");
-  if (user != nullptr && !user->empty()) {
-    apply(*user);
-  } else if (const std::string* home = env_get(env, "HOME")) {
-    apply(*home + "/.nccl.conf");
-  }
-  apply("/etc/nccl.conf");
-  return conf;
 }
 
 }  // namespace rankcheck

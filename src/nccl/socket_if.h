@@ -6,8 +6,6 @@
 // /etc/nccl.conf, under the environment.
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,16 +47,9 @@ struct NcclIfChoice {
   int32_t rules_version = 0;        ///< the NCCL version whose rules applied; 0: the newest
 };
 
-/// NCCL_SOCKET_IFNAME and NCCL's built-in prefix lists: "^" excludes, a following
-/// "=" makes every token an exact name, else tokens are prefixes; a token may
-/// carry ":port", which interface matching ignores.
-struct IfSpec {
-  bool exclude = false;
-  bool exact = false;
-  std::vector<std::string> tokens;  ///< at most 16, as NCCL parses them
-};
-IfSpec parse_if_spec(std::string_view spec);
-bool if_spec_matches(const IfSpec& spec, std::string_view name);
+/// NCCL_SOCKET_IFNAME and NCCL's built-in orders are read with NCCL's list grammar
+/// (nccl/list.h), at most nccl::kMaxIfs entries; interface matching ignores
+/// an entry's ":port".
 
 /// NCCL_COMM_ID as NCCL parses it: "<ipv4|host>:<port>" or "[<ipv6>%if]:<port>".
 struct CommId {
@@ -96,22 +87,4 @@ NcclIfFacts nccl_if_facts(const std::vector<IfAddr>& ifs, const NcclIfInput& in)
 
 /// Whether `address` is IPv4 link-local (169.254/16) or IPv6 link-local (fe80::/10).
 bool is_link_local_address(std::string_view address);
-/// Whether numeric `a` is in the subnet of `local`/`prefix_len` (same family).
-bool same_subnet(std::string_view local, int prefix_len, std::string_view a);
-
-/// Reads a file whole; nullopt when it cannot be opened.
-using ReadFileFn = std::function<std::optional<std::string>(const std::string& path)>;
-
-/// The environment NCCL sees once it has read its configuration files
-/// (src/misc/param.cc initEnv): NCCL_CONF_FILE when set and non-empty, else
-/// $HOME/.nccl.conf; then /etc/nccl.conf. Lines "NAME=VALUE", '#' at the start of
-/// a line is a comment; a variable already set (in the environment or an earlier
-/// file) is never replaced.
-struct NcclConf {
-  EnvMap env;                                            ///< effective: environment + files
-  std::map<std::string, std::string, std::less<>> from;  ///< name -> file, for values from a file
-  std::vector<std::string> files_read;                   ///< the files that exist, in order
-};
-NcclConf apply_nccl_conf(const EnvMap& env, const ReadFileFn& read);
-
 }  // namespace rankcheck

@@ -295,18 +295,18 @@ namespace {
 // Caps a verdict's decoder enforces on each note.
 constexpr size_t kNoteIdMax = 64;
 constexpr size_t kNoteMessageMax = 1024;
-constexpr size_t kNoteHintMax = 512;
+constexpr size_t kNoteFixMax = 512;
 
 size_t note_size(const Finding& f) {
-  size_t n =
-      4 + f.id.size() + 1 + 4 + f.message.size() + 4 + f.hint.size() + 4 + 4 * f.ranks.size() + 4;
+  size_t n = 4 + f.name().size() + 1 + 4 + f.message.size() + 4 + f.fix.size() + 4 +
+             4 * f.ranks.size() + 4;
   for (const std::string& h : f.hosts)
     n += 4 + h.size();
   return n;
 }
 
 // Cuts a note to at most `allowance` bytes: fewer ranks and hosts (its message
-// names them in words), then its message and hint share what is left. `keep`
+// names them in words), then its message and fix share what is left. `keep`
 // is a tail of the message that must survive.
 void compact_note(Finding& f, size_t allowance, std::string_view keep) {
   if (f.ranks.size() > 64) f.ranks.resize(64);
@@ -314,10 +314,10 @@ void compact_note(Finding& f, size_t allowance, std::string_view keep) {
   for (std::string& h : f.hosts)
     cut_in_place(h, 64);
   std::string body = f.message.substr(0, f.message.size() - keep.size());
-  size_t fixed = note_size(f) - f.message.size() - f.hint.size();
+  size_t fixed = note_size(f) - f.message.size() - f.fix.size();
   size_t texts = allowance > fixed ? allowance - fixed : 0;
-  size_t level = water_level({f.message.size(), f.hint.size()}, texts);
-  cut_in_place(f.hint, level);
+  size_t level = water_level({f.message.size(), f.fix.size()}, texts);
+  cut_in_place(f.fix, level);
   size_t room = level > keep.size() ? level - keep.size() : 0;
   if (f.message.size() > level) f.message = std::string(cut(body, room)) + std::string(keep);
 }
@@ -329,9 +329,8 @@ std::vector<Finding> fit_notes(const std::vector<Finding>& all, size_t budget) {
   size_t n = std::min<size_t>(all.size(), kMaxVerdictNotes);
   std::vector<Finding> notes(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
   for (Finding& f : notes) {
-    cut_in_place(f.id, kNoteIdMax);
     cut_in_place(f.message, kNoteMessageMax);
-    cut_in_place(f.hint, kNoteHintMax);
+    cut_in_place(f.fix, kNoteFixMax);
     if (f.ranks.size() > kMaxNoteRanks) f.ranks.resize(kMaxNoteRanks);
     if (f.hosts.size() > kMaxNoteHosts) f.hosts.resize(kMaxNoteHosts);
     for (std::string& h : f.hosts)
@@ -384,10 +383,10 @@ std::vector<uint8_t> encode(const Verdict& m) {
   Writer w = std::move(head);
   w.u32(static_cast<uint32_t>(notes.size()));
   for (const Finding& f : notes) {
-    w.str(f.id);
+    w.str(f.name());
     w.u8(f.is_error() ? 0 : 1);
     w.str(f.message);
-    w.str(f.hint);
+    w.str(f.fix);
     w.u32(static_cast<uint32_t>(f.ranks.size()));
     for (long k : f.ranks)
       w.i32(static_cast<int32_t>(k));
@@ -451,17 +450,26 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
   m.warnings = r.u32();
   m.joined_ranks = r.u32();
   m.notes.resize(r.count(kMaxVerdictNotes, "note"));
-  for (Finding& f : m.notes) {
-    f.id = r.str(kNoteIdMax, "finding id");
+  std::vector<bool> unknown(m.notes.size(), false);
+  for (size_t i = 0; i < m.notes.size(); ++i) {
+    Finding& f = m.notes[i];
+    // A note of a finding this build does not know (a newer master's) is read and
+    // left out: what it says stays in the master's report.
+    const FindingKind* kind = find_finding_kind(r.str(kNoteIdMax, "finding id"));
+    unknown[i] = kind == nullptr;
+    if (kind != nullptr) f.id = kind->id;
     f.severity = r.u8() == 0 ? Severity::kError : Severity::kWarning;
     f.message = r.str(kNoteMessageMax, "finding message");
-    f.hint = r.str(kNoteHintMax, "finding hint");
+    f.fix = r.str(kNoteFixMax, "finding fix");
     f.ranks.resize(r.count(kMaxNoteRanks, "finding rank"));
     for (long& k : f.ranks)
       k = r.i32();
     f.hosts.resize(r.count(kMaxNoteHosts, "finding host"));
     for (std::string& h : f.hosts)
       h = r.str(kMaxHostName, "finding host");
+  }
+  for (size_t i = m.notes.size(); i-- > 0;) {
+    if (unknown[i]) m.notes.erase(m.notes.begin() + static_cast<std::ptrdiff_t>(i));
   }
   m.stage_ms = r.u32();
   if (r.u8() != 0) {

@@ -1,15 +1,13 @@
 #pragma once
 // The rehearsal of NCCL's connections: which host connects to which (a pure
-// function of the hosts), what each connection found, and what that means (the
-// nccl-path-blocked findings, grouped by host and direction). The prober and the
-// answering side are in rehearsal/probe.cc; the server runs the rehearsal
-// (rendezvous/server_rehearsal.cc).
+// function of the hosts). The prober and the answering side are in
+// rehearsal/probe.cc; the server runs the rehearsal (rendezvous/server_rehearsal.cc);
+// what the connections found means is rules/paths.h's.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "model/finding.h"
 #include "model/path.h"
 
 namespace rankcheck {
@@ -26,19 +24,5 @@ inline constexpr size_t kAllPairsHosts = 64;
 ///   builds over nodes (src/graph/trees.cc), both ways, and for each host
 ///   ceil(log2 hosts) others drawn with `seed`: O(log hosts) connections per host.
 std::vector<PathEdge> rehearsal_plan(size_t hosts, uint64_t seed);
-
-/// A host as the rehearsal names it.
-struct PathHost {
-  std::string name;
-  std::string ifname;                 ///< the interface NCCL would use there
-  std::string address;                ///< its address, which the listener was bound to
-  uint16_t port_lo = 0, port_hi = 0;  ///< its ip_local_port_range
-};
-
-/// The findings of a rehearsal, initiating failures first: hosts nobody reaches
-/// (inbound blocked), hosts that reach nobody (outbound blocked), hosts cut off
-/// both ways, then the remaining failures as splits between groups of hosts.
-std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
-                                     const std::vector<PathResult>& results);
 
 }  // namespace rankcheck

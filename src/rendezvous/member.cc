@@ -334,10 +334,7 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
   // Said once the wait is long enough to matter, then every progress interval.
   auto next_progress = Clock::now() + std::min(o.progress_interval, Millis(1000));
   std::string label =
-      fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
-                  self.nranks == 1 ? std::to_string(self.rank)
-                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
-                  printable(self.host, 64));
+      fmt::format("{} ({})", span_label(self.rank, self.nranks), printable(self.host, 64));
   bool relay = !o.relay.empty();
   bool resolved_last = true;  // whether the last attempt resolved MASTER_ADDR
   if (!relay && o.first_delay > Millis(0)) nap(o.give_up.sooner(Deadline::after(o.first_delay)));

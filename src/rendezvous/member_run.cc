@@ -53,10 +53,7 @@ std::string master_name(const JoinOptions& join) {
 // interval (100k of them through the relays) and a change of the wire.
 WaitProgress waiting(const Record& self, const MemberRun& run, const JoinResult& joined) {
   std::string label =
-      fmt::format("{} {} ({})", self.nranks == 1 ? "rank" : "ranks",
-                  self.nranks == 1 ? std::to_string(self.rank)
-                                   : fmt::format("{}-{}", self.rank, self.last_rank()),
-                  printable(self.host, 64));
+      fmt::format("{} ({})", span_label(self.rank, self.nranks), printable(self.host, 64));
   long world = joined.admit.world_size;
   std::string when = fmt::format("{}/{} ranks had joined when it did", joined.admit.joined_ranks,
                                  joined.admit.world_size);

@@ -89,7 +89,7 @@ void Server::Impl::release(const ConnPtr& c) {
 
 void Server::Impl::check_done() {
   if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0 ||
-      open_members > 0 || !broadcasts.empty()) {
+      open_members > 0 || open_links > 0 || !broadcasts.empty()) {
     return;
   }
   done_set = true;
@@ -227,13 +227,17 @@ void Server::Impl::decide(bool timed_out) {
                              "were dropped to make room for others",
                              src.addr, src.evicted));
   }
-  const Verdict& v = state.decide(timed_out, port, bound, process_facts());
-  state.report().connections_peak = sockets_peak;
   // What carried the members at the decision: one that came back directly after
   // its relay died is not counted as relayed, nor is the dead relay.
-  state.report().relays = relays - std::min(relays, relays_lost);
-  state.report().relayed_members = static_cast<size_t>(std::count_if(
-      conns.begin(), conns.end(), [](const ConnPtr& c) { return c && c->relayed(); }));
+  const Verdict& v = state.decide(
+      {.timed_out = timed_out,
+       .master_port = port,
+       .bound = bound,
+       .process = process_facts(),
+       .connections_peak = sockets_peak,
+       .relays = relays - std::min(relays, relays_lost),
+       .relayed_members = static_cast<size_t>(std::count_if(
+           conns.begin(), conns.end(), [](const ConnPtr& c) { return c && c->relayed(); }))});
   if (v.run_gpu) {
     stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
     stage_timer.async_wait([this](std::error_code ec) {
@@ -300,7 +304,7 @@ void Server::Impl::broadcast_some() {
     asio::post(io, [this] { broadcast_some(); });
     return;
   }
-  if (b.timed) state.report().broadcast_ms = ms_between(b.t0, Clock::now());
+  if (b.timed) state.verdicts_sent(ms_between(b.t0, Clock::now()));
   broadcasts.pop_front();
   if (!broadcasts.empty()) return asio::post(io, [this] { broadcast_some(); });
   check_done();
@@ -449,7 +453,7 @@ Report Server::finish(Deadline deadline) {
   if (!s.state.decided()) s.decide(true);
   if (s.state.stage_running()) s.finalize();
   // Moved, not copied: at 100k members a copy of the records is another 100 MB.
-  Report report = std::move(s.state.report());
+  Report report = s.state.take_report();
   report.total_ms = ms_between(s.cfg.master.start, Clock::now());
   return report;
 }

@@ -150,6 +150,10 @@ struct Server::Impl {
   size_t pending = 0;
   size_t writes_in_flight = 0;
   size_t open_members = 0;  // admitted connections the member has not closed yet
+  // Relays' connections whose end the relay has not closed yet: the server is done
+  // only after those too, so that the master never closes MASTER_PORT's side first
+  // (its TIME_WAIT would hold the port the training job binds next).
+  size_t open_links = 0;
   size_t refusals = 0;
   size_t accept_errors = 0;
   // Connections in their handshake, by the address they came from: one address

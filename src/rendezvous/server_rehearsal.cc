@@ -10,6 +10,7 @@
 
 #include "base/text.h"
 #include "rendezvous/server_impl.h"
+#include "rules/paths.h"
 
 namespace rankcheck {
 namespace {
@@ -197,21 +198,7 @@ void Server::Impl::end_rehearsal() {
   for (const ConnPtr& c : conns) {
     if (c != nullptr) c->path_host = -1;
   }
-  std::vector<Finding> findings = attribute_paths(R.hosts, R.results);
-  if (!R.unproven.empty()) {
-    // Not a pass on paths nobody proved: a report rewritten on the way, a plan the
-    // member refused, or a prober gone before its report.
-    Finding f = make_finding(
-        FindingId::kNcclPathUnproven,
-        fmt::format("{} sent no report of NCCL's connections that the master could take (its "
-                    "report did not carry this job's token, or its prober refused the plan or "
-                    "left): the paths from there are unproven",
-                    format_list(R.unproven, 6)));
-    f.hosts = R.unproven;
-    std::sort(f.hosts.begin(), f.hosts.end());
-    f.hosts.erase(std::unique(f.hosts.begin(), f.hosts.end()), f.hosts.end());
-    findings.insert(findings.begin(), std::move(f));
-  }
+  std::vector<Finding> findings = attribute_paths(R.hosts, R.results, R.unproven);
   std::vector<PathTried> paths;
   size_t ok = 0;
   for (const PathResult& r : R.results) {

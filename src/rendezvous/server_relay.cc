@@ -58,6 +58,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   c->link->pid = hello->pid;
   c->link->peer = peer;
   ++relays;
+  ++open_links;
   send(c, encode(Admit{static_cast<uint32_t>(state.joined_ranks()),
                        static_cast<uint32_t>(cfg.master.world_size)}));
   // Its frames come in bursts (a host's members together): each burst is read at
@@ -297,6 +298,7 @@ void Server::Impl::on_channel_closed(const ConnPtr& c) {
 
 void Server::Impl::relay_closed(const ConnPtr& link) {
   Conn::Link& l = *link->link;
+  --open_links;  // its end is closed (or broken): the server's done no longer waits for it
   // The members it carried besides its own process (which, gone, is reported as such),
   // those already back directly included.
   size_t open = l.came_back;
@@ -322,7 +324,7 @@ void Server::Impl::relay_closed(const ConnPtr& link) {
     // The relay closed first, its members done: its connection stays open until
     // the report is out, as theirs would (and the TIME_WAIT is the relay's).
     link->released = true;
-    return;
+    return check_done();
   }
   close(link);
 }

@@ -100,13 +100,13 @@ void common(Metrics& m, const Common& c, double now_unix_s) {
 // second series at 0 with the catalogue's.
 void findings(Metrics& m, const std::vector<Finding>& list) {
   std::map<std::pair<std::string, std::string>, int> count;
-  std::set<std::string> raised;
+  std::set<FindingId> raised;
   for (const Finding& f : list) {
-    ++count[{f.id, f.is_error() ? "error" : "warning"}];
+    ++count[{std::string(f.name()), f.is_error() ? "error" : "warning"}];
     raised.insert(f.id);
   }
   for (const FindingKind& k : finding_catalog()) {
-    if (raised.count(std::string(k.name)) != 0) continue;
+    if (raised.count(k.id) != 0) continue;
     count[{std::string(k.name), k.severity == Severity::kError ? "error" : "warning"}] = 0;
   }
   m.family("rankcheck_findings", "gauge",
@@ -123,7 +123,7 @@ Common common_of(const std::vector<Finding>& list) {
     (f.is_error() ? c.errors : c.warnings)++;
   auto first =
       std::find_if(list.begin(), list.end(), [](const Finding& f) { return f.is_error(); });
-  if (first != list.end()) c.first_finding = first->id;
+  if (first != list.end()) c.first_finding = first->name();
   c.suspects = suspect_hosts(list);
   return c;
 }

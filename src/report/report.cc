@@ -162,11 +162,11 @@ std::map<std::string, std::string> nccl_networks(const Report& r) {
 }
 
 nlohmann::json finding_json(const Finding& f) {
-  return {{"id", f.id},
+  return {{"id", f.name()},
           {"severity", f.is_error() ? "error" : "warning"},
           {"exit_code", f.exit_code},
           {"message", f.message},
-          {"hint", f.hint},
+          {"hint", f.fix},
           {"ranks", f.ranks},
           {"hosts", f.hosts}};
 }
@@ -281,9 +281,9 @@ std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle
   Paint paint{style.color};
   // A member renders what its master sent: nothing from there reaches the terminal
   // raw. (Text rankcheck composed is printable already; this changes nothing in it.)
-  std::string id = printable(f.id, 64);
+  std::string id(f.name());
   std::string message = printable(f.message, 4096);
-  std::string hint = printable(f.hint, 4096);
+  std::string fix = printable(f.fix, 4096);
   std::string out(l.margin, ' ');
   // On a terminal the mark and the id in the finding's colour, and its fix marked:
   // a report of many findings is read by them, not only by its verdict word.
@@ -305,10 +305,10 @@ std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle
   out += text(message, col);
   if (!l.fix) return out;
   out += '\n';
-  if (!hint.empty()) {
+  if (!fix.empty()) {
     // Wrapped as plain text, painted after: the colour's bytes take no columns.
     out += std::string(l.fix_at, ' ') + paint("36", "fix:") +
-           text("fix: " + hint, l.fix_at).substr(4) + '\n';
+           text("fix: " + fix, l.fix_at).substr(4) + '\n';
   }
   return out;
 }
@@ -356,7 +356,7 @@ std::string suspect_hosts(const std::vector<Finding>& findings) {
       std::find_if(findings.begin(), findings.end(), [](const Finding& f) { return f.is_error(); });
   // A job-wide error (a world size, a duplicate RANK, another job on the port) is
   // nobody's host: leaving hosts out of the next try, or draining them, cannot fix it.
-  if (first == findings.end() || finding_class(first->id) == FindingClass::kJob) return {};
+  if (first == findings.end() || finding_kind(first->id).cls == FindingClass::kJob) return {};
   return compress_hostlist(first->hosts);
 }
 
@@ -368,7 +368,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   for (const Finding& f : r.findings)
     (f.is_error() ? errors : warnings)++;
 
-  std::string master = r.master_addr == kMpiMasterAddr
+  std::string master = r.transport == Transport::kMpi
                            ? std::string("MPI rank 0")
                            : fmt::format("{}:{}", printable(r.master_addr, 64), r.master_port);
   out += fmt::format("rankcheck {} · job {} · {} on {} · master {}{}\n", kRankcheckVersion,
@@ -392,7 +392,7 @@ std::string render_text(const Report& r, RenderStyle style) {
   if (!r.findings.empty()) out += "\n";
   size_t id_width = 0;
   for (const Finding& f : r.findings)
-    id_width = std::max(id_width, f.id.size());
+    id_width = std::max(id_width, f.name().size());
   FindingLayout aligned{.margin = 2,
                         .id_width = id_width,
                         .wrap_indent = 4 + id_width + 3,
@@ -442,10 +442,11 @@ void write_json(const Report& r, const JsonSink& sink) {
   j["world_size"] = r.world_size;
   j["ranks_joined"] = rank_count(r.members);
   j["hosts_joined"] = host_count(r.members);
-  j["master"] = {{"addr", r.master_addr},
-                 {"port", r.master_port},
-                 {"host", r.master_host},
-                 {"bound", r.master_bound}};
+  j["master"] = {
+      {"addr", r.transport == Transport::kMpi ? std::string(kMpiMasterAddr) : r.master_addr},
+      {"port", r.master_port},
+      {"host", r.master_host},
+      {"bound", r.master_bound}};
   j["authenticated"] = r.authenticated;
   // The keys a member's report has too, meaning the same there (docs/report.schema.json).
   j["verdict_received"] = true;  // it decided it
@@ -533,10 +534,8 @@ MemberReport failure_report(const Record& self, Finding failure, double total_ms
 std::string render_member_text(const MemberReport& r, RenderStyle style) {
   Paint paint{style.color};
   const Record& s = r.self;
-  std::string self = fmt::format(
-      "this is {} {} on {}", s.nranks == 1 ? "rank" : "ranks",
-      s.nranks == 1 ? std::to_string(s.rank) : fmt::format("{}-{}", s.rank, s.last_rank()),
-      printable(s.host, 64));
+  std::string self =
+      fmt::format("this is {} on {}", span_label(s.rank, s.nranks), printable(s.host, 64));
   std::string job = s.job_id.empty() ? "" : fmt::format(" (job {})", printable(s.job_id, 40));
   std::string out;
   if (r.exit_code == 0) {

@@ -29,7 +29,8 @@ struct PathTried {
 struct Report {
   std::string job_id;
   long world_size = 0;
-  std::string master_addr;
+  Transport transport = Transport::kTcp;
+  std::string master_addr;  ///< MASTER_ADDR as given ("" over MPI)
   uint16_t master_port = 0;
   std::string master_host;
   std::vector<std::string> master_bound;  ///< addresses it listened on

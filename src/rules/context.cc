@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
+#include "nccl/list.h"
 
 namespace rankcheck {
 namespace {
@@ -31,13 +32,6 @@ long expected_world(const JobView& v) {
     if (n > best_votes) best = w, best_votes = n;
   }
   return std::clamp(best, 1L, kMaxWorldSize);
-}
-
-// NCCL reads NCCL_SOCKET_IFNAME only when it is longer than one character
-// (ncclFindInterfaces: strlen(env) > 1); a shorter value leaves NCCL to pick the
-// interface itself, so it selects nothing that could be missing.
-bool nccl_uses_ifname(std::string_view value) {
-  return value.size() > 1;
 }
 
 }  // namespace
@@ -71,7 +65,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep, si
 }
 
 std::string ranks_word(const std::vector<long>& ranks) {
-  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", format_ranks(ranks));
+  return ranks_label(ranks);
 }
 
 std::string where(const Records& rs) {
@@ -118,37 +112,12 @@ std::string_view peer_host(std::string_view peer) {
 }
 
 bool ifname_selects_nothing(const Record& r, const EnvVar& e) {
-  return e.name == "NCCL_SOCKET_IFNAME" && nccl_uses_ifname(e.value) &&
-         !ifname_matches_any(e.value, r.interfaces.get());
+  return e.name == "NCCL_SOCKET_IFNAME" && nccl::ifname_is_read(e.value) &&
+         !nccl::list_selects_any(nccl::parse_list(e.value, nccl::kMaxIfs), r.interfaces.get());
 }
 
 std::string member_label(const Record& r) {
-  return fmt::format(
-      "{} {} ({}, pid {})", r.nranks == 1 ? "rank" : "ranks",
-      r.nranks == 1 ? std::to_string(r.rank) : fmt::format("{}-{}", r.rank, r.last_rank()),
-      printable(r.host, 64), r.pid);
-}
-
-bool ifname_matches_any(std::string_view spec, const std::vector<std::string>& interfaces) {
-  bool exclude = !spec.empty() && spec.front() == '^';
-  if (exclude) spec.remove_prefix(1);
-  bool exact = !spec.empty() && spec.front() == '=';
-  if (exact) spec.remove_prefix(1);
-  std::vector<std::string_view> items;
-  while (true) {
-    auto comma = spec.find(',');
-    if (!spec.substr(0, comma).empty()) items.push_back(spec.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    spec.remove_prefix(comma + 1);
-  }
-  for (const std::string& ifname : interfaces) {
-    bool match = false;
-    for (std::string_view item : items) {
-      match = match || (exact ? ifname == item : ifname.rfind(item, 0) == 0);
-    }
-    if (match != exclude) return true;
-  }
-  return false;
+  return fmt::format("{} ({}, pid {})", span_label(r.rank, r.nranks), printable(r.host, 64), r.pid);
 }
 
 bool spans_hosts(const Record& r) {

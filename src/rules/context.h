@@ -84,6 +84,7 @@ void check_self_master_loopback(const Record& self, std::vector<Finding>& out);
 
 // What the master saw of its own connections (master_connections.cc).
 void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out);
+void check_no_job_token(const CheckContext& ctx, std::vector<Finding>& out);
 void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out);
 
 // The network NCCL will use, before any NCCL call (network.cc).

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "rules/context.h"
 
@@ -64,25 +65,30 @@ void check_env_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
       continue;
     }
     ++reported;
-    std::map<std::optional<std::string_view>, Records> by_value;  // nullopt: unset
+    // Each member with its group's value of `name` (nullopt: unset).
+    std::vector<std::pair<const Record*, std::optional<std::string_view>>> said;
     std::vector<bool> sets(group_list.size(), false);
     for (const auto& [g, value] : set_by) {
       sets[g] = true;
-      Records& rs = by_value[std::string_view(*value)];
-      rs.insert(rs.end(), group_list[g]->begin(), group_list[g]->end());
+      for (const Record* r : *group_list[g])
+        said.emplace_back(r, std::string_view(*value));
     }
     for (size_t g = 0; g < group_list.size(); ++g) {
       if (sets[g]) continue;
-      Records& rs = by_value[std::nullopt];
-      rs.insert(rs.end(), group_list[g]->begin(), group_list[g]->end());
+      for (const Record* r : *group_list[g])
+        said.emplace_back(r, std::nullopt);
     }
     // The most common value first; "unset" after the values someone set.
-    std::vector<std::pair<std::optional<std::string_view>, Records>> vals(by_value.begin(),
-                                                                          by_value.end());
-    std::stable_sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
-      if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
-      return a.first.has_value() && !b.first.has_value();
-    });
+    auto sayings = odd_ones_out<std::optional<std::string_view>>(
+        said, [](const auto& s) { return std::optional(s.second); },
+        [](const auto& a, const auto& b) { return a.key.has_value() && !b.key.has_value(); });
+    std::vector<std::pair<std::optional<std::string_view>, Records>> vals;
+    for (const auto& [value, items] : sayings) {
+      Records rs;
+      for (const auto& s : items)
+        rs.push_back(s.first);
+      vals.emplace_back(value, std::move(rs));
+    }
     std::string parts;
     Records odd;
     for (size_t i = 0; i < vals.size(); ++i) {

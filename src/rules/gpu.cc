@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "rules/context.h"
 
@@ -30,31 +31,86 @@ const char* state_text(GpuState s) {
   return "?";
 }
 
-// Members grouped by a key, the largest group first: "who says what".
+// Members grouped by a key, the largest group first: "who says what". Between
+// groups as big, the one with the lowest rank (the master's side).
 template <class Key, class Fn>
-std::vector<std::pair<Key, Records>> group_by(const JobView& v, Fn key_of) {
-  std::map<Key, Records> groups;
-  for (const Member& m : v.members) {
-    if (auto k = key_of(m.record)) groups[*k].push_back(&m.record);
-  }
-  std::vector<std::pair<Key, Records>> out(groups.begin(), groups.end());
-  // Largest first; between equals, the one with the lowest rank (the master's side).
+std::vector<Saying<Key, const Record*>> group_by(const JobView& v, Fn key_of) {
+  Records all;
+  for (const Member& m : v.members)
+    all.push_back(&m.record);
   auto lowest = [](const Records& rs) {
     long low = kMaxWorldSize;
     for (const Record* r : rs)
       low = std::min(low, long(r->rank));
     return low;
   };
-  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
-    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
-    return lowest(a.second) < lowest(b.second);
-  });
-  return out;
+  return odd_ones_out<Key>(
+      all, [&key_of](const Record* r) { return key_of(*r); },
+      [&lowest](const auto& a, const auto& b) { return lowest(a.items) < lowest(b.items); });
 }
 
 bool any_usable(const JobView& v) {
   return std::any_of(v.members.begin(), v.members.end(),
                      [](const Member& m) { return m.record.gpu.usable(); });
+}
+
+// What the GPU hosts must agree on: a table row each. A member says a value (or
+// nothing: nullopt), the members are grouped by it (odd_ones_out), and the groups
+// after the biggest are named as odd.
+struct Agreement {
+  FindingId id;
+  std::optional<std::string> (*key)(const Record& r);  ///< what the member says
+  const char* phrase;                                  ///< "hosts load different NCCL versions"
+  /// One group in words, and what joins it to the next ("; ", or ", " then " but ").
+  std::string (*part)(const Record& first, const std::string& where);
+  bool but;
+  const char* fix;
+};
+
+constexpr Agreement kAgreements[] = {
+    {FindingId::kNcclVersionMismatch,
+     [](const Record& r) -> std::optional<std::string> {
+       if (!r.gpu.usable() || !r.gpu.nccl_loaded()) return std::nullopt;
+       return fmt::format("{:010}", r.gpu.nccl_version);  // sorts as the number
+     },
+     "hosts load different NCCL versions",
+     [](const Record& r, const std::string& where) {
+       return fmt::format("{} loads NCCL {} ({})", where, nccl_version_text(r.gpu.nccl_version),
+                          printable(r.gpu.nccl_path, 80));
+     },
+     true,
+     "every rank must load the same NCCL: install one version everywhere, or point --nccl-lib "
+     "(RANKCHECK_NCCL_LIB) at the library the training job loads, e.g. the one inside its "
+     "PyTorch"},
+    {FindingId::kCudaDriverMismatch,
+     [](const Record& r) -> std::optional<std::string> {
+       if (!r.gpu.usable()) return std::nullopt;
+       return fmt::format("{:010}\n{}", r.gpu.cuda_version, r.gpu.driver.str());
+     },
+     "hosts run different NVIDIA drivers",
+     [](const Record& r, const std::string& where) {
+       return fmt::format("{} on {}",
+                          r.gpu.driver.str().empty()
+                              ? "CUDA " + cuda_version_text(r.gpu.cuda_version)
+                              : fmt::format("driver {} (CUDA {})", printable(r.gpu.driver, 32),
+                                            cuda_version_text(r.gpu.cuda_version)),
+                          where);
+     },
+     false, "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the stragglers"},
+};
+
+void check_agreement(const CheckContext& ctx, const Agreement& a, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  auto groups = group_by<std::string>(v, a.key);
+  if (groups.size() < 2) return;
+  std::string parts;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const Records& rs = groups[i].items;
+    if (!parts.empty()) parts += !a.but ? "; " : i + 1 == groups.size() ? " but " : ", ";
+    parts += a.part(*rs.front(), where(rs));
+  }
+  out.push_back(make(a.id, fmt::format("{}: {}", a.phrase, parts), a.fix, odd_items(groups)));
 }
 
 }  // namespace
@@ -125,28 +181,7 @@ void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
 }
 
 void check_nccl_version(const CheckContext& ctx, std::vector<Finding>& out) {
-  const JobView& v = ctx.view;
-  if (!v.gpu_stage) return;
-  auto groups = group_by<int32_t>(v, [](const Record& r) -> std::optional<int32_t> {
-    if (!r.gpu.usable() || !r.gpu.nccl_loaded()) return std::nullopt;
-    return r.gpu.nccl_version;
-  });
-  if (groups.size() < 2) return;
-  std::string parts;
-  Records odd;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const auto& [version, rs] = groups[i];
-    if (!parts.empty()) parts += i + 1 == groups.size() ? " but " : ", ";
-    parts += fmt::format("{} loads NCCL {} ({})", where(rs), nccl_version_text(version),
-                         printable(rs.front()->gpu.nccl_path, 80));
-    if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
-  }
-  out.push_back(make(FindingId::kNcclVersionMismatch,
-                     fmt::format("hosts load different NCCL versions: {}", parts),
-                     "every rank must load the same NCCL: install one version everywhere, or "
-                     "point --nccl-lib (RANKCHECK_NCCL_LIB) at the library the training job "
-                     "loads, e.g. the one inside its PyTorch",
-                     odd));
+  check_agreement(ctx, kAgreements[0], out);
 }
 
 void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -201,32 +236,7 @@ void check_nccl_missing(const CheckContext& ctx, std::vector<Finding>& out) {
 }
 
 void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
-  const JobView& v = ctx.view;
-  if (!v.gpu_stage) return;
-  auto groups = group_by<std::pair<int32_t, std::string>>(
-      v, [](const Record& r) -> std::optional<std::pair<int32_t, std::string>> {
-        if (!r.gpu.usable()) return std::nullopt;
-        return std::pair{r.gpu.cuda_version, r.gpu.driver};
-      });
-  if (groups.size() < 2) return;
-  std::string parts;
-  Records odd;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const auto& [key, rs] = groups[i];
-    if (!parts.empty()) parts += "; ";
-    parts += fmt::format("{} on {}",
-                         key.second.empty()
-                             ? "CUDA " + cuda_version_text(key.first)
-                             : fmt::format("driver {} (CUDA {})", printable(key.second, 32),
-                                           cuda_version_text(key.first)),
-                         where(rs));
-    if (i > 0) odd.insert(odd.end(), rs.begin(), rs.end());
-  }
-  out.push_back(make(FindingId::kCudaDriverMismatch,
-                     fmt::format("hosts run different NVIDIA drivers: {}", parts),
-                     "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the "
-                     "stragglers",
-                     odd));
+  check_agreement(ctx, kAgreements[1], out);
 }
 
 void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -237,7 +247,7 @@ void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
     return fmt::format("{} ({})", state_text(r.gpu.state), r.gpu.error);
   });
   std::string why =
-      fmt::format("{}: {}", where(groups.front().second), printable(groups.front().first, 200));
+      fmt::format("{}: {}", where(groups.front().items), printable(groups.front().key, 200));
   if (groups.size() > 1) why += fmt::format(" (and {} other reasons)", groups.size() - 1);
   out.push_back(make_finding(
       FindingId::kGpuUnavailable,
@@ -254,6 +264,17 @@ std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members)
                             [](const Member& m) { return m.record.gpu.usable(); });
   if (!usable) return std::string("no member has a usable GPU");
   return std::nullopt;
+}
+
+Finding unique_id_failed(const std::string& host, const std::string& error) {
+  Finding f = make_finding(
+      FindingId::kNcclInitFailed,
+      fmt::format("ncclGetUniqueId failed on the master ({}): {}", printable(host), error),
+      "NCCL_DEBUG=INFO on rank 0 shows why; NCCL_SOCKET_IFNAME must name an "
+      "interface rank 0 has");
+  f.ranks = {0};
+  f.hosts = {host};
+  return f;
 }
 
 }  // namespace rankcheck

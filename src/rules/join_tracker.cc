@@ -1,104 +1,214 @@
-// The join tracker: a summary kept as members join, so that a clean job is
-// decided without a pass of every rule over every record.
+// The join tracker: a summary kept as members join, so that a clean job is decided
+// without a pass of every rule over every record. Each watch is one rule's (or a few
+// rules' that read one fact) test of a joining record, listed in the rule table.
 
 #include "rules/join_tracker.h"
 
 #include <algorithm>
+#include <array>
 
+#include "nccl/list.h"
 #include "rules/context.h"
 #include "rules/rules.h"
 
 namespace rankcheck {
 
-JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved, bool gpu_stage)
-    : world_size_(world_size),
-      master_loopback_(!master_resolved.empty() &&
-                       std::all_of(master_resolved.begin(), master_resolved.end(),
-                                   [](const std::string& a) { return is_loopback_address(a); })),
-      gpu_stage_(gpu_stage) {
-  claimed_.assign(static_cast<size_t>(std::clamp(world_size, 0L, kMaxWorldSize)), 0);
-}
-
-// Each condition mirrors a rule's: anything one rule could report taints.
-void JoinTracker::add(const Record& r, std::string_view peer) {
-  if (tainted_) return;
-  bool ok = r.world_size == world_size_ && r.in_range() && r.conflicts.empty();  // world size,
-  for (long k = r.rank; ok && k <= r.last_rank(); ++k) {  // range, conflicts, duplicates
-    ok = claimed_[size_t(k)] == 0;
-    claimed_[size_t(k)] = 1;
-    ++distinct_;
-  }
-  for (const EnvVar& e : r.env) {  // NCCL_SOCKET_IFNAME
-    ok = ok && !ifname_selects_nothing(r, e);
-  }
-  // NCCL's interface: found, not loopback or link-local (whose rules ask whether the
-  // job spans network stacks), no address in two stacks, NCCL_COMM_ID on rank 0's host.
-  if (const NcclIfFacts& f = r.nccl_if; f.known()) {
-    ok = ok && f.state == NcclIfFacts::kFound &&
-         (f.flags & (NcclIfFacts::kLoopback | NcclIfFacts::kLinkScope)) == 0;
-    std::string stack = f.netns.empty() ? "host " + r.host.str() : f.netns.str();
-    auto [it, fresh] = nccl_addrs_.try_emplace(f.address.str(), stack);
-    ok = ok && (fresh || it->second == stack);
-    for (const EnvVar& e : r.env) {
-      ok = ok &&
-           !(r.rank == 0 && e.name == "NCCL_COMM_ID" && (f.flags & NcclIfFacts::kCommIdLocal) == 0);
-    }
-  }
-  // NCCL's data network: nothing one host raises alone, the same everywhere.
-  ok = ok && nccl_net_alone_ok(r.nccl_net);
-  if (std::string net = nccl_net_signature(r.nccl_net); !net.empty()) {
-    if (first_net_.empty()) first_net_ = net;
-    ok = ok && net == first_net_;
-  }
-  if (master_loopback_ && peer.find(':') != std::string_view::npos) {  // loopback master
-    ok = ok && is_loopback_address(peer_host(peer));
-  }
-  if (!have_first_) {
-    have_first_ = true;
-    first_digest_ = r.env_digest;
-    first_addr_ = r.master_addr;
-    first_port_ = r.master_port;
-    first_resolved_ = r.master_resolved.get();
-    first_gpu_ = r.gpu;
-  }
-  ok = ok && r.env_digest == first_digest_ && r.master_addr == first_addr_ &&
-       r.master_port == first_port_ && r.master_resolved.get() == first_resolved_;
-  if (gpu_stage_) {  // usable, one NCCL and one driver everywhere, no GPU twice
-    const GpuFacts& g = r.gpu;
-    ok = ok && g.usable() && g.nccl_loaded() && g.nccl_version == first_gpu_.nccl_version &&
-         g.cuda_version == first_gpu_.cuda_version && g.driver == first_gpu_.driver &&
-         long(g.devices.size()) == r.nranks;
-    for (const GpuDevice& d : g.devices) {  // by UUID, and by bus id (MIG slices share it)
-      ok = ok && uuids_.insert(r.host + '\n' + d.uuid).second;
-      ok = ok &&
-           (d.pci_bus_id.empty() || uuids_.insert(r.host + "\nbus " + d.pci_bus_id.str()).second);
-    }
-  }
-  // Per host: one local world size, room for these ranks, no local rank twice. The
-  // bits per host are bounded by the world and a host's plausible size, not by what
-  // a peer claims: anything larger is left to the rules.
-  long max_local = std::min(world_size_, kMaxTrackedLocal);
-  if (!ok || r.local_world_size > max_local || r.local_rank + r.nranks > max_local) {
-    tainted_ = true;
-    return;
-  }
-  auto it = hosts_.find(r.host);
-  if (it == hosts_.end()) {
-    it = hosts_.emplace(r.host, HostState{r.local_world_size, 0, {}}).first;
+JoinWatch::Host& JoinWatch::host(const Record& r) {
+  auto it = hosts.find(r.host);
+  if (it == hosts.end()) {
+    it = hosts.emplace(r.host, Host{r.local_world_size, 0, {}}).first;
     if (r.local_world_size > 0) it->second.locals.assign(size_t(r.local_world_size), false);
   }
-  HostState& h = it->second;
-  h.ranks += r.nranks;
-  ok = r.local_world_size == h.local_world_size &&
-       (h.local_world_size < 1 || h.ranks <= h.local_world_size);
-  for (long k = r.local_rank; ok && r.local_rank >= 0 && k < r.local_rank + r.nranks; ++k) {
+  return it->second;
+}
+
+bool watch_conflicts(JoinWatch&, const Record& r, std::string_view) {
+  return r.conflicts.empty();
+}
+
+bool watch_world_size(JoinWatch& w, const Record& r, std::string_view) {
+  return r.world_size == w.world_size;
+}
+
+bool watch_claims(JoinWatch& w, const Record& r, std::string_view) {
+  if (!r.in_range()) return false;
+  for (long k = r.rank; k <= r.last_rank(); ++k) {
+    if (w.claimed[size_t(k)] != 0) return false;
+    w.claimed[size_t(k)] = 1;
+    ++w.distinct;
+  }
+  return true;
+}
+
+bool watch_rank_range(JoinWatch&, const Record& r, std::string_view) {
+  return r.in_range();
+}
+
+// A loopback MASTER_ADDR is fine while every member comes from this host.
+bool watch_loopback_master(JoinWatch& w, const Record&, std::string_view peer) {
+  if (!w.master_loopback || peer.find(':') == std::string_view::npos) return true;
+  return is_loopback_address(peer_host(peer));
+}
+
+// The bits per host are bounded by the world and a host's plausible size, not by what
+// a peer claims (JoinTracker::add leaves larger claims to the rules).
+bool watch_local_ranks(JoinWatch& w, const Record& r, std::string_view) {
+  JoinWatch::Host& h = w.host(r);
+  for (long k = r.local_rank; r.local_rank >= 0 && k < r.local_rank + r.nranks; ++k) {
     if (h.local_world_size < 1 && k >= long(h.locals.size())) {
       h.locals.resize(size_t(k) + 1, false);  // no local world size: grow as ranks arrive
     }
-    ok = k < long(h.locals.size()) && !h.locals[size_t(k)];
-    if (ok) h.locals[size_t(k)] = true;
+    if (k >= long(h.locals.size()) || h.locals[size_t(k)]) return false;
+    h.locals[size_t(k)] = true;
   }
-  tainted_ = !ok;
+  return true;
+}
+
+bool watch_local_world(JoinWatch& w, const Record& r, std::string_view) {
+  JoinWatch::Host& h = w.host(r);
+  h.ranks += r.nranks;
+  return r.local_world_size == h.local_world_size &&
+         (h.local_world_size < 1 || h.ranks <= h.local_world_size);
+}
+
+bool watch_ifname(JoinWatch&, const Record& r, std::string_view) {
+  return std::none_of(r.env.begin(), r.env.end(),
+                      [&r](const EnvVar& e) { return ifname_selects_nothing(r, e); });
+}
+
+// NCCL_COMM_ID must name an address of rank 0's host.
+bool watch_comm_id(JoinWatch&, const Record& r, std::string_view) {
+  const NcclIfFacts& f = r.nccl_if;
+  if (!f.known() || r.rank != 0 || (f.flags & NcclIfFacts::kCommIdLocal) != 0) return true;
+  return std::none_of(r.env.begin(), r.env.end(),
+                      [](const EnvVar& e) { return e.name == "NCCL_COMM_ID"; });
+}
+
+bool watch_nccl_if_found(JoinWatch&, const Record& r, std::string_view) {
+  return !r.nccl_if.known() || r.nccl_if.state == NcclIfFacts::kFound;
+}
+
+// Loopback and link-local interfaces: their rules ask whether the job spans network
+// stacks, which one record cannot tell.
+bool watch_nccl_if_scope(JoinWatch&, const Record& r, std::string_view) {
+  return !r.nccl_if.known() ||
+         (r.nccl_if.flags & (NcclIfFacts::kLoopback | NcclIfFacts::kLinkScope)) == 0;
+}
+
+// No address of NCCL's in two network stacks.
+bool watch_nccl_if_stacks(JoinWatch& w, const Record& r, std::string_view) {
+  const NcclIfFacts& f = r.nccl_if;
+  if (!f.known()) return true;
+  std::string stack = f.netns.empty() ? "host " + r.host.str() : f.netns.str();
+  auto [it, fresh] = w.nccl_addrs.try_emplace(f.address.str(), stack);
+  return fresh || it->second == stack;
+}
+
+bool watch_nccl_net_alone(JoinWatch&, const Record& r, std::string_view) {
+  return nccl_net_alone_ok(r.nccl_net);
+}
+
+bool watch_nccl_net_same(JoinWatch& w, const Record& r, std::string_view) {
+  std::string net = nccl_net_signature(r.nccl_net);
+  if (net.empty()) return true;
+  if (w.first_net.empty()) w.first_net = net;
+  return net == w.first_net;
+}
+
+// A link-local RoCE GID is a finding even where every host has one (a warning then:
+// the job works on one L2 segment only).
+bool watch_roce_gid(JoinWatch& w, const Record& r, std::string_view peer) {
+  const NcclNetFacts& f = r.nccl_net;
+  if (f.transport != NcclNetFacts::kIb) return true;
+  for (const IbPortFacts* p : f.used_ports()) {
+    if (p->link == IbPortFacts::kEthernet && p->gid_index >= 0 &&
+        (p->flags & IbPortFacts::kGidLinkLocal) != 0)
+      return false;
+  }
+  return watch_nccl_net_same(w, r, peer);  // the GID family is part of what hosts share
+}
+
+// No GPU twice, by UUID and by bus id (MIG slices share it).
+bool watch_gpu_devices(JoinWatch& w, const Record& r, std::string_view) {
+  if (!w.gpu_stage) return true;
+  for (const GpuDevice& d : r.gpu.devices) {
+    if (!w.devices.insert(r.host + '\n' + d.uuid).second) return false;
+    if (!d.pci_bus_id.empty() && !w.devices.insert(r.host + "\nbus " + d.pci_bus_id.str()).second)
+      return false;
+  }
+  return true;
+}
+
+bool watch_gpu_same(JoinWatch& w, const Record& r, std::string_view) {
+  const GpuFacts& g = r.gpu;
+  return !w.gpu_stage ||
+         (g.nccl_version == w.first_gpu.nccl_version &&
+          g.cuda_version == w.first_gpu.cuda_version && g.driver == w.first_gpu.driver);
+}
+
+bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view) {
+  const GpuFacts& g = r.gpu;
+  return !w.gpu_stage || (g.usable() && g.nccl_loaded() && long(g.devices.size()) == r.nranks);
+}
+
+bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view) {
+  return r.master_addr == w.first_addr && r.master_port == w.first_port &&
+         r.master_resolved.get() == w.first_resolved;
+}
+
+// Starts within kLateStartMs of one another: no late start, and no clock off by
+// more than that (a skewed clock makes a start look that far off).
+bool watch_starts(JoinWatch& w, const Record& r, std::string_view) {
+  if (uint64_t at = r.started_unix_ms; at != 0) {
+    w.first_start = w.first_start == 0 ? at : std::min(w.first_start, at);
+    w.last_start = std::max(w.last_start, at);
+  }
+  return w.last_start <= w.first_start + kLateStartMs;
+}
+
+bool watch_env(JoinWatch& w, const Record& r, std::string_view) {
+  return r.env_digest == w.first_digest;
+}
+
+JoinTracker::JoinTracker(long world_size, std::vector<std::string> master_resolved,
+                         bool gpu_stage) {
+  watch_.world_size = world_size;
+  watch_.master_loopback = !master_resolved.empty() &&
+                           std::all_of(master_resolved.begin(), master_resolved.end(),
+                                       [](const std::string& a) { return is_loopback_address(a); });
+  watch_.gpu_stage = gpu_stage;
+  watch_.claimed.assign(static_cast<size_t>(std::clamp(world_size, 0L, kMaxWorldSize)), 0);
+}
+
+void JoinTracker::add(const Record& r, std::string_view peer) {
+  if (tainted_) return;
+  JoinWatch& w = watch_;
+  long max_local = std::min(w.world_size, kMaxTrackedLocal);
+  if (r.local_world_size > max_local || r.local_rank + r.nranks > max_local) {
+    tainted_ = true;
+    return;
+  }
+  if (!w.seen_first) {
+    w.seen_first = true;
+    w.first_digest = r.env_digest;
+    w.first_addr = r.master_addr;
+    w.first_port = r.master_port;
+    w.first_resolved = r.master_resolved.get();
+    w.first_gpu = r.gpu;
+  }
+  // A watch several rows share (one fact, several rules) runs once per record.
+  std::array<decltype(Rule::admits), 32> ran{};
+  size_t n = 0;
+  for (const Rule& rule : rules()) {
+    if (rule.admits == nullptr ||
+        std::find(ran.begin(), ran.begin() + n, rule.admits) != ran.begin() + long(n))
+      continue;
+    if (n < ran.size()) ran[n++] = rule.admits;
+    if (!rule.admits(w, r, peer)) {
+      tainted_ = true;
+      return;
+    }
+  }
 }
 
 }  // namespace rankcheck

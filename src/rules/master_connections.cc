@@ -1,12 +1,15 @@
-// Rules over what the master saw of its own connections: those its process could
-// not accept (out of file descriptors or memory), and its relays' that closed.
-// Each takes the decision's context and appends findings; none prints or exits.
+// Rules over what the master saw of itself and its own connections: those its
+// process could not accept (out of file descriptors or memory), its relays' that
+// closed, whether its members proved the job token, and a signal that stopped it.
+// Each takes its inputs and returns or appends findings; none prints or exits.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "base/interrupt.h"
 #include "base/text.h"
 #include "rules/context.h"
 
@@ -62,6 +65,33 @@ void check_relay_lost(const CheckContext& ctx, std::vector<Finding>& out) {
     f.hosts = {r.host};
     out.push_back(std::move(f));
   }
+}
+
+// A job over hosts without a token: nothing in its report is authenticated. Over
+// MPI the members met in MPI_COMM_WORLD, which only the launcher's processes reach.
+void check_no_job_token(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (v.authenticated || v.transport == Transport::kMpi || v.members.empty()) return;
+  bool spans = std::any_of(v.members.begin(), v.members.end(), [&v](const Member& m) {
+    return spans_hosts(m.record) || m.record.host != v.members.front().record.host;
+  });
+  if (!spans) return;
+  out.push_back(make_finding(
+      FindingId::kNoJobToken,
+      "no job token on a job that spans hosts: whoever reaches MASTER_PORT can claim a rank, "
+      "pass or fail this job, and is handed the NCCL id; nothing in this report is "
+      "authenticated"));
+}
+
+Finding master_interrupted(const std::string& host, int signal, double at_ms) {
+  Finding f =
+      make_finding(FindingId::kMasterInterrupted,
+                   fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check "
+                               "was done",
+                               printable(host), signal_name(signal), format_seconds(at_ms)));
+  f.ranks = {0};
+  f.hosts = {host};
+  return f;
 }
 
 }  // namespace rankcheck

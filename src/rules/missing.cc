@@ -240,7 +240,7 @@ Wording wording(const CheckContext& ctx) {
   Wording w;
   w.world = ctx.expected_world;
   w.mpi_processes = v.members.size();
-  w.over_mpi = v.master_addr == kMpiMasterAddr;
+  w.over_mpi = v.transport == Transport::kMpi;
   w.verb = v.timed_out ? "never joined" : "did not join";
   w.reach = fmt::format("{}:{}", printable(v.master_addr), v.master_port);
   w.elsewhere = fmt::format(
@@ -294,7 +294,7 @@ Finding mpi_world_finding(const std::vector<long>& ranks, const Wording& w) {
   f.ranks = ranks;
   f.message = fmt::format("{} {}: the MPI world has {} processes, the job's world size is {}",
                           ranks_word(ranks), w.verb, w.mpi_processes, w.world);
-  f.hint = fmt::format(
+  f.fix = fmt::format(
       "start as many processes as the world size (mpirun -np {}), or drop the WORLD_SIZE "
       "given to every process (-x WORLD_SIZE){}",
       w.world, w.also);
@@ -319,7 +319,7 @@ Finding unnamed_host_finding(const std::vector<long>& ranks, long per_node, cons
                             ? fmt::format("node {}", ranks.front() / per_node)
                             : std::string("those nodes"))
           : std::string());
-  f.hint = fmt::format(
+  f.fix = fmt::format(
       "no member names their host: check that those processes were "
       "started, and that their hosts resolve and reach {}{}",
       w.reach, w.also);
@@ -342,7 +342,7 @@ Finding partial_host_finding(std::string_view host, const std::vector<std::pair<
   f.message =
       fmt::format("{} {} (expected on {}{}): {} sent {} but not {}", ranks_word(ranks), w.verb,
                   printable(host), locals, printable(host), ranks_word(got), format_ranks(ranks));
-  f.hint = fmt::format(
+  f.fix = fmt::format(
       "the process for {} on {} was not started or died early: compare the "
       "launcher's task count on {} with --ntasks-per-node / "
       "--nproc-per-node, and check its log{}{}",
@@ -406,7 +406,7 @@ void whole_host_findings(const WholeHosts& whole_hosts, const Wording& w,
   std::sort(f.ranks.begin(), f.ranks.end());
   f.message = fmt::format("{} hosts {}, with all their ranks: {}", whole_hosts.size(), w.verb,
                           format_list(parts, 6));
-  f.hint = host_hint("those hosts");
+  f.fix = host_hint("those hosts");
   out.push_back(std::move(f));
 }
 

@@ -1,7 +1,7 @@
 // The data network NCCL will carry the job over, decided before any NCCL call:
 // the transport NCCL's rules pick on each host (its IB transport, a plugin or
 // NET/Socket), the InfiniBand/RoCE ports and GIDs, and memory registration's limit
-// (each record's NcclNetFacts, see host/nccl_ib.h). A transport or a link layer
+// (each record's NcclNetFacts, see nccl/ib.h). A transport or a link layer
 // that differs between hosts fails or hangs NCCL's init where they meet; a host
 // that falls back to sockets alone only runs slowly.
 
@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "model/gpu.h"
 #include "rules/context.h"
@@ -50,22 +51,21 @@ std::string host_list(const std::vector<const HostNet*>& hs) {
   return format_list(names, 4);
 }
 
-// Groups hosts by `key` ("" leaves a host out); `hs` is in host order.
+// Groups hosts by `key` ("" leaves a host out); `hs` is in host order. Between
+// groups as big, the one with the first host.
 template <class Key>
-std::vector<std::pair<std::string, std::vector<const HostNet*>>> by(const std::vector<HostNet>& hs,
-                                                                    Key key) {
-  std::map<std::string, std::vector<const HostNet*>> m;
-  for (const HostNet& h : hs) {
-    std::string k = key(h.first->nccl_net);
-    if (!k.empty()) m[k].push_back(&h);
-  }
-  std::vector<std::pair<std::string, std::vector<const HostNet*>>> out(m.begin(), m.end());
-  // Biggest first; between groups as big, the one with the first host (rank 0's side).
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
-    return a.second.front() < b.second.front();
-  });
-  return out;
+std::vector<Saying<std::string, const HostNet*>> by(const std::vector<HostNet>& hs, Key key) {
+  std::vector<const HostNet*> all;
+  for (const HostNet& h : hs)
+    all.push_back(&h);
+  return odd_ones_out<std::string>(
+      all,
+      [&key](const HostNet* h) -> std::optional<std::string> {
+        std::string k = key(h->first->nccl_net);
+        if (k.empty()) return std::nullopt;
+        return k;
+      },
+      [](const auto& a, const auto& b) { return a.items.front() < b.items.front(); });
 }
 
 // "IB on gpu-01, gpu-02; Socket (no /dev/infiniband) on gpu-03", and the hosts
@@ -75,8 +75,8 @@ std::pair<std::string, Records> describe(const Groups& groups) {
   std::vector<std::string> parts;
   std::vector<const HostNet*> odd;
   for (size_t i = 0; i < groups.size(); ++i) {
-    parts.push_back(fmt::format("{} on {}", groups[i].first, host_list(groups[i].second)));
-    if (i > 0) odd.insert(odd.end(), groups[i].second.begin(), groups[i].second.end());
+    parts.push_back(fmt::format("{} on {}", groups[i].key, host_list(groups[i].items)));
+    if (i > 0) odd.insert(odd.end(), groups[i].items.begin(), groups[i].items.end());
   }
   return {join(parts, "; ", 6), members_of(odd)};
 }
@@ -103,7 +103,7 @@ void check_nccl_net_mismatch(const CheckContext& ctx, std::vector<Finding>& out)
   });
   std::set<bool> ib;
   for (const auto& g : groups)
-    ib.insert(g.first == "IB");
+    ib.insert(g.key == "IB");
   if (ib.size() < 2) return;
   auto [text, odd] = describe(groups);
   out.push_back(make(FindingId::kNcclNetMismatch,
@@ -141,7 +141,7 @@ void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out) {
   });
   if (groups.size() < 2) return;
   bool any_plugin = std::any_of(groups.begin(), groups.end(),
-                                [](const auto& g) { return g.first.starts_with("plugin"); });
+                                [](const auto& g) { return g.key.starts_with("plugin"); });
   if (!any_plugin) return;
   auto [text, odd] = describe(groups);
   out.push_back(make(FindingId::kNcclNetPluginMismatch,

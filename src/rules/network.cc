@@ -1,5 +1,5 @@
 // The network NCCL will use, decided before any NCCL call: the interface NCCL's
-// own rules pick on each host (sent in each record, see host/nccl_socket_if.h), and
+// own rules pick on each host (sent in each record, see nccl/socket_if.h), and
 // NCCL_COMM_ID.
 
 #include <map>
@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/env.h"
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "model/gpu.h"
 #include "rules/context.h"
@@ -93,18 +94,20 @@ void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out)
 
 void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
-  std::map<std::string, Records> by_value;  // "" : unset
   const Record* root = nullptr;
+  Records members;
   for (const Member& m : v.members) {
-    const std::string* id = tracked(m.record, "NCCL_COMM_ID");
-    by_value[id ? "=" + *id : ""].push_back(&m.record);
+    members.push_back(&m.record);
     if (m.record.rank == 0) root = &m.record;
   }
-  if (by_value.size() > 1) {
-    std::vector<std::pair<std::string, Records>> vals(by_value.begin(), by_value.end());
-    std::stable_sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
-      return a.second.size() > b.second.size();
-    });
+  auto vals = odd_ones_out<std::string>(  // "": unset
+      members,
+      [](const Record* r) -> std::optional<std::string> {
+        const std::string* id = tracked(*r, "NCCL_COMM_ID");
+        return id ? "=" + *id : "";
+      },
+      no_order);
+  if (vals.size() > 1) {
     std::vector<std::string> parts;
     Records odd;
     for (size_t i = 0; i < vals.size(); ++i) {

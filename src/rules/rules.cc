@@ -1,65 +1,68 @@
-// The rules in the order their findings lead the report, and the runs over them:
-// the master's decision, and the checks one process can make alone.
+// The rules as a table, and the runs over them: the master's decision (every rule, or
+// what runs on every decision when the join tracker calls the job clean), and the
+// checks one process can make alone.
 
 #include "rules/rules.h"
 
 #include <algorithm>
 
 #include "rules/context.h"
+#include "rules/join_tracker.h"
 
 namespace rankcheck {
 namespace {
 
-constexpr Rule kRules[] = {
-    {FindingId::kMasterOutOfFds, check_master_out_of_fds},  // what kept the missing ranks out
-    {FindingId::kConnectionFlood, check_connection_flood},
-    {FindingId::kForeignJob, check_foreign_job},
-    {FindingId::kAuthFailed, check_auth_failed},
-    {FindingId::kLauncherEnvConflict, check_launcher_conflicts},  // a stale RANK causes duplicates
-    {FindingId::kWorldSizeMismatch, check_world_size},
-    {FindingId::kDuplicateRank, check_duplicate_rank},
-    {FindingId::kRankOutOfRange, check_rank_range},
-    {FindingId::kMasterAddrLoopback, check_master_addr_loopback},  // before the ranks it leaves out
-    {FindingId::kLocalRankCollision, check_local_rank_collision},
-    {FindingId::kLocalWorldSizeMismatch, check_local_world_size},
-    {FindingId::kNcclIfnameMissing, check_ifname},
-    {FindingId::kNcclCommIdMismatch, check_nccl_comm_id},  // before the hosts it leaves without one
-    {FindingId::kNcclNoInterface, check_nccl_no_interface},
-    {FindingId::kNcclInterfaceLoopback, check_nccl_interface_loopback},
-    {FindingId::kNcclInterfaceSharedAddress, check_nccl_interface_shared_address},
-    {FindingId::kNcclInterfaceLinkLocal, check_nccl_interface_link_local},
-    {FindingId::kNcclNetUnavailable, check_nccl_net_unavailable},
-    {FindingId::kIbMemlockLow, check_ib_memlock},
-    {FindingId::kIbUverbsMissing, check_ib_uverbs_missing},  // causes of a Socket fallback
-    {FindingId::kNcclIbHcaNone, check_nccl_ib_hca_none},
-    {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active},
-    {FindingId::kNcclNetMismatch, check_nccl_net_mismatch},  // ... and its effect between hosts
-    {FindingId::kNcclNetPluginMismatch, check_nccl_net_plugin},
-    {FindingId::kNcclIbLinkLayerMismatch, check_nccl_ib_link_layer},  // also the port count
-    {FindingId::kNcclRoceGidLinkLocal, check_nccl_roce_gid},          // also the GID family
-    {FindingId::kDuplicateGpu, check_duplicate_gpu},
-    {FindingId::kNcclVersionMismatch, check_nccl_version},
-    {FindingId::kCudaDriverMissing, check_gpu_usable},  // also gpu-missing, gpu-count-mismatch
-    {FindingId::kNcclMissing, check_nccl_missing},
-    {FindingId::kMasterAddrMismatch, check_master_addr_mismatch},
-    {FindingId::kProtocolMismatch, check_protocol_mismatch},
-    {FindingId::kRelayLost, check_relay_lost},
-    {FindingId::kMemberDisconnected, check_departed},
-    {FindingId::kClockSkew, check_clock_skew},  // before the late starts it would fake
-    {FindingId::kLateStart, check_late_start},  // before the ranks a late rank 0 left missing
-    {FindingId::kMissingRank, check_missing},
-    {FindingId::kEnvMismatch, check_env_mismatch},
-    {FindingId::kCudaDriverMismatch, check_cuda_driver_mismatch},
-    {FindingId::kGpuUnavailable, check_gpu_unavailable},
-    {FindingId::kStrayConnection, check_stray_connections},
-};
+using enum FastPath;
 
-std::vector<Finding> order(std::vector<Finding> findings) {
-  std::stable_sort(findings.begin(), findings.end(), [](const Finding& a, const Finding& b) {
-    return a.is_error() && !b.is_error();
-  });
-  return findings;
-}
+// Each row: the catalogue row its findings lead with, the rule, and how the join
+// tracker keeps to it (join_tracker.cc has the watches). The order of the rows is
+// the order they run in; their findings are ordered by the catalogue's precedence.
+constexpr Rule kRules[] = {
+    {FindingId::kMasterOutOfFds, check_master_out_of_fds, kEvents},  // a failed accept
+    {FindingId::kConnectionFlood, check_connection_flood, kEvents},  // refusals
+    {FindingId::kForeignJob, check_foreign_job, kEvents},
+    {FindingId::kAuthFailed, check_auth_failed, kEvents},
+    {FindingId::kLauncherEnvConflict, check_launcher_conflicts, kWatch, watch_conflicts},
+    {FindingId::kWorldSizeMismatch, check_world_size, kWatch, watch_world_size},
+    {FindingId::kDuplicateRank, check_duplicate_rank, kWatch, watch_claims},
+    {FindingId::kRankOutOfRange, check_rank_range, kWatch, watch_rank_range},
+    {FindingId::kMasterAddrLoopback, check_master_addr_loopback, kWatch, watch_loopback_master},
+    {FindingId::kLocalRankCollision, check_local_rank_collision, kWatch, watch_local_ranks},
+    {FindingId::kLocalWorldSizeMismatch, check_local_world_size, kWatch, watch_local_world},
+    {FindingId::kNcclIfnameMissing, check_ifname, kWatch, watch_ifname},
+    {FindingId::kNcclCommIdMismatch, check_nccl_comm_id, kWatch, watch_comm_id},
+    {FindingId::kNcclNoInterface, check_nccl_no_interface, kWatch, watch_nccl_if_found},
+    {FindingId::kNcclInterfaceLoopback, check_nccl_interface_loopback, kWatch, watch_nccl_if_scope},
+    {FindingId::kNcclInterfaceSharedAddress, check_nccl_interface_shared_address, kWatch,
+     watch_nccl_if_stacks},
+    {FindingId::kNcclInterfaceLinkLocal, check_nccl_interface_link_local, kWatch,
+     watch_nccl_if_scope},
+    {FindingId::kNcclNetUnavailable, check_nccl_net_unavailable, kWatch, watch_nccl_net_alone},
+    {FindingId::kIbMemlockLow, check_ib_memlock, kWatch, watch_nccl_net_alone},
+    {FindingId::kIbUverbsMissing, check_ib_uverbs_missing, kWatch, watch_nccl_net_alone},
+    {FindingId::kNcclIbHcaNone, check_nccl_ib_hca_none, kWatch, watch_nccl_net_alone},
+    {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active, kWatch, watch_nccl_net_alone},
+    {FindingId::kNcclNetMismatch, check_nccl_net_mismatch, kWatch, watch_nccl_net_same},
+    {FindingId::kNcclNetPluginMismatch, check_nccl_net_plugin, kWatch, watch_nccl_net_same},
+    {FindingId::kNcclIbLinkLayerMismatch, check_nccl_ib_link_layer, kWatch, watch_nccl_net_same},
+    {FindingId::kNcclRoceGidLinkLocal, check_nccl_roce_gid, kWatch, watch_roce_gid},
+    {FindingId::kDuplicateGpu, check_duplicate_gpu, kWatch, watch_gpu_devices},
+    {FindingId::kNcclVersionMismatch, check_nccl_version, kWatch, watch_gpu_same},
+    {FindingId::kCudaDriverMissing, check_gpu_usable, kWatch, watch_gpu_usable},
+    {FindingId::kNcclMissing, check_nccl_missing, kWatch, watch_gpu_usable},
+    {FindingId::kMasterAddrMismatch, check_master_addr_mismatch, kWatch, watch_master_addr},
+    {FindingId::kProtocolMismatch, check_protocol_mismatch, kEvents},  // refusals
+    {FindingId::kRelayLost, check_relay_lost, kEvents},                // a lost relay
+    {FindingId::kMemberDisconnected, check_departed, kEvents},         // departures
+    {FindingId::kClockSkew, check_clock_skew, kWatch, watch_starts},
+    {FindingId::kLateStart, check_late_start, kWatch, watch_starts},
+    {FindingId::kMissingRank, check_missing, kIncomplete},
+    {FindingId::kEnvMismatch, check_env_mismatch, kWatch, watch_env},
+    {FindingId::kCudaDriverMismatch, check_cuda_driver_mismatch, kWatch, watch_gpu_same},
+    {FindingId::kGpuUnavailable, check_gpu_unavailable, kWatch, watch_gpu_usable},
+    {FindingId::kStrayConnection, check_stray_connections, kEvents},  // refusals
+    {FindingId::kNoJobToken, check_no_job_token, kAlways},
+};
 
 }  // namespace
 
@@ -67,16 +70,23 @@ std::span<const Rule> rules() {
   return kRules;
 }
 
-void order_findings(std::vector<Finding>& findings) {
-  findings = order(std::move(findings));
-}
-
 std::vector<Finding> run_checks(const JobView& view) {
   CheckContext ctx(view);
   std::vector<Finding> findings;
   for (const Rule& rule : kRules)
     rule.check(ctx, findings);
-  return order(std::move(findings));
+  order_findings(findings);
+  return findings;
+}
+
+std::vector<Finding> run_always(const JobView& view) {
+  CheckContext ctx(view);
+  std::vector<Finding> findings;
+  for (const Rule& rule : kRules) {
+    if (rule.fast == FastPath::kAlways) rule.check(ctx, findings);
+  }
+  order_findings(findings);
+  return findings;
 }
 
 std::vector<Finding> local_checks(const Record& self) {
@@ -103,7 +113,8 @@ std::vector<Finding> local_checks(const Record& self) {
   check_nccl_ib_hca_none(ctx, findings);
   check_nccl_ib_port_not_active(ctx, findings);
   check_self_master_loopback(self, findings);
-  return order(std::move(findings));
+  order_findings(findings);
+  return findings;
 }
 
 }  // namespace rankcheck

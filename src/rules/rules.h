@@ -37,32 +37,53 @@ std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members)
 /// What the rules share, built once per decision (claims per rank, members per host).
 struct CheckContext;
 
+/// What the join tracker keeps of the records that joined (join_tracker.h).
+struct JoinWatch;
+
+/// How a rule is kept to when the join tracker calls a job clean and the decision
+/// skips the rules: every rule says which of these holds for it.
+enum class FastPath {
+  kWatch,       ///< `admits` tests each record as it joins
+  kEvents,      ///< raises only on what taints the tracker by itself: a refusal, a
+                ///< departure, a failed accept, a lost relay
+  kIncomplete,  ///< raises only when ranks are missing (clean() needs every one)
+  kAlways,      ///< cheap, and run on every decision, the clean ones too
+};
+
 /// One rule: a table row, like a launcher. `id` is the catalogue row of the
 /// findings it leads with: a FindingId, so that the compiler checks it names one.
 struct Rule {
   FindingId id;
   void (*check)(const CheckContext&, std::vector<Finding>&);
+  FastPath fast;
+  /// kWatch: false when this record, joining after those `watch` has seen, could make
+  /// the rule raise anything (it then runs at the decision). It may note in `watch`
+  /// what later records are held against.
+  bool (*admits)(JoinWatch& watch, const Record& r, std::string_view peer) = nullptr;
 };
 
-/// The rules, in the order their findings lead the report: causes before effects.
+/// The rules. Their findings are ordered by the catalogue's precedence
+/// (order_findings), not by this table.
 std::span<const Rule> rules();
 
 /// Runs every rule and orders the findings: errors first, causes before effects.
 std::vector<Finding> run_checks(const JobView& view);
-
-/// Errors before warnings, keeping each group's order (causes before effects).
-void order_findings(std::vector<Finding>& findings);
+/// Runs the kAlways rules only: the decision of a job the tracker calls clean.
+std::vector<Finding> run_always(const JobView& view);
 
 /// The rules that need only this member's own record, for `rankcheck env` and
 /// for early warnings before the rendezvous.
 std::vector<Finding> local_checks(const Record& self);
 
+/// Rank 0 (on `host`) was stopped by `signal` `at_ms` after its start, before the
+/// check was done: what every member learns of why its job failed.
+Finding master_interrupted(const std::string& host, int signal, double at_ms);
+
+/// ncclGetUniqueId failed on the master (on `host`): no rank can start NCCL.
+Finding unique_id_failed(const std::string& host, const std::string& error);
+
 /// "rank 5 (gpu-02, pid 123)" or "ranks 8-11 (gpu-02, pid 77)".
 std::string member_label(const Record& r);
-
-/// Whether `ifname_spec` (NCCL_SOCKET_IFNAME syntax: prefixes, "^" to exclude,
-/// "=" for exact names) selects at least one of `interfaces`.
-bool ifname_matches_any(std::string_view ifname_spec, const std::vector<std::string>& interfaces);
 
 /// What one record says about its job spanning several hosts: a launcher node list
 /// of more than one host or, without a node list, fewer ranks per host than in the

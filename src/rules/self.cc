@@ -62,6 +62,22 @@ Finding master_addr_unresolved(const Record& self, std::string_view master_addr)
                                 printable(master_addr), printable(self.host), self.resolve_error));
 }
 
+Finding master_addr_unresolved_yet(const Record& self, std::string_view master_addr) {
+  // A Kubernetes headless service resolves only once rank 0's pod is ready.
+  Finding f = make_finding(
+      FindingId::kMasterUnreachable,
+      fmt::format("MASTER_ADDR {} does not resolve on {} now: {}; `rankcheck run` would retry "
+                  "it until --timeout",
+                  printable(master_addr), printable(self.host), self.resolve_error),
+      "check the name in MASTER_ADDR (a typo, a short name this host's resolver cannot "
+      "complete), or give rank 0's address; a name that appears later (a Kubernetes headless "
+      "service) is fine",
+      Severity::kWarning);
+  f.ranks = {self.rank};
+  f.hosts = {self.host};
+  return f;
+}
+
 Finding cannot_listen(const Record& self, const ListenFailure& why) {
   Fault fault = why.error.fault;
   if (fault == Fault::kNotLocal) {

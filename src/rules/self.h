@@ -26,6 +26,9 @@ Finding started_past_deadline(const Record& self, double late_ms, double timeout
 
 /// Rank 0 cannot resolve its own MASTER_ADDR (`self.resolve_error` says why).
 Finding master_addr_unresolved(const Record& self, std::string_view master_addr);
+/// Another rank cannot resolve MASTER_ADDR now (`rankcheck env`): a warning, since
+/// `run` retries it until --timeout, and the name may appear later.
+Finding master_addr_unresolved_yet(const Record& self, std::string_view master_addr);
 
 /// Why rank 0 could not listen on MASTER_ADDR:MASTER_PORT.
 struct ListenFailure {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "rules/context.h"
 
@@ -135,7 +137,7 @@ class RankOwners {
                                format_list(others, 3));
     }
     const FindingKind* kind = reading.empty() ? nullptr : find_finding_kind(first->nccl_finding);
-    f.hint = std::string(kind != nullptr ? kind->fix : quoted_fix(id));
+    f.fix = std::string(kind != nullptr ? kind->fix : quoted_fix(id));
   }
 
  private:
@@ -300,19 +302,28 @@ void allreduce_findings(const StageView& sv, const AllreduceOutcomes& ar, const 
 // ranks on different networks cannot connect (NCCL falls back to Socket on a host
 // whose InfiniBand it cannot use, and its IB peers never meet it).
 void network_findings(const StageView& sv, const RankOwners& owners, std::vector<Finding>& out) {
-  std::map<std::string, std::vector<long>> by_net;
-  for (const RankResult& r : sv.results) {
-    if (!r.nccl_net.empty()) by_net[r.nccl_net].push_back(r.rank);
-  }
-  if (by_net.size() < 2) return;
-  std::vector<std::pair<std::string, std::vector<long>>> groups(by_net.begin(), by_net.end());
-  for (auto& [net, ranks] : groups)
-    std::sort(ranks.begin(), ranks.end());
   // The most ranks first (the job's usual choice); between equals, the lowest rank.
-  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
-    return a.second.front() < b.second.front();
-  });
+  std::vector<const RankResult*> results;
+  for (const RankResult& r : sv.results)
+    results.push_back(&r);
+  auto by_net = odd_ones_out<std::string>(
+      results,
+      [](const RankResult* r) -> std::optional<std::string> {
+        if (r->nccl_net.empty()) return std::nullopt;
+        return r->nccl_net;
+      },
+      [](const auto& a, const auto& b) { return a.items.front()->rank < b.items.front()->rank; });
+  if (by_net.size() < 2) return;
+  std::vector<std::pair<std::string, std::vector<long>>> groups;
+  std::set<std::string> nets;
+  for (const auto& [net, rs] : by_net) {
+    std::vector<long> ranks;
+    for (const RankResult* r : rs)
+      ranks.push_back(r->rank);
+    std::sort(ranks.begin(), ranks.end());
+    groups.emplace_back(net, std::move(ranks));
+    nets.insert(net);
+  }
   std::string parts;
   std::vector<long> odd;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -325,13 +336,13 @@ void network_findings(const StageView& sv, const RankOwners& owners, std::vector
   std::sort(odd.begin(), odd.end());
   Finding f = owners.finding(FindingId::kEnvMismatch, odd);
   f.message = fmt::format("NCCL chose different networks: {}", parts);
-  f.hint =
+  f.fix =
       "NCCL uses IB where it finds a usable InfiniBand or RoCE device and falls back to Socket "
       "where it does not: on the odd hosts check the HCAs (ibstat, NCCL_IB_HCA, "
       "/dev/infiniband in the container) and the net plugin, or set NCCL_NET the same for "
       "every rank";
   // An IB rank and a Socket rank never connect: the training job would hang or fail.
-  if (by_net.count("IB") != 0 && by_net.count("Socket") != 0) f.severity = Severity::kError;
+  if (nets.count("IB") != 0 && nets.count("Socket") != 0) f.severity = Severity::kError;
   out.push_back(std::move(f));
 }
 

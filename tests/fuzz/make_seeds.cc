@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   Verdict v;
   v.exit_code = 4;
   v.headline = "rank 9 never joined";
-  v.notes.push_back(Finding{"missing-rank", Severity::kError, 4, "m", "h", {9}, {"gpu-02"}});
+  v.notes.push_back(
+      Finding{FindingId::kMissingRank, Severity::kError, 4, "m", "h", {9}, {"gpu-02"}});
   v.nccl_id = std::array<uint8_t, kNcclIdSize>{};
   RankResult rr;
   rr.rank = 1;

@@ -65,13 +65,13 @@ TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its fil
       "peer 10.0.0.9<48211> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "nccl-network-error");
+  CHECK(d.findings[0].finding.name() == "nccl-network-error");
   // A WARN text no tag of NCCL has, from the IB transport: still the network.
   d = diagnose_lines({
       "gpu-07:4242:4260 [3] transport/net_ib.cc:99 NCCL WARN NET/IB : something new happened",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "nccl-network-error");
+  CHECK(d.findings[0].finding.name() == "nccl-network-error");
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-07"});
 }
 
@@ -82,7 +82,7 @@ TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
       "[rank2]: frobnicate()",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "unexplained-error");
+  CHECK(d.findings[0].finding.name() == "unexplained-error");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
   CHECK(d.exit_code() != 0);
   // A log that shows no failure at all is still a pass.
@@ -101,9 +101,9 @@ TEST_CASE("diagnose: a host whose NCCL or network differs from the others' is na
       "h3:33:33 [0] NCCL INFO Using network Socket",
   });
   REQUIRE(d.findings.size() == 2);
-  CHECK(d.findings[0].finding.id == "nccl-version-mismatch");
+  CHECK(d.findings[0].finding.name() == "nccl-version-mismatch");
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"h3"});
-  CHECK(d.findings[1].finding.id == "nccl-net-mismatch");
+  CHECK(d.findings[1].finding.name() == "nccl-net-mismatch");
   CHECK(d.findings[1].finding.hosts == std::vector<std::string>{"h3"});
   CHECK(d.networks.at("h3") == "Socket");
 }
@@ -121,8 +121,8 @@ TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_
   const DiagFinding* link = nullptr;
   const DiagFinding* plugin = nullptr;
   for (const DiagFinding& f : d.findings) {
-    if (f.finding.id == "nccl-ib-link-layer-mismatch") link = &f;
-    if (f.finding.id == "nccl-net-plugin-mismatch") plugin = &f;
+    if (f.finding.name() == "nccl-ib-link-layer-mismatch") link = &f;
+    if (f.finding.name() == "nccl-net-plugin-mismatch") plugin = &f;
   }
   REQUIRE(link != nullptr);
   CHECK(link->finding.message ==
@@ -140,7 +140,7 @@ TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_
       "h3:33:33 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB e:3<0>",
   });
   REQUIRE(c.findings.size() == 1);
-  CHECK(c.findings[0].finding.id == "nccl-ib-port-count-mismatch");
+  CHECK(c.findings[0].finding.name() == "nccl-ib-port-count-mismatch");
   CHECK(c.findings[0].finding.hosts == std::vector<std::string>{"h3"});
   CHECK_FALSE(c.findings[0].finding.is_error());
 }
@@ -209,12 +209,12 @@ TEST_CASE("diagnose: a setup error leads, whatever else the ranks say") {
       "and rank 0 both on CUDA device 1000",
   });
   REQUIRE(d.findings.size() >= 2);
-  CHECK(d.findings[0].finding.id == "duplicate-gpu");
+  CHECK(d.findings[0].finding.name() == "duplicate-gpu");
   CHECK(d.findings[0].initiating);
   CHECK(d.findings[0].finding.ranks == std::vector<long>{0, 2});
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-03"});
   CHECK(d.findings[0].first_seen == "job.log:2");
-  CHECK(d.findings[1].finding.id == "peer-failed");
+  CHECK(d.findings[1].finding.name() == "peer-failed");
   CHECK_FALSE(d.findings[1].initiating);
   CHECK(d.exit_code() == exit_code::kMismatch);
 }
@@ -227,7 +227,7 @@ TEST_CASE("diagnose: the first srun task to fail initiates; the ones it took dow
       "srun: error: node01: tasks 0-2: Exited with exit code 1",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "gpu-out-of-memory");
+  CHECK(d.findings[0].finding.name() == "gpu-out-of-memory");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{3});
   CHECK(d.findings[0].finding.message ==
         "rank 3 on node02 failed: CUDA out of memory. Tried to allocate 2.00 GiB and exited with "
@@ -269,10 +269,10 @@ TEST_CASE("diagnose: a time limit ends the job; what follows is downstream") {
       "srun: error: node01: tasks 0-3: Killed",
   });
   REQUIRE(d.findings.size() == 2);
-  CHECK(d.findings[0].finding.id == "job-cancelled");
+  CHECK(d.findings[0].finding.name() == "job-cancelled");
   CHECK(d.findings[0].finding.message ==
         "the scheduler cancelled 4821.0 on node01 at 2024-05-07T15:51:09 DUE TO TIME LIMIT");
-  CHECK(d.findings[1].finding.id == "process-died");
+  CHECK(d.findings[1].finding.name() == "process-died");
   CHECK_FALSE(d.findings[1].initiating);
   CHECK(d.exit_code() == exit_code::kIncomplete);
 }
@@ -290,7 +290,7 @@ TEST_CASE("diagnose: watchdog timeouts in different collectives are a desync") {
       "Timeout(ms)=600000) ran for 600026 milliseconds before timing out.",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "collective-desync");
+  CHECK(d.findings[0].finding.name() == "collective-desync");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
   CHECK(d.exit_code() == exit_code::kGpu);
 }
@@ -301,7 +301,7 @@ TEST_CASE("diagnose: a lost peer with no error of its own anywhere is peer-faile
       "a network error, NCCL version 2.21.5",
   });
   REQUIRE(d.findings.size() == 1);
-  CHECK(d.findings[0].finding.id == "peer-failed");
+  CHECK(d.findings[0].finding.name() == "peer-failed");
   CHECK(d.findings[0].initiating);
 }
 
@@ -314,7 +314,7 @@ TEST_CASE("diagnose: torchrun's closing signal marks the survivors, not the culp
       "102) of binary: /usr/bin/python3",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "process-died");
+  CHECK(d.findings[0].finding.name() == "process-died");
   CHECK(d.findings[0].initiating);
   CHECK(d.findings[0].finding.message.find("local rank 1 was killed by signal 9 (SIGKILL)") == 0);
 }
@@ -329,7 +329,7 @@ TEST_CASE("diagnose: ranks that waited name the ones that never came") {
       "key: store_based_barrier_key:1 (world_size=4, worker_count=2, timeout=0:30:00)",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "missing-rank");
+  CHECK(d.findings[0].finding.name() == "missing-rank");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{2, 3});
   CHECK(d.exit_code() == exit_code::kIncomplete);
 }
@@ -342,7 +342,7 @@ TEST_CASE("diagnose: ranks that waited for different world sizes disagree on it"
       "(world_size=3, num_workers_joined=2, timeout=0:00:10 error=x)",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "world-size-mismatch");
+  CHECK(d.findings[0].finding.name() == "world-size-mismatch");
   CHECK(d.findings[0].finding.message ==
         "the ranks disagree on the world size: rank 0 waited for 2 and rank 1 waited for 3");
 }
@@ -427,10 +427,10 @@ TEST_CASE("diagnose: srun cancelling the step after a task failed is downstream 
       "srun: error: node01: tasks 0-1: Terminated",
   });
   REQUIRE(d.findings.size() == 3);
-  CHECK(d.findings[0].finding.id == "process-died");
+  CHECK(d.findings[0].finding.name() == "process-died");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"node02"});
-  CHECK(d.findings[1].finding.id == "job-cancelled");
+  CHECK(d.findings[1].finding.name() == "job-cancelled");
   CHECK_FALSE(d.findings[1].initiating);
   CHECK(d.findings[2].finding.ranks == std::vector<long>{0, 1});
   CHECK_FALSE(d.findings[2].initiating);
@@ -439,7 +439,7 @@ TEST_CASE("diagnose: srun cancelling the step after a task failed is downstream 
       diagnose_lines({"slurmstepd: error: *** JOB 7 ON node02 CANCELLED AT 2026-11-30T16:43:52 ***",
                       "srun: error: node01: tasks 0-1: Terminated"});
   REQUIRE(!alone.findings.empty());
-  CHECK(alone.findings[0].finding.id == "job-cancelled");
+  CHECK(alone.findings[0].finding.name() == "job-cancelled");
   CHECK(alone.findings[0].initiating);
 }
 
@@ -560,7 +560,7 @@ TEST_CASE("diagnose: long lines are kept whole only up to a budget") {
          tail);
   Diagnosis d = s.finish();
   REQUIRE(!d.findings.empty());
-  REQUIRE(d.findings[0].finding.id == "duplicate-gpu");
+  REQUIRE(d.findings[0].finding.name() == "duplicate-gpu");
   REQUIRE(d.findings[0].evidence.size() == 2);
   CHECK(d.findings[0].evidence[0].text.size() > 2000);  // whole, before the budget ran out
   CHECK(d.findings[0].evidence[1].text.size() <= 303);  // cut, after
@@ -573,5 +573,5 @@ TEST_CASE("diagnose: more joiners than the world size is not a missing rank") {
       "clients joined.",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.id == "world-size-mismatch");
+  CHECK(d.findings[0].finding.name() == "world-size-mismatch");
 }

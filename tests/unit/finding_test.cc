@@ -78,12 +78,12 @@ TEST_CASE("catalogue: ids are unique, and every rule leads with a catalogued id"
 
 TEST_CASE("catalogue: a finding takes its severity, exit code and fix from its row") {
   Finding f = make_finding(FindingId::kMissingRank, "rank 3 never joined");
-  CHECK(f.id == "missing-rank");
+  CHECK(f.name() == "missing-rank");
   CHECK(f.severity == Severity::kError);
   CHECK(f.exit_code == exit_code::kIncomplete);
-  CHECK(f.hint == finding_kind(FindingId::kMissingRank).fix);
+  CHECK(f.fix == finding_kind(FindingId::kMissingRank).fix);
   Finding g = make_finding(FindingId::kForeignJob, "m", "a fix of its own", Severity::kWarning);
-  CHECK(g.hint == "a fix of its own");
+  CHECK(g.fix == "a fix of its own");
   CHECK(!g.is_error());
   CHECK(g.exit_code == exit_code::kRejected);
   CHECK(exit_code_for({g, f}) == exit_code::kIncomplete);

@@ -46,8 +46,8 @@ JobView gpu_job(int world, int per_host) {
 
 // The one finding of `v`: ranks 2 and 3 use one GPU.
 Finding ranks_2_3_share_a_gpu(const JobView& v) {
-  Finding f = sole(run_checks(v));
-  CHECK(f.id == "duplicate-gpu");
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "duplicate-gpu");
   CHECK(f.exit_code == 3);
   CHECK(f.ranks == Ranks{2, 3});
   return f;
@@ -57,7 +57,7 @@ Finding ranks_2_3_share_a_gpu(const JobView& v) {
 
 TEST_CASE("gpu rules: a healthy GPU job has no findings, and the tracker agrees") {
   JobView v = gpu_job(16, 8);
-  CHECK(run_checks(v).empty());
+  CHECK(test::checks(v).empty());
   CHECK(tracker_clean(v));
   CHECK(!gpu_stage_blocker(v.members));
 }
@@ -76,7 +76,7 @@ TEST_CASE("duplicate-gpu: two ranks on one host, one UUID, and how they got ther
   // The same UUID on two hosts is two machines (or simulated ones), not one GPU twice.
   JobView w = gpu_job(2, 1);
   w.members[1].record.gpu.devices[0].uuid = w.members[0].record.gpu.devices[0].uuid;
-  CHECK(run_checks(w).empty());
+  CHECK(test::checks(w).empty());
 }
 
 TEST_CASE("duplicate-gpu: MIG slices of one GPU share its bus id, under UUIDs of their own") {
@@ -94,7 +94,7 @@ TEST_CASE("duplicate-gpu: MIG slices of one GPU share its bus id, under UUIDs of
         "(MIG-21111111-2222-3333-4444-555555555555 and MIG-31111111-2222-3333-4444-555555555555): "
         "rank 2 (LOCAL_RANK=2, CUDA_VISIBLE_DEVICES unset, device 2); rank 3 (LOCAL_RANK=3, "
         "CUDA_VISIBLE_DEVICES unset, device 3)");
-  CHECK(f.hint ==
+  CHECK(f.fix ==
         "NCCL refuses two ranks on one GPU at init, and MIG slices of one GPU are one GPU to it: "
         "give each rank a slice of a different GPU, or a whole GPU");
   // The tracker agrees: not clean.
@@ -109,8 +109,8 @@ TEST_CASE("nccl-version-mismatch groups hosts by the NCCL they load") {
       m.record.gpu.nccl_path = "/opt/nccl/lib/libnccl.so.2";
     }
   }
-  Finding f = sole(run_checks(v));
-  CHECK(f.id == "nccl-version-mismatch");
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "nccl-version-mismatch");
   CHECK(f.exit_code == 3);
   CHECK(f.hosts == Hosts{"gpu-02"});
   CHECK(f.message ==
@@ -129,8 +129,8 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
           "libcuda.so.1: cannot open shared object file: No such file or directory";
     }
   }
-  Finding f = sole(run_checks(v));
-  CHECK(f.id == "cuda-driver-missing");
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "cuda-driver-missing");
   CHECK(f.exit_code == 5);
   CHECK(f.message ==
         "no CUDA driver for ranks 8-15 on gpu-02, while the other ranks have GPUs: libcuda.so.1: "
@@ -140,8 +140,8 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
   w.members[1].record.gpu.state = GpuState::kNoDevice;
   w.members[1].record.gpu.error = "no GPU visible (CUDA_VISIBLE_DEVICES=)";
   w.members[1].record.gpu.devices.clear();
-  f = sole(run_checks(w));
-  CHECK(f.id == "gpu-missing");
+  f = sole(test::checks(w));
+  CHECK(f.name() == "gpu-missing");
   CHECK(f.ranks == Ranks{1});
 
   JobView n = gpu_job(8, 4);
@@ -166,8 +166,8 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
     n.members[0].record.gpu.devices[size_t(k)].pci_bus_id =
         fmt::format("00000000:{:02X}:00.0", 0x18 + k);
   }
-  f = sole(run_checks(n));
-  CHECK(f.id == "gpu-count-mismatch");
+  f = sole(test::checks(n));
+  CHECK(f.name() == "gpu-count-mismatch");
   CHECK(f.ranks == Ranks{4, 5, 6, 7});
 }
 
@@ -175,16 +175,16 @@ TEST_CASE("nccl-missing and cuda-driver-mismatch") {
   JobView v = gpu_job(4, 2);
   v.members[3].record.gpu.nccl_version = 0;
   v.members[3].record.gpu.nccl_error = "libnccl.so.2: cannot open shared object file";
-  Finding f = sole(run_checks(v));
-  CHECK(f.id == "nccl-missing");
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "nccl-missing");
   CHECK(f.message ==
         "NCCL not found for rank 3 on gpu-02: libnccl.so.2: cannot open shared object file");
 
   JobView d = gpu_job(4, 2);
   d.members[2].record.gpu.driver = "550.54.15";
   d.members[3].record.gpu.driver = "550.54.15";
-  f = sole(run_checks(d));
-  CHECK(f.id == "cuda-driver-mismatch");
+  f = sole(test::checks(d));
+  CHECK(f.name() == "cuda-driver-mismatch");
   CHECK(f.severity == Severity::kWarning);
 }
 
@@ -195,9 +195,9 @@ TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
     m.record.gpu.state = GpuState::kNoDriver;
     m.record.gpu.error = "libcuda.so.1: cannot open shared object file: No such file or directory";
   }
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   Finding f = sole(fs);
-  CHECK(f.id == "gpu-unavailable");
+  CHECK(f.name() == "gpu-unavailable");
   CHECK(f.message ==
         "no member has a usable GPU, so the NCCL stage did not run; ranks 0-3 on gpu-01: no "
         "CUDA driver (libcuda.so.1: cannot open shared object file: No such file or directory)");
@@ -205,7 +205,7 @@ TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
   CHECK(exit_code_for(fs) == 0);
   CHECK(*gpu_stage_blocker(v.members) == "no member has a usable GPU");
   v.gpu_stage = false;  // --no-gpu on the master: the GPUs are not looked at
-  CHECK(run_checks(v).empty());
+  CHECK(test::checks(v).empty());
 }
 
 namespace {
@@ -240,7 +240,7 @@ TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
   sv.results[1].init_ok = false;
   sv.results[1].init_error = "unhandled system error (run with NCCL_DEBUG=INFO for details)";
   Finding f = sole(stage_checks(sv));
-  CHECK(f.id == "nccl-init-failed");
+  CHECK(f.name() == "nccl-init-failed");
   CHECK(f.message ==
         "NCCL init failed for rank 1 on gpu-01: unhandled system error (run with "
         "NCCL_DEBUG=INFO for details)");
@@ -250,7 +250,7 @@ TEST_CASE("stage rules: init failed, init stuck, silent ranks") {
   sv.results[2].init_timed_out = true;
   sv.results.pop_back();  // rank 3 never reported
   f = sole(stage_checks(sv));
-  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.name() == "nccl-init-timeout");
   CHECK(f.ranks == Ranks{2, 3});
   CHECK(f.hosts == Hosts{"gpu-02"});
   CHECK(f.message ==
@@ -265,7 +265,7 @@ TEST_CASE("stage rules: a rank still connected without a result is stuck, not de
   sv.results.erase(sv.results.begin() + 2);  // rank 2: connected to the end, no result
   sv.pending = {2};
   Finding f = sole(stage_checks(sv));
-  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.name() == "nccl-init-timeout");
   CHECK(f.ranks == Ranks{2});
   CHECK(f.hosts == Hosts{"gpu-02"});
   CHECK(f.message ==
@@ -296,13 +296,13 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
   sv.results[0].allreduce_ok = false;
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 3);
-  CHECK(fs[0].id == "allreduce-wrong-result");
+  CHECK(fs[0].name() == "allreduce-wrong-result");
   CHECK(fs[0].message ==
         "the all-reduce of one value per rank gave a wrong total: rank 0 "
         "expected 10, got 11");
-  CHECK(fs[1].id == "allreduce-failed");
+  CHECK(fs[1].name() == "allreduce-failed");
   CHECK(fs[1].ranks == Ranks{1});
-  CHECK(fs[2].id == "allreduce-timeout");
+  CHECK(fs[2].name() == "allreduce-timeout");
   CHECK(fs[2].ranks == Ranks{2});
 
   StageView bw = all_good(v, 2);
@@ -312,7 +312,7 @@ TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {
     r.busbw_gbps = r.rank == 0 ? 150 : 12.5;
   }
   Finding f = sole(stage_checks(bw));
-  CHECK(f.id == "bandwidth-low");
+  CHECK(f.name() == "bandwidth-low");
   CHECK(f.message == "all-reduce bus bandwidth below --min-busbw 100.0 GB/s: rank 1 12.5 GB/s");
 }
 
@@ -341,11 +341,11 @@ TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
   sv.results[1].allreduce_timed_out = true;
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 2);
-  CHECK(fs[0].id == "allreduce-failed");
+  CHECK(fs[0].name() == "allreduce-failed");
   CHECK(fs[0].message ==
         "the all-reduce failed: rank 0: the timed all-reduce of 64 KiB (--bandwidth): "
         "ncclAllReduce: unhandled system error");
-  CHECK(fs[1].id == "allreduce-timeout");
+  CHECK(fs[1].name() == "allreduce-timeout");
   CHECK(fs[1].message ==
         "the timed all-reduce of 64 KiB (--bandwidth) did not complete within the deadline for "
         "rank 1 on gpu-01");
@@ -355,7 +355,7 @@ TEST_CASE("stage rules: the timed all-reduce, and a total never written") {
   one.results[0].allreduce_ok = false;
   one.results[0].got = kAllreduceSentinel;
   Finding f = sole(stage_checks(one));
-  CHECK(f.id == "allreduce-wrong-result");
+  CHECK(f.name() == "allreduce-wrong-result");
   CHECK(f.message ==
         "the all-reduce of one value per rank gave a wrong total: rank 0 expected 1, got nothing "
         "(buffer never written)");
@@ -384,14 +384,14 @@ TEST_CASE("stage rules: NCCL's own words are quoted, and what they read as said"
   r3.nccl_net = "IB";
   auto fs = stage_checks(sv);
   REQUIRE(!fs.empty());
-  CHECK(fs[0].id == "nccl-init-failed");
+  CHECK(fs[0].name() == "nccl-init-failed");
   CHECK(fs[0].exit_code == exit_code::kGpu);
   CHECK(fs[0].message ==
         std::string("NCCL init failed for rank 3 on gpu-02: ncclCommGetAsyncError: "
                     "unhandled system error; NCCL says on gpu-02: ") +
             kQpText + ", which reads as a network error (nccl-network-error)");
   // The fix is the network error's, not "rerun with NCCL_DEBUG=INFO".
-  CHECK(fs[0].hint == finding_kind(FindingId::kNcclNetworkError).fix);
+  CHECK(fs[0].fix == finding_kind(FindingId::kNcclNetworkError).fix);
 
   // NCCL's last error is that warning already: not quoted twice.
   r3.init_error = std::string("ncclCommGetAsyncError: unhandled system error (") + kQpText + ")";
@@ -409,14 +409,14 @@ TEST_CASE("stage rules: NCCL's own words are quoted, and what they read as said"
         "NCCL init failed for rank 3 on gpu-02: ncclCommGetAsyncError: internal "
         "error; NCCL says on gpu-02: Error : ring 0 does not loop back to start "
         "(1 != 0)");
-  CHECK(fs[0].hint.find("NCCL_DEBUG") == std::string::npos);
-  CHECK(fs[0].hint.find("NCCL's own words above name the cause") == 0);
+  CHECK(fs[0].fix.find("NCCL_DEBUG") == std::string::npos);
+  CHECK(fs[0].fix.find("NCCL's own words above name the cause") == 0);
 
   // Where NCCL said nothing, the catalogue's hint stands.
   r3.nccl_warn.clear();
   r3.nccl_finding.clear();
   fs = stage_checks(sv);
-  CHECK(fs[0].hint == finding_kind(FindingId::kNcclInitFailed).fix);
+  CHECK(fs[0].fix == finding_kind(FindingId::kNcclInitFailed).fix);
   CHECK(fs[0].message.find("NCCL says") == std::string::npos);
 }
 
@@ -437,13 +437,13 @@ TEST_CASE("stage rules: a stuck init and a failed all-reduce quote NCCL too") {
   sv.results[0].nccl_finding = "peer-failed";
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-init-timeout");
+  CHECK(fs[0].name() == "nccl-init-timeout");
   CHECK(fs[0].message ==
         "NCCL init did not finish within 12 s for ranks 0-3 on gpu-01 and gpu-02; no rank finished "
         "init; NCCL says on gpu-02: Cuda failure 2 'out of memory', which reads as the GPU out "
         "of memory (gpu-out-of-memory) (NCCL said other things on gpu-01: see stage_results in "
         "the JSON)");
-  CHECK(fs[0].hint == finding_kind(FindingId::kGpuOutOfMemory).fix);
+  CHECK(fs[0].fix == finding_kind(FindingId::kGpuOutOfMemory).fix);
 
   StageView ar;
   ar.world_size = 2;
@@ -456,12 +456,12 @@ TEST_CASE("stage rules: a stuck init and a failed all-reduce quote NCCL too") {
   ar.results[1].nccl_finding = "cuda-error";
   fs = stage_checks(ar);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "allreduce-failed");
+  CHECK(fs[0].name() == "allreduce-failed");
   CHECK(fs[0].message ==
         "the all-reduce failed: rank 1: ncclAllReduce: unhandled cuda error; NCCL says on gpu-01: "
         "Cuda failure 'an illegal memory access was encountered', which reads as a CUDA error "
         "(cuda-error)");
-  CHECK(fs[0].hint == finding_kind(FindingId::kCudaError).fix);
+  CHECK(fs[0].fix == finding_kind(FindingId::kCudaError).fix);
 }
 
 TEST_CASE("stage rules: hosts whose NCCL chose different networks") {
@@ -475,7 +475,7 @@ TEST_CASE("stage rules: hosts whose NCCL chose different networks") {
   }
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "env-mismatch");
+  CHECK(fs[0].name() == "env-mismatch");
   CHECK(fs[0].is_error());  // IB ranks and Socket ranks never connect
   CHECK(fs[0].exit_code == exit_code::kMismatch);
   CHECK(fs[0].hosts == Hosts{"gpu-03"});

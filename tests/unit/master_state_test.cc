@@ -69,10 +69,10 @@ TEST_CASE("master: members that join and leave in a loop are bounded in memory a
   for (const std::string& l : lines)
     logged += l.find("disconnected before the verdict") != std::string::npos;
   CHECK(logged == 9);  // eight, then one saying the rest are only counted
-  m.decide(true, 29500, {"127.0.0.1"});
+  m.decide({.timed_out = true, .master_port = 29500, .bound = {"127.0.0.1"}});
   size_t itemised = 0;
   for (const Finding& f : m.report().findings)
-    itemised += f.id == "member-disconnected";
+    itemised += f.name() == "member-disconnected";
   CHECK(itemised == 64);
   CHECK(std::find(lines.begin(), lines.end(),
                   "3000 disconnections before the verdict; the report names 64 of them") !=
@@ -84,10 +84,10 @@ TEST_CASE("master: the same member leaving twice is one departure") {
   m.admit(test::member(0, 3, "gpu-01"), "in-process", /*own=*/true);
   for (int k = 0; k < 2; ++k)
     m.depart(m.admit(test::member(1, 3, "gpu-02"), "10.0.0.12:40000"));
-  m.decide(true, 29500, {"127.0.0.1"});
+  m.decide({.timed_out = true, .master_port = 29500, .bound = {"127.0.0.1"}});
   size_t itemised = 0;
   for (const Finding& f : m.report().findings)
-    itemised += f.id == "member-disconnected";
+    itemised += f.name() == "member-disconnected";
   CHECK(itemised == 1);
 }
 
@@ -196,7 +196,7 @@ TEST_CASE("master: more processes than the world size are all waited for") {
   CHECK(!m.ready());
   m.admit(test::member(3, 2, "gpu-01"), "10.0.0.11:40003");
   CHECK(m.ready());
-  m.decide(false, 29500, {"127.0.0.1"});
+  m.decide({.timed_out = false, .master_port = 29500, .bound = {"127.0.0.1"}});
   CHECK(m.report().exit_code() == 3);
   CHECK(test::find(m.report().findings, "rank-out-of-range") != nullptr);
 }
@@ -222,9 +222,9 @@ TEST_CASE("master: decided after a lost member, the report says so") {
   m.admit(test::member(0, 2, "gpu-01"), "in-process", /*own=*/true);
   m.depart(m.admit(test::member(1, 2, "gpu-01"), "10.0.0.11:40001"));
   REQUIRE(m.only_departed_missing());
-  m.decide(false, 29500, {"127.0.0.1"});
+  m.decide({.timed_out = false, .master_port = 29500, .bound = {"127.0.0.1"}});
   CHECK(m.report().member_lost);
-  CHECK(m.report().findings.front().id == "member-disconnected");
+  CHECK(m.report().findings.front().name() == "member-disconnected");
 }
 
 TEST_CASE("master: a member is not sent findings about another job's process") {
@@ -235,7 +235,7 @@ TEST_CASE("master: a member is not sent findings about another job's process") {
   m.refuse(RefusalKind::kForeignJob, "10.0.0.17:40001", "job", stranger);
   m.admit(test::member(1, 3, "gpu-01"), "10.0.0.11:40001");
   m.admit(test::member(2, 3, "gpu-01"), "10.0.0.11:40002");
-  m.decide(false, 29500, {"127.0.0.1"});
+  m.decide({.timed_out = false, .master_port = 29500, .bound = {"127.0.0.1"}});
   REQUIRE(test::find(m.report().findings, "foreign-job") != nullptr);
   CHECK(m.notes_for(1).empty());
   CHECK(m.verdict().exit_code == 0);
@@ -256,7 +256,7 @@ TEST_CASE("master: at the stage's end, a silent member still connected is not ca
                                fmt::format("00000000:1{}:00.0", k), "NVIDIA H200", 141ull << 30}};
     m.admit(std::move(r), k == 0 ? "in-process" : "10.0.0.11:4000" + std::to_string(k), k == 0);
   }
-  REQUIRE(m.decide(false, 29500, {"127.0.0.1"}).run_gpu);
+  REQUIRE(m.decide({.timed_out = false, .master_port = 29500, .bound = {"127.0.0.1"}}).run_gpu);
   RankResult ok;
   ok.rank = 0;
   ok.init_ok = ok.allreduce_ok = ok.allreduce_done = true;
@@ -267,7 +267,7 @@ TEST_CASE("master: at the stage's end, a silent member still connected is not ca
   m.finalize();
   REQUIRE(!m.report().findings.empty());
   const Finding& f = m.report().findings.front();
-  CHECK(f.id == "nccl-init-timeout");
+  CHECK(f.name() == "nccl-init-timeout");
   CHECK(f.ranks == std::vector<long>{1, 2});
   CHECK(f.message.find("for rank 1 on gpu-01 (rank 1 sent no result: the process died or lost "
                        "its connection); rank 2 on gpu-01 sent no result within ") !=

@@ -174,7 +174,7 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   v.headline_id = "missing-rank";
   v.errors = 1;
   v.joined_ranks = 15;
-  v.notes.push_back(Finding{"duplicate-rank", Severity::kError, 3, "m", "h", {}, {}});
+  v.notes.push_back(Finding{FindingId::kDuplicateRank, Severity::kError, 3, "m", "h", {}, {}});
   std::array<uint8_t, kNcclIdSize> id{};
   id[127] = 1;
   v.nccl_id = id;
@@ -184,7 +184,7 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   CHECK(vb->headline == v.headline);
   CHECK(vb->headline_id == "missing-rank");
   REQUIRE(vb->notes.size() == 1);
-  CHECK(vb->notes[0].id == "duplicate-rank");
+  CHECK(vb->notes[0].name() == "duplicate-rank");
   CHECK(vb->notes[0].message == "m");
   REQUIRE(vb->nccl_id.has_value());
   CHECK((*vb->nccl_id)[127] == 1);
@@ -303,10 +303,10 @@ namespace {
 
 Finding huge_note(int k) {
   Finding f;
-  f.id = std::string(80, 'x') + std::to_string(k);
+  f.id = FindingId::kNcclInterfaceSharedAddress;  // the longest name
   f.severity = k % 2 ? Severity::kWarning : Severity::kError;
   f.message = std::string(1500, 'm');
-  f.hint = std::string(700, 'h');
+  f.fix = std::string(700, 'h');
   for (long r = 0; r < 1000; ++r)
     f.ranks.push_back(r);
   for (int h = 0; h < 40; ++h)
@@ -348,7 +348,7 @@ TEST_CASE("protocol: a verdict of the largest notes still fits its cap and decod
 TEST_CASE("protocol: notes that fit travel whole; one more than the cap is announced") {
   Verdict v;
   for (int k = 0; k < 9; ++k) {
-    v.notes.push_back(Finding{"missing-rank",
+    v.notes.push_back(Finding{FindingId::kMissingRank,
                               Severity::kError,
                               4,
                               fmt::format("rank {}", k),
@@ -360,7 +360,7 @@ TEST_CASE("protocol: notes that fit travel whole; one more than the cap is annou
   REQUIRE(back.ok());
   REQUIRE(back->notes.size() == 8);
   CHECK(back->notes[0].message == "rank 0");
-  CHECK(back->notes[0].hint == "start it");
+  CHECK(back->notes[0].fix == "start it");
   CHECK(back->notes[0].ranks == std::vector<long>{0});
   CHECK(back->notes[7].message ==
         "rank 7 (and 1 more finding about this member: see rank 0's report)");
@@ -371,7 +371,7 @@ TEST_CASE("protocol: a cut never splits a UTF-8 character") {
   std::string euros;
   for (int k = 0; k < 400; ++k)
     euros += "€";  // 3 bytes each: 1200 bytes, over the message's 1024
-  v.notes.push_back(Finding{"env-mismatch", Severity::kWarning, 3, euros, "", {1}, {"h"}});
+  v.notes.push_back(Finding{FindingId::kEnvMismatch, Severity::kWarning, 3, euros, "", {1}, {"h"}});
   auto back = decode_verdict(payload_of(encode(v)));
   REQUIRE(back.ok());
   CHECK(back->notes[0].message.size() == 1023);

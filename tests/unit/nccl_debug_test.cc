@@ -1,5 +1,3 @@
-#include "app/nccl_debug.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +10,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "diagnose/diagnose.h"
+#include "gpu/nccl_debug_file.h"
 
 using namespace rankcheck;
 
@@ -161,7 +162,7 @@ TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and never 
     CHECK(std::string(std::getenv("NCCL_DEBUG")) == "INFO");
     CHECK(std::string(std::getenv("NCCL_DEBUG_SUBSYS")) == "INIT,NET");
     std::ofstream(made) << "h:31:31 [0] NCCL INFO Using network Socket\n";  // as NCCL's fopen
-    CHECK(f.read().network == "Socket");
+    CHECK(diagnose::read_nccl_words(f.read()).network == "Socket");
   }
   CHECK(!exists(made));
 
@@ -180,7 +181,7 @@ TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and never 
     NcclDebugFile f(
         nccl_debug_plan(EnvMap{{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", theirs}}, "h", 31),
         &why);
-    CHECK(f.read().network == "IB");
+    CHECK(diagnose::read_nccl_words(f.read()).network == "IB");
   }
   CHECK(exists(theirs));
   std::remove(theirs.c_str());

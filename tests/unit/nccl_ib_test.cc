@@ -1,14 +1,14 @@
-// NCCL's IB choice (host/nccl_ib.h) on NCCL_IB_HCA strings, GID tables and the
+// NCCL's IB choice (nccl/ib.h) on NCCL_IB_HCA strings, GID tables and the
 // sysfs fixture trees of tests/fixtures/sysfs; and the record's facts through the
 // codec and the rules. NCCL's own code: src/transport/net_ib.cc, src/misc/utils.cc
 // at v2.18.6-1, v2.21.5-1 and v2.28.9-1.
-
-#include "host/nccl_ib.h"
 
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
+#include "host/sysfs_ib.h"
+#include "nccl/ib.h"
 #include "protocol/record_codec.h"
 #include "report/report.h"
 #include "rules/rules.h"
@@ -58,42 +58,6 @@ std::vector<IbGid> roce_table() {
 
 }  // namespace
 
-TEST_CASE("NCCL_IB_HCA: prefixes, exact names, exclusion and ports", "[nccl_ib]") {
-  IbHcaSpec none = parse_ib_hca("");
-  CHECK(ib_hca_selects(none, "mlx5_0", 1));  // unset or empty: every port
-
-  IbHcaSpec prefix = parse_ib_hca("mlx5_1");
-  CHECK(ib_hca_selects(prefix, "mlx5_1", 1));
-  CHECK(ib_hca_selects(prefix, "mlx5_10", 1));  // a prefix: mlx5_1 also takes mlx5_10
-  CHECK_FALSE(ib_hca_selects(prefix, "mlx5_0", 1));
-
-  IbHcaSpec exact = parse_ib_hca("=mlx5_1");
-  CHECK(exact.exact);
-  CHECK(ib_hca_selects(exact, "mlx5_1", 1));
-  CHECK_FALSE(ib_hca_selects(exact, "mlx5_10", 1));
-
-  IbHcaSpec ports = parse_ib_hca("mlx5_0:1,mlx5_1:2");
-  REQUIRE(ports.tokens.size() == 2);
-  CHECK(ports.tokens[1].port == 2);
-  CHECK(ib_hca_selects(ports, "mlx5_0", 1));
-  CHECK_FALSE(ib_hca_selects(ports, "mlx5_0", 2));
-  CHECK(ib_hca_selects(ports, "mlx5_1", 2));
-
-  IbHcaSpec excl = parse_ib_hca("^=mlx5_bond_0");
-  CHECK(excl.exclude);
-  CHECK(excl.exact);
-  CHECK_FALSE(ib_hca_selects(excl, "mlx5_bond_0", 1));
-  CHECK(ib_hca_selects(excl, "mlx5_0", 1));
-
-  // "^" alone: an empty list matches everything, and '^' turns that into nothing.
-  CHECK_FALSE(ib_hca_selects(parse_ib_hca("^"), "mlx5_0", 1));
-  // "mlx5_0:" is port 0 (atoi of nothing), which no port has.
-  CHECK_FALSE(ib_hca_selects(parse_ib_hca("mlx5_0:"), "mlx5_0", 1));
-  // Empty tokens are dropped; "=" after a name is part of the name.
-  CHECK(parse_ib_hca("mlx5_0,,mlx5_1,").tokens.size() == 2);
-  CHECK_FALSE(ib_hca_selects(parse_ib_hca("mlx5_0=x"), "mlx5_0", 1));
-}
-
 TEST_CASE("RoCE GID: 2.18 takes index 0, 2.21 picks RoCE v2 of the family asked", "[nccl_ib]") {
   EnvMap env;
   GidChoice old = choose_roce_gid(roce_table(), env, k218);
@@ -111,8 +75,10 @@ TEST_CASE("RoCE GID: 2.18 takes index 0, 2.21 picks RoCE v2 of the family asked"
   // A range outside the address leaves the default.
   CHECK(choose_roce_gid(roce_table(), {{"NCCL_IB_ADDR_RANGE", "10.0.0.0/8"}}, k221).index == 0);
   CHECK(choose_roce_gid(roce_table(), {{"NCCL_IB_ADDR_RANGE", "198.18.0.0/15"}}, k221).index == 5);
-  // Not a number: NCCL_PARAM keeps the default (-1 from 2.21: its own choice).
-  CHECK(choose_roce_gid(roce_table(), {{"NCCL_IB_GID_INDEX", "three"}}, k221).index == 5);
+  // Not a number: ncclLoadParam's strtoll reads 0 (no digits sets no errno), so NCCL
+  // takes GID 0, not its own choice; a number with something after it is the number.
+  CHECK(choose_roce_gid(roce_table(), {{"NCCL_IB_GID_INDEX", "three"}}, k221).index == 0);
+  CHECK(choose_roce_gid(roce_table(), {{"NCCL_IB_GID_INDEX", "3\r"}}, k221).index == 3);
 
   // Only the default link-local GIDs (an interface without an address): index 0.
   std::vector<IbGid> bare = {gid(0, "fe80::1", 1), gid(1, "fe80::1", 2), gid(2, "::", 0)};
@@ -252,7 +218,7 @@ TEST_CASE("findings: a host on sockets among hosts on IB", "[nccl_ib][rules]") {
 
   JobView v = job_of({"ib-cx7", "ib-cx7", "ib-cx7-container"});
   CHECK_FALSE(test::tracker_clean(v));
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   const Finding* m = test::find(fs, "nccl-net-mismatch");
   REQUIRE(m != nullptr);
   CHECK(m->is_error());
@@ -271,7 +237,7 @@ TEST_CASE("findings: a host on sockets among hosts on IB", "[nccl_ib][rules]") {
 }
 
 TEST_CASE("findings: NCCL_IB_HCA, ports not ACTIVE, counts, link layers", "[nccl_ib][rules]") {
-  auto hca = run_checks(job_of({"ib-cx7", "ib-cx7"}, {{"NCCL_IB_HCA", "=mlx5_4"}}));
+  auto hca = test::checks(job_of({"ib-cx7", "ib-cx7"}, {{"NCCL_IB_HCA", "=mlx5_4"}}));
   const Finding* h = test::find(hca, "nccl-ib-hca-none");
   REQUIRE(h != nullptr);
   CHECK(h->message ==
@@ -279,7 +245,7 @@ TEST_CASE("findings: NCCL_IB_HCA, ports not ACTIVE, counts, link layers", "[nccl
         "transport finds no device (\"NET/IB : No device found.\") and NCCL falls back to "
         "sockets there");
 
-  auto init = run_checks(job_of({"ib-cx7", "ib-cx7-init"}));
+  auto init = test::checks(job_of({"ib-cx7", "ib-cx7-init"}));
   const Finding* p = test::find(init, "nccl-ib-port-not-active");
   REQUIRE(p != nullptr);
   CHECK(p->hosts == std::vector<std::string>{"gpu-02"});
@@ -290,7 +256,7 @@ TEST_CASE("findings: NCCL_IB_HCA, ports not ACTIVE, counts, link layers", "[nccl
   REQUIRE(c != nullptr);
   CHECK_FALSE(c->is_error());
 
-  auto mixed = run_checks(job_of({"ib-cx7", "roce-cx6"}));
+  auto mixed = test::checks(job_of({"ib-cx7", "roce-cx6"}));
   const Finding* l = test::find(mixed, "nccl-ib-link-layer-mismatch");
   REQUIRE(l != nullptr);
   CHECK(l->is_error());
@@ -299,20 +265,20 @@ TEST_CASE("findings: NCCL_IB_HCA, ports not ACTIVE, counts, link layers", "[nccl
 
 TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]") {
   CHECK(test::clean_and_silent(job_of({"roce-cx6", "roce-cx6-b"})));
-  auto ll = run_checks(job_of({"roce-cx6", "roce-linklocal"}));
+  auto ll = test::checks(job_of({"roce-cx6", "roce-linklocal"}));
   const Finding* g = test::find(ll, "nccl-roce-gid-link-local");
   REQUIRE(g != nullptr);
   CHECK(g->is_error());
   CHECK(g->hosts == std::vector<std::string>{"gpu-02"});
   // Before 2.21 every host takes GID 0, link-local: one L2 segment only, a warning.
-  auto old = run_checks(job_of({"roce-cx6", "roce-cx6-b"}, {}, k218));
+  auto old = test::checks(job_of({"roce-cx6", "roce-cx6-b"}, {}, k218));
   const Finding* w = test::find(old, "nccl-roce-gid-link-local");
   REQUIRE(w != nullptr);
   CHECK_FALSE(w->is_error());
 
   // An IPv6-only host beside IPv4 ones: NCCL (AF_INET by default) finds no IPv4 GID
   // there and keeps GID 0, link-local and IPv6.
-  auto fam = run_checks(job_of({"roce-cx6", "roce-ipv6"}));
+  auto fam = test::checks(job_of({"roce-cx6", "roce-ipv6"}));
   const Finding* fm = test::find(fam, "nccl-roce-gid-family-mismatch");
   REQUIRE(fm != nullptr);
   CHECK(fm->message.find("IPv4 GIDs on gpu-01; IPv6 GIDs on gpu-02") != std::string::npos);
@@ -320,18 +286,18 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
   JobView plug = job_of({"ib-cx7", "ib-cx7"});
   plug.members[1].record.nccl_net.transport = NcclNetFacts::kPlugin;
   plug.members[1].record.nccl_net.plugin = "/usr/lib/libnccl-net-aws-ofi.so";
-  auto pf = run_checks(plug);
+  auto pf = test::checks(plug);
   const Finding* pm = test::find(pf, "nccl-net-plugin-mismatch");
   REQUIRE(pm != nullptr);
   CHECK(pm->message.find("plugin aws-ofi on gpu-02") != std::string::npos);
 
-  auto net = run_checks(job_of({"ib-cx7"}, {{"NCCL_NET", "AWS Libfabric"}}));
+  auto net = test::checks(job_of({"ib-cx7"}, {{"NCCL_NET", "AWS Libfabric"}}));
   REQUIRE(test::find(net, "nccl-net-unavailable") != nullptr);
 
   JobView lock = job_of({"ib-cx7", "ib-cx7"});
   lock.members[1].record.nccl_net.memlock = 64 << 10;
   CHECK_FALSE(test::tracker_clean(lock));
-  auto lf = run_checks(lock);
+  auto lf = test::checks(lock);
   const Finding* ml = test::find(lf, "ib-memlock-low");
   REQUIRE(ml != nullptr);
   CHECK(ml->message ==

@@ -1,14 +1,13 @@
 // NCCL's interface choice on tables of interface lists: one case per rule and per
 // version difference (NCCL's src/misc/socket.cc, src/os/linux.cc, src/bootstrap.cc).
 
-#include "host/nccl_socket_if.h"
-
 #include <functional>
 
 #include <catch2/catch.hpp>
 
 #include "helpers.h"
 #include "model/record.h"
+#include "nccl/socket_if.h"
 #include "protocol/record_codec.h"
 #include "rules/rules.h"
 
@@ -316,36 +315,6 @@ TEST_CASE("nccl if: NCCL_COMM_ID's forms") {
   CHECK(is_link_local_address("169.254.3.1"));
   CHECK(is_link_local_address("fe80::1"));
   CHECK(!is_link_local_address("198.18.0.1"));
-  CHECK(same_subnet("198.18.0.2", 24, "198.18.0.77"));
-  CHECK(!same_subnet("198.18.0.2", 24, "198.18.1.77"));
-}
-
-TEST_CASE("nccl conf: the environment, then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf") {
-  std::map<std::string, std::string> files = {
-      {"/home/u/.nccl.conf", "NCCL_SOCKET_IFNAME=eth1\n# NCCL_DEBUG=INFO\nNCCL_IB_HCA=mlx5\n"},
-      {"/etc/nccl.conf", "NCCL_SOCKET_IFNAME=eth9\r\nNCCL_NET_GDR_LEVEL=PHB\nnot a line\n"},
-      {"/tmp/job.conf", "NCCL_IB_HCA=mlx5_1\nNCCL_IB_HCA=mlx5_2\n"},
-  };
-  ReadFileFn read = [&files](const std::string& p) -> std::optional<std::string> {
-    auto it = files.find(p);
-    if (it == files.end()) return std::nullopt;
-    return it->second;
-  };
-  NcclConf c = apply_nccl_conf({{"HOME", "/home/u"}, {"NCCL_IB_HCA", "mlx5_0"}}, read);
-  CHECK(c.env.at("NCCL_IB_HCA") == "mlx5_0");  // the environment wins
-  CHECK(c.env.at("NCCL_SOCKET_IFNAME") == "eth1");
-  CHECK(c.from.at("NCCL_SOCKET_IFNAME") == "/home/u/.nccl.conf");
-  CHECK(c.env.at("NCCL_NET_GDR_LEVEL") == "PHB");
-  CHECK(c.from.at("NCCL_NET_GDR_LEVEL") == "/etc/nccl.conf");
-  CHECK(c.from.count("NCCL_IB_HCA") == 0);
-  CHECK(c.env.count("NCCL_DEBUG") == 0);
-  CHECK(c.files_read == std::vector<std::string>{"/home/u/.nccl.conf", "/etc/nccl.conf"});
-
-  // NCCL_CONF_FILE stands in for ~/.nccl.conf; the first line of a name wins.
-  c = apply_nccl_conf({{"HOME", "/home/u"}, {"NCCL_CONF_FILE", "/tmp/job.conf"}}, read);
-  CHECK(c.env.at("NCCL_IB_HCA") == "mlx5_1");
-  CHECK(c.env.at("NCCL_SOCKET_IFNAME") == "eth9");  // from /etc, no \r
-  CHECK(c.from.at("NCCL_SOCKET_IFNAME") == "/etc/nccl.conf");
 }
 
 namespace {
@@ -380,14 +349,14 @@ void share_one_stack(JobView& v) {
 
 TEST_CASE("nccl interface rules: a healthy job across hosts has no findings") {
   JobView v = job_with(3, [](int h) { return fmt::format("198.18.0.{}", h + 1); });
-  CHECK(run_checks(v).empty());
+  CHECK(test::checks(v).empty());
 }
 
 TEST_CASE("nccl-interface-shared-address: a bridge with one address on every host") {
   JobView v = job_with(
       3, [](int) { return std::string("172.18.0.1"); }, "br-5f2a");
-  Finding f = test::sole(run_checks(v));
-  CHECK(f.id == "nccl-interface-shared-address");
+  Finding f = test::sole(test::checks(v));
+  CHECK(f.name() == "nccl-interface-shared-address");
   CHECK(f.exit_code == 3);
   CHECK(f.message ==
         "gpu-01, gpu-02 and gpu-03 would bootstrap NCCL from the same address 172.18.0.1 "
@@ -396,7 +365,7 @@ TEST_CASE("nccl-interface-shared-address: a bridge with one address on every hos
 
   // One network stack under several names (hosts simulated on one machine) is no finding.
   share_one_stack(v);
-  CHECK(run_checks(v).empty());
+  CHECK(test::checks(v).empty());
 }
 
 TEST_CASE("nccl-interface-loopback: a job across hosts on lo") {
@@ -404,21 +373,21 @@ TEST_CASE("nccl-interface-loopback: a job across hosts on lo") {
       3, [](int) { return std::string("127.0.0.1"); }, "lo");
   for (Member& m : v.members)
     m.record.nccl_if.rule = "NCCL_SOCKET_IFNAME=lo";
-  Finding f = test::sole(run_checks(v));
-  CHECK(f.id == "nccl-interface-loopback");
+  Finding f = test::sole(test::checks(v));
+  CHECK(f.name() == "nccl-interface-loopback");
   CHECK(f.message ==
         "NCCL would bootstrap from loopback (lo 127.0.0.1, by NCCL_SOCKET_IFNAME=lo) on gpu-01, "
         "gpu-02 and gpu-03, in a job across 3 hosts: the address it gives the other hosts leads "
         "back to themselves");
   share_one_stack(v);
-  CHECK(run_checks(v).empty());
+  CHECK(test::checks(v).empty());
 }
 
 TEST_CASE("nccl-interface-link-local: fe80:: or 169.254/16 chosen") {
   JobView v = job_with(
       2, [](int h) { return h == 1 ? std::string("169.254.3.1") : std::string("198.18.0.1"); });
-  Finding f = test::sole(run_checks(v));
-  CHECK(f.id == "nccl-interface-link-local");
+  Finding f = test::sole(test::checks(v));
+  CHECK(f.name() == "nccl-interface-link-local");
   CHECK(f.hosts == std::vector<std::string>{"gpu-02"});
   CHECK(f.message ==
         "NCCL would bootstrap from the link-local address eth0 169.254.3.1 on gpu-02 (ranks 2-3, "
@@ -437,9 +406,9 @@ TEST_CASE("nccl-no-interface: NCCL's rules find nothing on a host") {
     f.error = "Bootstrap : no socket interface found";
     f.rules_version = 22803;
   }
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-no-interface");
+  CHECK(fs[0].name() == "nccl-no-interface");
   CHECK(fs[0].message ==
         "NCCL would find no interface on gpu-02 (ranks 2-3): NCCL 2.28.3's rules with default "
         "order: lo, NCCL_SOCKET_FAMILY=AF_INET6 leave none; NCCL's init fails there with "
@@ -450,7 +419,7 @@ TEST_CASE("nccl-no-interface: NCCL's rules find nothing on a host") {
     test::set_env(m.record, {{"NCCL_SOCKET_IFNAME", "ib"}});
     m.record.interfaces = {"lo", "eth0"};
   }
-  fs = run_checks(v);
+  fs = test::checks(v);
   CHECK(test::find(fs, "nccl-ifname-missing") != nullptr);
   CHECK(test::find(fs, "nccl-no-interface") == nullptr);
 }
@@ -463,8 +432,8 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
     m.record.nccl_if.flags |= NcclIfFacts::kCommIdLocal;
   }
   v.members[3].record.env_sources = {{"NCCL_COMM_ID", "/etc/nccl.conf"}};
-  Finding f = test::sole(run_checks(v));  // not env-mismatch as well
-  CHECK(f.id == "nccl-comm-id-mismatch");
+  Finding f = test::sole(test::checks(v));  // not env-mismatch as well
+  CHECK(f.name() == "nccl-comm-id-mismatch");
   CHECK(f.message ==
         "NCCL_COMM_ID differs: 198.18.0.1:29501 for ranks 0-2 on gpu-01 and gpu-02; "
         "198.18.0.9:29501 for rank 3 on gpu-02 (from /etc/nccl.conf); NCCL's ranks would look "
@@ -476,7 +445,7 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
     m.record.env_sources = {};
     m.record.nccl_if.flags = 0;
   }
-  f = test::sole(run_checks(v));
+  f = test::sole(test::checks(v));
   CHECK(f.message ==
         "NCCL_COMM_ID=198.18.0.2:29501 is not an address of rank 0's host gpu-01 (which would "
         "use eth0 198.18.0.1): rank 0 creates NCCL's bootstrap root there, and no rank can "

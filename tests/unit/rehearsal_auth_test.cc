@@ -6,6 +6,7 @@
 #include "protocol/messages.h"
 #include "rehearsal/plan.h"
 #include "rehearsal/probe.h"
+#include "rules/paths.h"
 
 using namespace rankcheck;
 
@@ -108,7 +109,7 @@ TEST_CASE("nccl-path-flooded: a busy listener is flooded, not blocked", "[rehear
                                 {{1, 0}, PathOutcome::kOk, 100, ""}};
   auto fs = attribute_paths(hosts, rs);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-path-flooded");
+  CHECK(fs[0].name() == "nccl-path-flooded");
   CHECK(fs[0].hosts == std::vector<std::string>{"h1"});
   CHECK(fs[0].message.find("flooded") != std::string::npos);
 }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "rehearsal/plan.h"
+#include "rules/paths.h"
 
 using namespace rankcheck;
 
@@ -73,13 +74,13 @@ TEST_CASE("nccl-path-blocked: a host nobody reaches is inbound-blocked, named fi
   set(rs, 1, 2, PathOutcome::kTimeout);
   auto fs = attribute_paths(three(), rs);
   REQUIRE(fs.size() == 1);
-  CHECK(fs[0].id == "nccl-path-blocked");
+  CHECK(fs[0].name() == "nccl-path-blocked");
   CHECK(fs[0].exit_code == 3);
   CHECK(fs[0].message ==
         "inbound connections to h2 on ephemeral ports 32768-60999 of eth0 (198.18.0.3) are "
         "blocked: timed out from h0 and h1");
   CHECK(fs[0].hosts == std::vector<std::string>{"h2"});
-  CHECK(fs[0].hint ==
+  CHECK(fs[0].fix ==
         "open h2's ephemeral port range (32768-60999) to the other hosts, or narrow it with "
         "net.ipv4.ip_local_port_range and open that; or set NCCL_SOCKET_IFNAME to the interface "
         "that routes between the hosts");

@@ -20,7 +20,7 @@ Report report_of(const JobView& v) {
   r.master_host = v.master_host;
   r.master_bound = {"10.0.0.11"};
   r.members = v.members;
-  r.findings = run_checks(v);
+  r.findings = test::checks(v);
   r.timed_out = v.timed_out;
   r.gpu_stage = "not run (--no-gpu)";
   r.rendezvous_ms = 1330;
@@ -200,7 +200,7 @@ TEST_CASE("member line: a member that lost the master says so in its one line") 
       self, "node01:29500",
       Error{"the master closed the connection before its verdict (it exited or was killed)",
             Fault::kClosed});
-  CHECK(f.id == "master-lost");
+  CHECK(f.name() == "master-lost");
   std::string text = render_member_text(failure_report(self, f, 10), {});
   std::string line = text.substr(0, text.find('\n'));
   CHECK(line == fmt::format("rankcheck: FAIL: {} lost the master at node01:29500 after joining "
@@ -265,8 +265,13 @@ TEST_CASE("report: a member prints nothing its master sent raw to the terminal")
   m.exit_code = exit_code::kMismatch;
   m.verdict_received = true;
   m.headline = "\x1b]0;pwned\x07 and \x1b[2J";
-  m.findings.push_back(
-      Finding{"dup\x1b[31m", Severity::kError, 3, "msg \x1b[2J", "fix \x07", {1}, {"gpu-01"}});
+  m.findings.push_back(Finding{FindingId::kDuplicateRank,
+                               Severity::kError,
+                               3,
+                               "msg \x1b[2J",
+                               "fix \x07",
+                               {1},
+                               {"gpu-01"}});  // its id is the catalogue's: a master sends no other
   std::string text = render_member_text(m, {});
   CHECK(text.find('\x1b') == std::string::npos);
   CHECK(text.find('\x07') == std::string::npos);
@@ -283,10 +288,10 @@ TEST_CASE("report: members with many odd variables give a bounded report") {
       env.push_back({fmt::format("NCCL_X_{}_{:03d}", m.record.rank, k), "1"});
     test::set_env(m.record, env);
   }
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   REQUIRE(fs.size() == 17);
   for (size_t i = 0; i < 16; ++i)
-    CHECK(fs[i].id == "env-mismatch");
+    CHECK(fs[i].name() == "env-mismatch");
   CHECK(fs.back().message ==
         fmt::format("and {} more variables differ between the members (not itemised)",
                     199 * 128 - 16));

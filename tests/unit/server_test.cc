@@ -307,7 +307,7 @@ TEST_CASE("server: a member of the previous protocol version is told so, not cal
   Report r = server.finish(Deadline::after(Millis(2000)));
   bool mismatch = false;
   for (const Finding& f : r.findings)
-    mismatch = mismatch || f.id == "protocol-mismatch";
+    mismatch = mismatch || f.name() == "protocol-mismatch";
   CHECK(mismatch);
   for (const Finding& f : r.findings)
     CHECK(f.message.find("malformed") == std::string::npos);

@@ -25,8 +25,8 @@ TEST_CASE("suspects: a job-wide configuration error names no host") {
                  {{Field::kWorldSize, "torch", "WORLD_SIZE", "4", false},
                   {Field::kWorldSize, "openmpi", "OMPI_COMM_WORLD_SIZE", "6", false}}});
   }
-  auto fs = run_checks(v);
-  REQUIRE(fs.front().id == "launcher-env-conflict");
+  auto fs = test::checks(v);
+  REQUIRE(fs.front().name() == "launcher-env-conflict");
   CHECK(fs.front().hosts == Hosts{"gpu-01", "gpu-02"});  // still named in the finding
   CHECK(suspect_hosts(fs).empty());
   // A port in use, a duplicate rank, another job: the same.
@@ -66,11 +66,11 @@ TEST_CASE("auth-failed: a stranger's claimed host is never a suspect; the rank s
   claim.host = "login01";
   v.members.erase(v.members.begin() + 2);
   v.refused.push_back(Refusal{RefusalKind::kAuth, "10.0.0.99:4242", "bad token", claim, 5});
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   REQUIRE(fs.size() == 2);
-  CHECK(fs[0].id == "missing-rank");
+  CHECK(fs[0].name() == "missing-rank");
   CHECK(exit_code_for(fs) == exit_code::kIncomplete);
-  CHECK(fs[1].id == "auth-failed");
+  CHECK(fs[1].name() == "auth-failed");
   CHECK(fs[1].severity == Severity::kWarning);
   CHECK(fs[1].hosts.empty());
   CHECK(suspect_hosts(fs).find("login01") == std::string::npos);
@@ -83,8 +83,8 @@ TEST_CASE("stray-connection: a relay without the token is not a stranger") {
                               "the relay of gpu-02 does not carry this job's token",
                               {},
                               5});
-  Finding f = sole(run_checks(v));
-  CHECK(f.id == "auth-failed");
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "auth-failed");
   CHECK(f.message.find("a host relay from 10.0.0.12:4242 was refused") == 0);
 }
 
@@ -92,22 +92,21 @@ TEST_CASE("missing-rank: a world-size disagreement blames no duplicate; a tie is
   JobView v = healthy_job(4, 4);
   v.members.erase(v.members.begin() + 3);
   v.members[1].record.world_size = 3;  // in range of both
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   const Finding* missing = test::find(fs, "missing-rank");
   REQUIRE(missing != nullptr);
-  CHECK(missing->hint.find("claimed a rank twice or out of range") == std::string::npos);
+  CHECK(missing->fix.find("claimed a rank twice or out of range") == std::string::npos);
   // The fix says a wrong MASTER_PORT/ADDR is a cause, where the host is known.
-  CHECK(missing->hint.find("a process given another MASTER_ADDR or MASTER_PORT than "
-                           "node01:29500 waits for a master that is not there") !=
+  CHECK(missing->fix.find("a process given another MASTER_ADDR or MASTER_PORT than "
+                          "node01:29500 waits for a master that is not there") !=
         std::string::npos);
 
   JobView tie = healthy_job(2, 2);
   tie.members[1].record.world_size = 3;
-  const Finding* ws = test::find(run_checks(tie), "world-size-mismatch");
+  const Finding* ws = test::find(test::checks(tie), "world-size-mismatch");
   REQUIRE(ws != nullptr);
-  CHECK(ws->hint.find("most say") == std::string::npos);
-  CHECK(ws->hint.find("as many say 2 as say another size (the master says 2)") !=
-        std::string::npos);
+  CHECK(ws->fix.find("most say") == std::string::npos);
+  CHECK(ws->fix.find("as many say 2 as say another size (the master says 2)") != std::string::npos);
 }
 
 TEST_CASE("clock-skew: a start claim the master's clock cannot allow is the clock") {
@@ -121,17 +120,17 @@ TEST_CASE("clock-skew: a start claim the master's clock cannot allow is the cloc
     m.joined_ms = 100;
     if (m.record.host == "gpu-02") m.record.started_unix_ms += 300'000;
   }
-  auto fs = run_checks(v);
+  auto fs = test::checks(v);
   CHECK(test::find(fs, "late-start") == nullptr);
   Finding f = sole(fs);
-  CHECK(f.id == "clock-skew");
+  CHECK(f.name() == "clock-skew");
   CHECK(f.hosts == Hosts{"gpu-02"});
   CHECK(f.message.find("gpu-02's clock is about 300 s ahead of the master's (gpu-01)") == 0);
   // Behind by more than --timeout allows a wait: the same, the other way.
   for (Member& m : v.members) {
     if (m.record.host == "gpu-02") m.record.started_unix_ms -= 600'000;
   }
-  f = sole(run_checks(v));
+  f = sole(test::checks(v));
   CHECK(f.message.find("gpu-02's clock is about 300 s behind") == 0);
   // A real late start (a claim near the join) is still late-start.
   for (Member& m : v.members) {
@@ -141,7 +140,7 @@ TEST_CASE("clock-skew: a start claim the master's clock cannot allow is the cloc
       m.joined_ms = 8100;
     }
   }
-  CHECK(sole(run_checks(v)).id == "late-start");
+  CHECK(sole(test::checks(v)).name() == "late-start");
 }
 
 TEST_CASE("master: join counts are distinct ranks of the world") {
@@ -154,7 +153,7 @@ TEST_CASE("master: join counts are distinct ranks of the world") {
   CHECK(m.joined_ranks() == 2);
   m.admit(test::member(5, 3, "vm"), "10.0.0.1:3");  // outside the world
   CHECK(m.joined_ranks() == 2);
-  const Verdict& v = m.decide(false, 29500, {"127.0.0.1"});
+  const Verdict& v = m.decide({.timed_out = false, .master_port = 29500, .bound = {"127.0.0.1"}});
   CHECK(v.joined_ranks == 2);
 }
 
@@ -165,10 +164,10 @@ TEST_CASE("master: a job across hosts without a token says so among the findings
   MasterState m(cfg);
   m.admit(test::member(0, 2, "gpu-01"), "in-process", /*own=*/true);
   m.admit(test::member(1, 2, "gpu-02"), "10.0.0.12:1");
-  const Verdict& v = m.decide(false, 29500, {"10.0.0.11"});
+  const Verdict& v = m.decide({.timed_out = false, .master_port = 29500, .bound = {"10.0.0.11"}});
   CHECK(v.exit_code == 0);
   Finding f = sole(m.report().findings);
-  CHECK(f.id == "no-job-token");
+  CHECK(f.name() == "no-job-token");
   CHECK(f.severity == Severity::kWarning);
   CHECK(suspect_hosts(m.report().findings).empty());
 }

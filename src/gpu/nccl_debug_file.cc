@@ -1,6 +1,6 @@
-// NCCL's own words in the GPU stage: where NCCL writes them, and reading them back.
+// The file NCCL writes its words to in the GPU stage, made and read back.
 
-#include "app/nccl_debug.h"
+#include "gpu/nccl_debug_file.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -14,32 +14,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "app/watchdog.h"
-
 namespace rankcheck {
 namespace {
-
-// The subsystems NCCL 2.28 logs at INFO when NCCL_DEBUG_SUBSYS is unset (debug.cc:
-// INIT, BOOTSTRAP, ENV), and NET with them: "Using network IB" is an INIT line, and
-// NET's say which device ("NET/IB : Using [0]mlx5_0:1/IB").
-constexpr const char* kUsersSubsys = "INIT,BOOTSTRAP,ENV,NET";
-// Ours, where the level is ours too: the network's choice and init, nothing more.
-constexpr const char* kOwnSubsys = "INIT,NET";
-
-const std::string* given(const EnvMap& env, std::string_view key) {
-  const std::string* v = env_get(env, key);
-  return v != nullptr && !v->empty() ? v : nullptr;
-}
-
-// A path as an NCCL_DEBUG_FILE value: NCCL expands '%', so a literal one is doubled.
-std::string escape_percent(std::string_view path) {
-  std::string out;
-  for (char c : path) {
-    out += c;
-    if (c == '%') out += '%';
-  }
-  return out;
-}
 
 std::vector<std::string> split_lines(std::string_view data) {
   std::vector<std::string> lines;
@@ -61,51 +37,6 @@ std::string read_at(std::ifstream& in, std::streamoff from, size_t n) {
 }
 
 }  // namespace
-
-std::string expand_nccl_debug_file(std::string_view pattern, std::string_view host, long pid) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '%' || i + 1 == pattern.size()) {
-      out += pattern[i];
-      continue;
-    }
-    char c = pattern[++i];
-    if (c == '%') {
-      out += '%';
-    } else if (c == 'h') {
-      out += host;
-    } else if (c == 'p') {
-      out += std::to_string(pid);
-    } else {
-      out += '%';
-      out += c;
-    }
-  }
-  return out;
-}
-
-NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid) {
-  NcclDebugPlan plan;
-  const std::string* level = given(env, "NCCL_DEBUG");
-  if (level == nullptr) plan.set.emplace_back("NCCL_DEBUG", "INFO");
-  std::string lv = level != nullptr ? *level : "INFO";
-  bool info = ::strcasecmp(lv.c_str(), "INFO") == 0 || ::strcasecmp(lv.c_str(), "TRACE") == 0;
-  if (info && given(env, "NCCL_DEBUG_SUBSYS") == nullptr) {
-    plan.set.emplace_back("NCCL_DEBUG_SUBSYS", level != nullptr ? kUsersSubsys : kOwnSubsys);
-  }
-  // The user's file counts only with the user's level: without NCCL_DEBUG, NCCL
-  // would have written nothing there, and nothing is written there now.
-  const std::string* file = given(env, "NCCL_DEBUG_FILE");
-  if (level != nullptr && file != nullptr) {
-    plan.path = expand_nccl_debug_file(*file, host, pid);
-    plan.users_file = true;
-    return plan;
-  }
-  const std::string* tmp = given(env, "TMPDIR");
-  plan.path = fmt::format("{}/rankcheck-nccl-{}-XXXXXX.log", tmp != nullptr ? *tmp : "/tmp", pid);
-  plan.echo = level != nullptr;
-  return plan;
-}
 
 std::vector<std::string> read_bounded_lines(const std::string& path, size_t max_bytes,
                                             size_t head_bytes) {
@@ -129,7 +60,8 @@ std::vector<std::string> read_bounded_lines(const std::string& path, size_t max_
   return lines;
 }
 
-NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why) : plan_(std::move(plan)) {
+NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why, KeepForExit keep)
+    : plan_(std::move(plan)), keep_(keep) {
   if (!plan_.users_file) {
     // Made here, private and new, before NCCL opens it: NCCL's fopen(path, "w")
     // follows a link that someone else could have left at a guessable name in /tmp.
@@ -153,9 +85,9 @@ NcclDebugFile::NcclDebugFile(NcclDebugPlan plan, std::string* why) : plan_(std::
       ::close(fd);
       plan_.path = name;
       named_ = true;
-      remove_at_watchdog_exit(name);
+      if (keep_ != nullptr) keep_(name);
     }
-    plan_.set.emplace_back("NCCL_DEBUG_FILE", escape_percent(plan_.path));
+    plan_.set.emplace_back("NCCL_DEBUG_FILE", escape_nccl_debug_file(plan_.path));
   }
   // NCCL reads these once, at its first message (debug.cc ncclDebugInit), from the
   // process's environment: set before NCCL is loaded, they hold for the whole stage.
@@ -169,11 +101,11 @@ NcclDebugFile::~NcclDebugFile() {
   if (fd_ >= 0) ::close(fd_);
   if (named_) {
     ::unlink(plan_.path.c_str());
-    remove_at_watchdog_exit("");
+    if (keep_ != nullptr) keep_("");
   }
 }
 
-diagnose::NcclWords NcclDebugFile::read() const {
+std::vector<std::string> NcclDebugFile::read() const {
   if (!active_) return {};
   std::vector<std::string> lines = read_bounded_lines(plan_.path);
   if (plan_.echo) {
@@ -185,7 +117,7 @@ diagnose::NcclWords NcclDebugFile::read() const {
     }
     std::fflush(stderr);
   }
-  return diagnose::read_nccl_words(lines);
+  return lines;
 }
 
 }  // namespace rankcheck

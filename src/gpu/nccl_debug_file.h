@@ -1,41 +1,19 @@
 #pragma once
 // NCCL's own words in the GPU stage. Before NCCL is loaded, this process has NCCL
-// write its messages to a file of its own (NCCL_DEBUG_FILE); after the stage the
-// file is read back, and what NCCL said (diagnose::read_nccl_words) goes with the
-// stage's results: a failure then quotes NCCL instead of asking for a rerun with
-// NCCL_DEBUG=INFO. The user's own NCCL_DEBUG is kept, and their NCCL_DEBUG_FILE with
-// it (then that file is read, and left where it is).
+// write its messages to a file of its own (NCCL_DEBUG_FILE, as nccl/debug.h plans);
+// after the stage the file is read back, and what NCCL said (diagnose's reading of
+// these lines) goes with the stage's results: a failure then quotes NCCL instead of
+// asking for a rerun with NCCL_DEBUG=INFO. The user's own NCCL_DEBUG is kept, and
+// their NCCL_DEBUG_FILE with it (then that file is read, and left where it is).
 
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "base/env.h"
-#include "diagnose/diagnose.h"
+#include "nccl/debug.h"
 
 namespace rankcheck {
-
-/// How NCCL is to write its words in this process, from the environment it will see.
-struct NcclDebugPlan {
-  std::vector<std::pair<std::string, std::string>> set;  ///< to setenv, in order
-  /// The file NCCL writes (the user's with %h and %p expanded as NCCL does); for a
-  /// file of our own, a mkstemps template ("...-XXXXXX.log") until it is made, then
-  /// "/proc/self/fd/N".
-  std::string path;
-  bool users_file = false;  ///< the user's NCCL_DEBUG_FILE: read, never removed
-  /// The user set NCCL_DEBUG but no file: NCCL would have printed its lines on
-  /// stdout, so they are printed (on stderr) after the stage.
-  bool echo = false;
-};
-
-/// `host`: this host's name as NCCL takes it (gethostname up to its first '.');
-/// `pid`: this process's. A file of our own goes under TMPDIR (else /tmp).
-NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid);
-
-/// An NCCL_DEBUG_FILE pattern as NCCL 2.28 expands it (src/debug.cc): %h the host,
-/// %p the pid, %% one '%', any other % sequence as written.
-std::string expand_nccl_debug_file(std::string_view pattern, std::string_view host, long pid);
 
 /// Room for the lines of NCCL's file that are read back.
 inline constexpr size_t kNcclDebugReadMax = 64 * 1024;
@@ -57,9 +35,12 @@ std::vector<std::string> read_bounded_lines(const std::string& path,
 /// ends, or by the watchdog's exit).
 class NcclDebugFile {
  public:
+  /// Told the name of a file that must go when the process is ended without its
+  /// destructors (the watchdog's exit), and "" once it is gone.
+  using KeepForExit = void (*)(const std::string& path);
   /// Applies `plan`; where no file of our own can be made, sets nothing and says why
   /// in `*why`.
-  NcclDebugFile(NcclDebugPlan plan, std::string* why);
+  NcclDebugFile(NcclDebugPlan plan, std::string* why, KeepForExit keep = nullptr);
   ~NcclDebugFile();
   NcclDebugFile(const NcclDebugFile&) = delete;
   NcclDebugFile& operator=(const NcclDebugFile&) = delete;
@@ -67,15 +48,16 @@ class NcclDebugFile {
   /// Whether NCCL was told where to write (and there is a file to read).
   bool active() const { return active_; }
   const NcclDebugPlan& plan() const { return plan_; }
-  /// What NCCL has said so far in this process; its lines are printed on stderr
-  /// first where the user asked for NCCL_DEBUG without a file.
-  diagnose::NcclWords read() const;
+  /// What NCCL has said so far in this process (read_bounded_lines); the lines are
+  /// printed on stderr too where the user asked for NCCL_DEBUG without a file.
+  std::vector<std::string> read() const;
 
  private:
   NcclDebugPlan plan_;
   bool active_ = false;
   int fd_ = -1;         // our file, unlinked, while NCCL and the reading need it
   bool named_ = false;  // our file kept its name (no /proc): removed at the end
+  KeepForExit keep_ = nullptr;
 };
 
 }  // namespace rankcheck
