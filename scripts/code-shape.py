@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The shape of the code under src/: functions over a length and files over a size.
+"""The shape of the code under src/: functions over a length, and files over a size.
 
     scripts/code-shape.py [--max-function 120] [--max-file 600] [--all]
 
 A function is a definition that starts in the first column (clang-format keeps
 namespace contents there) and ends at the first closing brace in the first column
 after it; its length counts its lines from the signature's first to the brace.
-Exit 1 when something is over its limit (with --all: print every function).
+Exit 1 when a function is over its limit (with --all: print every function). A
+file over its size is named, and is not a failure: a file holds one job (one
+input's rules, one subcommand, one side of the protocol), and one that grows past
+the size is split along its jobs, never by size alone.
 """
 import argparse
 import os
@@ -56,8 +59,7 @@ def main():
             rel = os.path.relpath(p, os.path.join(ROOT, ".."))
             count = open(p, encoding="utf-8").read().count("\n")
             if count > a.max_file:
-                print(f"{rel}: {count} lines (at most {a.max_file})")
-                over += 1
+                print(f"{rel}: {count} lines (advisory: over {a.max_file}; is it one job?)")
             for name, line, length in functions(p):
                 if a.all or length > a.max_function:
                     print(f"{rel}:{line}: {name}: {length} lines" +

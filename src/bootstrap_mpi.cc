@@ -122,7 +122,7 @@ int run(const Identity& id, Record& self, Session& s) {
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  Mpi mpi(rank, size, s.end);
+  Mpi mpi(rank, size, s.time.end());
   auto lost = [&](const char* step) {
     s.log.progress(
         fmt::format("MPI {} did not complete by the deadline: a process of the job is stuck "
@@ -163,7 +163,7 @@ int run(const Identity& id, Record& self, Session& s) {
   if (!verdict) return lost("verdict decoding");
 
   if (!verdict->final && verdict->run_gpu && verdict->nccl_id) {
-    StageReport results = run_gpu_stage(s, *verdict, id.world_size);
+    StageReport results = s.run_gpu_stage(*verdict, id.world_size);
     auto all = mpi.gather(encode(results));
     if (!all) return lost("gather of the GPU stage results");
     frames.clear();
@@ -196,7 +196,7 @@ int run(const Identity& id, Record& self, Session& s) {
   std::fflush(stderr);
   MPI_Request req;
   MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  if (!wait(req, Deadline::after(Millis(5000)).sooner(s.end.extended(Millis(1000))))) {
+  if (!wait(req, Deadline::after(Millis(5000)).sooner(s.time.verdict_by()))) {
     s.log.progress(
         "leaving without MPI_Finalize: a process of the job did not finish printing in time");
     return code;

@@ -213,11 +213,7 @@ bool use_color(const std::string& mode, const EnvMap& env) {
   if (mode == "always") return true;
   if (mode == "never") return false;
   const std::string* term = env_get(env, "TERM");
-  // mpirun gives each rank a pty and writes what it prints into its own log: a
-  // terminal there is not one a person reads.
-  bool mpi_pty = env_get(env, "OMPI_COMM_WORLD_SIZE") != nullptr ||
-                 env_get(env, "PMI_SIZE") != nullptr || env_get(env, "PMIX_RANK") != nullptr;
-  return ::isatty(1) == 1 && !mpi_pty && env_get(env, "NO_COLOR") == nullptr &&
+  return ::isatty(1) == 1 && !under_mpi_launcher(env) && env_get(env, "NO_COLOR") == nullptr &&
          !(term != nullptr && *term == "dumb");
 }
 

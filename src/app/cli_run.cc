@@ -20,7 +20,7 @@ Command add_run(CLI::App& root, const EnvMap& env) {
         "tcp|mpi");
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);
-            return run_member_process(*o, env);
+            return run_process(*o, env);
           }};
 }
 

@@ -62,26 +62,6 @@ Result<int> token_pipe(const std::string& secret) {
 
 }  // namespace
 
-EnvMap without_launcher_env(const EnvMap& env) {
-  EnvMap out = env;
-  for (const Launcher& l : launchers()) {
-    Identity sink;
-    EnvMap empty;
-    LauncherScan scan(empty, l.name, sink, /*catalogue=*/true);
-    l.scan(scan);
-    for (const Observation& o : sink.observations)
-      out.erase(o.variable);
-  }
-  for (auto it = out.begin(); it != out.end();) {
-    const std::string& k = it->first;
-    bool launcher = k.rfind("SLURM_", 0) == 0 || k.rfind("OMPI_", 0) == 0 ||
-                    k.rfind("PMI_", 0) == 0 || k.rfind("PMIX_", 0) == 0 ||
-                    k.rfind("TORCHELASTIC_", 0) == 0;
-    it = launcher ? out.erase(it) : std::next(it);
-  }
-  return out;
-}
-
 namespace {
 
 // A member of `rankcheck local`: a fork of this process, made before it starts any
@@ -126,13 +106,11 @@ namespace {
   }
   RunOptions mo = o;
   mo.timeout_s = double(left_ms) / 1000.0;  // ends by the same deadline as rank 0
-  int code = run_member_process(mo, e, host);
+  int code = run_process(mo, e, host);
   std::fflush(nullptr);
   ::_exit(code);
 }
 
-// How long the members of `local` have past the deadline to end, before they are killed.
-constexpr Millis kReapGrace{1500};
 // How long rank 0 gives its own MASTER_ADDR (127.0.0.1) to resolve.
 constexpr Millis kLocalResolve{2000};
 // A member started with less time than this is given this much.
@@ -292,7 +270,7 @@ void start_members(std::vector<Child>& children, uint16_t port, Deadline end) {
 // are reaped, and any still running past the deadline killed. The wait starts short:
 // members end within a millisecond of rank 0's verdict. Exits that differ from the
 // job's verdict `code` are named.
-void reap_members(std::vector<Child>& children, Deadline end, std::optional<int> code,
+void reap_members(std::vector<Child>& children, const Timeline& time, std::optional<int> code,
                   const Log& log) {
   bool started = true;
   for (Child& c : children) {
@@ -302,7 +280,7 @@ void reap_members(std::vector<Child>& children, Deadline end, std::optional<int>
       started = false;
     }
   }
-  Deadline reap_by = end.extended(kReapGrace);
+  Deadline reap_by = time.reap_by();
   int odd = 0;
   for (const Child& c : children) {
     int status = 0;
@@ -361,22 +339,19 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   std::vector<Child> children = fork_members(job, member_options(o, job, *token), *token, host,
                                              Deadline::after(seconds(o.timeout_s)));
   Session s(o);
-  s.stage = make_gpu_stage(stage_options(o, env));
-  s.plan = gpu_plan(id, o, job.child_env);
-  s.token = std::move(token->token);
-  capture_nccl_words(s, env);  // the members, already started, capture their own
+  s.open(id, env, job.child_env, std::move(token->token));  // the members open their own
   Record self = build_self(id, o.host_name, job.child_env, Deadline::after(kLocalResolve),
-                           probe_gpus(s), &host);
+                           s.probe_gpus(), &host);
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
   MasterSetup setup;
   setup.addresses = {"127.0.0.1"};
   setup.port = static_cast<uint16_t>(id.rendezvous_port);
   // Another master on --master-port is not this job's, whatever its job id: no
   // member of this job would ever reach this process.
-  auto code = master_path(self, id, s, setup, /*join_other=*/false,
-                          [&](uint16_t port) { start_members(children, port, s.end); });
-  reap_members(children, s.end, code, log);
-  return leave_after_stage(s, code ? *code : exit_code::kInternal);
+  auto code = serve_master(self, id, s, setup, /*join_other=*/false,
+                           [&](uint16_t port) { start_members(children, port, s.time.end()); });
+  reap_members(children, s.time, code, log);
+  return s.leave(code ? *code : exit_code::kInternal);
 }
 
 }  // namespace rankcheck

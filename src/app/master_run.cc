@@ -24,8 +24,6 @@ namespace rankcheck {
 
 namespace {
 
-// Every rank's GPU stage ends this long before --timeout: the final verdict's time.
-constexpr Millis kStageEndsBefore{600};
 // How long rank 0 gives a master that holds its port to show its challenge.
 constexpr Millis kOtherMasterProbe{1500};
 // How often a waiting rank 0 looks for a verdict or a signal.
@@ -111,7 +109,7 @@ MasterConfig master_config(const Identity& id, const Record& self, Session& s,
   mc.log = [&log](const std::string& line) { log.progress(line); };
   mc.gpu_stage = !s.o.no_gpu;
   mc.make_nccl_id = [&s] { return s.stage->unique_id(); };
-  mc.stage_by = Deadline(s.end.when() - kStageEndsBefore);
+  mc.stage_by = s.time.stage_by();
   mc.min_busbw_gbps = s.o.min_busbw_gbps;
   if (transport == MasterTransport::kMpi) {
     // MPI_COMM_WORLD is the rendezvous: every process the launcher started is in it
@@ -128,9 +126,9 @@ MasterConfig master_config(const Identity& id, const Record& self, Session& s,
   return mc;
 }
 
-std::optional<int> master_path(Record& self, const Identity& id, Session& s,
-                               const MasterSetup& setup, bool join_other,
-                               const std::function<void(uint16_t)>& on_listening) {
+std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
+                                const MasterSetup& setup, bool join_other,
+                                const std::function<void(uint16_t)>& on_listening) {
   const Log& log = s.log;
 #ifdef __GLIBC__
   // One malloc arena for the master's threads: the report, made on this thread
@@ -141,7 +139,7 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
   ServerConfig cfg;
   cfg.master = master_config(id, self, s, MasterTransport::kTcp);
   cfg.token = s.token;
-  cfg.decide_by = Deadline(s.end.when() - reserve_for(s.o.timeout_s));
+  cfg.decide_by = s.time.decide_by();
   cfg.handshake_timeout = seconds(s.o.handshake_timeout_s);
   cfg.progress_interval = seconds(s.o.progress_interval_s);
   cfg.rehearsal_per_connection = seconds(s.o.rehearsal_timeout_s);
@@ -182,12 +180,12 @@ std::optional<int> master_path(Record& self, const Identity& id, Session& s,
       *port, plural(size_t(id.world_size), "rank", "ranks"), cfg.decide_by.seconds_left()));
   server.start();
   auto verdict = server.join_local(self);
-  Deadline verdict_by = s.end.extended(kVerdictGrace);
+  Deadline verdict_by = s.time.verdict_by();
   bool cut_short = false;
   if (await_verdict(verdict, verdict_by, server, cut_short)) {
     Verdict first = verdict.get();
     if (!first.final && first.run_gpu && first.nccl_id && !interrupted()) {
-      auto final_verdict = server.submit_local(run_gpu_stage(s, first, id.world_size));
+      auto final_verdict = server.submit_local(s.run_gpu_stage(first, id.world_size));
       await_verdict(final_verdict, verdict_by, server, cut_short);
     }
   }

@@ -31,8 +31,8 @@ struct MasterSetup {
 /// (master_run.cc). Returns nullopt when another master of this job already answers and
 /// `join_other` (this process then joins it as an ordinary member); without it,
 /// that master holding the port is master-port-in-use.
-std::optional<int> master_path(Record& self, const Identity& id, Session& s,
-                               const MasterSetup& setup, bool join_other = true,
-                               const std::function<void(uint16_t)>& on_listening = {});
+std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
+                                const MasterSetup& setup, bool join_other = true,
+                                const std::function<void(uint16_t)>& on_listening = {});
 
 }  // namespace rankcheck

@@ -134,20 +134,53 @@ Result<std::optional<double>> apply_job_start(Session& s, const EnvMap& env, Ear
         format_seconds(late_ms), s.o.timeout_s));
     return std::optional<double>(late_ms);
   }
-  s.end = Deadline(s.start + seconds(s.o.timeout_s) - Millis(static_cast<long>(late_ms)));
+  s.time = Timeline(s.start - Millis(static_cast<long>(late_ms)), s.o.timeout_s);
   if (late_ms >= kLateNoteMs) {
     words.say(fmt::format("note: this process started {} after the job's start "
                           "(RANKCHECK_START_TIME): {} s of --timeout {} left",
-                          format_seconds(late_ms), s.end.seconds_left(), s.o.timeout_s),
+                          format_seconds(late_ms), s.time.end().seconds_left(), s.o.timeout_s),
               false);
   }
   return std::optional<double>(late_ms);
 }
 
+// The listener of the rehearsal of NCCL's connections on the address NCCL would use
+// here (one member per host: local rank 0, or a node's member); sets the record's
+// listen port and port range. Null where there is none.
+std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {
+  NcclIfFacts& f = self.nccl_if;
+  if (f.state != NcclIfFacts::kFound || self.local_rank > 0) return nullptr;
+  auto l = PathListener::open(f.address, f.name, path_identity(self.host, f.netns),
+                              s.token ? &*s.token : nullptr);
+  if (!l) {
+    s.log.error("warning: " + l.error().message + ": this host's paths are not rehearsed");
+    return nullptr;
+  }
+  f.listen_port = (*l)->port();
+  std::tie(f.port_lo, f.port_hi) = local_port_range();
+  return std::move(*l);
+}
+
+// Runs the master's plan of connections from this host.
+PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log) {
+  auto t0 = Clock::now();
+  Deadline by = Deadline::after(Millis(plan.total_ms)).sooner(s.time.end());
+  PathReport r{probe_paths(plan.self_host, plan.self_identity, plan.targets,
+                           Millis(plan.per_conn_ms), plan.in_flight, by,
+                           s.token ? &*s.token : nullptr)};
+  size_t ok = 0;
+  for (const PathResult& x : r.results)
+    ok += x.outcome == PathOutcome::kOk;
+  log.progress(fmt::format("rehearsed NCCL's connections from this host: {} of {} in {}", ok,
+                           r.results.size(), format_seconds(ms_between(t0, Clock::now()))));
+  return r;
+}
+
 // This member's record, with when it started (the master compares: late-start).
 Record make_self(const Identity& id, Session& s, const EnvMap& env, const HostView* host) {
-  Record self = build_self(id, s.o.host_name, env, s.end.sooner(Deadline::after(kResolveAttempt)),
-                           probe_gpus(s), host);
+  Record self =
+      build_self(id, s.o.host_name, env, s.time.end().sooner(Deadline::after(kResolveAttempt)),
+                 s.probe_gpus(), host);
   self.started_unix_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(s.wall_start.time_since_epoch())
           .count());
@@ -157,7 +190,7 @@ Record make_self(const Identity& id, Session& s, const EnvMap& env, const HostVi
 // Rank 0 may come up before DNS publishes its own name (a Kubernetes headless
 // service): it keeps trying, like the members do, until its decision deadline.
 void resolve_own_master_addr(Record& self, const Identity& id, const Session& s) {
-  Deadline resolve_by(s.end.when() - reserve_for(s.o.timeout_s));
+  Deadline resolve_by = s.time.decide_by();
   for (Millis pause = kResolveFirstPause;
        !self.resolve_error.empty() && !resolve_by.expired() && !interrupted();
        pause = std::min(pause * 2, kResolveMaxPause)) {
@@ -192,7 +225,7 @@ MasterSetup master_setup(const Record& self, const Identity& id, const Log& log)
 
 // Rank 0: the master in this process. nullopt: another master of this job holds the
 // port, and this process joins it as a member.
-std::optional<int> rank0_path(Record& self, const Identity& id, Session& s) {
+std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s) {
   if (!s.token && spans_hosts(self)) {
     // Said once, by the process whose report an impostor could decide.
     s.log.error(
@@ -207,7 +240,7 @@ std::optional<int> rank0_path(Record& self, const Identity& id, Session& s) {
                                        ms_between(s.start, Clock::now())),
                         s.out);
   }
-  return master_path(self, id, s, master_setup(self, id, s.log));
+  return serve_master(self, id, s, master_setup(self, id, s.log));
 }
 
 // A member that leads a block of a scalable NCCL init (the first rank of every
@@ -230,40 +263,40 @@ std::optional<NcclIdBytes> root_id(const Record& self, const Identity& id, Sessi
 }
 
 // How this member joins, and what it does on the master's word.
-MemberRun member_run(const Identity& id, Session& s) {
+MemberRun member_plan(const Identity& id, Session& s) {
   MemberRun run;
   JoinOptions& jo = run.join;
   jo.master_addr = id.master_addr;
   jo.master_port = static_cast<uint16_t>(id.rendezvous_port);
-  jo.give_up = s.end;
+  jo.give_up = s.time.end();
   jo.handshake = seconds(s.o.handshake_timeout_s);
   jo.progress_interval = seconds(s.o.progress_interval_s);
   const Log& log = s.log;
   jo.log = [&log](const std::string& line) { log.progress(line); };
   jo.token = s.token ? &*s.token : nullptr;
-  run.end = s.end;
+  run.time = s.time;
   run.rehearse = [&s](const PathPlan& plan) { return rehearse(plan, s, s.log); };
-  run.run_stage = [&s, &id](const Verdict& go) { return run_gpu_stage(s, go, id.world_size); };
+  run.run_stage = [&s, &id](const Verdict& go) { return s.run_gpu_stage(go, id.world_size); };
   return run;
 }
 
 // A member: join (the members of a host through one of them, unless this one is
 // alone on its host or stands for the whole node), wait for the verdict, print the
 // one-line summary.
-int member_path(Record& self, const Identity& id, Session& s, std::optional<double> past_ms) {
-  MemberRun run = member_run(id, s);
+int join_as_member(Record& self, const Identity& id, Session& s, std::optional<double> past_ms) {
+  MemberRun run = member_plan(id, s);
   // Past the job's deadline by its own clock: a master still there is this job's
   // (the clock was ahead); none answering soon means the others gave up.
-  if (past_ms) run.join.give_up = s.end.sooner(Deadline::after(kPastDeadlineTry));
+  if (past_ms) run.join.give_up = s.time.end().sooner(Deadline::after(kPastDeadlineTry));
   // A job larger than the master's listen backlog spreads its first connections.
   long backlog = ProcFs{}.somaxconn().value_or(kDefaultBacklog);
   run.join.first_delay = first_connect_delay(self.rank, self.world_size, backlog);
   HostRelay relay;
   if (!s.o.no_relay && self.local_world_size != 1 && !id.node_mode()) {
-    relay = start_host_relay(self, run.join, s.end, backlog);
+    relay = start_host_relay(self, run.join, s.time, backlog);
   }
   run.join.nccl_root = root_id(self, id, s);
-  MemberOutcome got = run_member(self, run);
+  MemberOutcome got = member_protocol(self, run);
   if (got.interrupted) return interrupted_exit(s.log, self, s.out, s.start);
   double took = ms_between(s.start, Clock::now());
   if (got.failure && past_ms && got.failure->id == FindingId::kMasterUnreachable) {
@@ -272,12 +305,12 @@ int member_path(Record& self, const Identity& id, Session& s, std::optional<doub
   if (got.failure) return print_member(failure_report(self, std::move(*got.failure), took), s.out);
   int code = print_member(verdict_report(self, *got.verdict, took), s.out);
   // Rank 0's report matters most when the job failed: leave only once it is out.
-  if (code != exit_code::kPass) await_report(got, s.end, run.join.log);
+  if (code != exit_code::kPass) await_report(got, s.time, run.join.log);
   return code;
 }
 
 // The process's run, from its identity to its exit code.
-int member_process(Session& s, const EnvMap& env, const HostView* host) {
+int run_phases(Session& s, const EnvMap& env, const HostView* host) {
   const RunOptions& o = s.o;
   Identity id = detect_identity(env, o.flags);
   if (auto code = check_bootstrap(o, env, id)) return *code;
@@ -295,10 +328,7 @@ int member_process(Session& s, const EnvMap& env, const HostView* host) {
     Log::error(token.error().message);
     return words.done(exit_code::kUsage);
   }
-  s.stage = make_gpu_stage(stage_options(o, env));
-  s.plan = gpu_plan(id, o, env);
-  s.token = std::move(*token);
-  capture_nccl_words(s, env);
+  s.open(id, env, env, std::move(*token));
   Record self = make_self(id, s, env, host);
   // Checked once {rank} and {host} are filled in, before any rendezvous.
   s.out.set_self(self.rank, self.host);
@@ -320,16 +350,16 @@ int member_process(Session& s, const EnvMap& env, const HostView* host) {
   // this process ends.
   std::unique_ptr<PathListener> path_listener = open_path_listener(self, s);
   if (id.rank == 0) {
-    if (auto code = rank0_path(self, id, s)) return *code;
+    if (auto code = serve_as_rank0(self, id, s)) return *code;
   }
-  return words.done(member_path(self, id, s, past_ms));
+  return words.done(join_as_member(self, id, s, past_ms));
 }
 
 }  // namespace
 
-int run_member_process(const RunOptions& o, const EnvMap& env, const HostView* host) {
+int run_process(const RunOptions& o, const EnvMap& env, const HostView* host) {
   Session s(o);
-  return leave_after_stage(s, member_process(s, env, host));
+  return s.leave(run_phases(s, env, host));
 }
 
 int run_env(const EnvOptions& o, const EnvMap& env) {

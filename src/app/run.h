@@ -57,8 +57,7 @@ struct EnvOptions {
 /// `rankcheck run`: this process is one member (rank 0 also hosts the master).
 /// `host`: the host's interfaces and network namespace when already read (the
 /// members `rankcheck local` forks share its reading); null: this process reads its own.
-int run_member_process(const RunOptions& options, const EnvMap& env,
-                       const HostView* host = nullptr);
+int run_process(const RunOptions& options, const EnvMap& env, const HostView* host = nullptr);
 /// `rankcheck local -n N`: N members on this machine, the master in this process.
 int run_local(const LocalOptions& options, const EnvMap& env);
 /// `rankcheck env`: identity, sources and local checks; no rendezvous.
@@ -66,6 +65,5 @@ int run_env(const EnvOptions& options, const EnvMap& env);
 
 /// The environment for a child member of `rankcheck local`: the parent's, less
 /// every launcher variable, so that an enclosing Slurm or torchrun job does not leak in.
-EnvMap without_launcher_env(const EnvMap& env);
 
 }  // namespace rankcheck

@@ -26,21 +26,14 @@ namespace {
 // them: a real abort of a communicator that was set up (commReclaim, the proxy's
 // stop, commFree) takes seconds, not milliseconds.
 constexpr Millis kAbortGrace{5000};
-// The watchdog's line is for a process that hangs, not for one that is leaving.
-constexpr Millis kBeforeWatchdog{300};
-
 }  // namespace
-
-Millis reserve_for(double timeout_s) {
-  return std::clamp(seconds(timeout_s / 10), Millis(500), Millis(5000));
-}
 
 Session::Session(const RunOptions& options)
     : o(options),
       start(Clock::now()),
       wall_start(std::chrono::system_clock::now()),
-      end(start + seconds(options.timeout_s)),
-      watchdog(end.extended(kWatchdogGrace).when(), watchdog_code),
+      time(start, options.timeout_s),
+      watchdog(time.watchdog_at(), watchdog_code),
       log(options.quiet),
       out{options.json_path, options.color, options.metrics_path, options.exclude_path} {
   install_interrupt_handlers();
@@ -109,23 +102,31 @@ GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env) {
   return plan;
 }
 
-void capture_nccl_words(Session& s, const EnvMap& env) {
-  if (s.o.no_gpu) return;
+void Session::open(const Identity& id, const EnvMap& env, const EnvMap& job_env,
+                   std::optional<JobToken> job_token) {
+  stage = make_gpu_stage(stage_options(o, env));
+  plan = gpu_plan(id, o, job_env);
+  token = std::move(job_token);
+  capture_nccl_words(env);
+}
+
+void Session::capture_nccl_words(const EnvMap& env) {
+  if (o.no_gpu) return;
   // NCCL names the host in its file's %h as gethostname() up to its first '.'.
   std::string host = local_host_name();
   host = host.substr(0, host.find('.'));
   std::string why;
   auto file = std::make_unique<NcclDebugFile>(nccl_debug_plan(env, host, long(::getpid())), &why,
                                               remove_at_watchdog_exit);
-  if (!why.empty()) s.log.error("warning: " + why + ": the GPU stage's findings cannot quote NCCL");
-  if (file->active()) s.nccl_debug = std::move(file);
+  if (!why.empty()) log.error("warning: " + why + ": the GPU stage's findings cannot quote NCCL");
+  if (file->active()) nccl_debug = std::move(file);
 }
 
-GpuFacts probe_gpus(Session& s) {
-  if (s.o.no_gpu) return GpuFacts{};  // kSkipped
+GpuFacts Session::probe_gpus() {
+  if (o.no_gpu) return GpuFacts{};  // kSkipped
   auto t0 = Clock::now();
-  GpuFacts gpu = s.stage->inventory(s.plan);
-  s.log.progress(fmt::format(
+  GpuFacts gpu = stage->inventory(plan);
+  log.progress(fmt::format(
       "GPU inventory in {}: {}", format_seconds(ms_between(t0, Clock::now())),
       gpu.usable()
           ? fmt::format("{} ({}), NCCL {}", gpu.devices.empty() ? "-" : gpu.devices[0].uuid,
@@ -134,11 +135,13 @@ GpuFacts probe_gpus(Session& s) {
   return gpu;
 }
 
-StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
+StageReport Session::run_gpu_stage(const Verdict& go, long world_size) {
+  Session& s = *this;
   s.watchdog_code = exit_code::kGpu;
   // Leave time to abort NCCL and send the results before the master's stage deadline.
   Millis margin = stage_margin(go.stage_ms);
-  Deadline by = Deadline::after(std::max(Millis(0), Millis(go.stage_ms) - margin)).sooner(s.end);
+  Deadline by =
+      Deadline::after(std::max(Millis(0), Millis(go.stage_ms) - margin)).sooner(s.time.end());
   s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
   NcclInit init = go.nccl_roots > 0 ? NcclInit{go.roots, true} : NcclInit{{*go.nccl_id}, false};
   StageReport report{s.stage->run(init, world_size, s.plan, by)};
@@ -153,12 +156,12 @@ StageReport run_gpu_stage(Session& s, const Verdict& go, long world_size) {
   return report;
 }
 
-int leave_after_stage(Session& s, int code) {
+int Session::leave(int code) {
+  Session& s = *this;
   if (!s.stage || !s.stage->took_over()) return code;
   // NVIDIA/nccl#1013: "if the main thread exits after detaching, the cuda driver can
   // start to reclaim all memory ... the proxy thread might still be running".
-  auto until =
-      std::min(Clock::now() + kAbortGrace, s.end.extended(kWatchdogGrace - kBeforeWatchdog).when());
+  auto until = std::min(Clock::now() + kAbortGrace, s.time.aborts_by().when());
   if (!s.stage->wait_for_aborts(until)) {
     s.log.error(
         "warning: ncclCommAbort has not returned: this process ends without it (NCCL's "
@@ -167,34 +170,6 @@ int leave_after_stage(Session& s, int code) {
   s.nccl_debug.reset();  // its file, which no destructor removes after _exit
   std::fflush(nullptr);
   ::_exit(code);  // not exit(): no handler or static destructor under NCCL's threads
-}
-
-std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {
-  NcclIfFacts& f = self.nccl_if;
-  if (f.state != NcclIfFacts::kFound || self.local_rank > 0) return nullptr;
-  auto l = PathListener::open(f.address, f.name, path_identity(self.host, f.netns),
-                              s.token ? &*s.token : nullptr);
-  if (!l) {
-    s.log.error("warning: " + l.error().message + ": this host's paths are not rehearsed");
-    return nullptr;
-  }
-  f.listen_port = (*l)->port();
-  std::tie(f.port_lo, f.port_hi) = local_port_range();
-  return std::move(*l);
-}
-
-PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log) {
-  auto t0 = Clock::now();
-  Deadline by = Deadline::after(Millis(plan.total_ms)).sooner(s.end);
-  PathReport r{probe_paths(plan.self_host, plan.self_identity, plan.targets,
-                           Millis(plan.per_conn_ms), plan.in_flight, by,
-                           s.token ? &*s.token : nullptr)};
-  size_t ok = 0;
-  for (const PathResult& x : r.results)
-    ok += x.outcome == PathOutcome::kOk;
-  log.progress(fmt::format("rehearsed NCCL's connections from this host: {} of {} in {}", ok,
-                           r.results.size(), format_seconds(ms_between(t0, Clock::now()))));
-  return r;
 }
 
 }  // namespace rankcheck

@@ -58,7 +58,7 @@ extern "C" void on_watchdog(int /*signal*/) {
 Watchdog::Watchdog(Clock::time_point at, std::atomic<int>& exit_code) {
   auto text =
       fmt::format("rankcheck: watchdog: still running {} ms past the deadline; exiting with ",
-                  kWatchdogGrace.count());
+                  timing::kWatchdogGrace.count());
   watchdog_len = std::min(text.size(), sizeof watchdog_text);
   std::memcpy(watchdog_text, text.data(), watchdog_len);
   watchdog_code = &exit_code;

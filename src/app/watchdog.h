@@ -5,11 +5,9 @@
 #include <string>
 
 #include "base/deadline.h"
+#include "model/timeline.h"
 
 namespace rankcheck {
-
-/// How long after --timeout the watchdog ends a process that is still running.
-inline constexpr Millis kWatchdogGrace{1800};
 
 /// Ends the process if the run outlives its deadline: the last word on "never hangs".
 /// One per process (it owns SIGALRM and the ITIMER_REAL timer); its timer outlives it,

@@ -15,10 +15,6 @@ using EnvMap = std::map<std::string, std::string, std::less<>>;
 /// This process's environment. The one place that reads `environ`.
 EnvMap process_env();
 
-/// `KEY=VALUE` lines; blank lines and `#` comments are skipped, an optional
-/// `export ` prefix is accepted. Used for fixtures and `--env-file`.
-Result<EnvMap> parse_env_text(std::string_view text);
-
 /// The value of `key`, or nullptr when unset.
 const std::string* env_get(const EnvMap& env, std::string_view key);
 

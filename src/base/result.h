@@ -9,7 +9,9 @@
 namespace rankcheck {
 
 /// What kind of failure an Error is, for the callers that act on the kind (most
-/// only print the message). One typed list, so no caller compares numbers.
+/// only print the message). One typed list, so no caller compares numbers; it names
+/// the upper layers' kinds (a frame, a listen) because Result, below them all, carries
+/// every one of them, and a list per layer would need a conversion at each crossing.
 enum class Fault {
   kNone,  ///< nothing a caller acts on: the message says it all
   // A frame (wire.h): not a rankcheck frame, or not one this build reads.

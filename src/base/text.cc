@@ -27,6 +27,25 @@ std::string format_ranks(std::vector<long> ranks, size_t max_runs) {
   return out;
 }
 
+size_t read_digits(std::string_view s, size_t p, size_t max, long& value) {
+  size_t n = 0;
+  long v = 0;
+  while (p + n < s.size() && n < max && is_digit(s[p + n])) {
+    v = v * 10 + (s[p + n] - '0');
+    ++n;
+  }
+  if (n > 0) value = v;
+  return n;
+}
+
+std::string_view trim_blanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
 std::string ranks_label(const std::vector<long>& ranks, size_t max_runs) {
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", format_ranks(ranks, max_runs));
 }

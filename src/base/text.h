@@ -16,6 +16,21 @@ std::string ranks_label(const std::vector<long>& ranks, size_t max_runs = 24);
 /// A member's ranks, `count` of them from `first`: "rank 5" or "ranks 8-11".
 std::string span_label(long first, long count);
 
+/// Scanning text a piece at a time, as the log readers do:
+/// whether `c` is an ASCII digit;
+inline bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+/// how many digits stand at `p` (at most `max`), their number in `value` (left as it
+/// was when there are none);
+size_t read_digits(std::string_view s, size_t p, size_t max, long& value);
+/// whether `what` stands at `p`;
+inline bool starts_at(std::string_view s, size_t p, std::string_view what) {
+  return s.size() >= p + what.size() && s.compare(p, what.size(), what) == 0;
+}
+/// `s` without the blanks and tabs around it (and a line's '\r').
+std::string_view trim_blanks(std::string_view s);
+
 /// "gpu-01, gpu-02 and 6 more".
 std::string format_list(const std::vector<std::string>& items, size_t max_items = 6);
 

@@ -8,7 +8,10 @@
 // the CUDA runtime's closed strings, in users' logs; several versions' wordings are
 // separate rows. docs/findings.md explains the findings they lead to.
 
+#include <array>
+#include <iterator>
 #include <stdexcept>
+#include <tuple>
 
 #include "diagnose/diagnose.h"
 #include "diagnose/internal.h"
@@ -252,6 +255,10 @@ constexpr Pattern kCatalogue[] = {
 };
 
 }  // namespace
+
+// The prefilter has one bit per hand-written row (Prefilter::Mask).
+static_assert(std::size(kCatalogue) <= std::tuple_size_v<Prefilter::Mask> * 64,
+              "more hand-written rows than Prefilter::Mask has bits: widen it");
 
 std::span<const Pattern> hand_rows() {
   return kCatalogue;

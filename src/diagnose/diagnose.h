@@ -101,6 +101,8 @@ struct Prefix {
   std::string_view host;
   std::string_view time;
   size_t body = 0;  ///< offset of the text after the prefixes
+  /// The launchers whose line prefixes were peeled: how their output looks, which
+  /// identity/'s launcher table (their variables) does not know.
   enum Launcher : uint8_t { kNone = 0, kSrun = 1, kTorchrun = 2, kMpirun = 4, kPdsh = 8 };
   uint8_t launchers = 0;  ///< the launchers whose prefixes were seen
 };

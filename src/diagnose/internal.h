@@ -21,7 +21,7 @@ namespace rankcheck::diagnose {
 /// automaton over all literals, before any regex runs.
 class Prefilter {
  public:
-  using Mask = std::array<uint64_t, 2>;  ///< one bit per catalogue row (at most 128)
+  using Mask = std::array<uint64_t, 2>;  ///< one bit per hand-written row (a static_assert)
   explicit Prefilter(std::span<const Pattern> rows);
   /// Sets the bits of the rows whose literal occurs in `text`; true when any does.
   bool scan(std::string_view text, Mask& hits) const;
@@ -204,7 +204,9 @@ struct HostLog {
   std::optional<Note> ib_note, plugin_note;
 };
 
-/// Everything the lines said, bounded by the ranks, hosts and findings seen.
+/// Everything the lines said, bounded by the ranks, hosts and findings seen. (Still one
+/// struct: its fields are the reasoning's shared facts; it is split by job as the
+/// third round of the reasoning (issue 34) gives each of them an owner.)
 struct Knowledge {
   std::vector<std::string> sources;
   std::map<std::string, Proc> procs;

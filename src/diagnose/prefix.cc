@@ -6,31 +6,16 @@
 #include <deque>
 #include <stdexcept>
 
+#include "base/text.h"
 #include "diagnose/internal.h"
 #include "nccl/log_line.h"
 
 namespace rankcheck::diagnose {
 namespace {
 
-bool digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-// Digits at `p`, at most `max`; their count (0: none). `value` gets the number.
-size_t digits(std::string_view s, size_t p, size_t max, long& value) {
-  size_t n = 0;
-  long v = 0;
-  while (p + n < s.size() && n < max && digit(s[p + n])) {
-    v = v * 10 + (s[p + n] - '0');
-    ++n;
-  }
-  if (n > 0) value = v;
-  return n;
-}
-
-bool starts(std::string_view s, size_t p, std::string_view what) {
-  return s.size() >= p + what.size() && s.compare(p, what.size(), what) == 0;
-}
+constexpr auto digit = is_digit;
+constexpr auto digits = read_digits;
+constexpr auto starts = starts_at;
 
 // "[default3]:" / "[trainer12]:" (a local rank) or "[rank3]:" (a global rank).
 size_t torchrun_prefix(std::string_view s, size_t p, Prefix& out) {

@@ -17,17 +17,8 @@ constexpr size_t kWindowBefore = 256;  // regexes see the literal with this much
 constexpr size_t kWindow = 2048;       // and this much in all
 constexpr size_t kMaxSeen = 1 << 20;   // ranks tracked one byte each
 
-bool digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+constexpr auto digit = is_digit;
+constexpr auto trim = trim_blanks;
 
 // Whether what was peeled off a line is a program's name ("slurmstepd: ", "srun: "),
 // which its own texts include, rather than a rank, host or time (which hold digits).

@@ -19,6 +19,7 @@
 #include "gpu/stage.h"
 #include "host/procfs.h"
 #include "model/gpu.h"
+#include "model/timeline.h"
 #include "nccl/version.h"
 
 namespace rankcheck {
@@ -27,11 +28,12 @@ namespace {
 using dl::CudaApi;
 using dl::NcclApi;
 
-// How long after its deadline a run may take to end the stage itself (abort its
-// communicators, free its buffers) before it is taken for blocked inside NCCL. The
-// results are sent then; the aborts themselves get seconds more before the process
-// ends (GpuStage::wait_for_aborts).
-constexpr Millis kRunGrace{150};
+// timing::kRunGrace: how long after its deadline a run may take to end the stage
+// itself (abort its communicators, free its buffers) before it is taken for blocked
+// inside NCCL. The results are sent then; the aborts themselves get seconds more
+// before the process ends (GpuStage::wait_for_aborts).
+using timing::kRunGrace;
+using timing::kStageOverrun;
 // NCCL_COMM_BLOCKING=1 overrides config.blocking = 0 (src/init.cc envConfigOverride,
 // since 2.14; read once, at the first init): init would then block in the stage's
 // thread, and the deadline could abort nothing. The stage sets 0 in this process

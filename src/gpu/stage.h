@@ -10,8 +10,8 @@
 
 #include "base/deadline.h"
 #include "base/result.h"
-#include "gpu/stage.h"
 #include "model/gpu.h"
+#include "model/timeline.h"
 
 namespace rankcheck {
 
@@ -20,10 +20,6 @@ struct StageOptions {
   std::string nccl_lib = "libnccl.so.2";  ///< --nccl-lib, RANKCHECK_NCCL_LIB
   uint64_t bandwidth_bytes = 0;           ///< --bandwidth
 };
-
-/// How long past its deadline GpuStage::run may take, at most: the caller keeps
-/// this much (and the time to send the results) before the master closes the stage.
-inline constexpr Millis kStageOverrun{300};
 
 /// How NCCL is initialised: ncclCommInitRankConfig with the one id, or (a large
 /// job, NCCL 2.23 and newer) ncclCommInitRankScalable over every root's id.
@@ -42,7 +38,7 @@ class GpuStage {
   virtual Result<NcclId> unique_id() = 0;
   /// NCCL init and the all-reduce for each rank of the plan, by the deadline;
   /// aborts communicators that are still in progress when it passes. Returns by the
-  /// deadline plus kStageOverrun even when a call into NCCL never returns (the
+  /// deadline plus timing::kStageOverrun even when a call into NCCL never returns (the
   /// communicators are then aborted from another thread, and an abort that blocks
   /// too is left behind).
   virtual std::vector<RankResult> run(const NcclInit& init, long world_size, const GpuPlan& plan,

@@ -37,15 +37,6 @@ ProcFs::Memory ProcFs::self_memory() const {
   return m;
 }
 
-Result<std::string> ProcFs::self_exe() const {
-  std::string link = root + "/self/exe";
-  char exe[4096] = {};
-  ssize_t n = ::readlink(link.c_str(), exe, sizeof exe - 1);
-  if (n <= 0)
-    return Error{fmt::format("cannot find this program's path: {}", std::strerror(errno))};
-  return std::string(exe, static_cast<size_t>(n));
-}
-
 std::string ProcFs::nvidia_version_banner() const {
   std::ifstream in(root + "/driver/nvidia/version");
   std::string line;

@@ -24,9 +24,6 @@ struct ProcFs {
   /// descriptors cannot open it): unknown, never 0 KiB.
   Memory self_memory() const;
 
-  /// This program's path (self/exe), to start more of itself.
-  Result<std::string> self_exe() const;
-
   /// The first line of driver/nvidia/version (the open or proprietary kernel
   /// module's banner), or "" when there is none.
   std::string nvidia_version_banner() const;

@@ -7,7 +7,6 @@
 #include "base/deadline.h"
 #include "base/env.h"
 #include "host/interfaces.h"
-#include "identity/identity.h"
 #include "model/gpu.h"
 #include "model/record.h"
 

@@ -441,32 +441,6 @@ void choose_rendezvous_port(Identity& id, const EnvMap& env, const Flags& flags)
 
 }  // namespace
 
-std::string_view field_name(Field f) {
-  switch (f) {
-    case Field::kRank:
-      return "rank";
-    case Field::kWorldSize:
-      return "world size";
-    case Field::kLocalRank:
-      return "local rank";
-    case Field::kLocalWorldSize:
-      return "local world size";
-    case Field::kNodeRank:
-      return "node rank";
-    case Field::kNnodes:
-      return "node count";
-    case Field::kNprocPerNode:
-      return "processes per node";
-    case Field::kMasterAddr:
-      return "master address";
-    case Field::kMasterPort:
-      return "master port";
-    case Field::kJobId:
-      return "job id";
-  }
-  return "?";
-}
-
 const std::string* LauncherScan::take_weak(Field field, std::string_view variable) {
   if (catalogue_) return take(field, variable);
   const std::string* v = env_get(env_, variable);
@@ -570,6 +544,30 @@ std::string sources_for(Field field) {
     }
   }
   return out;
+}
+
+EnvMap without_launcher_env(const EnvMap& env) {
+  EnvMap out = env;
+  for (const Launcher& l : launchers()) {
+    Identity sink;
+    EnvMap empty;
+    LauncherScan scan(empty, l.name, sink, /*catalogue=*/true);
+    l.scan(scan);
+    for (const Observation& o : sink.observations)
+      out.erase(o.variable);
+    for (std::string_view rest = l.prefixes; !rest.empty();) {
+      std::string_view prefix = rest.substr(0, rest.find(' '));
+      rest = prefix.size() < rest.size() ? rest.substr(prefix.size() + 1) : std::string_view();
+      for (auto it = out.begin(); it != out.end();)
+        it = !prefix.empty() && it->first.starts_with(prefix) ? out.erase(it) : std::next(it);
+    }
+  }
+  return out;
+}
+
+bool under_mpi_launcher(const EnvMap& env) {
+  return env_get(env, "OMPI_COMM_WORLD_SIZE") != nullptr || env_get(env, "PMI_SIZE") != nullptr ||
+         env_get(env, "PMIX_RANK") != nullptr;
 }
 
 }  // namespace rankcheck

@@ -5,10 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "base/shared_list.h"
 #include "base/shared_string.h"
-#include "identity/identity.h"
 #include "model/gpu.h"
+#include "model/identity.h"
 #include "model/nccl_net.h"
 
 namespace rankcheck {
@@ -59,6 +60,9 @@ struct NcclIfFacts {
   std::string text() const;
 };
 
+/// What a member sends: its identity's fields again, not an Identity, since the master
+/// holds one per member (100k of them): int32s and interned strings, not longs and
+/// std::strings, and no observations or notes.
 struct Record {
   SharedString version;  ///< the probe's own version
   int32_t rank = -1;     ///< first global rank

@@ -65,10 +65,12 @@ inline Millis stage_margin(uint32_t stage_ms) {
 /// The deadlines of one run.
 class Timeline {
  public:
+  /// No deadline at all (a run that was given none).
+  Timeline() : start_(Clock::now()), end_(Deadline::never()), timeout_s_(0) {}
+  /// `timeout_s` from `start` (a job's start, or this process's), to the millisecond.
   Timeline(Clock::time_point start, double timeout_s)
       : start_(start),
-        end_(start +
-             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
+        end_(start + Millis(static_cast<long>(timeout_s * 1000.0))),
         timeout_s_(timeout_s) {}
 
   Clock::time_point start() const { return start_; }

@@ -6,39 +6,18 @@
 
 #include <cctype>
 
+#include "base/text.h"
+
 namespace rankcheck::nccl {
 namespace {
 
-bool digit(char c) {
-  return c >= '0' && c <= '9';
-}
+constexpr auto digit = is_digit;
+constexpr auto digits = read_digits;
+constexpr auto starts = starts_at;
+constexpr auto trim = trim_blanks;
 
 bool host_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
-}
-
-// Digits at `p`, at most `max`; their count (0: none). `value` gets the number.
-size_t digits(std::string_view s, size_t p, size_t max, long& value) {
-  size_t n = 0;
-  long v = 0;
-  while (p + n < s.size() && n < max && digit(s[p + n])) {
-    v = v * 10 + (s[p + n] - '0');
-    ++n;
-  }
-  if (n > 0) value = v;
-  return n;
-}
-
-bool starts(std::string_view s, size_t p, std::string_view what) {
-  return s.size() >= p + what.size() && s.compare(p, what.size(), what) == 0;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
 }
 
 }  // namespace

@@ -512,10 +512,6 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
   }
 }
 
-Millis stage_margin(uint32_t stage_ms) {
-  return std::clamp(Millis(stage_ms / 20), Millis(150), Millis(2000));
-}
-
 MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms) {
   MemberReport m;
   m.self = self;

@@ -82,12 +82,6 @@ Result<Verdict> wait_verdict(Socket& socket, Deadline deadline, const JoinResult
 /// master closed in time.
 bool await_master_close(Socket& socket, Deadline deadline);
 
-/// How much sooner than the time the go verdict gives (`stage_ms`) a member ends
-/// its GPU stage, to abort NCCL, free and send its results before the master
-/// closes the stage: 5% of the stage, from 150 ms to 2 s. A slow ncclCommAbort
-/// on a long stage is then not taken for a process that died.
-Millis stage_margin(uint32_t stage_ms);
-
 /// A member's report from the verdict it was sent.
 MemberReport verdict_report(const Record& self, const Verdict& v, double total_ms);
 

@@ -16,7 +16,8 @@ HostRelay::~HostRelay() {
   if (relay_) relay_->finish(interrupted() ? Deadline::after(Millis(0)) : finish_by_);
 }
 
-HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, long backlog) {
+HostRelay start_host_relay(const Record& self, JoinOptions& join, const Timeline& time,
+                           long backlog) {
   RelayOptions ro;
   ro.endpoint = relay_endpoint(join.master_addr, join.master_port, self.job_id, join.token);
   ro.master_addr = join.master_addr;
@@ -25,8 +26,8 @@ HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, 
   ro.pid = self.pid;
   ro.job_id = self.job_id;
   ro.token = join.token;
-  ro.give_up = end;
-  ro.stop_by = end.extended(kVerdictGrace + kRelayLinger);
+  ro.give_up = time.end();
+  ro.stop_by = time.relay_until();
   ro.handshake = join.handshake;
   // One connection a host: paced by the host's place among the job's hosts.
   long per_host = std::max<long>(1, self.local_world_size);
@@ -37,7 +38,7 @@ HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, 
   if (relay) join.log(fmt::format("relaying this host's members to the master (@{})", ro.endpoint));
   if (why.empty()) join.relay = ro.endpoint;  // ours, or another member's
   if (!why.empty()) join.log(why + "; joining the master directly");
-  return HostRelay(std::move(relay), end.extended(kVerdictGrace + kRelayLinger));
+  return HostRelay(std::move(relay), time.relay_until());
 }
 
 namespace {
@@ -57,7 +58,8 @@ WaitProgress waiting(const Record& self, const MemberRun& run, const JoinResult&
   long world = joined.admit.world_size;
   std::string when = fmt::format("{}/{} ranks had joined when it did", joined.admit.joined_ranks,
                                  joined.admit.world_size);
-  return {run.join.progress_interval, [label, when, world, end = run.end, log = run.join.log] {
+  return {run.join.progress_interval,
+          [label, when, world, end = run.time.end(), log = run.join.log] {
             log(
                 fmt::format("{} waiting for the master's verdict ({}): it decides once all {} "
                             "have joined, or at the deadline; {} s left (rank 0's log names "
@@ -70,7 +72,7 @@ WaitProgress waiting(const Record& self, const MemberRun& run, const JoinResult&
 // A relay that dies before the verdict: the master takes this process back directly.
 Result<Verdict> join_and_wait(Record& self, MemberRun& run, JoinResult& joined,
                               MemberOutcome& out) {
-  Deadline verdict_by = run.end.extended(kVerdictGrace);
+  Deadline verdict_by = run.time.verdict_by();
   for (int attempt = 0;; ++attempt) {
     joined = join_master(self, run.join);
     if (interrupted()) {
@@ -98,7 +100,7 @@ Result<Verdict> join_and_wait(Record& self, MemberRun& run, JoinResult& joined,
 
 }  // namespace
 
-MemberOutcome run_member(Record& self, MemberRun& run) {
+MemberOutcome member_protocol(Record& self, MemberRun& run) {
   MemberOutcome out;
   JoinResult joined;
   auto verdict = join_and_wait(self, run, joined, out);
@@ -109,10 +111,10 @@ MemberOutcome run_member(Record& self, MemberRun& run) {
     const JobToken* token = run.join.token;
     auto frame = token ? encode_signed(results, *token, joined.server_nonce, joined.client_nonce)
                        : encode(results);
-    auto sent = joined.socket.write_all(frame, Deadline::after(kResultsSendTime));
+    auto sent = joined.socket.write_all(frame, Deadline::after(timing::kResultsSendTime));
     if (!sent) run.join.log("sending the GPU stage results: " + sent.error().message);
-    verdict = wait_verdict(joined.socket, run.end.extended(kVerdictGrace), joined, token,
-                           VerdictWait::kFinal);
+    verdict =
+        wait_verdict(joined.socket, run.time.verdict_by(), joined, token, VerdictWait::kFinal);
   }
   out.socket = std::move(joined.socket);
   if (interrupted()) {
@@ -125,11 +127,11 @@ MemberOutcome run_member(Record& self, MemberRun& run) {
   return out;
 }
 
-void await_report(MemberOutcome& outcome, Deadline end,
+void await_report(MemberOutcome& outcome, const Timeline& time,
                   const std::function<void(const std::string&)>& log) {
   std::fflush(stdout);
   if (!await_master_close(outcome.socket,
-                          Deadline::after(kReportWait).sooner(end.extended(kVerdictGrace)))) {
+                          Deadline::after(timing::kReportWait).sooner(time.verdict_by()))) {
     log("rank 0 had not printed its report by the deadline; exiting");
   }
 }

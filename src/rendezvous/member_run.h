@@ -12,20 +12,12 @@
 
 #include "model/finding.h"
 #include "model/record.h"
+#include "model/timeline.h"
 #include "protocol/messages.h"
 #include "rendezvous/member.h"
 #include "rendezvous/relay.h"
 
 namespace rankcheck {
-
-/// How long past --timeout a member waits for a master that decided at the deadline.
-inline constexpr Millis kVerdictGrace{1000};
-/// How long past the verdict's grace a host's relay still serves its members.
-inline constexpr Millis kRelayLinger{2000};
-/// How long a member's GPU stage results may take to be written to the master.
-inline constexpr Millis kResultsSendTime{1000};
-/// How long a member whose job failed waits for rank 0 to print its report.
-inline constexpr Millis kReportWait{5000};
 
 /// This host's relay, when this member became it (relay.h): it serves the host's
 /// other members until the master is done with them, then stops.
@@ -47,13 +39,14 @@ class HostRelay {
 /// points `join` at the host's relay (its own or another member's); without one
 /// (`join.relay` empty) the member joins the master directly. `self`'s rank and
 /// world size pace the relay's first connection among the job's hosts (`backlog`:
-/// the master's listen backlog); `end` is the run's deadline.
-HostRelay start_host_relay(const Record& self, JoinOptions& join, Deadline end, long backlog);
+/// the master's listen backlog); `time` holds the run's deadlines.
+HostRelay start_host_relay(const Record& self, JoinOptions& join, const Timeline& time,
+                           long backlog);
 
 struct MemberRun {
   JoinOptions join;
-  Deadline end = Deadline::never();  ///< the run's --timeout
-  PathPlanFn rehearse;               ///< the master's plan of connections from this host
+  Timeline time;        ///< the run's deadlines
+  PathPlanFn rehearse;  ///< the master's plan of connections from this host
   /// The GPU stage on the master's go: this member's results, by the go's deadline.
   std::function<StageReport(const Verdict&)> run_stage;
 };
@@ -68,11 +61,11 @@ struct MemberOutcome {
 };
 
 /// The member's protocol, from the join to the last verdict.
-MemberOutcome run_member(Record& self, MemberRun& run);
+MemberOutcome member_protocol(Record& self, MemberRun& run);
 
 /// After a failed job's verdict is printed: closes this member's end and waits,
-/// kReportWait at most, for rank 0 to print its report; says so when it did not.
-void await_report(MemberOutcome& outcome, Deadline end,
+/// timing::kReportWait at most, for rank 0 to print its report; says so when it did not.
+void await_report(MemberOutcome& outcome, const Timeline& time,
                   const std::function<void(const std::string&)>& log);
 
 }  // namespace rankcheck

@@ -22,7 +22,7 @@ void Server::Impl::send(const ConnPtr& c, Bytes frame) {
   if (c->relayed()) {
     // On the relay's connection, in a channel frame of the member's.
     ConnPtr link = c->via.lock();
-    if (link == nullptr || link->closed) return;
+    if (link == nullptr || link->closed()) return;
     return send(link, encode_channel(c->channel, ChannelOp::kData, *frame));
   }
   c->outbox.push(std::move(frame));
@@ -63,12 +63,12 @@ void Server::Impl::pump(const ConnPtr& c) {
 void Server::Impl::close(const ConnPtr& conn) {
   // A copy: `conn` may be the pointer in a relay's channel map, which the erase below frees.
   const ConnPtr c = conn;
-  if (c->closed) return;
-  c->closed = true;
-  if (c->admitted && !c->released && c->link == nullptr) --open_members;
+  if (c->closed()) return;
+  if (c->open_member()) --open_members;
+  leave_handshake(c, Conn::State::kClosed);
   if (c->relayed()) {
     ConnPtr link = c->via.lock();
-    if (link != nullptr && !link->closed && link->link->channels.erase(c->channel) > 0) {
+    if (link != nullptr && !link->closed() && link->link->channels.erase(c->channel) > 0) {
       send(link, encode_channel(c->channel, ChannelOp::kClose));
     }
     return check_done();
@@ -81,15 +81,18 @@ void Server::Impl::close(const ConnPtr& conn) {
 }
 
 void Server::Impl::release(const ConnPtr& c) {
-  if (c->closed || c->released) return;
-  c->released = true;
-  if (c->admitted) --open_members;
+  if (c->state >= Conn::State::kReleased) return;
+  if (c->open_member()) --open_members;
+  c->advance(Conn::State::kReleased);
   check_done();
 }
 
 void Server::Impl::check_done() {
+  // On a pass the training job binds MASTER_PORT next: the relays close their ends
+  // first. On a fail the relays' members wait for the report, which waits for this.
+  bool links_open = open_links > 0 && state.verdict().exit_code == exit_code::kPass;
   if (!state.decided() || state.stage_running() || done_set || writes_in_flight > 0 ||
-      open_members > 0 || open_links > 0 || !broadcasts.empty()) {
+      open_members > 0 || links_open || !broadcasts.empty()) {
     return;
   }
   done_set = true;
@@ -100,7 +103,7 @@ void Server::Impl::watch(const ConnPtr& c) {
   if (c->relayed()) return;  // its frames come on its relay's connection (on_channel_frame)
   c->sock.async_wait(tcp::socket::wait_read, [this, c](std::error_code ec) {
     if (ec == asio::error::operation_aborted) return;
-    if (state.stage_running() && !c->reported) {
+    if (state.stage_running() && c->state < Conn::State::kReported) {
       asio::co_spawn(io, read_stage_result(c), asio::detached);
       return;
     }
@@ -122,7 +125,7 @@ void Server::Impl::watch(const ConnPtr& c) {
 }
 
 awaitable<void> Server::Impl::read_stage_result(ConnPtr c) {
-  c->reported = true;
+  mark_reported(c);
   // A closed connection is no result, without a word; another frame's payload is not read.
   ReadError why;
   auto header = co_await read_header(c->sock, &why);
@@ -173,8 +176,8 @@ void Server::Impl::deliver(size_t i, std::vector<RankResult> results) {
 
 void Server::Impl::depart(const ConnPtr& c) {
   if (c->slot < 0) return;
-  if (state.stage_running() && !c->reported) {
-    c->reported = true;  // gone mid-stage: its ranks report nothing
+  if (state.stage_running() && c->state < Conn::State::kReported) {
+    mark_reported(c);  // gone mid-stage: its ranks report nothing
     log(fmt::format("{} disconnected during the GPU stage",
                     member_label(state.members()[size_t(c->slot)].record)));
     deliver(size_t(c->slot), {});
@@ -239,7 +242,7 @@ void Server::Impl::decide(bool timed_out) {
        .relayed_members = static_cast<size_t>(std::count_if(
            conns.begin(), conns.end(), [](const ConnPtr& c) { return c && c->relayed(); }))});
   if (v.run_gpu) {
-    stage_timer.expires_at(cfg.master.stage_by.extended(kStageGrace).when());
+    stage_timer.expires_at(cfg.master.stage_by.extended(timing::kStageGrace).when());
     stage_timer.async_wait([this](std::error_code ec) {
       if (!ec) finalize();
     });
@@ -260,7 +263,7 @@ void Server::Impl::send_roots(const std::vector<NcclIdBytes>& roots) {
     if (!c->relayed()) {
       send(c, frame);
     } else if (ConnPtr link = c->via.lock(); link != nullptr && links.insert(link.get()).second) {
-      if (!link->closed) send(link, to_all);
+      if (!link->closed()) send(link, to_all);
     }
   }
 }

@@ -10,12 +10,12 @@
 
 namespace rankcheck {
 
-void Server::Impl::unpend(const ConnPtr& c) {
-  if (c->pending) {
+void Server::Impl::leave_handshake(const ConnPtr& c, Conn::State to) {
+  if (c->state == Conn::State::kHandshake && !c->relayed()) {
     --pending;
     --sources[c->source].pending;
   }
-  c->pending = false;
+  c->advance(to);
 }
 
 uint32_t Server::Impl::source_of(const std::string& addr) {
@@ -39,11 +39,12 @@ bool Server::Impl::make_room() {
   // Each entry is looked at once at most: those kept go to the back.
   for (size_t n = largest->queue.size(); n > 0 && !largest->queue.empty(); --n) {
     ConnPtr c = largest->queue.front().lock();
-    if (c != nullptr && c->pending && !c->evicted && Clock::now() - c->accepted < kEvictAfter) {
+    bool in_handshake = c != nullptr && c->state == Conn::State::kHandshake;
+    if (in_handshake && !c->evicted && Clock::now() - c->accepted < kEvictAfter) {
       return false;  // its oldest is still young: wait for the handshakes to finish
     }
     largest->queue.pop_front();
-    if (c == nullptr || !c->pending || c->evicted) continue;
+    if (!in_handshake || c->evicted) continue;
     // Its hello is waiting to be read: a member the master is slow to serve,
     // not a silent connection. It keeps its slot (at the back of the queue).
     std::error_code aec;
@@ -53,7 +54,6 @@ bool Server::Impl::make_room() {
     }
     c->evicted = true;
     ++largest->evicted;
-    unpend(c);
     close(c);
     return true;
   }
@@ -63,8 +63,8 @@ bool Server::Impl::make_room() {
 void Server::Impl::refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind,
                           std::string reason, std::optional<Record> record,
                           std::optional<RejectCode> reply) {
-  unpend(c);
   if (c->evicted) return;  // counted with its address, reported once at the decision
+  if (c->state == Conn::State::kHandshake) leave_handshake(c, Conn::State::kRefused);
   if (++refusals <= kMaxRefusalsLogged) {
     log(fmt::format("refused {}: {}", printable(peer), printable(reason, 200)));
   } else if (refusals == kMaxRefusalsLogged + 1) {
@@ -132,8 +132,7 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
 }
 
 awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
-  ++pending;
-  c->pending = true;
+  ++pending;  // its handshake slot, until it leaves the handshake (leave_handshake)
   Source& from = sources[c->source];
   ++from.pending;
   c->accepted = Clock::now();
@@ -148,7 +147,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   asio::steady_timer timer(io);
   timer.expires_after(cfg.handshake_timeout);
   timer.async_wait([c](std::error_code ec) {
-    if (ec || c->admitted) return;
+    if (ec || c->state >= Conn::State::kAdmitted) return;
     c->handshake_expired = true;
     std::error_code ignored;
     c->sock.close(ignored);
@@ -186,7 +185,6 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   if (header->type == uint16_t(MsgType::kProbe)) {
     // A rank 0 that could not listen, looking for this master: not a stray.
     // It joins as a member next (and is reported as what it is), or stops.
-    unpend(c);
     close(c);
     co_return;
   }
@@ -210,7 +208,7 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   }
   // Nothing from here on waits: the handshake is still in time.
   on_hello(c, std::move(peer), *payload);
-  if (c->admitted) timer.cancel();
+  if (c->state >= Conn::State::kAdmitted) timer.cancel();
 }
 
 void Server::Impl::on_hello(const ConnPtr& c, SharedString peer, std::span<const uint8_t> payload) {
@@ -230,7 +228,6 @@ void Server::Impl::on_hello(const ConnPtr& c, SharedString peer, std::span<const
     return;
   }
   c->client_nonce = hello->client_nonce;
-  unpend(c);
   Record& rec = hello->record;
   const std::string& job = cfg.master.job_id;
   if (!job.empty() && !rec.job_id.empty() && rec.job_id != job) {
@@ -249,7 +246,7 @@ void Server::Impl::on_hello(const ConnPtr& c, SharedString peer, std::span<const
     return;
   }
   assert(!c->handshake_expired);
-  c->admitted = true;
+  leave_handshake(c, Conn::State::kAdmitted);
   sources[c->source].last_admit = Clock::now();
   ++open_members;
   if (c->relayed()) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -24,6 +25,7 @@
 #include "base/version.h"
 #include "host/interfaces.h"
 #include "model/path.h"
+#include "model/timeline.h"
 #include "rehearsal/plan.h"
 #include "rehearsal/probe.h"
 #include "rendezvous/asio_io.h"
@@ -37,9 +39,6 @@ using asio::awaitable;
 using asio::ip::tcp;
 // Refusals logged to stderr one by one before they are only counted.
 inline constexpr size_t kMaxRefusalsLogged = 8;
-// How long past the stage deadline the master waits for results before its final
-// verdict: the members' results are on their way (each ends its stage sooner).
-inline constexpr Millis kStageGrace{300};
 // How long the master waits for a member whose connection closed to come back
 // when every other rank is in, before it decides without it.
 inline constexpr Millis kRejoinGrace{1000};
@@ -73,21 +72,43 @@ struct Server::Impl {
     // peer's address live in the handshake coroutine, which ends at admission.
     explicit Conn(Socket s) : sock(std::move(s)) {}
     explicit Conn(asio::io_context& io) : sock(io) {}  // a relayed member's: never opened
+    // Where a connection is in its life. It only moves forward (advance), as gloo's
+    // Pair::state does: a closed connection is never served again, a refused one
+    // never admitted, a member's stage result never taken twice.
+    enum class State : uint8_t {
+      kHandshake,  // accepted (or a relay's channel opened): no hello taken yet; a
+                   // connection of its own (not a channel) holds a handshake slot
+      kRefused,    // turned away: its reply is being written, then it closes
+      kAdmitted,   // a member of this job (or a host's relay)
+      kReported,   // a member whose GPU stage result is in (or will never be)
+      kReleased,   // finished with: its end closed, ours open until the report is out
+      kClosed,
+    };
+    void advance(State to) {
+      assert(to >= state);
+      state = to;
+    }
+    bool closed() const { return state == State::kClosed; }
+    /// Admitted and still open (a member that may still send, or be sent to).
+    bool joined() const { return state >= State::kAdmitted && state < State::kClosed; }
+    /// Joined and not yet released: counted among the open members (not a relay's).
+    bool open_member() const {
+      return (state == State::kAdmitted || state == State::kReported) && link == nullptr;
+    }
+
     Socket sock;
+    State state = State::kHandshake;
     int slot = -1;        // the member's index in the master state
     uint32_t source = 0;  // index into sources: the address it came from
     Outbox outbox;        // frames not yet written, oldest first
-    bool admitted = false;
+    // Why, beside where it is: its handshake ran out, or it was dropped to make room
+    // for other sources (see make_room); and how its writes go.
     bool handshake_expired = false;
+    bool evicted = false;
     bool pump_posted = false;  // a relay's: its frames go out after the current handler
     bool close_after_write = false;
-    bool pending = false;   // counted among connections not yet admitted
-    bool reported = false;  // its GPU stage result is in (or will never be)
-    bool closed = false;
-    bool released = false;  // finished with, but kept open (see release)
-    bool evicted = false;   // dropped to make room for other sources (see make_room)
-    int path_host = -1;     // the host it rehearses NCCL's connections for, until it reports
-    Nonce server_nonce{};   // what the verdict's MAC covers, with a job token
+    int path_host = -1;    // the host it rehearses NCCL's connections for, until it reports
+    Nonce server_nonce{};  // what the verdict's MAC covers, with a job token
     Nonce client_nonce{};
     Clock::time_point accepted{};  // when its handshake began (see make_room)
     // A host's relay (relay.h): its connection carries channels, one per member.
@@ -150,9 +171,9 @@ struct Server::Impl {
   size_t pending = 0;
   size_t writes_in_flight = 0;
   size_t open_members = 0;  // admitted connections the member has not closed yet
-  // Relays' connections whose end the relay has not closed yet: the server is done
-  // only after those too, so that the master never closes MASTER_PORT's side first
-  // (its TIME_WAIT would hold the port the training job binds next).
+  // Relays' connections whose end the relay has not closed yet: on a pass the server
+  // is done only after those too, so that the master never closes MASTER_PORT's side
+  // first (its TIME_WAIT would hold the port the training job binds next).
   size_t open_links = 0;
   size_t refusals = 0;
   size_t accept_errors = 0;
@@ -183,7 +204,9 @@ struct Server::Impl {
   bool rejoin_grace = false;  // the decide timer waits for a lost member, not the deadline
 
   // The rehearsal of NCCL's connections (rehearsal/plan.h), between the identity checks
-  // and the verdict: one member per host probes, the master collects.
+  // and the verdict: one member per host probes, the master collects. Its state is its
+  // own; its steps stay the server's, since each writes on members' connections and
+  // ends in the decision. What its results mean is rules/paths.cc's.
   struct Rehearsal {
     bool running = false;
     bool done = false;       // ran, or was not wanted: the decision goes on
@@ -222,7 +245,12 @@ struct Server::Impl {
 
   // ----- refusing ------------------------------------------------------------
 
-  void unpend(const ConnPtr& c);
+  // Out of its handshake, into `to`: a connection of its own gives back its slot.
+  void leave_handshake(const ConnPtr& c, Conn::State to);
+  // Its GPU stage result is in, or will never be.
+  static void mark_reported(const ConnPtr& c) {
+    if (c->state < Conn::State::kReported) c->advance(Conn::State::kReported);
+  }
 
   uint32_t source_of(const std::string& addr);
 

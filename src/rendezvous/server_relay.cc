@@ -45,14 +45,13 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   }
   if (state.decided()) {
     // Not a refusal worth a report line: its members come directly and are told.
-    unpend(c);
+    leave_handshake(c, Conn::State::kRefused);
     send(c, encode(Reject{RejectCode::kLate, "the master has decided"}));
     c->close_after_write = true;
     pump(c);
     co_return;
   }
-  unpend(c);
-  c->admitted = true;  // a relay, not a member: never among the open members
+  leave_handshake(c, Conn::State::kAdmitted);  // a relay, not a member: not an open member
   c->link = std::make_unique<Conn::Link>();
   c->link->host = hello->host;
   c->link->pid = hello->pid;
@@ -68,10 +67,10 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   std::error_code nbec;
   c->sock.non_blocking(true, nbec);
   bool open = !nbec;
-  while (open && !c->closed) {
+  while (open && !c->closed()) {
     auto [wec] = co_await c->sock.async_wait(tcp::socket::wait_read, kAwait);
     if (wec) break;
-    while (open && !c->closed) {
+    while (open && !c->closed()) {
       std::error_code rec;
       size_t got = c->sock.read_some(asio::buffer(scratch), rec);
       if (rec == asio::error::would_block || rec == asio::error::try_again) break;
@@ -105,10 +104,10 @@ bool Server::Impl::take_channel_frames(const ConnPtr& c, size_t got, std::string
     if (f.op == ChannelOp::kOpen) return true;
     if (f.op != ChannelOp::kData) return false;
     auto it = channels.find(f.channel);
-    return it != channels.end() && !it->second->admitted;
+    return it != channels.end() && it->second->state == Conn::State::kHandshake;
   };
   size_t at = 0;
-  while (!c->closed && data.size() - at >= kHeaderSize) {
+  while (!c->closed() && data.size() - at >= kHeaderSize) {
     auto header = decode_header(data.subspan(at, kHeaderSize));
     if (!header || header->type != uint16_t(MsgType::kChannel)) {
       why = fmt::format(
@@ -180,7 +179,7 @@ void Server::Impl::on_channel(const ConnPtr& link, ChannelFrame f) {
       if (it == channels.end()) return;
       ConnPtr c = it->second;
       channels.erase(it);
-      if (c->admitted) return on_channel_closed(c);
+      if (c->joined()) return on_channel_closed(c);
       // The relay sent the member its reject: the master counts the refusal.
       Reject reject{RejectCode::kMalformed, "refused by its host's relay"};
       if (f.frame.size() >= kHeaderSize) {
@@ -209,7 +208,7 @@ void Server::Impl::arm_channel_sweep(const ConnPtr& link, Clock::time_point at) 
   l.sweep->expires_at(at);
   l.sweep->async_wait([this, weak = std::weak_ptr<Conn>(link)](std::error_code ec) {
     ConnPtr held = weak.lock();
-    if (ec || held == nullptr || held->closed || held->link == nullptr) return;
+    if (ec || held == nullptr || held->closed() || held->link == nullptr) return;
     held->link->sweep_armed = false;
     sweep_channels(held);
   });
@@ -220,7 +219,7 @@ void Server::Impl::sweep_channels(const ConnPtr& link) {
   std::vector<ConnPtr> late;
   std::optional<Clock::time_point> next;
   for (const auto& [id, c] : link->link->channels) {
-    if (c->admitted || c->closed) continue;
+    if (c->state != Conn::State::kHandshake) continue;
     Clock::time_point due = c->accepted + cfg.handshake_timeout;
     if (due <= now) {
       late.push_back(c);
@@ -229,13 +228,13 @@ void Server::Impl::sweep_channels(const ConnPtr& link) {
     }
   }
   for (const ConnPtr& c : late) {
-    if (c->closed || c->admitted) continue;
+    if (c->state != Conn::State::kHandshake) continue;
     refuse(c, link->link->peer, RefusalKind::kMalformed,
            fmt::format(
                "no hello within the handshake deadline of {} (a channel of the relay of {})",
                format_seconds(double(cfg.handshake_timeout.count())), printable(link->link->host)));
   }
-  if (next && !link->closed && !link->link->sweep_armed) arm_channel_sweep(link, *next);
+  if (next && !link->closed() && !link->link->sweep_armed) arm_channel_sweep(link, *next);
 }
 
 void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> frame) {
@@ -245,20 +244,20 @@ void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> f
   if (!header || frame.size() != kHeaderSize + header->length) {
     std::string why =
         header ? std::string("a frame cut short") : fmt::format("{}", header.error().message);
-    if (!c->admitted) return refuse(c, peer, RefusalKind::kMalformed, why);
+    if (!c->joined()) return refuse(c, peer, RefusalKind::kMalformed, why);
     depart(c);
     return close(c);
   }
   auto payload = frame.subspan(kHeaderSize);
-  if (!c->admitted) {
+  if (!c->joined()) {
     if (header->type != uint16_t(MsgType::kHello)) {
       return refuse(c, peer, RefusalKind::kMalformed,
                     fmt::format("sent a {} frame before its hello", type_name(header->type)));
     }
     return on_hello(c, std::move(peer), payload);
   }
-  if (state.stage_running() && !c->reported) {
-    c->reported = true;
+  if (state.stage_running() && c->state < Conn::State::kReported) {
+    mark_reported(c);
     return stage_result_in(c, header->type, payload, {});
   }
   if (rehearsal.running && c->path_host >= 0) {
@@ -271,13 +270,13 @@ void Server::Impl::on_channel_frame(const ConnPtr& c, std::span<const uint8_t> f
 }
 
 void Server::Impl::on_channel_closed(const ConnPtr& c) {
-  if (c->closed) return;
-  if (!c->admitted) {
-    c->closed = true;  // gone before its hello: nothing to count
+  if (c->closed()) return;
+  if (!c->joined()) {
+    leave_handshake(c, Conn::State::kClosed);  // gone before its hello: nothing to count
     return;
   }
-  if (state.stage_running() && !c->reported) {
-    c->reported = true;
+  if (state.stage_running() && c->state < Conn::State::kReported) {
+    mark_reported(c);
     if (c->slot >= 0) {
       log(fmt::format("{} disconnected during the GPU stage",
                       member_label(state.members()[size_t(c->slot)].record)));
@@ -323,7 +322,7 @@ void Server::Impl::relay_closed(const ConnPtr& link) {
   if (state.decided() && !state.stage_running()) {
     // The relay closed first, its members done: its connection stays open until
     // the report is out, as theirs would (and the TIME_WAIT is the relay's).
-    link->released = true;
+    link->advance(Conn::State::kReleased);
     return check_done();
   }
   close(link);
@@ -334,7 +333,7 @@ void Server::Impl::forget_relayed(const Record& rec) {
   if (it == relayed.end()) return;
   ConnPtr old = it->second.lock();
   relayed.erase(it);
-  if (old == nullptr || old->closed || old->slot < 0 || state.decided()) return;
+  if (old == nullptr || old->closed() || old->slot < 0 || state.decided()) return;
   const Record& was = state.members()[size_t(old->slot)].record;
   if (was.host != rec.host || was.pid != rec.pid || was.rank != rec.rank) return;
   // Its relay died, and the member was quicker to come back than the news: counted

@@ -6,6 +6,7 @@
 
 #include "base/text.h"
 #include "base/version.h"
+#include "identity/identity.h"
 #include "report/common.h"
 #include "report/report.h"
 

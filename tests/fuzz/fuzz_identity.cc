@@ -7,13 +7,14 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "../env_text.h"
 #include "identity/identity.h"
 #include "protocol/messages.h"
 
 using namespace rankcheck;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto env = parse_env_text(std::string_view(reinterpret_cast<const char*>(data), size));
+  auto env = test::parse_env_text(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!env) return 0;
   Identity id = detect_identity(*env, {});
   if (!id.usable()) return 0;

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "../env_text.h"
 #include "base/env.h"
 #include "rules/join_tracker.h"
 #include "rules/rules.h"

@@ -112,14 +112,6 @@ TEST_CASE("member: a scalable init's roots count only when the signed verdict's 
   }
 }
 
-TEST_CASE("member: the GPU stage margin grows with the stage, within bounds") {
-  CHECK(stage_margin(0) == Millis(150));
-  CHECK(stage_margin(3000) == Millis(150));
-  CHECK(stage_margin(20000) == Millis(1000));
-  CHECK(stage_margin(295000) == Millis(2000));
-  CHECK(stage_margin(UINT32_MAX) == Millis(2000));
-}
-
 TEST_CASE("resolve_host: numeric addresses come back canonical, without a lookup") {
   auto v4 = resolve_host("10.0.0.7", Deadline::after(Millis(1000)));
   REQUIRE(v4.ok());

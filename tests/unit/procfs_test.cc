@@ -45,10 +45,3 @@ TEST_CASE("procfs: reads somaxconn, this process's memory and the NVIDIA banner"
   CHECK(p.nvidia_version_banner() ==
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build");
 }
-
-TEST_CASE("procfs: the real /proc names this test program") {
-  auto exe = ProcFs{}.self_exe();
-  REQUIRE(exe.ok());
-  CHECK(fs::path(*exe).filename() == "unit_tests");
-  CHECK(!ProcFs{"/nonexistent"}.self_exe().ok());
-}

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "helpers.h"
+#include "identity/identity.h"
 #include "rules/rules.h"
 #include "rules/self.h"
 
@@ -168,7 +169,10 @@ TEST_CASE("env text: each value is credited to the source it was taken from") {
   EnvMap env{{"RANK", "abc"}, {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"MASTER_ADDR", "m"}};
   Identity id = detect_identity(env, {});
   REQUIRE(id.usable());
-  Record self = make_record(id, HostFacts{"gpu-01", 77, {}, {}, {}, 0, {}, {}, {}}, env);
+  HostFacts facts;  // set by name: a field added to HostFacts changes nothing here
+  facts.host = "gpu-01";
+  facts.pid = 77;
+  Record self = make_record(id, facts, env);
   std::string text = render_env_text(id, self, {}, {});
   // The rank's row names its source, in the column every row's source starts at.
   size_t at = text.find("\n  rank  ");

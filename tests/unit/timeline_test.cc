@@ -48,3 +48,11 @@ TEST_CASE("timeline: the master's reserve for the verdicts is a tenth of the tim
   CHECK(decision_reserve(30) == Millis(3000));
   CHECK(decision_reserve(600) == Millis(5000));
 }
+
+TEST_CASE("timeline: the GPU stage margin grows with the stage, within bounds") {
+  CHECK(stage_margin(0) == Millis(150));
+  CHECK(stage_margin(3000) == Millis(150));
+  CHECK(stage_margin(20000) == Millis(1000));
+  CHECK(stage_margin(295000) == Millis(2000));
+  CHECK(stage_margin(UINT32_MAX) == Millis(2000));
+}

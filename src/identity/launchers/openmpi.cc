@@ -18,6 +18,6 @@ void scan(LauncherScan& s) {
 
 }  // namespace
 
-const Launcher kOpenMpi{"openmpi", "Open MPI mpirun", scan, /*starts_processes=*/true};
+const Launcher kOpenMpi{"openmpi", "Open MPI mpirun", scan, /*starts_processes=*/true, "OMPI_"};
 
 }  // namespace rankcheck::launcher

@@ -14,6 +14,6 @@ void scan(LauncherScan& s) {
 
 }  // namespace
 
-const Launcher kPmi{"pmi", "MPICH/PMI", scan, /*starts_processes=*/true};
+const Launcher kPmi{"pmi", "MPICH/PMI", scan, /*starts_processes=*/true, "PMI_ PMIX_"};
 
 }  // namespace rankcheck::launcher

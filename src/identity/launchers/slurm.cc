@@ -150,6 +150,6 @@ void scan(LauncherScan& s) {
 
 }  // namespace
 
-const Launcher kSlurm{"slurm", "Slurm srun", scan, /*starts_processes=*/true};
+const Launcher kSlurm{"slurm", "Slurm srun", scan, /*starts_processes=*/true, "SLURM_"};
 
 }  // namespace rankcheck::launcher

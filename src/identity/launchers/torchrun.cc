@@ -20,6 +20,6 @@ void scan(LauncherScan& s) {
 
 }  // namespace
 
-const Launcher kTorchrun{"torchrun", "torchrun", scan, /*starts_processes=*/true};
+const Launcher kTorchrun{"torchrun", "torchrun", scan, /*starts_processes=*/true, "TORCHELASTIC_"};
 
 }  // namespace rankcheck::launcher
