@@ -528,7 +528,7 @@ const Verdict& MasterState::finalize() {
                   : std::string();
   // Hosts that chose different networks are a finding of the stage, not its failure.
   bool failed = std::any_of(found.begin(), found.end(),
-                            [](const Finding& f) { return f.id != FindingId::kEnvMismatch; });
+                            [](const Finding& f) { return f.id != FindingId::kNcclNetMismatch; });
   report_.gpu_stage =
       !failed ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
                             format_seconds(init_max), ar_max, bandwidth)

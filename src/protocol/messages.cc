@@ -458,6 +458,8 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
     const FindingKind* kind = find_finding_kind(r.str(kNoteIdMax, "finding id"));
     unknown[i] = kind == nullptr;
     if (kind != nullptr) f.id = kind->id;
+    // The exit code a finding gives is its kind's: the wire carries the kind.
+    if (kind != nullptr) f.exit_code = kind->exit_code;
     f.severity = r.u8() == 0 ? Severity::kError : Severity::kWarning;
     f.message = r.str(kNoteMessageMax, "finding message");
     f.fix = r.str(kNoteFixMax, "finding fix");

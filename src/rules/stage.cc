@@ -330,11 +330,11 @@ void network_findings(const StageView& sv, const RankOwners& owners, std::vector
     const auto& [net, ranks] = groups[i];
     if (i > 0) parts += i + 1 == groups.size() ? " but " : ", ";
     parts += fmt::format("{} for {} on {}", printable(net, 64), ranks_word(ranks),
-                         format_list(owners.finding(FindingId::kEnvMismatch, ranks).hosts, 4));
+                         format_list(owners.finding(FindingId::kNcclNetMismatch, ranks).hosts, 4));
     if (i > 0) odd.insert(odd.end(), ranks.begin(), ranks.end());
   }
   std::sort(odd.begin(), odd.end());
-  Finding f = owners.finding(FindingId::kEnvMismatch, odd);
+  Finding f = owners.finding(FindingId::kNcclNetMismatch, odd);
   f.message = fmt::format("NCCL chose different networks: {}", parts);
   f.fix =
       "NCCL uses IB where it finds a usable InfiniBand or RoCE device and falls back to Socket "
@@ -342,7 +342,9 @@ void network_findings(const StageView& sv, const RankOwners& owners, std::vector
       "/dev/infiniband in the container) and the net plugin, or set NCCL_NET the same for "
       "every rank";
   // An IB rank and a Socket rank never connect: the training job would hang or fail.
-  if (nets.count("IB") != 0 && nets.count("Socket") != 0) f.severity = Severity::kError;
+  // Other mixtures (a plugin beside Socket) work, slowly: a warning.
+  bool apart = nets.count("IB") != 0 && nets.count("Socket") != 0;
+  f.severity = apart ? Severity::kError : Severity::kWarning;
   out.push_back(std::move(f));
 }
 

@@ -717,7 +717,8 @@ class GpuStage(RankcheckTest):
         self.finish()
         rep = procs[0].report
         self.assertEqual(rep["nccl_networks"], {"h0": "IB", "h1": "Socket"})
-        f = procs[0].finding("env-mismatch")
+        # The same fact, the same id as the check before NCCL and diagnose give it.
+        f = procs[0].finding("nccl-net-mismatch")
         self.assertEqual((f["severity"], f["ranks"], f["hosts"]), ("error", [2, 3], ["h1"]))
         self.assertEqual(f["message"], "NCCL chose different networks: IB for ranks 0-1 on h0 but "
                                        "Socket for ranks 2-3 on h1")
