@@ -265,10 +265,10 @@ void MasterState::report_signal() {
   if (signal_ == 0 || signal_reported_) return;
   signal_reported_ = true;
   report_.interrupted_by = signal_;
-  // First in the catalogue's precedence, and raised last: it leads every report, the
+  // First in the catalogue's precedence: raised last, it still leads every report, the
   // GPU stage's too.
-  report_.findings.insert(report_.findings.begin(),
-                          master_interrupted(cfg_.master_host, signal_, now_ms()));
+  report_.findings.push_back(master_interrupted(cfg_.master_host, signal_, now_ms()));
+  order_findings(report_.findings);
 }
 
 Verdict MasterState::verdict_base() const {

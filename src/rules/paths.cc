@@ -191,7 +191,7 @@ std::vector<Finding> attribute_paths(const std::vector<PathHost>& hosts,
                         printable(target.ifname, 20), ifname_fix),
             all);
   }
-  if (!unproven.empty()) findings.insert(findings.begin(), unproven_finding(std::move(unproven)));
+  if (!unproven.empty()) findings.push_back(unproven_finding(std::move(unproven)));
   return findings;
 }
 
