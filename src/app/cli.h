@@ -43,6 +43,8 @@ void add_device_flag(CLI::App& app, std::optional<int>& device);
 void add_color_flag(CLI::App& app, std::string& color);
 /// --timeout, --json, --no-gpu, --quiet, --color and friends.
 void add_run_flags(CLI::App& app, RunOptions& options, std::string& color);
+/// `-- CMD` and the flags of the job under watch (--fail-fast, --init-timeout, ...).
+void add_watch_flags(CLI::App& app, WatchOptions& watch);
 /// "256M", "1G", "4096": bytes, or 0 when not a size from 4 B to 64 GiB.
 uint64_t parse_size(const std::string& text);
 /// Resolves --color auto|always|never against the terminal and NO_COLOR.

@@ -174,6 +174,43 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
         "GBPS");
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
   add_color_flag(app, color);
+  add_watch_flags(app, o.watch);
+}
+
+void add_watch_flags(CLI::App& app, WatchOptions& w) {
+  app.add_option("command", w.command,
+                 "After a pass, run this command (after --) under watch: its output passed "
+                 "through, its signals forwarded, its exit code returned")
+      ->expected(-1);
+  app.add_flag("--fail-fast", w.fail_fast,
+               "With a command: end the job on every rank at its first failure (SIGTERM, then "
+               "SIGKILL after --kill-grace) and exit with the failure's code");
+  shown(app.add_option("--init-timeout", w.init_timeout_s,
+                       "With a command: ranks that have not begun their init this long after "
+                       "the first did are init-blocked (default: --timeout)")
+            ->check(number_in(0.1, 7 * 86400.0)),
+        "SECONDS");
+  shown(app.add_option("--stall-after", w.stall_after_s,
+                       "With a command: a rank that prints nothing and passes no marker this long "
+                       "while others go on is job-stalled (default: not watched)")
+            ->check(number_in(1, 7 * 86400.0)),
+        "SECONDS");
+  shown(app.add_option("--kill-grace", w.kill_grace_s,
+                       "With --fail-fast: seconds between SIGTERM and SIGKILL")
+            ->capture_default_str()
+            ->check(number_in(0, 3600.0)),
+        "SECONDS");
+  shown(app.add_option("--watch-port", w.port,
+                       "With a command: the port of rank 0's watch server (default: a free one; "
+                       "open it where a firewall stands between the hosts)")
+            ->check(whole_number_in(1, 65535)),
+        "PORT");
+  shown(app.add_option("--watch-linger", w.linger_s,
+                       "With a command: how long rank 0 waits, after its own command ended, for "
+                       "the other ranks' ends before its last report")
+            ->capture_default_str()
+            ->check(number_in(0, 86400.0)),
+        "SECONDS");
 }
 
 void add_color_flag(CLI::App& app, std::string& color) {

@@ -11,7 +11,10 @@
 #include <memory>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,6 +26,7 @@
 #include "app/session.h"
 #include "host/interfaces.h"
 #include "identity/identity.h"
+#include "base/interrupt.h"
 #include "protocol/auth.h"
 
 namespace rankcheck {
@@ -303,6 +307,125 @@ void reap_members(std::vector<Child>& children, const Timeline& time, std::optio
   }
 }
 
+// A free port on loopback for a job whose members each run `run -- CMD`: the check's
+// master binds it first, then the command's rank 0 (its TCPStore).
+Result<uint16_t> free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error{fmt::format("socket: {}", std::strerror(errno))};
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  int err = errno;
+  ::close(fd);
+  if (!ok) return Error{fmt::format("no free port on 127.0.0.1: {}", std::strerror(err))};
+  return ntohs(a.sin_port);
+}
+
+// One member of `local -n N -- CMD`: `run -- CMD` with its rank's environment. A
+// member other than rank 0 keeps quiet (its words to /dev/null) but its command's
+// output is the job's.
+[[noreturn]] void watched_child(int k, const RunOptions& mo, const EnvMap& e, const HostView& host) {
+  RunOptions mine = mo;
+  if (k > 0) {
+    mine.watch.command_stdout = ::dup(1);
+    int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0) {
+      ::dup2(null, 1);
+      ::close(null);
+    }
+  }
+  ::clearenv();
+  for (const auto& [key, value] : e)
+    ::setenv(key.c_str(), value.c_str(), 1);
+  int code = run_process(mine, e, &host);
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+// `local -n N -- CMD`: every member, rank 0 too, is a child running `run -- CMD` on
+// loopback, each its own check and wrapper, as on a cluster. This process starts them,
+// passes signals on, reaps them when their commands end, and exits with rank 0's code.
+int run_local_watched(const LocalOptions& lo, const LocalJob& job,
+                      const LocalToken& t, const HostView& host) {
+  const RunOptions& o = lo.run;
+  std::string port = o.flags.master_port.value_or("");
+  if (port.empty()) {
+    auto p = free_loopback_port();
+    if (!p) {
+      Log::error(p.error().message);
+      return exit_code::kInternal;
+    }
+    port = std::to_string(*p);
+  }
+  RunOptions members = member_options(o, job, t);
+  members.watch = o.watch;
+  members.watch.take_terminal = false;
+  RunOptions rank0 = o;
+  rank0.flags = Flags{};
+  rank0.flags.job_id = job.job_id;
+  rank0.token_file = members.token_file;
+  rank0.watch.take_terminal = false;
+  std::fflush(nullptr);
+  if (t.token) (void)t.token->mac("warmup", {}, {}, {});
+  std::vector<pid_t> pids;
+  for (int k = 0; k < job.nprocs; ++k) {
+    int token_fd = -1;
+    if (!t.secret.empty()) {
+      auto fd = token_pipe(t.secret);
+      if (!fd) {
+        Log::error(fmt::format("cannot start member {}: {}", k, fd.error().message));
+        continue;
+      }
+      token_fd = *fd;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      RunOptions mine = k == 0 ? rank0 : members;
+      if (token_fd >= 0) mine.token_fd = token_fd;
+      watched_child(k, mine, job.member_env(k, port), host);
+    }
+    if (token_fd >= 0) ::close(token_fd);
+    if (pid < 0) {
+      Log::error(fmt::format("cannot start member {}: fork: {}", k, std::strerror(errno)));
+      continue;
+    }
+    pids.push_back(pid);
+  }
+  install_interrupt_handlers();
+  int rank0_code = exit_code::kInternal;
+  int first_failure = 0;
+  bool forwarded = false;
+  // No deadline: the members end when their commands do (or their checks, by theirs).
+  for (size_t left = pids.size(); left > 0;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0) break;
+    if (pid == 0) {
+      pollfd p{interrupt_fd(), POLLIN, 0};
+      ::poll(&p, interrupt_fd() >= 0 ? 1 : 0, 100);
+      if (interrupted() && !forwarded) {
+        forwarded = true;
+        for (pid_t c : pids)
+          ::kill(c, interrupted());
+      }
+      continue;
+    }
+    --left;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (pid == pids.front()) {
+      rank0_code = code;
+    } else if (code != 0 && first_failure == 0) {
+      first_failure = code;
+    }
+  }
+  // As a launcher says it: rank 0's code, or where rank 0 passed, the first member's
+  // failure (torchrun too fails a job when any worker failed).
+  return rank0_code != 0 ? rank0_code : first_failure;
+}
+
 }  // namespace
 
 int run_local(const LocalOptions& lo, const EnvMap& env) {
@@ -336,6 +459,7 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   }
   // One host, one network namespace: its interfaces are read once, not by each member.
   HostView host = read_host_view();
+  if (!o.watch.command.empty()) return run_local_watched(lo, job, *token, host);
   std::vector<Child> children = fork_members(job, member_options(o, job, *token), *token, host,
                                              Deadline::after(seconds(o.timeout_s)));
   Session s(o);

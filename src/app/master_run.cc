@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 
 #include "app/session.h"
+#include "app/watch_run.h"
 #include "base/interrupt.h"
 #include "base/text.h"
 #include "host/procfs.h"
@@ -145,6 +146,7 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
   cfg.rehearsal_per_connection = seconds(s.o.rehearsal_timeout_s);
 
   check_capacity(id.world_size, log);
+  cfg.master.watch_port = listen_for_watch(s, setup.addresses);
   Server server(cfg);
   auto port = server.listen(setup.addresses, setup.port);
   if (!port) {
@@ -193,7 +195,9 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
   // writes alone take a second on a small machine.
   Millis write_time = kVerdictWriteBase + Millis(id.world_size / kVerdictWritesPerMs);
   Report report = server.finish(verdict_by.sooner(Deadline::after(write_time)));
-  return print_report(report, s.out);
+  int code = print_report(report, s.out);
+  hand_off_master(s, report, code);
+  return code;
 }
 
 }  // namespace rankcheck

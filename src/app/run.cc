@@ -14,6 +14,7 @@
 #include "app/bootstrap.h"
 #include "app/master_run.h"
 #include "app/session.h"
+#include "app/watch_run.h"
 #include "base/interrupt.h"
 #include "base/text.h"
 #include "gpu/stage.h"
@@ -306,6 +307,7 @@ int join_as_member(Record& self, const Identity& id, Session& s, std::optional<d
   int code = print_member(verdict_report(self, *got.verdict, took), s.out);
   // Rank 0's report matters most when the job failed: leave only once it is out.
   if (code != exit_code::kPass) await_report(got, s.time, run.join.log);
+  hand_off_member(s, self, &*got.verdict, code);
   return code;
 }
 
@@ -358,6 +360,8 @@ int run_phases(Session& s, const EnvMap& env, const HostView* host) {
 }  // namespace
 
 int run_process(const RunOptions& o, const EnvMap& env, const HostView* host) {
+  // With a command, this process becomes its wrapper and the check runs in a child.
+  if (!o.watch.command.empty() && o.watch.handoff_fd < 0) return run_watched(o, env, host);
   Session s(o);
   return s.leave(run_phases(s, env, host));
 }

@@ -6,12 +6,30 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/env.h"
 #include "host/interfaces.h"
 #include "identity/identity.h"
+#include "protocol/auth.h"
 
 namespace rankcheck {
+
+/// `rankcheck run [options] -- CMD`: after a pass, CMD runs under watch (watch/wrapper.h).
+struct WatchOptions {
+  std::vector<std::string> command;  ///< empty: no command, the check alone
+  bool fail_fast = false;            ///< --fail-fast: end the job at its first failure
+  double init_timeout_s = 0;         ///< --init-timeout; 0: the check's --timeout
+  double stall_after_s = 0;          ///< --stall-after; 0: not watched
+  double kill_grace_s = 10;          ///< --kill-grace: SIGTERM, then SIGKILL after this
+  uint16_t port = 0;                 ///< --watch-port: rank 0's watch server; 0: a free port
+  double linger_s = 60;  ///< --watch-linger: rank 0 waits this long for the others' ends
+  // Not flags: how the wrapper and the check it forks work together (watch_run.h).
+  int handoff_fd = -1;  ///< in the check's process: where its handoff goes (-1: not forked)
+  std::shared_ptr<const JobToken> token;  ///< the token, read once by the wrapper
+  int command_stdout = 1;                 ///< where the command's stdout goes
+  bool take_terminal = true;              ///< Child::spawn's: false for `local`'s members
+};
 
 struct RunOptions {
   Flags flags;
@@ -36,6 +54,7 @@ struct RunOptions {
   std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
   bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
+  WatchOptions watch;           ///< `run -- CMD`: the job under watch
 };
 
 struct LocalOptions {

@@ -44,6 +44,10 @@ Result<std::optional<JobToken>> load_token(const RunOptions& o, const EnvMap& en
   // Given but empty is a mistake, never "no token": `export RANKCHECK_TOKEN_FILE=$TOK`
   // with TOK unset must not turn authentication off.
   std::string path;
+  // The check of `run -- CMD`: its wrapper read the token (watch_run.h).
+  if (o.watch.handoff_fd >= 0) {
+    return o.watch.token ? std::optional<JobToken>(*o.watch.token) : std::optional<JobToken>();
+  }
   if (o.token_fd) {
     auto token = JobToken::load_fd(*o.token_fd);
     if (!token) return token.error();

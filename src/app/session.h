@@ -26,6 +26,7 @@
 #include "protocol/auth.h"
 #include "protocol/messages.h"
 #include "rehearsal/probe.h"
+#include "rendezvous/watch_server.h"
 
 namespace rankcheck {
 
@@ -74,6 +75,10 @@ struct Session {
   GpuPlan plan;
   std::optional<JobToken> token;
   std::unique_ptr<NcclDebugFile> nccl_debug;  // where NCCL writes its words
+  // `run -- CMD` on rank 0: the watch server's sockets, opened before the check's
+  // verdict (which carries their port) and handed to the wrapper after it.
+  std::unique_ptr<WatchServer> watch_listen;
+  uint16_t watch_port = 0;
 
  private:
   void capture_nccl_words(const EnvMap& env);

@@ -10,6 +10,7 @@
 // sees, never with the size of the logs.
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -165,6 +166,14 @@ struct NcclWords {
 };
 NcclWords read_nccl_words(std::span<const std::string> lines);
 
+/// A line the catalogue recognised, as a live reader sees it (Scanner::observe).
+struct LineMatch {
+  MessageClass cls;
+  Role role;
+  FindingId finding;
+  std::string_view text;  ///< the line, printable, cut
+};
+
 class Scanner {
  public:
   Scanner();
@@ -176,6 +185,9 @@ class Scanner {
   void begin_source(std::string name);
   /// The next line of the current source, without its line break.
   void line(std::string_view text);
+  /// Calls `f` for each line the catalogue recognises, as it is read (the live
+  /// reader of `run -- CMD`); the reasoning at finish() is unchanged.
+  void observe(std::function<void(const LineMatch&)> f);
   /// Counts a file left out (binary), for the report.
   void skipped(std::string name);
   /// Reasons over everything seen. The scanner is spent afterwards.

@@ -103,6 +103,7 @@ struct Scanner::State {
   std::vector<std::vector<LineField>> extracts;
   std::vector<std::optional<std::regex>> regex;  // compiled on first use
   Knowledge k;
+  std::function<void(const LineMatch&)> observer;  // Scanner::observe's
   uint32_t source = 0;
   bool have_source = false;
   Origin from_path;
@@ -386,6 +387,10 @@ struct Scanner::State {
     if (line_text.empty()) line_text = printable(trim(line), kEvidenceBytes);
     m.text = line_text;
     ++matched;
+    if (observer) {
+      const Pattern& p = rows[m.row];
+      observer(LineMatch{p.cls, p.role, p.finding, m.text});
+    }
     if (rows[m.row].name == "rankcheck_report_finding") {
       flush_wrapped();
       wrapped = {.open = true,
@@ -466,6 +471,10 @@ void Scanner::begin_source(std::string name) {
 void Scanner::line(std::string_view text) {
   if (!s_->have_source) begin_source("-");
   s_->line(text);
+}
+
+void Scanner::observe(std::function<void(const LineMatch&)> f) {
+  s_->observer = std::move(f);
 }
 
 void Scanner::skipped(std::string name) {

@@ -279,6 +279,8 @@ Verdict MasterState::verdict_base() const {
   v.joined_ranks = static_cast<uint32_t>(distinct_claimed_);
   for (const Finding& f : report_.findings)
     (f.is_error() ? v.errors : v.warnings)++;
+  // Where the job is watched, once it may start: only a pass starts a command.
+  if (v.exit_code == exit_code::kPass) v.watch_port = cfg_.watch_port;
   return v;
 }
 

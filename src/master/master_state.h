@@ -40,6 +40,7 @@ struct MasterConfig {
   bool authenticated = false;  ///< members proved the job token (for the report)
   uint64_t start_unix_ms = 0;  ///< `start` by this host's wall clock (clock-skew); 0: unknown
   double timeout_ms = 0;       ///< the master's --timeout (clock-skew)
+  uint16_t watch_port = 0;     ///< rank 0's watch server (`run -- CMD`), told on a pass; 0: none
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 

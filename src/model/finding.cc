@@ -249,6 +249,19 @@ constexpr FindingKind kCatalog[] = {
      "give every process the same --token-file (RANKCHECK_TOKEN_FILE; the Slurm and Kubernetes "
      "recipes make one): without one, anyone who reaches MASTER_PORT can claim a rank, pass or "
      "fail the job, and is handed the NCCL id (docs/security.md)"},
+    {kInitBlocked, "init-blocked", kE, ec::kIncomplete,
+     "the ranks named never began their distributed init while the others wait in theirs: "
+     "read what they printed last (a crash before init_process_group, a data loader, an image "
+     "still pulling, a different code path); the waiting ranks are a consequence",
+     kProc},
+    {kJobRankFailed, "job-rank-failed", kE, ec::kJobFailed,
+     "read the named rank's own error (shown): it failed first; the other ranks' timeouts, "
+     "resets and exits that followed are a consequence of it",
+     kProc},
+    {kJobStalled, "job-stalled", kE, ec::kJobFailed,
+     "the named ranks printed nothing and passed no marker for --stall-after while the others "
+     "went on: look at them first (py-spy dump, gdb, the GPU's state with nvidia-smi)",
+     kProc},
     {kProcessDied, "process-died", kE, ec::kIncomplete,
      "read the error the process died of (shown as evidence); a process killed without one "
      "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "
@@ -377,6 +390,9 @@ constexpr FindingId kLeadOrder[] = {
     kGpuUnavailable,
     kStrayConnection,
     kNoJobToken,
+    kJobRankFailed,
+    kInitBlocked,
+    kJobStalled,
     kMasterUnreachable,
     kMasterLost,
     kLateJoin,

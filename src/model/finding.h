@@ -23,6 +23,9 @@ inline constexpr int kIncomplete = 4;
 inline constexpr int kGpu = 5;
 inline constexpr int kRejected = 6;
 inline constexpr int kCannotListen = 7;
+/// The job under watch (`run -- CMD --fail-fast`) was ended because a rank of it failed
+/// or stopped (job-rank-failed, job-stalled).
+inline constexpr int kJobFailed = 8;
 inline constexpr int kSignalBase = 128;
 }  // namespace exit_code
 
@@ -90,6 +93,10 @@ enum class FindingId {
   kRelayLost,
   kClockSkew,
   kNoJobToken,
+  // Raised while the job runs under watch (`rankcheck run -- CMD`).
+  kInitBlocked,
+  kJobRankFailed,
+  kJobStalled,
   // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
   kProcessDied,
   kPeerFailed,

@@ -84,6 +84,11 @@ inline constexpr std::string_view kPathReportLabel = "rankcheck path report 1";
 inline constexpr std::string_view kPathTicketLabel = "rankcheck path ticket 1";
 /// A relay's proof to a member that it holds the token (over the member's nonce).
 inline constexpr std::string_view kRelayProofLabel = "rankcheck relay proof 1";
+/// The job under watch: a wrapper's hello, its events, and the watch server's orders,
+/// each on the connection the hello authenticated.
+inline constexpr std::string_view kWatchHelloLabel = "rankcheck watch hello 1";
+inline constexpr std::string_view kWatchEventLabel = "rankcheck watch event 1";
+inline constexpr std::string_view kWatchOrderLabel = "rankcheck watch order 1";
 /// The name of a host's relay endpoint with a token: not guessable without it.
 inline constexpr std::string_view kRelayEndpointLabel = "rankcheck relay endpoint 1";
 

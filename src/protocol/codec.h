@@ -45,6 +45,17 @@ inline size_t water_level(std::vector<size_t> lens, size_t budget) {
   return lens.empty() ? 0 : lens.back();
 }
 
+/// The payload of a frame an encoder made (its header left out).
+inline std::span<uint8_t> payload_of(std::vector<uint8_t>& frame) {
+  return std::span(frame).subspan(kHeaderSize);
+}
+/// A signed payload's trailing MAC (zeros when the payload is shorter than one).
+inline Mac trailing_mac(std::span<const uint8_t> payload) {
+  Mac m{};
+  if (payload.size() >= kMacSize) std::copy(payload.end() - kMacSize, payload.end(), m.begin());
+  return m;
+}
+
 /// The part of a signed payload that its trailing MAC covers: all of it but the MAC.
 inline std::span<const uint8_t> signed_part(std::span<const uint8_t> payload) {
   return payload.first(payload.size() >= kMacSize ? payload.size() - kMacSize : 0);

@@ -197,19 +197,6 @@ std::vector<uint8_t> encode(const Hello& m) {
   return encode_frame(MsgType::kHello, hello_payload(fitted, m.client_nonce, m.mac, m.nccl_root));
 }
 
-namespace {
-
-// The payload of a frame this file made, and the part of it a trailing MAC covers.
-std::span<uint8_t> payload_of(std::vector<uint8_t>& frame) {
-  return std::span(frame).subspan(kHeaderSize);
-}
-Mac trailing_mac(std::span<const uint8_t> payload) {
-  Mac m{};
-  if (payload.size() >= kMacSize) std::copy(payload.end() - kMacSize, payload.end(), m.begin());
-  return m;
-}
-
-}  // namespace
 
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server) {
   std::vector<uint8_t> frame = encode(m);
@@ -375,6 +362,7 @@ std::vector<uint8_t> encode(const Verdict& m) {
   if (m.nccl_id) tail.bytes(*m.nccl_id);
   tail.u32(m.nccl_roots);
   tail.bytes(m.roots_digest);
+  tail.u16(m.watch_port);
   tail.bytes(m.mac);
   size_t cap = payload_cap(uint16_t(MsgType::kVerdict));
   std::vector<Finding> notes =
@@ -482,6 +470,7 @@ Result<Verdict> decode_verdict(std::span<const uint8_t> payload) {
   m.nccl_roots = r.u32();
   if (m.nccl_roots > kMaxNcclRoots) r.fail(fmt::format("{} NCCL roots", m.nccl_roots));
   r.bytes(m.roots_digest);
+  m.watch_port = r.u16();
   r.bytes(m.mac);
   return finish(r, std::move(m), "verdict");
 }

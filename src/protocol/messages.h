@@ -17,6 +17,7 @@
 #include "model/gpu.h"
 #include "model/path.h"
 #include "model/record.h"
+#include "model/watch.h"
 #include "protocol/auth.h"
 #include "protocol/wire.h"
 
@@ -99,6 +100,9 @@ struct Verdict {
   /// is `roots_digest` (the verdict's MAC covers it; the frame itself is shared).
   uint32_t nccl_roots = 0;
   Digest roots_digest{};
+  /// On a pass, where rank 0 watches the job (`run -- CMD`): the port of its watch
+  /// server on the master's address; 0 when it watches nothing.
+  uint16_t watch_port = 0;
   Mac mac{};  ///< over both nonces and the rest (zeros without a job token)
   /// Not on the wire: the roots the member was sent, checked against the digest.
   std::vector<NcclIdBytes> roots;
@@ -199,6 +203,61 @@ std::array<uint8_t, kMacSize> path_ticket(const JobToken& token, std::span<const
 Status check_path_plan(const PathPlan& p, uint32_t world_size);
 Result<PathPlan> decode_path_plan(std::span<const uint8_t> payload);
 Result<PathReport> decode_path_report(std::span<const uint8_t> payload);
+
+/// The job under watch (`rankcheck run -- CMD`): after the check passes, every wrapper
+/// opens a connection to rank 0's watch server (the verdict's `watch_port`), which sends
+/// it a Challenge first:
+///
+///   wrapper                       watch server
+///     |  <------ challenge --------  |   nonce, job id (a tag with a job token)
+///     |  -------- watch hello ---->  |   its ranks and host, its nonce, a MAC
+///     |  <------ order: start -----  |   MASTER_PORT is free: start the command
+///     |  -------- watch event ---->  |   started, markers, first lines, heartbeats, exit
+///     |  <------ order: end -------  |   --fail-fast: end the command, exit with the code
+///
+/// With a job token each frame after the challenge carries a MAC over both nonces and
+/// its sequence number, so that none is forged, replayed or reordered on the way.
+struct WatchHello {
+  uint32_t rank = 0;  ///< its first rank
+  uint32_t nranks = 1;
+  std::string host;
+  Nonce client_nonce{};
+  Mac mac{};
+};
+struct WatchEventFrame {
+  uint32_t seq = 0;  ///< 1, 2, ... on its connection
+  WatchEvent event;
+  Mac mac{};
+};
+enum class WatchOrderKind : uint8_t { kStart = 1, kEnd = 2 };
+struct WatchOrder {
+  uint32_t seq = 0;
+  WatchOrderKind kind = WatchOrderKind::kStart;
+  uint8_t exit_code = 0;  ///< kEnd: what every process exits with
+  std::string finding;    ///< kEnd: the finding that ended the job
+  std::string headline;   ///< kEnd: its message
+  Mac mac{};
+};
+std::vector<uint8_t> encode(const WatchHello& m);
+std::vector<uint8_t> encode(const WatchEventFrame& m);
+std::vector<uint8_t> encode(const WatchOrder& m);
+/// With a job token: signed over both nonces (and, for an event or an order, its
+/// sequence number, which the body holds).
+std::vector<uint8_t> encode_signed(const WatchHello& m, const JobToken& token,
+                                   const Nonce& server);
+std::vector<uint8_t> encode_signed(const WatchEventFrame& m, const JobToken& token,
+                                   const Nonce& server, const Nonce& client);
+std::vector<uint8_t> encode_signed(const WatchOrder& m, const JobToken& token, const Nonce& server,
+                                   const Nonce& client);
+bool verify_watch_hello(std::span<const uint8_t> payload, const JobToken& token,
+                        const Nonce& server);
+bool verify_watch_event(std::span<const uint8_t> payload, const JobToken& token,
+                        const Nonce& server, const Nonce& client);
+bool verify_watch_order(std::span<const uint8_t> payload, const JobToken& token,
+                        const Nonce& server, const Nonce& client);
+Result<WatchHello> decode_watch_hello(std::span<const uint8_t> payload);
+Result<WatchEventFrame> decode_watch_event(std::span<const uint8_t> payload);
+Result<WatchOrder> decode_watch_order(std::span<const uint8_t> payload);
 
 /// Payload decoders: every one validates lengths and bounds and refuses trailing bytes.
 Result<Challenge> decode_challenge(std::span<const uint8_t> payload);

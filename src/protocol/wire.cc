@@ -41,6 +41,12 @@ uint32_t payload_cap(uint16_t type) {
       return 16;
     case MsgType::kRelayProof:
       return 32;
+    case MsgType::kWatchHello:
+      return 1024;
+    case MsgType::kWatchEvent:
+      return 2048;
+    case MsgType::kWatchOrder:
+      return 2048;
   }
   return 0;
 }
@@ -77,6 +83,12 @@ std::string_view type_name(uint16_t type) {
       return "relay ask";
     case MsgType::kRelayProof:
       return "relay proof";
+    case MsgType::kWatchHello:
+      return "watch hello";
+    case MsgType::kWatchEvent:
+      return "watch event";
+    case MsgType::kWatchOrder:
+      return "watch order";
   }
   return "unknown";
 }

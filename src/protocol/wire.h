@@ -19,8 +19,9 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // (NcclNetFacts: transport, IB ports, GIDs, plugin, memlock) after its variable sources;
 // path plans and reports carry a MAC over the connection's nonces, each plan target a
 // master-issued ticket for the listener, and a relay proves the job token to each
-// member (kRelayProof).
-inline constexpr uint16_t kProtocolVersion = 3;
+// member (kRelayProof). 4: a verdict carries the port of rank 0's watch server, and the
+// watch's own messages (kWatchHello, kWatchEvent, kWatchOrder) exist.
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
 enum class MsgType : uint16_t {
@@ -40,6 +41,9 @@ enum class MsgType : uint16_t {
   kRelayAsk =
       14,  ///< member -> its host's relay, first: a nonce the relay must prove the token over
   kRelayProof = 15,  ///< relay -> member, the answer: a MAC over that nonce (zeros without a token)
+  kWatchHello = 16,  ///< a wrapper -> rank 0's watch server, after its challenge: who it is
+  kWatchEvent = 17,  ///< a wrapper -> the watch server: what its command did
+  kWatchOrder = 18,  ///< the watch server -> a wrapper: start the command, or end it
 };
 
 /// The largest payload a type may carry; 0 for a type this version does not know.

@@ -1,6 +1,10 @@
 #include "rendezvous/asio_io.h"
 
+#include <cerrno>
+
 #include <fmt/format.h>
+
+#include "base/text.h"
 
 namespace rankcheck {
 
@@ -40,6 +44,58 @@ void Outbox::written(std::error_code ec) {
     queue_.erase(queue_.begin(), queue_.begin() + head_);
     head_ = 0;
   }
+}
+
+
+Result<uint16_t> listen_on(asio::io_context& io, const std::vector<std::string>& addresses,
+                           uint16_t port, Listeners& out,
+                           const std::function<void(const std::string&)>& log) {
+  using asio::ip::tcp;
+  std::vector<Error> failed;
+  for (const std::string& a : addresses) {
+    std::error_code ec;
+    auto addr = asio::ip::make_address(a, ec);
+    if (ec) {
+      failed.push_back(Error{fmt::format("{} is not a numeric address", a), Fault::kListen});
+      continue;
+    }
+    tcp::endpoint ep(addr, port);
+    auto acc = std::make_unique<tcp::acceptor>(io);
+    acc->open(ep.protocol(), ec);
+    if (!ec) set_cloexec(acc->native_handle());
+    if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec && addr.is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      Fault fault = ec == asio::error::address_in_use             ? Fault::kInUse
+                    : ec.value() == EADDRNOTAVAIL                 ? Fault::kNotLocal
+                    : ec.value() == EACCES || ec.value() == EPERM ? Fault::kDenied
+                                                                  : Fault::kListen;
+      Error e{fmt::format("cannot listen on {}: {}", endpoint(a, port), ec.message()), fault};
+      if (fault == Fault::kInUse) return e;
+      failed.push_back(std::move(e));
+      continue;
+    }
+    port = acc->local_endpoint().port();
+    out.bound.push_back(a);
+    out.acceptors.push_back(std::move(acc));
+  }
+  if (out.acceptors.empty()) {
+    if (failed.empty()) return Error{"no address to listen on", Fault::kListen};
+    // An address this host does not own says the most; else the first failure.
+    auto lead = std::find_if(failed.begin(), failed.end(),
+                             [](const Error& e) { return e.fault == Fault::kNotLocal; });
+    if (lead == failed.end()) lead = failed.begin();
+    Error err = *lead;
+    for (auto it = failed.begin(); it != failed.end(); ++it) {
+      if (it != lead) err.message += "; " + it->message;
+    }
+    return err;
+  }
+  for (const Error& e : failed)
+    log(fmt::format("{}; listening on {} only", e.message, format_list(out.bound, 4)));
+  return port;
 }
 
 }  // namespace rankcheck

@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -83,6 +85,23 @@ asio::awaitable<std::optional<Frame>> read_frame(Sock& s, ReadError* why = nullp
   if (!payload) co_return std::nullopt;
   co_return Frame{*h, std::move(*payload)};
 }
+
+// ----- listening -------------------------------------------------------------
+
+/// Where a server's listening sockets and the addresses they hold go.
+struct Listeners {
+  std::vector<std::unique_ptr<asio::ip::tcp::acceptor>>& acceptors;
+  std::vector<std::string>& bound;
+};
+
+/// Listens on each numeric address at `port` (0: a free port, the same for all), and
+/// returns the port. A host name may resolve to addresses this host cannot bind, each
+/// for its own reason (localhost's ::1 where IPv6 is off): listening on one is enough,
+/// and the others are logged. A port in use on any of them fails, as it would fail
+/// the training job.
+Result<uint16_t> listen_on(asio::io_context& io, const std::vector<std::string>& addresses,
+                           uint16_t port, Listeners& out,
+                           const std::function<void(const std::string&)>& log);
 
 // ----- writing ---------------------------------------------------------------
 

@@ -338,51 +338,9 @@ Server::~Server() {
 // others are logged. A port in use on any of them fails, as it would fail the
 // training job.
 Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint16_t port) {
-  std::vector<Error> failed;
-  for (const std::string& a : addresses) {
-    std::error_code ec;
-    auto addr = asio::ip::make_address(a, ec);
-    if (ec) {
-      failed.push_back(Error{fmt::format("{} is not a numeric address", a), Fault::kListen});
-      continue;
-    }
-    tcp::endpoint ep(addr, port);
-    auto acc = std::make_unique<tcp::acceptor>(impl_->io);
-    acc->open(ep.protocol(), ec);
-    if (!ec) set_cloexec(acc->native_handle());
-    if (!ec) acc->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec && addr.is_v6()) acc->set_option(asio::ip::v6_only(true), ec);
-    if (!ec) acc->bind(ep, ec);
-    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      Fault fault = ec == asio::error::address_in_use             ? Fault::kInUse
-                    : ec.value() == EADDRNOTAVAIL                 ? Fault::kNotLocal
-                    : ec.value() == EACCES || ec.value() == EPERM ? Fault::kDenied
-                                                                  : Fault::kListen;
-      Error e{fmt::format("cannot listen on {}: {}", endpoint(a, port), ec.message()), fault};
-      if (fault == Fault::kInUse) return e;
-      failed.push_back(std::move(e));
-      continue;
-    }
-    port = acc->local_endpoint().port();
-    impl_->bound.push_back(a);
-    impl_->acceptors.push_back(std::move(acc));
-  }
-  if (impl_->acceptors.empty()) {
-    if (failed.empty()) return Error{"no address to listen on", Fault::kListen};
-    // An address this host does not own says the most; else the first failure.
-    auto lead = std::find_if(failed.begin(), failed.end(),
-                             [](const Error& e) { return e.fault == Fault::kNotLocal; });
-    if (lead == failed.end()) lead = failed.begin();
-    Error out = *lead;
-    for (auto it = failed.begin(); it != failed.end(); ++it) {
-      if (it != lead) out.message += "; " + it->message;
-    }
-    return out;
-  }
-  for (const Error& e : failed)
-    impl_->log(fmt::format("{}; listening on {} only", e.message, format_list(impl_->bound, 4)));
-  return port;
+  Listeners l{impl_->acceptors, impl_->bound};
+  return listen_on(impl_->io, addresses, port, l,
+                   [this](const std::string& line) { impl_->log(line); });
 }
 
 void Server::start() {

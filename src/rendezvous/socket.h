@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "base/deadline.h"
 #include "base/result.h"
@@ -46,6 +47,10 @@ class Socket {
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline);
   /// The next whole frame; Error::fault says why (a frame fault or a socket fault).
   Result<Frame> read_frame(Deadline deadline, uint16_t* peer_version = nullptr);
+
+  /// The bytes read past the last whole frame, handed over with the reading: a caller
+  /// that reads the descriptor itself from now on goes on from them.
+  FrameBuffer take_buffered() { return std::exchange(rx_, FrameBuffer{}); }
 
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }

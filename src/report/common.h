@@ -51,6 +51,9 @@ using EnvRowFn = std::function<void(std::string_view, const std::string&, const 
 void nccl_net_env_rows(const Record& self, const EnvRowFn& row);
 /// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
+/// Appends `text` with `indent` after each of its line breaks: a JSON text nested
+/// one level deeper. Line breaks only occur between tokens (strings escape theirs).
+void append_indented(std::string& out, std::string_view text, std::string_view indent);
 /// The document as text, indented, with a final newline unless asked not to.
 std::string dump(const nlohmann::json& j, bool final_newline = true);
 

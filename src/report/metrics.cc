@@ -128,7 +128,41 @@ Common common_of(const std::vector<Finding>& list) {
   return c;
 }
 
+// The job under watch: its fingerprint (the leading finding, 1 while it holds, for an
+// alert), where its ranks are, whether it runs.
+void job_metrics(Metrics& m, const JobReport& j, std::string_view job_id) {
+  std::string job = fmt::format("job_id=\"{}\"", label_value(job_id));
+  m.family("rankcheck_job_running", "gauge",
+           "Whether the job under watch (rankcheck run -- CMD) still runs: 1 while it does.");
+  m.sample("rankcheck_job_running", j.running ? 1 : 0, job);
+  m.family("rankcheck_job_fingerprint", "gauge",
+           "The job under watch's failures as rankcheck names them, by finding id: 1 for the "
+           "leading one (init-blocked, job-rank-failed, job-stalled), 0 for the others.");
+  std::string lead = j.fingerprint();
+  for (std::string_view id : {"init-blocked", "job-rank-failed", "job-stalled"}) {
+    m.sample("rankcheck_job_fingerprint", lead == id ? 1 : 0,
+             fmt::format("{},id=\"{}\"", job, id));
+  }
+  m.family("rankcheck_job_ranks", "gauge",
+           "Ranks of the job under watch in each phase: waiting (not started), started, in_init, "
+           "init_done, exited.");
+  static constexpr const char* kPhase[] = {"waiting", "started", "in_init", "init_done", "exited"};
+  for (size_t p = 0; p < std::size(kPhase); ++p) {
+    long ranks = 0;
+    for (const MemberWatch& mw : j.members) {
+      if (static_cast<size_t>(mw.phase) == p) ranks += mw.nranks;
+    }
+    m.sample("rankcheck_job_ranks", double(ranks), fmt::format("{},phase=\"{}\"", job, kPhase[p]));
+  }
+}
+
 }  // namespace
+
+std::string render_job_metrics(const JobReport& job, std::string_view job_id) {
+  Metrics m;
+  job_metrics(m, job, job_id);
+  return m.take();
+}
 
 std::string render_metrics(const Report& r, double now_unix_s) {
   Metrics m;

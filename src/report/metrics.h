@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "report/job.h"
 #include "report/report.h"
 
 namespace rankcheck {
@@ -16,5 +17,9 @@ std::string render_metrics(const Report& report, double now_unix_s);
 /// A member's view: the job's verdict and exit code it was sent (or its own
 /// failure), its findings when its own failure leads, and its run's length.
 std::string render_member_metrics(const MemberReport& report, double now_unix_s);
+
+/// The job under watch's families (rankcheck_job_*), to follow the check's metrics in
+/// the same file while the job runs: its fingerprint for an alert, its ranks by phase.
+std::string render_job_metrics(const JobReport& job, std::string_view job_id);
 
 }  // namespace rankcheck

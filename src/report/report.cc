@@ -263,8 +263,8 @@ namespace {
 
 constexpr const char* kMembersPlaceholder = "(members)";
 
-// Appends `text` with `indent` after each of its line breaks: a JSON text nested
-// one level deeper. Line breaks only occur between tokens (strings escape theirs).
+}  // namespace
+
 void append_indented(std::string& out, std::string_view text, std::string_view indent) {
   size_t from = 0;
   for (size_t nl = text.find('\n'); nl != std::string_view::npos; nl = text.find('\n', from)) {
@@ -274,8 +274,6 @@ void append_indented(std::string& out, std::string_view text, std::string_view i
   }
   out.append(text.substr(from));
 }
-
-}  // namespace
 
 std::string render_finding(const Finding& f, const FindingLayout& l, RenderStyle style) {
   Paint paint{style.color};

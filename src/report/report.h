@@ -61,7 +61,6 @@ struct Report {
   size_t nccl_roots = 0;
   size_t relays = 0;
   size_t relayed_members = 0;
-
   int exit_code() const { return exit_code_for(findings); }
 };
 

@@ -11,6 +11,7 @@
 #include "model/finding.h"
 #include "model/job.h"
 #include "model/record.h"
+#include "model/watch.h"
 
 namespace rankcheck {
 
@@ -29,6 +30,10 @@ struct StageView {
 /// The GPU stage rules: NCCL init, the all-reduce, the bandwidth floor (with what NCCL
 /// itself said), and the networks NCCL chose on each host.
 std::vector<Finding> stage_checks(const StageView& view);
+
+/// The job under watch (`run -- CMD`): the first rank that failed, the ranks that
+/// never reached init, the ranks that went quiet; over what the master holds now.
+std::vector<Finding> job_checks(const JobWatch& job);
 
 /// Whether the GPU stage can run at all: some member has a usable GPU and none
 /// was started with --no-gpu. Otherwise the reason.
