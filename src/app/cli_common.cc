@@ -178,10 +178,11 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
 }
 
 void add_watch_flags(CLI::App& app, WatchOptions& w) {
-  app.add_option("command", w.command,
-                 "After a pass, run this command (after --) under watch: its output passed "
-                 "through, its signals forwarded, its exit code returned")
-      ->expected(-1);
+  shown(app.add_option("command", w.command,
+                       "After a pass, run this command (after --) under watch: its output "
+                       "passed through, its signals forwarded, its exit code returned")
+            ->expected(-1),
+        "-- CMD [ARGS...]");
   app.add_flag("--fail-fast", w.fail_fast,
                "With a command: end the job on every rank at its first failure (SIGTERM, then "
                "SIGKILL after --kill-grace) and exit with the failure's code");

@@ -48,7 +48,7 @@ struct WatchEvent {
   uint64_t at_ms = 0;  ///< since the wrapper started its command (its own clock)
   uint32_t pid = 0;
   JobPhase phase = JobPhase::kStarted;
-  std::string marker;  ///< "nccl-init-start", "store-connect", ...
+  std::string marker;  ///< "rendezvous" (a socket on MASTER_PORT), or diagnose/live.cc's
   LineRole role = LineRole::kInitiating;
   std::string finding;  ///< the catalogue's finding id for a line ("" when none)
   int32_t exit_code = -1;

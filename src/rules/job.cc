@@ -102,6 +102,8 @@ std::optional<Failure> failure_of(const MemberWatch& m) {
   if (m.initiating.seen()) {
     at = std::min(at, m.initiating.at_ms);
     what += " after printing " + said(m.initiating);
+  } else if (m.downstream.seen()) {
+    what += " after printing " + said(m.downstream);
   } else if (!m.last.text.empty()) {
     what += "; it printed last " + said(m.last);
   }

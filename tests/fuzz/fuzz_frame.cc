@@ -38,6 +38,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case MsgType::kStageResult:
           (void)decode_stage_report(p);
           break;
+        case MsgType::kWatchHello:
+          (void)decode_watch_hello(p);
+          break;
+        case MsgType::kWatchEvent:
+          (void)decode_watch_event(p);
+          break;
+        case MsgType::kWatchOrder:
+          (void)decode_watch_order(p);
+          break;
       }
     }
     if (!buf.next()) break;  // the stream is broken: a real reader closes it here

@@ -124,12 +124,17 @@ int main(int argc, char** argv) {
   v.notes.push_back(
       Finding{FindingId::kMissingRank, Severity::kError, 4, "m", "h", {9}, {"gpu-02"}});
   v.nccl_id = std::array<uint8_t, kNcclIdSize>{};
+  v.watch_port = 41000;
   RankResult rr;
   rr.rank = 1;
   rr.init_ok = true;
   rr.nccl_warn = "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1";
   rr.nccl_finding = "nccl-network-error";
   rr.nccl_net = "IB";
+  WatchEvent watch_line;
+  watch_line.kind = WatchEventKind::kLine;
+  watch_line.text = "ValueError: boom";
+  watch_line.finding = "process-died";
   RankResult same = rr;  // the same process's words: said once
   same.rank = 2;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> frames = {
@@ -138,6 +143,9 @@ int main(int argc, char** argv) {
       {"reject", encode(Reject{RejectCode::kForeignJob, "job 'x'"})},
       {"verdict", encode(v)},
       {"stage", encode(StageReport{{rr, same}})},
+      {"watch-hello", encode(WatchHello{8, 4, "gpu-02", {}, {}})},
+      {"watch-event", encode(WatchEventFrame{1, watch_line, {}})},
+      {"watch-order", encode(WatchOrder{2, WatchOrderKind::kEnd, 8, "job-rank-failed", "m", {}})},
   };
   for (auto& [name, bytes] : frames) {
     write(out / "frame" / name, prefixed(3, bytes));  // first byte: the piece size

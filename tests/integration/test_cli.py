@@ -478,7 +478,10 @@ class FindingDocs(unittest.TestCase):
                # a network plugin's short name in an example (model/nccl_net.h)
                "aws-ofi",
                # a finding's class (model/finding.h), named in docs/findings.md's classes
-               "host-config"}
+               "host-config",
+               # the job under watch's phase markers (diagnose/live.cc) and its state
+               "nccl-bootstrap", "nccl-init-start", "nccl-init-complete", "store-barrier",
+               "store-barrier-done", "torchrun-rendezvous", "ended-by-rankcheck"}
 
     def read(self, path):
         with open(os.path.join(self.ROOT, path)) as f:

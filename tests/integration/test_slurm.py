@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -405,18 +406,24 @@ class Slurm(unittest.TestCase):
                              f"srun took {step.elapsed:.1f} s\n{out}\n{err}")
         return step
 
-    def per_rank(self, *run_args, name="rank$SLURM_PROCID"):
-        """`rankcheck run RUN_ARGS` as a task, with its host name and a JSON report of its own."""
+    def per_rank(self, *run_args, name="rank$SLURM_PROCID", command=()):
+        """`rankcheck run RUN_ARGS [-- COMMAND]` as a task, with its host name and a JSON
+        report of its own."""
         script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
                   f'--json "{self.dir}/{name}.json"')
+        if command:
+            script += " -- " + shlex.join(command)
         return ["/bin/sh", "-c", script, RANKCHECK, "run", *run_args]
 
     def sbatch(self, script_args, timeout, sbatch_args=(), **env):
         """Submits the example script; waits (deadline) for the job to end."""
         shim = os.path.join(self.dir, "rankcheck-shim.sh")
         with open(shim, "w") as f:  # RANKCHECK for the script: adds host name and JSON path
-            f.write(f'#!/bin/sh\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME" '
-                    f'--json "{self.dir}/rank$SLURM_PROCID.json"\n')
+            # (before a "--" and the training command, when the script gives one)
+            f.write('#!/bin/bash\nhead=() n=0\n'
+                    'for a in "$@"; do [[ $a == -- ]] && break; head+=("$a"); n=$((n + 1)); done\n'
+                    f'exec "{RANKCHECK}" "${{head[@]}}" --host-name "$SLURMD_NODENAME" '
+                    f'--json "{self.dir}/rank$SLURM_PROCID.json" "${{@:n+1}}"\n')
         os.chmod(shim, 0o755)
         env = self.cluster.env(**{"RANKCHECK": shim, **self.master_env, **env})
         start = time.monotonic()
@@ -492,6 +499,22 @@ class Slurm(unittest.TestCase):
         self.assertIn(f"train: rank 0 of 8 on {hosts[0]}, master {addr}:{port} "
                       f"(listening on the master port)", train)
 
+    def test_sbatch_script_watches_the_training_step_when_asked(self):
+        # RANKCHECK_WATCH=1: one step, the check then the training under watch; the
+        # training takes over the master port once the check let it go.
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=10, RANKCHECK_TIMEOUT=10,
+                          RANKCHECK_ARGS="--no-gpu -q", RANKCHECK_WATCH=1)
+        self.assertEqual((job.state, job.rc), ("COMPLETED", 0), job.out)
+        self.assertIn("PASS — 8 ranks of 8 joined", job.out)
+        train = [line for line in job.out.splitlines() if line.startswith("train: ")]
+        self.assertEqual(len(train), 8, job.out)
+        self.assertTrue(any("(listening on the master port)" in t for t in train), job.out)
+        self.assertIn("job under watch: ended", job.out)
+        watched = job.report("rank0")["job"]
+        self.assertEqual((watched["fingerprint"], watched["ranks"]["exited"]), ("", 8))
+        # One step: every task of the training was a task of the check (its job id's step 0).
+        self.assertEqual({m["job_id"] for m in job.report("rank0")["members"]}, {f"{job.job}.0"})
+
     def test_sbatch_script_stops_the_job_with_the_checks_exit_code(self):
         # A stale WORLD_SIZE in the submitting shell reaches every task.
         job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
@@ -552,6 +575,29 @@ class Slurm(unittest.TestCase):
             member = step.report(f"rank{r}")
             self.assertEqual((member["role"], member["verdict"], member["exit_code"]),
                              ("member", "pass", 0))
+
+    # -- the job under watch: srun rankcheck run --fail-fast -- python train.py --
+
+    def test_srun_fail_fast_ends_the_step_in_seconds_with_the_failures_code(self):
+        # Task 5 raises before init_process_group; the others would wait in it for 300 s.
+        # The step ends in seconds and every task exits 8 (the job itself failed).
+        job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "gloo_job.py")
+        run = self.per_rank("--no-gpu", "--timeout", "30", "--fail-fast", "--kill-grace", "5",
+                            command=["/usr/bin/python3", job])
+        step = self.srun(["-n", "8", "--kill-on-bad-exit=0"], run, 90, MASTER_PORT=free_port(),
+                         JOB_MODE="raise", JOB_BAD="5", JOB_PG_TIMEOUT="300")
+        self.assertEqual(step.rc, 8, step.out + step.err)
+        self.assertLess(step.elapsed, 60, "the step ends long before the job's own timeout")
+        master = step.report("rank0")
+        job_section = master["job"]
+        f = job_section["findings"][0]
+        self.assertEqual((f["id"], f["ranks"], f["severity"]), ("job-rank-failed", [5], "error"))
+        self.assertIn("rank 5 cannot open its data shard", f["message"])
+        by_rank = {m["rank"]: m for m in job_section["members"]}
+        self.assertFalse(by_rank[5]["ended_by_rankcheck"])
+        self.assertTrue(all(by_rank[r]["ended_by_rankcheck"] for r in range(8) if r != 5))
+        # srun names every task's exit: 8, as docs/ and the README say.
+        self.assertRegex(step.err, r"task[s]? [0-9,-]+: Exited with exit code 8")
 
     # -- (c) a user-set WORLD_SIZE that disagrees with Slurm's ---------------
 

@@ -178,9 +178,11 @@ TEST_CASE("protocol: challenge, admit, reject, verdict round-trip") {
   std::array<uint8_t, kNcclIdSize> id{};
   id[127] = 1;
   v.nccl_id = id;
+  v.watch_port = 41234;
   auto vb = decode_verdict(payload_of(encode(v)));
   REQUIRE(vb.ok());
   CHECK(vb->exit_code == 4);
+  CHECK(vb->watch_port == 41234);
   CHECK(vb->headline == v.headline);
   CHECK(vb->headline_id == "missing-rank");
   REQUIRE(vb->notes.size() == 1);
