@@ -51,6 +51,10 @@ say "== through host relays (8 ranks a host, each hello and verdict with the job
 part /usr/bin/python3 scripts/bench_rendezvous.py "${json[@]}" --relay "15999 99999"
 
 say
+say "== the wrapper of run -- CMD: a job printing 1 GiB of log lines, on its own and wrapped (3 runs each)"
+part /usr/bin/python3 scripts/bench_watch.py "${json[@]}"
+
+say
 say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
