@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -98,6 +99,14 @@ class JobFiles {
         say_once(ok.error().message);
       }
     }
+    // The hosts to leave out of the next try, as the check writes them: once the job
+    // has an error (a retry script reads them after the job).
+    if (!h_.exclude_path.empty() && !job.fingerprint().empty()) {
+      std::string line = suspect_hosts(job.findings) + "\n";
+      if (auto ok = write_report_file(h_.exclude_path, line, "the suspect hosts"); !ok) {
+        say_once(ok.error().message);
+      }
+    }
   }
 
   // The last report: the files, and the job's section where the check's report went.
@@ -140,6 +149,14 @@ std::unique_ptr<WatchServer> serve_watch(const Handoff& h, const RunOptions& o,
   cfg.handshake = seconds(o.handshake_timeout_s);
   cfg.on_report = [&files](const JobReport& r) { files.write(r); };
   cfg.log = [](const std::string& line) { Log::error(line); };
+  // One descriptor a link: as the check's master does, the soft limit goes up to what
+  // the job needs where the hard one allows (the command gets the limit it had).
+  rlimit rl{};
+  auto need = static_cast<rlim_t>(h.members.size() + 256);
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+    rl.rlim_cur = std::min(need, rl.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   auto server = std::make_unique<WatchServer>(std::move(cfg));
   if (auto ok = server->adopt(h.listeners); !ok) {
     log.error("warning: the job is not watched: " + ok.error().message);
@@ -227,9 +244,13 @@ int run_watched(const RunOptions& o, const EnvMap& env, const HostView* host) {
   Handoff& h = **got;
 
   JobFiles files(h, o);
+  rlimit nofile{};
+  bool have_nofile = ::getrlimit(RLIMIT_NOFILE, &nofile) == 0;
   std::unique_ptr<WatchServer> server;
   if (h.master && h.watch_port != 0) server = serve_watch(h, o, *token, files, log);
   WatchLink link = open_link(h, *token, log);
+  // A signal before the command started: it never starts.
+  if (interrupted()) return exit_code::kSignalBase + interrupted();
 
   WrapOptions w;
   w.command = o.watch.command;
@@ -239,11 +260,12 @@ int run_watched(const RunOptions& o, const EnvMap& env, const HostView* host) {
   w.kill_grace = seconds(o.watch.kill_grace_s);
   w.order_wait = o.watch.fail_fast && link.up() ? kOrderWait : Millis(0);
   w.stdout_fd = o.watch.command_stdout;
+  if (have_nofile) w.nofile = nofile;
   w.log = [](const std::string& line) { Log::error(line); };
   WrapOutcome out = wrap_command(w, link.up() ? &link : nullptr);
   if (server) {
     JobReport job = server->finish(Deadline::after(seconds(o.watch.linger_s)),
-                                   seconds(o.watch.linger_s));
+                                   seconds(o.watch.linger_s), wrapper_told_to_stop);
     files.final(job);
   }
   if (out.ended_by_order) {
@@ -309,6 +331,7 @@ void hand_off_master(Session& s, const Report& report, int code) {
   }
   h.json_path = s.out.json_path;
   h.metrics_path = s.out.metrics_path;
+  h.exclude_path = s.out.exclude_path;
   if (!h.json_path.empty()) h.check_json = render_json(report);
   if (!h.metrics_path.empty()) {
     double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

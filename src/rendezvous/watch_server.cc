@@ -281,12 +281,13 @@ void WatchServer::start_job() {
   });
 }
 
-JobReport WatchServer::finish(Deadline by, Millis linger) {
+JobReport WatchServer::finish(Deadline by, Millis linger, const std::function<bool()>& stop) {
   Impl& s = *impl_;
   auto done = s.done.get_future();
   // Every member's end, or `linger` once every member that ever connected is done.
   std::optional<Deadline> linger_by;
   while (done.wait_for(Millis(100)) != std::future_status::ready && !by.expired()) {
+    if (stop && stop()) break;
     auto p = std::make_shared<std::promise<bool>>();
     auto all = p->get_future();
     asio::post(s.io, [&s, p] { p->set_value(s.state->all_connected_done()); });

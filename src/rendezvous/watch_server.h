@@ -55,7 +55,8 @@ class WatchServer {
   /// Waits until every member's command has ended or its link is lost, or `linger`
   /// after every member that ever connected is done (a member whose wrapper never came
   /// is not waited for longer), or `by`; stops serving and returns the last report.
-  JobReport finish(Deadline by, Millis linger);
+  /// `stop`, asked every tenth of a second, ends the wait at once when it says so.
+  JobReport finish(Deadline by, Millis linger, const std::function<bool()>& stop = {});
 
  private:
   struct Impl;

@@ -16,8 +16,10 @@ namespace {
 
 // In the child, between fork and exec: only async-signal-safe calls.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
-                             int report_w, const sigset_t& mask, bool take_terminal) {
+                             int report_w, const sigset_t& mask, bool take_terminal,
+                             const rlimit* nofile) {
   ::setpgid(0, 0);
+  if (nofile != nullptr) ::setrlimit(RLIMIT_NOFILE, nofile);
   // With a terminal, the command is its foreground, as it would be without the
   // wrapper: Ctrl-C reaches it (and not the wrapper twice), and it may read stdin.
   if (take_terminal) {
@@ -82,7 +84,7 @@ void Child::signal_group(int sig) const {
 }
 
 Result<Child> Child::spawn(const std::vector<std::string>& argv, const EnvMap& env,
-                           bool take_terminal) {
+                           bool take_terminal, const rlimit* nofile) {
   if (argv.empty()) return Error{"no command to run"};
   take_terminal = take_terminal && ::isatty(0) == 1 && ::tcgetpgrp(0) == ::getpgrp();
   // Made before the fork: the child may only call what is async-signal-safe.
@@ -115,7 +117,8 @@ Result<Child> Child::spawn(const std::vector<std::string>& argv, const EnvMap& e
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, &before);
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(args.data(), envp.data(), out[1], err[1], report[1], before, take_terminal);
+  if (pid == 0) exec_child(args.data(), envp.data(), out[1], err[1], report[1], before, take_terminal,
+                           nofile);
   int fork_err = errno;
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::close(out[1]);

@@ -39,6 +39,7 @@ std::vector<uint8_t> encode_handoff(const Handoff& h) {
   }
   w.str(h.json_path);
   w.str(h.metrics_path);
+  w.str(h.exclude_path);
   w.str(h.check_json);
   w.str(h.check_metrics);
   return w.take();
@@ -66,6 +67,7 @@ Result<Handoff> decode_handoff(std::span<const uint8_t> p) {
   }
   h.json_path = r.str(kText, "json path");
   h.metrics_path = r.str(kText, "metrics path");
+  h.exclude_path = r.str(kText, "exclude path");
   h.check_json = r.str(kMaxHandoff, "report");
   h.check_metrics = r.str(kMaxHandoff, "metrics");
   r.expect_end();

@@ -28,6 +28,7 @@ struct Handoff {
   // Rank 0's only:
   std::vector<MemberWatch> members;  ///< the check's members: rank, nranks, host
   std::string json_path, metrics_path;  ///< as --json and --metrics name them ({rank} filled in)
+  std::string exclude_path;             ///< as --exclude-file names it
   std::string check_json;               ///< the check's JSON report, as written ("" without --json)
   std::string check_metrics;            ///< the check's metrics, as written ("" without --metrics)
   std::vector<int> listeners;           ///< the watch server's listening sockets

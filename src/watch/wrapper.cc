@@ -328,12 +328,25 @@ class Loop {
 
 }  // namespace
 
+bool wrapper_told_to_stop() {
+  bool stop = false;
+  unsigned char buf[64];
+  ssize_t n;
+  while (g_signal_pipe[0] >= 0 && (n = ::read(g_signal_pipe[0], buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) {
+      int sig = buf[i];
+      stop = stop || sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+    }
+  }
+  return stop;
+}
+
 WrapOutcome wrap_command(const WrapOptions& o, WatchLink* link) {
   WrapOutcome out;
   if (!install_handlers()) {
     o.log(fmt::format("cannot watch signals: pipe: {}", std::strerror(errno)));
   }
-  auto child = Child::spawn(o.command, o.env, o.take_terminal);
+  auto child = Child::spawn(o.command, o.env, o.take_terminal, o.nofile ? &*o.nofile : nullptr);
   if (!child) {
     o.log(child.error().message);
     out.exit_code = child.error().fault == Fault::kDenied ? 126 : 127;

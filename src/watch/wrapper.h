@@ -7,8 +7,11 @@
 // exit code: the link can fail, the job goes on.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "base/deadline.h"
 #include "base/env.h"
@@ -29,6 +32,9 @@ struct WrapOptions {
   Millis order_wait{0};
   int stdout_fd = 1;  ///< where the command's stdout and stderr go
   int stderr_fd = 2;
+  /// The open-file limit the command gets: the one this process started with, before
+  /// rank 0's watch server raised its own (the job's limits are the job's).
+  std::optional<rlimit> nofile;
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -43,5 +49,9 @@ struct WrapOutcome {
 
 /// Runs the command to its end. `link`: the watch server's (null, or down: unwatched).
 WrapOutcome wrap_command(const WrapOptions& o, WatchLink* link);
+
+/// After the command ended: whether SIGTERM, SIGINT, SIGHUP or SIGQUIT came since (the
+/// wrapper's handlers stay: rank 0 then stops waiting for the others' ends).
+bool wrapper_told_to_stop();
 
 }  // namespace rankcheck

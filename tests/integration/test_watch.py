@@ -179,7 +179,9 @@ class Watched(RankcheckTest):
         # there before the job ends), and so is the metrics file.
         world = 3
         metrics = os.path.join(self.tmp.name, "m.prom")
-        procs = [self.watched(r, world, REPLAY, extra=["--init-timeout", "2", "--metrics", metrics],
+        exclude = os.path.join(self.tmp.name, "exclude")
+        procs = [self.watched(r, world, REPLAY, extra=["--init-timeout", "2", "--metrics", metrics,
+                                                       "--exclude-file", exclude],
                               REPLAY_DIR=os.path.join(JOBS, "nccl_init_blocked"),
                               REPLAY_SLEEP=600)
                  for r in range(world)]
@@ -205,10 +207,15 @@ class Watched(RankcheckTest):
         self.assertIn('rankcheck_job_fingerprint{job_id="', text)
         self.assertRegex(text, r'rankcheck_job_fingerprint\{[^}]*id="init-blocked"\} 1')
         self.assertRegex(text, r'rankcheck_job_ranks\{[^}]*phase="in_init"\} 2')
+        self.assertRegex(text, r'rankcheck_job_info\{[^}]*first_finding="init-blocked",'
+                               r'first_finding_class="process",suspect_hosts="[^"]+"\} 1')
         if shutil.which("promtool"):  # Prometheus's own reader takes it as it is
             r = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                capture_output=True, timeout=30)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # The hosts to leave out of a retry, as the check would write them.
+        with open(exclude) as e:
+            self.assertEqual(e.read(), ",".join(f["hosts"]) + "\n")
         for p in procs:
             p.popen.send_signal(signal.SIGTERM)
         self.wait(procs)
