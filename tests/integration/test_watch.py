@@ -235,6 +235,19 @@ class Watched(RankcheckTest):
         self.assertEqual(job["findings"][0]["ranks"], [2])
         self.assertIn("rank 2: loading data", job["findings"][0]["message"])
 
+    def test_a_rank_that_goes_quiet_while_the_others_go_on_is_job_stalled(self):
+        # Ranks 0-1 print a step every 0.1 s; rank 2 printed once and went quiet.
+        chatty = "i=0; while true; do i=$((i+1)); echo step $i; sleep 0.1; done"
+        quiet = "echo 'rank 2: waiting on the filesystem'; exec sleep 600"
+        procs = [self.watched(r, 3, ["sh", "-c", quiet if r == 2 else chatty],
+                              extra=["--stall-after", "3", "--fail-fast", "--kill-grace", "2"])
+                 for r in range(3)]
+        self.wait(procs)
+        self.assertExit(procs, 8)
+        f = self.job_report(procs[0])["findings"][0]
+        self.assertEqual((f["id"], f["ranks"]), ("job-stalled", [2]))
+        self.assertIn("rank 2: waiting on the filesystem", f["message"])
+
     def test_an_nccl_warning_names_the_rank_that_failed_first(self):
         # nccl#1176's bootstrap failure on rank 1; rank 0 then loses its peer and exits too.
         world = 2
