@@ -5,7 +5,10 @@
 #
 #   srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh [rankcheck run options]
 #   srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh env [rankcheck env options]
+#   srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh [options] -- torchrun ...
 #
+# The third form is the job under watch (README): once the check passed, each node's
+# rankcheck runs its torchrun and rank 0's names the first node that failed.
 # The second form prints each node's identity as node mode sees it (no network).
 #
 # e.g.  srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh --timeout 120
@@ -54,10 +57,12 @@ one_per_node='srun --ntasks=$SLURM_NNODES --ntasks-per-node=1'
   die "this step runs '$SLURM_STEP_TASKS_PER_NODE' tasks per node; node mode needs exactly" \
       "one: $one_per_node $0"
 
-# Whether the user's options give `$1` themselves (--opt VALUE or --opt=VALUE).
+# Whether the user's options give `$1` themselves (--opt VALUE or --opt=VALUE); a
+# command after "--" (the job under watch, `-- torchrun ...`) has options of its own.
 given() {
   local a
   for a in "${@:2}"; do
+    [[ $a == -- ]] && return 1
     [[ $a == "$1" || $a == "$1="* ]] && return 0
   done
   return 1

@@ -701,6 +701,35 @@ class Slurm(unittest.TestCase):
                          ("member", "pass", 0))
         self.assertIn("this is ranks 4-7 on", step.out)
 
+    def test_node_wrapper_watches_one_torchrun_per_node(self):
+        # Node mode: one task per node whose command is torchrun for the node's ranks.
+        # Each node's rankcheck checks the node, then runs its torchrun under watch; rank
+        # 0's report has the two nodes' torchruns, each standing for its two ranks.
+        job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "gloo_job.py")
+        torchrun = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
+        if torchrun is None:
+            self.skipTest("torchrun not installed (Debian's python3-torch)")
+        port = free_port()
+        train = ('exec /usr/bin/python3 "$0" --redirects 1 --tee 1 --nnodes 2 '
+                 '--nproc_per_node 2 --node_rank "$SLURM_NODEID" --master_addr 127.0.0.1 '
+                 f'--master_port {port} --max_restarts 0 "$1"')
+        script = (f'exec "$0" "$@" --host-name "$SLURMD_NODENAME" '
+                  f'--json "{self.dir}/node$SLURM_NODEID.json" -- '
+                  f'sh -c {shlex.quote(train)} {torchrun} {job}')
+        step = self.srun(["-N", "2", "--ntasks-per-node=1"],
+                         ["/bin/sh", "-c", script, NODE_WRAPPER, "--no-gpu", "-q",
+                          "--timeout", "30"],
+                         90, RANKCHECK=RANKCHECK, GPUS_PER_NODE="2", MASTER_PORT=port,
+                         MASTER_ADDR="127.0.0.1", JOB_HOLD="2")
+        self.assertEqual(step.rc, 0, step.out + step.err)
+        for r in range(4):
+            self.assertIn(f"rank {r}: all_reduce 10", step.out)
+        watched = step.report("node0")["job"]
+        self.assertEqual((watched["state"], watched["fingerprint"]), ("ended", ""))
+        self.assertEqual([(m["rank"], m["nranks"]) for m in watched["members"]], [(0, 2), (2, 2)])
+        # Each node began its init when its torchrun met the rendezvous on MASTER_PORT.
+        self.assertTrue(all(m["init_ms"] is not None for m in watched["members"]), watched)
+
     def test_node_wrapper_refuses_more_than_one_task_per_node(self):
         step = self.srun(["-N", "2", "--ntasks-per-node=2"], [NODE_WRAPPER, "--no-gpu"], 5,
                          RANKCHECK=RANKCHECK, GPUS_PER_NODE="4", MASTER_PORT=free_port())
