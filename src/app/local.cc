@@ -330,7 +330,7 @@ Result<uint16_t> free_loopback_port() {
 [[noreturn]] void watched_child(int k, const RunOptions& mo, const EnvMap& e, const HostView& host) {
   RunOptions mine = mo;
   if (k > 0) {
-    mine.watch.command_stdout = ::dup(1);
+    mine.watch.command_stdout = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
     int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) {
       ::dup2(null, 1);

@@ -187,9 +187,12 @@ class Watched(RankcheckTest):
                  for r in range(world)]
 
         def blocked():
+            # Raised, with what rank 2 printed last (it comes with rank 2's heartbeat).
             rep = read_json(procs[0].json_path)
             job = (rep or {}).get("job") or {}
-            return job if job.get("fingerprint") == "init-blocked" else None
+            found = job.get("fingerprint") == "init-blocked" and \
+                "Downloading shards" in job["findings"][0]["message"]
+            return job if found else None
 
         job = wait_for("init-blocked in rank 0's report", blocked)
         self.assertEqual(job["state"], "running")
