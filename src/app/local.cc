@@ -13,20 +13,20 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "app/master_run.h"
 #include "app/run.h"
 #include "app/session.h"
+#include "base/interrupt.h"
 #include "host/interfaces.h"
 #include "identity/identity.h"
-#include "base/interrupt.h"
 #include "protocol/auth.h"
 
 namespace rankcheck {
@@ -327,7 +327,8 @@ Result<uint16_t> free_loopback_port() {
 // One member of `local -n N -- CMD`: `run -- CMD` with its rank's environment. A
 // member other than rank 0 keeps quiet (its words to /dev/null) but its command's
 // output is the job's.
-[[noreturn]] void watched_child(int k, const RunOptions& mo, const EnvMap& e, const HostView& host) {
+[[noreturn]] void watched_child(int k, const RunOptions& mo, const EnvMap& e,
+                                const HostView& host) {
   RunOptions mine = mo;
   if (k > 0) {
     mine.watch.command_stdout = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
@@ -348,8 +349,8 @@ Result<uint16_t> free_loopback_port() {
 // `local -n N -- CMD`: every member, rank 0 too, is a child running `run -- CMD` on
 // loopback, each its own check and wrapper, as on a cluster. This process starts them,
 // passes signals on, reaps them when their commands end, and exits with rank 0's code.
-int run_local_watched(const LocalOptions& lo, const LocalJob& job,
-                      const LocalToken& t, const HostView& host) {
+int run_local_watched(const LocalOptions& lo, const LocalJob& job, const LocalToken& t,
+                      const HostView& host) {
   const RunOptions& o = lo.run;
   std::string port = o.flags.master_port.value_or("");
   if (port.empty()) {

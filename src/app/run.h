@@ -54,7 +54,7 @@ struct RunOptions {
   std::optional<int> token_fd;  ///< --token-fd: the job token from an inherited pipe
   bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
-  WatchOptions watch;           ///< `run -- CMD`: the job under watch
+  WatchOptions watch;  ///< `run -- CMD`: the job under watch
 };
 
 struct LocalOptions {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 
@@ -22,9 +22,9 @@
 #include "app/output.h"
 #include "base/interrupt.h"
 #include "base/text.h"
-#include "report/metrics.h"
 #include "rendezvous/watch_link.h"
 #include "rendezvous/watch_server.h"
+#include "report/metrics.h"
 #include "watch/child.h"
 #include "watch/handoff.h"
 #include "watch/wrapper.h"
@@ -334,7 +334,8 @@ void hand_off_master(Session& s, const Report& report, int code) {
   h.exclude_path = s.out.exclude_path;
   if (!h.json_path.empty()) h.check_json = render_json(report);
   if (!h.metrics_path.empty()) {
-    double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     h.check_metrics = render_metrics(report, now);
   }
   send(s, h);

@@ -10,8 +10,8 @@
 // sees, never with the size of the logs.
 
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>

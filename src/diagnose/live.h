@@ -32,7 +32,7 @@ const PhaseMarker* marker_of(std::string_view line);
 /// What the live reader tells its caller.
 struct LiveNote {
   enum class Kind { kMarker, kLine } kind = Kind::kMarker;
-  const PhaseMarker* marker = nullptr;  ///< kMarker
+  const PhaseMarker* marker = nullptr;    ///< kMarker
   LineRole role = LineRole::kInitiating;  ///< kLine
   FindingId finding = FindingId::kUnexplainedError;
   std::string text;  ///< the line, printable, cut to kWatchTextMax
@@ -64,7 +64,7 @@ class LiveReader {
   std::unique_ptr<Scanner> scanner_;
   std::string partial_;
   bool partial_cut_ = false;  // partial_ reached kMaxLine: the rest of the line is dropped
-  std::string last_;  // raw, cut to kWatchTextMax: made printable when asked for
+  std::string last_;          // raw, cut to kWatchTextMax: made printable when asked for
   uint64_t lines_ = 0;
   JobPhase phase_ = JobPhase::kStarted;  // the latest phase a marker said
   bool said_initiating_ = false, said_downstream_ = false;

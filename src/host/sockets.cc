@@ -25,7 +25,8 @@ std::string address_of(std::string_view hex, bool v6) {
   if (hex.size() != words * 8) return {};
   uint8_t bytes[16] = {};
   for (size_t w = 0; w < words; ++w) {
-    uint32_t v = static_cast<uint32_t>(std::strtoul(std::string(hex.substr(w * 8, 8)).c_str(), nullptr, 16));
+    uint32_t v =
+        static_cast<uint32_t>(std::strtoul(std::string(hex.substr(w * 8, 8)).c_str(), nullptr, 16));
     std::memcpy(bytes + w * 4, &v, 4);
   }
   char out[INET6_ADDRSTRLEN] = {};
@@ -68,7 +69,8 @@ std::set<pid_t> tree_of(const ProcFs& proc, pid_t root) {
       std::istringstream rest(stat.substr(close + 1));
       std::string state;
       long ppid = 0;
-      if (rest >> state >> ppid) children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
+      if (rest >> state >> ppid)
+        children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
     }
     ::closedir(d);
   }
@@ -118,7 +120,8 @@ std::vector<TcpSocket> parse_proc_net_tcp(const std::string& text, bool v6) {
     std::istringstream f(line);
     std::string sl, local, remote, state, queues, timer, retr, uid, timeout;
     unsigned long inode = 0;
-    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode))
+    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode))
       continue;
     TcpSocket s;
     if (!split_endpoint(local, v6, s.local_addr, s.local_port)) continue;

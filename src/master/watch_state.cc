@@ -8,6 +8,14 @@
 #include "rules/rules.h"
 
 namespace rankcheck {
+namespace {
+
+bool holds(const std::vector<Finding>& findings, FindingId id) {
+  return std::any_of(findings.begin(), findings.end(),
+                     [id](const Finding& f) { return f.id == id; });
+}
+
+}  // namespace
 
 WatchState::WatchState(WatchConfig config) : cfg_(std::move(config)) {
   job_.members = cfg_.members;
@@ -110,8 +118,7 @@ bool WatchState::evaluate(double now_ms) {
   // A finding raised once and no longer held (ranks that reached init after all)
   // stays in the report, as a warning that says so.
   for (const Finding& was : findings_) {
-    bool held = std::any_of(now.begin(), now.end(), [&](const Finding& f) { return f.id == was.id; });
-    if (held) continue;
+    if (holds(now, was.id)) continue;
     cleared_.erase(std::remove_if(cleared_.begin(), cleared_.end(),
                                   [&](const Finding& f) { return f.id == was.id; }),
                    cleared_.end());
@@ -121,7 +128,8 @@ bool WatchState::evaluate(double now_ms) {
     cleared_.push_back(std::move(c));
   }
   auto same = [](const std::vector<Finding>& a, const std::vector<Finding>& b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const Finding& x, const Finding& y) {
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](const Finding& x, const Finding& y) {
              return x.id == y.id && x.message == y.message && x.severity == y.severity;
            });
   };
@@ -162,8 +170,7 @@ JobReport WatchState::report(double now_ms, bool running) const {
   r.members = job_.members;
   r.findings = findings_;
   for (const Finding& c : cleared_) {
-    bool held = std::any_of(findings_.begin(), findings_.end(), [&](const Finding& f) { return f.id == c.id; });
-    if (!held) r.findings.push_back(c);
+    if (!holds(findings_, c.id)) r.findings.push_back(c);
   }
   order_findings(r.findings);
   return r;

@@ -70,20 +70,20 @@ struct MemberWatch {
   long rank = 0;    ///< its first rank
   long nranks = 1;  ///< ranks it stands for (node mode: a node's)
   std::string host;
-  uint32_t pid = 0;       ///< its command's pid, once started
+  uint32_t pid = 0;        ///< its command's pid, once started
   bool connected = false;  ///< its wrapper's link is up
   bool ever_connected = false;
   bool lost = false;  ///< the link closed before the exit was told
   JobPhase phase = JobPhase::kWaiting;
   double phase_ms[5] = {-1, -1, -1, -1, -1};  ///< when each phase was reached
-  std::string marker;                        ///< what put it in its phase
-  WatchLine initiating;                      ///< its first line of an initiating role
-  WatchLine downstream;                      ///< its first line of a downstream role
-  WatchLine last;                            ///< the last line it printed, as last heard
-  double heard_ms = -1;                      ///< its last word of any kind
-  double quiet_since_ms = -1;  ///< its output's last line, by its last heartbeat
-  int exit_code = -1;          ///< its command's exit code, or -1
-  int signal = 0;              ///< the signal that ended it, or 0
+  std::string marker;                         ///< what put it in its phase
+  WatchLine initiating;                       ///< its first line of an initiating role
+  WatchLine downstream;                       ///< its first line of a downstream role
+  WatchLine last;                             ///< the last line it printed, as last heard
+  double heard_ms = -1;                       ///< its last word of any kind
+  double quiet_since_ms = -1;                 ///< its output's last line, by its last heartbeat
+  int exit_code = -1;                         ///< its command's exit code, or -1
+  int signal = 0;                             ///< the signal that ended it, or 0
   double lost_ms = -1;
   bool ended_by_rankcheck = false;  ///< its command was ended by --fail-fast
 

@@ -197,7 +197,6 @@ std::vector<uint8_t> encode(const Hello& m) {
   return encode_frame(MsgType::kHello, hello_payload(fitted, m.client_nonce, m.mac, m.nccl_root));
 }
 
-
 std::vector<uint8_t> encode_signed(const Hello& m, const JobToken& token, const Nonce& server) {
   std::vector<uint8_t> frame = encode(m);
   auto p = payload_of(frame);

@@ -243,8 +243,7 @@ std::vector<uint8_t> encode(const WatchEventFrame& m);
 std::vector<uint8_t> encode(const WatchOrder& m);
 /// With a job token: signed over both nonces (and, for an event or an order, its
 /// sequence number, which the body holds).
-std::vector<uint8_t> encode_signed(const WatchHello& m, const JobToken& token,
-                                   const Nonce& server);
+std::vector<uint8_t> encode_signed(const WatchHello& m, const JobToken& token, const Nonce& server);
 std::vector<uint8_t> encode_signed(const WatchEventFrame& m, const JobToken& token,
                                    const Nonce& server, const Nonce& client);
 std::vector<uint8_t> encode_signed(const WatchOrder& m, const JobToken& token, const Nonce& server,

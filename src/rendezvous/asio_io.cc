@@ -46,7 +46,6 @@ void Outbox::written(std::error_code ec) {
   }
 }
 
-
 Result<uint16_t> listen_on(asio::io_context& io, const std::vector<std::string>& addresses,
                            uint16_t port, Listeners& out,
                            const std::function<void(const std::string&)>& log) {

@@ -43,8 +43,8 @@ Result<WatchLink> WatchLink::open(const WatchLinkOptions& o, Deadline by) {
   }
   link.server_ = ch->nonce;
   if (auto ok = fill_random(link.client_); !ok) return ok.error();
-  WatchHello hello{static_cast<uint32_t>(o.rank), static_cast<uint32_t>(o.nranks), o.host,
-                   link.client_, {}};
+  WatchHello hello{
+      static_cast<uint32_t>(o.rank), static_cast<uint32_t>(o.nranks), o.host, link.client_, {}};
   auto frame = o.token != nullptr ? encode_signed(hello, *o.token, link.server_) : encode(hello);
   if (auto ok = link.socket_.write_all(frame, by); !ok) return ok.error();
   link.rx_ = link.socket_.take_buffered();
@@ -61,7 +61,8 @@ Status WatchLink::await_start(Deadline by) {
     pollfd p{socket_.fd(), POLLIN, 0};
     if (by.expired()) return Error{"no word to start in time", Fault::kTimeout};
     int n = ::poll(&p, 1, by.poll_ms(Millis(1000)));
-    if (n < 0 && errno != EINTR) return Error{fmt::format("poll: {}", std::strerror(errno)), Fault::kSystem};
+    if (n < 0 && errno != EINTR)
+      return Error{fmt::format("poll: {}", std::strerror(errno)), Fault::kSystem};
   }
   return ok_status();
 }

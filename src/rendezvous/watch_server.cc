@@ -113,8 +113,12 @@ struct WatchServer::Impl {
       cfg.log(fmt::format("job: --fail-fast: ending the job on every rank ({}, exit {})",
                           end->name(), end->exit_code));
       for (const LinkPtr& l : links) {
-        order(l, WatchOrder{0, WatchOrderKind::kEnd, static_cast<uint8_t>(end->exit_code),
-                            std::string(end->name()), end->message, {}});
+        order(l, WatchOrder{0,
+                            WatchOrderKind::kEnd,
+                            static_cast<uint8_t>(end->exit_code),
+                            std::string(end->name()),
+                            end->message,
+                            {}});
       }
       report_now();
     }

@@ -11,9 +11,8 @@
 namespace rankcheck {
 
 size_t JobReport::count(JobPhase p) const {
-  return static_cast<size_t>(std::count_if(members.begin(), members.end(), [p](const MemberWatch& m) {
-    return m.phase == p;
-  }));
+  return static_cast<size_t>(std::count_if(members.begin(), members.end(),
+                                           [p](const MemberWatch& m) { return m.phase == p; }));
 }
 
 std::string JobReport::fingerprint() const {
@@ -47,7 +46,8 @@ std::string phase_line(const JobReport& j) {
 
 nlohmann::json line_json(const WatchLine& l) {
   if (!l.seen()) return nullptr;
-  return {{"at_ms", l.at_ms}, {"finding", l.finding.empty() ? nlohmann::json() : nlohmann::json(l.finding)},
+  return {{"at_ms", l.at_ms},
+          {"finding", l.finding.empty() ? nlohmann::json() : nlohmann::json(l.finding)},
           {"text", l.text}};
 }
 
@@ -78,13 +78,15 @@ nlohmann::json job_json(const JobReport& j) {
   out["elapsed_ms"] = j.elapsed_ms;
   out["fail_fast"] = j.fail_fast;
   out["init_timeout_ms"] = j.init_timeout_ms;
-  out["stall_after_ms"] = j.stall_after_ms > 0 ? nlohmann::json(j.stall_after_ms) : nlohmann::json();
+  out["stall_after_ms"] =
+      j.stall_after_ms > 0 ? nlohmann::json(j.stall_after_ms) : nlohmann::json();
   out["fingerprint"] = j.fingerprint();
   out["suspect_hosts"] = suspect_hosts(j.findings);
   out["ranks"] = {{"waiting", 0}, {"started", 0}, {"in_init", 0}, {"init_done", 0}, {"exited", 0}};
   static constexpr const char* kKeys[] = {"waiting", "started", "in_init", "init_done", "exited"};
   for (const MemberWatch& m : j.members)
-    out["ranks"][kKeys[static_cast<size_t>(m.phase)]] = out["ranks"][kKeys[static_cast<size_t>(m.phase)]].get<long>() + m.nranks;
+    out["ranks"][kKeys[static_cast<size_t>(m.phase)]] =
+        out["ranks"][kKeys[static_cast<size_t>(m.phase)]].get<long>() + m.nranks;
   out["findings"] = nlohmann::json::array();
   for (const Finding& f : j.findings)
     out["findings"].push_back(finding_json(f));
@@ -121,7 +123,8 @@ std::string with_job_json(std::string_view report_json, const JobReport& job) {
   size_t end = report_json.rfind('}');
   if (end == std::string_view::npos) return std::string(report_json);
   std::string out(report_json.substr(0, end));
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+    out.pop_back();
   bool empty = !out.empty() && out.back() == '{';
   out += empty ? "\n  \"job\": " : ",\n  \"job\": ";
   append_indented(out, dump(job_json(job), false), "  ");

@@ -140,19 +140,18 @@ void job_metrics(Metrics& m, const JobReport& j, std::string_view job_id) {
            "leading one (init-blocked, job-rank-failed, job-stalled), 0 for the others.");
   std::string lead = j.fingerprint();
   for (std::string_view id : {"init-blocked", "job-rank-failed", "job-stalled"}) {
-    m.sample("rankcheck_job_fingerprint", lead == id ? 1 : 0,
-             fmt::format("{},id=\"{}\"", job, id));
+    m.sample("rankcheck_job_fingerprint", lead == id ? 1 : 0, fmt::format("{},id=\"{}\"", job, id));
   }
-  const Finding* first = j.findings.empty() || !j.findings.front().is_error() ? nullptr
-                                                                             : &j.findings.front();
+  const Finding* first =
+      j.findings.empty() || !j.findings.front().is_error() ? nullptr : &j.findings.front();
   m.family("rankcheck_job_info", "gauge",
            "The job under watch: the id and class of the finding that leads it now, and the "
            "hosts that hold it (\"\" while it has none).");
-  m.sample("rankcheck_job_info", 1,
-           fmt::format("{},first_finding=\"{}\",first_finding_class=\"{}\",suspect_hosts=\"{}\"",
-                       job, first ? first->name() : "",
-                       first ? class_name(finding_kind(first->id).cls) : "",
-                       label_value(suspect_hosts(j.findings))));
+  m.sample(
+      "rankcheck_job_info", 1,
+      fmt::format("{},first_finding=\"{}\",first_finding_class=\"{}\",suspect_hosts=\"{}\"", job,
+                  first ? first->name() : "", first ? class_name(finding_kind(first->id).cls) : "",
+                  label_value(suspect_hosts(j.findings))));
   m.family("rankcheck_job_ranks", "gauge",
            "Ranks of the job under watch in each phase: waiting (not started), started, in_init, "
            "init_done, exited.");

@@ -152,7 +152,8 @@ void check_job_rank_failed(const JobWatch& job, std::vector<Finding>& out) {
     bool independent = all[i].m->initiating.seen() && !all[i].after_downstream;
     (independent ? own : after).push_back(all[i].m);
   }
-  if (!own.empty()) msg += fmt::format("; {} failed too, each with an error of its own", where(own));
+  if (!own.empty())
+    msg += fmt::format("; {} failed too, each with an error of its own", where(own));
   if (!after.empty()) msg += fmt::format("; then {} failed, downstream of it", where(after));
   out.push_back(about(FindingId::kJobRankFailed, std::move(msg), {first.m}));
 }
@@ -180,8 +181,8 @@ void check_init_blocked(const JobWatch& job, std::vector<Finding>& out) {
     }
   }
   if (blocked.empty()) return;
-  std::string msg = fmt::format("{} never reached init in the {} since the first rank did", where(blocked),
-                                format_seconds(job.init_timeout_ms));
+  std::string msg = fmt::format("{} never reached init in the {} since the first rank did",
+                                where(blocked), format_seconds(job.init_timeout_ms));
   if (!waiting.empty()) msg += fmt::format("; {} wait in init since {}", where(waiting), when(t0));
   if (!silent.empty()) {
     msg += fmt::format("; no word at all from {} since the check (their wrappers never connected)",

@@ -117,8 +117,8 @@ Result<Child> Child::spawn(const std::vector<std::string>& argv, const EnvMap& e
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, &before);
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(args.data(), envp.data(), out[1], err[1], report[1], before, take_terminal,
-                           nofile);
+  if (pid == 0)
+    exec_child(args.data(), envp.data(), out[1], err[1], report[1], before, take_terminal, nofile);
   int fork_err = errno;
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::close(out[1]);

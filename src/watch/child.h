@@ -25,8 +25,8 @@ class Child {
   /// Starts `argv` (its first word found on PATH as a shell finds it) with `env` as its
   /// whole environment. `take_terminal`: when this process is the terminal's foreground,
   /// the command becomes it (one wrapper of a terminal; not the members of `local`,
-  /// who share one). `nofile`: its open-file limit, when not this process's. An error names the command and the system's reason (a missing
-  /// file, no permission) when it could not start.
+  /// who share one). `nofile`: its open-file limit, when not this process's. An error names the
+  /// command and the system's reason (a missing file, no permission) when it could not start.
   static Result<Child> spawn(const std::vector<std::string>& argv, const EnvMap& env,
                              bool take_terminal, const rlimit* nofile = nullptr);
 

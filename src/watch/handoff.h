@@ -26,7 +26,7 @@ struct Handoff {
   std::vector<std::string> addresses;  ///< the watch server's, numeric, to try in order
   bool master = false;                 ///< rank 0: it serves the watch
   // Rank 0's only:
-  std::vector<MemberWatch> members;  ///< the check's members: rank, nranks, host
+  std::vector<MemberWatch> members;     ///< the check's members: rank, nranks, host
   std::string json_path, metrics_path;  ///< as --json and --metrics name them ({rank} filled in)
   std::string exclude_path;             ///< as --exclude-file names it
   std::string check_json;               ///< the check's JSON report, as written ("" without --json)

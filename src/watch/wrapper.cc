@@ -23,7 +23,8 @@ namespace {
 
 // The signals a wrapper passes on to its command (tini's and dumb-init's set, less
 // the synchronous ones and the terminal's job control), and SIGCHLD, its own.
-constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
+constexpr int kForwarded[] = {SIGTERM, SIGINT,  SIGHUP,   SIGQUIT,
+                              SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
 // After the command ended, how long its pipes are read for what it wrote last: a
 // process it left behind may hold them open for ever.
 constexpr Millis kDrainAfterExit{1000};
@@ -235,7 +236,8 @@ class Loop {
       out_.order_finding = ord.finding;
       out_.order_headline = ord.headline;
       if (!exited_) {
-        o_.log(fmt::format("--fail-fast: rank 0 ends the job ({}): stopping the command", ord.finding));
+        o_.log(fmt::format("--fail-fast: rank 0 ends the job ({}): stopping the command",
+                           ord.finding));
         child_.signal(SIGTERM);
         kill_at_ = Clock::now() + o_.kill_grace;
       }
@@ -251,7 +253,9 @@ class Loop {
     return std::chrono::duration_cast<Millis>(next - now).count() + 1;
   }
 
-  bool watch_sockets() const { return o_.rendezvous_port != 0 && phase_ < JobPhase::kInit && !exited_; }
+  bool watch_sockets() const {
+    return o_.rendezvous_port != 0 && phase_ < JobPhase::kInit && !exited_;
+  }
 
   void timers() {
     auto now = Clock::now();
@@ -271,8 +275,9 @@ class Loop {
       }
     }
     if (kill_at_ && now >= *kill_at_ && !exited_) {
-      o_.log(fmt::format("the command did not end within {} of SIGTERM: SIGKILL to its process group",
-                         format_seconds(static_cast<double>(o_.kill_grace.count()))));
+      o_.log(
+          fmt::format("the command did not end within {} of SIGTERM: SIGKILL to its process group",
+                      format_seconds(static_cast<double>(o_.kill_grace.count()))));
       child_.signal_group(SIGKILL);
       kill_at_.reset();
     }

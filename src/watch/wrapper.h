@@ -21,12 +21,12 @@ namespace rankcheck {
 
 struct WrapOptions {
   std::vector<std::string> command;
-  EnvMap env;                  ///< the command's whole environment: the one the job was given
-  bool take_terminal = true;   ///< Child::spawn's
+  EnvMap env;                    ///< the command's whole environment: the one the job was given
+  bool take_terminal = true;     ///< Child::spawn's
   uint16_t rendezvous_port = 0;  ///< MASTER_PORT: a socket on it marks the start of init; 0: none
   Millis heartbeat{2000};
-  Millis marker_poll{1000};   ///< how often the command's sockets are looked at, until init
-  Millis kill_grace{10000};   ///< an order to end: SIGTERM, then SIGKILL to its group after this
+  Millis marker_poll{1000};  ///< how often the command's sockets are looked at, until init
+  Millis kill_grace{10000};  ///< an order to end: SIGTERM, then SIGKILL to its group after this
   /// With --fail-fast: after the command failed, how long to wait for the watch server's
   /// order (whose exit code then says the job's failure, as every other rank's does).
   Millis order_wait{0};
@@ -40,8 +40,8 @@ struct WrapOptions {
 
 struct WrapOutcome {
   bool started = false;
-  int status = 0;      ///< the command's wait status
-  int exit_code = 0;   ///< what the wrapper exits with: the command's, or an order's
+  int status = 0;     ///< the command's wait status
+  int exit_code = 0;  ///< what the wrapper exits with: the command's, or an order's
   bool ended_by_order = false;
   std::string order_finding;  ///< the finding that ended the job
   std::string order_headline;

@@ -476,7 +476,7 @@ TEST_CASE("stage rules: hosts whose NCCL chose different networks") {
   auto fs = stage_checks(sv);
   REQUIRE(fs.size() == 1);
   CHECK(fs[0].name() == "nccl-net-mismatch");  // one id for the fact, run and diagnose
-  CHECK(fs[0].is_error());  // IB ranks and Socket ranks never connect
+  CHECK(fs[0].is_error());                     // IB ranks and Socket ranks never connect
   CHECK(fs[0].exit_code == exit_code::kMismatch);
   CHECK(fs[0].hosts == Hosts{"gpu-03"});
   CHECK(fs[0].ranks == Ranks{4, 5});

@@ -1,14 +1,12 @@
 // The job under watch: its wire messages, the rules over it, the master's state, the
 // live reader of a command's output, the sockets that mark an init, the handoff.
 
-#include <catch2/catch.hpp>
-
 #include <string>
+#include <thread>
 #include <vector>
 
-#include <thread>
-
 #include <arpa/inet.h>
+#include <catch2/catch.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -312,8 +310,12 @@ TEST_CASE("live reader: a marker of a later phase counts; an earlier one after i
   diagnose::LiveReader r([&](const diagnose::LiveNote& n) {
     if (n.kind == diagnose::LiveNote::Kind::kMarker) ids.emplace_back(n.marker->id);
   });
-  r.feed("INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for key:store_based_barrier_key:1 with 2 nodes.\n");
-  r.feed("INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:2 to store for rank: 0\n");
+  r.feed(
+      "INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for "
+      "key:store_based_barrier_key:1 with 2 nodes.\n");
+  r.feed(
+      "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:2 to store for "
+      "rank: 0\n");
   CHECK(ids == std::vector<std::string>{"store-barrier-done"});
 }
 
