@@ -265,7 +265,7 @@ class Ecosystem(RankcheckTest):
         r = subprocess.run([PROMTOOL, "check", "rules", rules], capture_output=True, text=True,
                            timeout=30)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("SUCCESS: 2 rules found", r.stdout)
+        self.assertIn("SUCCESS: 3 rules found", r.stdout)
 
     def test_an_unwritable_metrics_file_fails_a_passing_run(self):
         extra = ("--metrics", self.path("no/such/dir/m.prom"))

@@ -17,6 +17,7 @@ import unittest
 
 from harness import BIN, RankcheckTest, check_report, clean_env, free_port, save_reports
 from netns import ClusterCase
+from test_ecosystem import parse_prometheus_text
 from test_netpath import firewall
 
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
@@ -212,6 +213,8 @@ class Watched(RankcheckTest):
         self.assertRegex(text, r'rankcheck_job_ranks\{[^}]*phase="in_init"\} 2')
         self.assertRegex(text, r'rankcheck_job_info\{[^}]*first_finding="init-blocked",'
                                r'first_finding_class="process",suspect_hosts="[^"]+"\} 1')
+        families = parse_prometheus_text(text)  # strictly the text format, every family once
+        self.assertEqual(families["rankcheck_job_running"]["samples"][0][1], 1.0)
         if shutil.which("promtool"):  # Prometheus's own reader takes it as it is
             r = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                                capture_output=True, timeout=30)
