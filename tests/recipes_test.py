@@ -69,7 +69,7 @@ def add_finding(c):
     c.insert("src/model/finding.cc", '     "fail the job, and is handed the NCCL id (docs/security.md)"},\n',
              '    {kDummyMismatch, "dummy-mismatch", kE, ec::kMismatch,\n'
              '     "give every host the same dummy fact", kHostCfg},\n')
-    c.insert("src/model/finding.cc", "    kNoJobToken,\n    kMasterUnreachable,\n",
+    c.insert("src/model/finding.cc", "    kNoJobToken,\n    kJobRankFailed,\n",
              "    kDummyMismatch,\n", after=False)
     c.insert("docs/findings.md", "| [`no-job-token`](#no-job-token) | warning | — | master |\n",
              "| [`dummy-mismatch`](#dummy-mismatch) | error | 3 | master |\n")
