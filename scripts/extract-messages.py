@@ -739,30 +739,37 @@ OMPI_TOPICS = [
     ("help-mpi-api.txt", "mpi-abort", "own-error", "initiating", "process-died"),
     ("help-mpi-errors.txt", "mpi_errors_are_fatal", "own-error", "initiating", "process-died"),
     ("help-mpi-errors.txt", "mpi_errors_are_fatal unknown handle", "own-error", "initiating", "process-died"),
-    # ranks that never started
-    ("help-orterun.txt", "orterun:proc-failed-to-start", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:proc-failed-to-start-no-status", "setup", "initiating", "missing-rank"),
+    # ranks that never started: the launch itself failed (launch-failed), not a rank gone
+    # missing after it started
+    ("help-orterun.txt", "orterun:proc-failed-to-start", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:proc-failed-to-start-no-status", "setup", "initiating", "launch-failed"),
     ("help-orterun.txt", "orterun:proc-failed-to-start-no-status-no-node", "setup", "initiating",
-     "missing-rank"),
-    ("help-orterun.txt", "orterun:error-spawning", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:exe-not-found", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:exe-not-accessible", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:wdir-not-found", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:sys-limit-pipe", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:sys-limit-sockets", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:sys-limit-children", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:init-failure", "setup", "initiating", "missing-rank"),
-    ("help-orterun.txt", "orterun:not-enough-resources", "setup", "initiating", "world-size-mismatch"),
-    ("help-orte-odls-default.txt", "execve error", "setup", "initiating", "missing-rank"),
+     "launch-failed"),
+    ("help-orterun.txt", "orterun:error-spawning", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:exe-not-found", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:exe-not-accessible", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:wdir-not-found", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:sys-limit-pipe", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:sys-limit-sockets", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:sys-limit-children", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:init-failure", "setup", "initiating", "launch-failed"),
+    ("help-orterun.txt", "orterun:not-enough-resources", "setup", "initiating", "launch-failed"),
+    ("help-orte-odls-default.txt", "execve error", "setup", "initiating", "launch-failed"),
     ("help-orte-rmaps-base.txt", "orte-rmaps-base:alloc-error", "setup", "initiating",
-     "world-size-mismatch"),
+     "launch-failed"),
     ("help-orte-rmaps-base.txt", "orte-rmaps-base:all-available-resources-used", "setup",
-     "initiating", "world-size-mismatch"),
+     "initiating", "launch-failed"),
+    # the daemons that start the ranks: not started, failed, or lost while the job ran.
+    # Only their first line is the message (a bullet list of causes follows it).
+    ("help-errmgr-base.txt", "failed-daemon-launch", "setup", "initiating", "launch-failed",
+     "first"),
+    ("help-errmgr-base.txt", "failed-daemon", "setup", "initiating", "launch-failed", "first"),
+    ("help-errmgr-base.txt", "node-died", "setup", "initiating", "node-lost", "first"),
     ("help-orte-rmaps-base.txt", "orte-rmaps-base:no-available-resources", "setup", "initiating",
-     "world-size-mismatch"),
+     "launch-failed"),
     ("help-orte-rmaps-base.txt", "orte-rmaps-base:not-all-mapped-alloc", "setup", "initiating",
-     "world-size-mismatch"),
-    ("help-orte-rmaps-base.txt", "rmaps:too-many-procs", "setup", "initiating", "world-size-mismatch"),
+     "launch-failed"),
+    ("help-orte-rmaps-base.txt", "rmaps:too-many-procs", "setup", "initiating", "launch-failed"),
     ("help-orte-rmaps-base.txt", "rmaps:binding-overload", "setup", "initiating", "launcher-env-conflict"),
     ("help-hostfile.txt", "no-hostfile", "setup", "initiating", "launcher-env-conflict"),
     ("help-hostfile.txt", "not-all-mapped-alloc", "setup", "initiating", "world-size-mismatch"),
@@ -854,13 +861,15 @@ def part_openmpi():
     rows = []
     missing = []
     by_text = {}
-    for helpfile, topic, cls, role, finding in OMPI_TOPICS:
+    for helpfile, topic, cls, role, finding, *how in OMPI_TOPICS:
         if helpfile not in cache:
             cache[helpfile] = parse_help_file(os.path.join(OMPI_DIR, helpfile))
         text = cache[helpfile].get(topic)
         if text is None:
             missing.append((helpfile, topic))
             continue
+        if how == ["first"]:  # the topic's first line: its message, before any list of causes
+            text = text.split("\n")[0]
         if text in by_text:  # the same text under two topics: one row naming both
             by_text[text][2] += "; %s [%s]" % (helpfile, topic)
             continue

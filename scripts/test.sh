@@ -34,4 +34,4 @@ BUILD_DIR=build-asan BUILD_TYPE=Debug \
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs" \
-      -R "unit|fuzz corpus|integration: (cli|rendezvous|adversarial|gpu|gpu_stage_master|diagnose|watch)$"
+      -R "unit|fuzz corpus|integration: (cli|rendezvous|adversarial|gpu|gpu_stage_master|diagnose)$"

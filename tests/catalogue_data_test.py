@@ -4,9 +4,12 @@
     python3 tests/catalogue_data_test.py
 
 Every file is a TSV with lines starting with `#` as comments and seven
-tab-separated columns in each other line:
+tab-separated columns in each other line, and an optional eighth:
 
-    program  versions  source  class  role  finding  template
+    program  versions  source  class  role  finding  template  [fields]
+
+fields: what each printf conversion of the template holds, comma-separated, one a
+conversion (`host`, `rank`, `detail`, ..., or `-` for one to leave).
 
 Checked for every row: the column count, a known class, role and finding, a
 versions field of the form A.B or A.B-C.D (first <= last), a non-empty program,
@@ -35,6 +38,8 @@ ROLES = {"initiating", "downstream", "either", "context"}
 with open(os.path.join(ROOT, "docs", "findings.md"), encoding="utf-8") as _f:
     FINDINGS = set(re.findall(r"^\| \[`([a-z0-9-]+)`\]", _f.read(), re.M)) | {"-"}
 COLUMNS = 7
+FIELDS = {"rank", "rank2", "world", "joined", "host", "pid", "exit", "signal", "seq", "op",
+          "port", "tasks", "local_rank", "enqueued", "detail", "id", "fix", "-"}
 VERSIONS_RE = re.compile(r"(\d+)\.(\d+)(?:-(\d+)\.(\d+))?")
 
 
@@ -83,11 +88,22 @@ def check_file(path, per_program, per_class):
             errors.append("line %d: empty line" % lineno)
             continue
         cols = line.split("\t")
-        if len(cols) != COLUMNS:
-            errors.append("line %d: %d columns, want %d" % (lineno, len(cols), COLUMNS))
+        if len(cols) not in (COLUMNS, COLUMNS + 1):
+            errors.append("line %d: %d columns, want %d or %d" % (lineno, len(cols), COLUMNS,
+                                                                   COLUMNS + 1))
             continue
-        program, versions, source, cls, role, finding, template = cols
+        program, versions, source, cls, role, finding, template = cols[:COLUMNS]
         where = "line %d" % lineno
+        if len(cols) > COLUMNS:
+            fields = cols[COLUMNS].split(",")
+            unknown = [f for f in fields if f not in FIELDS]
+            if unknown:
+                errors.append("%s: unknown fields %s" % (where, unknown))
+            conversions = len(re.findall(r"%[-+ #0-9.*]*(?:hh|h|ll|l|z|j|t|L)?[diouxXeEfgGcspn]",
+                                         template.replace("%%", "")))
+            if len(fields) != conversions:
+                errors.append("%s: %d fields for %d conversions" % (where, len(fields),
+                                                                    conversions))
         if not program or not source or not template:
             errors.append("%s: empty program, source or template" % where)
         if cls not in CLASSES:
@@ -111,7 +127,7 @@ def check_file(path, per_program, per_class):
         if key in seen:
             errors.append("%s: same program, source and template as line %d" % (where, seen[key]))
         seen[key] = lineno
-        rows.append((lineno, cols))
+        rows.append((lineno, cols[:COLUMNS]))
         per_program[program] += 1
         per_class[(program, cls)] += 1
     if not rows:

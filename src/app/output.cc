@@ -228,10 +228,18 @@ Status write_report_file(const std::string& path,
 
 Status Output::emit(const std::function<std::string()>& text,
                     const std::function<void(const JsonSink&)>& json) const {
-  if (json_path != "-") std::fputs(text().c_str(), stdout);
+  // Out of stdio's buffer at once: on a pipe it would wait for the exit, and what
+  // follows the report (rank 0 closing its members' connections, a failed member
+  // leaving on that) can end the job first: mpirun and srun --kill-on-bad-exit kill
+  // the rest at the first failed exit, and a report in a buffer dies with them.
+  if (json_path != "-") {
+    std::fputs(text().c_str(), stdout);
+    std::fflush(stdout);
+  }
   if (json_path.empty()) return ok_status();
   if (json_path == "-") {
     json([](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); });
+    std::fflush(stdout);
     return ok_status();
   }
   return write_report_file(json_path, json);

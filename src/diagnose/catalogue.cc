@@ -297,6 +297,7 @@ std::vector<LineField> parse_extracts(std::string_view extracts) {
       {"detail", LineField::kDetail},
       {"id", LineField::kId},
       {"fix", LineField::kFix},
+      {"-", LineField::kCount},  // a data row's conversion that holds nothing to keep
   };
   std::vector<LineField> out;
   while (!extracts.empty()) {

@@ -40,6 +40,9 @@ struct SourceRow {
   std::vector<std::string_view> pieces;  ///< the fixed text between the conversions
   size_t weight = 0;                     ///< the fixed text's length: the more, the more specific
   bool nccl_warn = false;                ///< an NCCL WARN, met through its file's lines
+  /// What each conversion holds (the data's optional eighth column: "-,host,detail"),
+  /// kCount for one to leave; empty: nothing is kept but the line.
+  std::vector<LineField> fields;
 };
 /// Every row of the data, in its order.
 std::span<const SourceRow> source_rows();
@@ -49,6 +52,9 @@ std::span<const Pattern> nccl_subsystem_rows();
 size_t nccl_subsystem_of(std::string_view file, std::string_view text);
 /// The hand-written rows (catalogue.cc): the first rows of catalogue().
 std::span<const Pattern> hand_rows();
+/// The text of each conversion of the template in `text` (which holds it): what lies
+/// between its fixed pieces, a conversion at either end running to the text's end.
+std::vector<std::string_view> template_values(const SourceRow& r, std::string_view text);
 /// Whether `text` holds the template: its fixed pieces in order.
 bool template_match(const SourceRow& r, std::string_view text);
 

@@ -331,11 +331,13 @@ struct Scanner::State {
   // file its prefix names (or that file's subsystem), any other line by the index.
   bool match_source(std::string_view seg, std::string_view whole, Match& m) {
     std::string_view text = trim(seg);
+    std::string_view found_in = seg;  // what the template was found in
     size_t warn = nccl::warn_marker_at(seg);
     std::optional<size_t> row;
     if (warn != std::string_view::npos) {
       std::string_view file = nccl::warn_source_file(seg.substr(0, warn));
       text = trim(seg.substr(seg.find("WARN ", warn) + 5));
+      found_in = text;
       if (auto r = sources.match_warn(file, text)) {
         row = source_base + *r;
       } else {
@@ -348,10 +350,22 @@ struct Scanner::State {
       // A program's text that begins with what looks like a prefix ("slurmstepd: ",
       // "srun: "): the line before its prefixes were peeled.
       if (auto w = sources.match(whole)) row = source_base + *w;
+      found_in = whole;
     }
     if (!row) return false;
     m.row = *row;
     m.field[static_cast<size_t>(LineField::kDetail)] = printable(text, kFieldBytes);
+    // The conversions a data row names (a host, a rank): read between its fixed pieces.
+    if (*row < subsystem_base) {
+      const SourceRow& r = source_rows()[*row - source_base];
+      if (!r.fields.empty()) {
+        auto values = template_values(r, trim(found_in));
+        for (size_t i = 0; i < r.fields.size() && i < values.size(); ++i) {
+          if (r.fields[i] != LineField::kCount)
+            m.field[static_cast<size_t>(r.fields[i])] = printable(trim(values[i]), kFieldBytes);
+        }
+      }
+    }
     // A peer's address (NCCL's "10.0.0.5<43211>"), for a message that points at a peer.
     if (rows[*row].cls == MessageClass::kPeerPointer) {
       std::string_view peer = peer_address(text);

@@ -170,9 +170,9 @@ struct Store {
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.empty() || line.front() == '#') continue;
       auto cols = split(line, '\t');
-      if (cols.size() != 7) {
+      if (cols.size() != 7 && cols.size() != 8) {
         throw std::invalid_argument("diagnose data, row " + std::to_string(line_no) + ": " +
-                                    std::to_string(cols.size()) + " columns, not 7");
+                                    std::to_string(cols.size()) + " columns, not 7 or 8");
       }
       SourceRow r;
       r.program = cols[0];
@@ -220,6 +220,14 @@ struct Store {
       p.finding = k != nullptr ? k->id : F::kProcessDied;
       p.source = cols[2];
       r.pieces = pieces_of(r.text, owned);
+      if (cols.size() == 8) {
+        r.fields = parse_extracts(cols[7]);
+        if (r.fields.size() + 1 != r.pieces.size()) {
+          throw std::invalid_argument("diagnose data, row " + std::to_string(line_no) + ": " +
+                                      std::to_string(r.fields.size()) + " fields for " +
+                                      std::to_string(r.pieces.size() - 1) + " conversions");
+        }
+      }
       for (std::string_view piece : r.pieces) {
         if (piece.size() > p.literal.size()) p.literal = piece;
         r.weight += piece.size();
@@ -272,6 +280,21 @@ size_t nccl_subsystem_of(std::string_view file, std::string_view text) {
   return std::size(kNcclSubsystems) - 1;
 }
 
+std::vector<std::string_view> template_values(const SourceRow& r, std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t at = 0;  // where the text after the last piece found starts
+  for (size_t i = 0; i < r.pieces.size(); ++i) {
+    std::string_view piece = r.pieces[i];
+    size_t found = piece.empty() ? (i + 1 == r.pieces.size() ? text.size() : at)
+                                 : text.find(piece, at);
+    if (found == std::string_view::npos) break;
+    if (i > 0) out.push_back(text.substr(at, found - at));
+    at = found + piece.size();
+  }
+  out.resize(r.pieces.empty() ? 0 : r.pieces.size() - 1);
+  return out;
+}
+
 bool template_match(const SourceRow& r, std::string_view text) {
   if (r.weight == 0) return false;  // "%s" alone would match any line
   size_t at = 0;
@@ -304,6 +327,17 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
   }
 }
 
+namespace {
+
+// A program's own message beats the C library's words it quotes in a conversion
+// ("ssh: Could not resolve hostname h: Temporary failure in name resolution" is ssh's,
+// however long gai_strerror's text): the library's rows weigh less than any other.
+size_t weight_of(const SourceRow& r) {
+  return r.program == "C library" ? r.weight : r.weight + (size_t{1} << 20);
+}
+
+}  // namespace
+
 std::optional<size_t> SourceIndex::match(std::string_view text) const {
   std::optional<size_t> best;
   size_t best_weight = 0;
@@ -318,7 +352,7 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
       const SourceRow& r = rows_[row];
       std::string_view key = r.pattern.literal;
       if (text.compare(i, key.size(), key) != 0) continue;
-      size_t w = r.weight;
+      size_t w = weight_of(r);
       if (w > best_weight && template_match(r, text)) {
         best = row;
         best_weight = w;
@@ -349,12 +383,13 @@ std::optional<size_t> SourceIndex::best_of(const std::vector<uint32_t>& candidat
   size_t best_weight = 0;
   for (uint32_t row : candidates) {
     const SourceRow& r = rows_[row];
-    if ((!best || r.weight > best_weight) && template_match(r, text)) {
+    if ((!best || weight_of(r) > best_weight) && template_match(r, text)) {
       best = row;
-      best_weight = r.weight;
+      best_weight = weight_of(r);
     }
   }
   if (best) return best;
+  best_weight = 0;
   // No template whole: the one whose start the text holds most of, when that is
   // most of the template and long enough not to be chance.
   for (uint32_t row : candidates) {

@@ -262,6 +262,18 @@ constexpr FindingKind kCatalog[] = {
      "the named ranks printed nothing and passed no marker for --stall-after while the others "
      "went on: look at them first (py-spy dump, gdb, the GPU's state with nvidia-smi)",
      kProc},
+    {kLaunchFailed, "launch-failed", kE, ec::kIncomplete,
+     "the job's processes never started: read the launcher's, scheduler's or container "
+     "runtime's line shown (an ssh that cannot log in, a daemon or binary not on the node's "
+     "PATH, no node with the resources asked for, an image that cannot be pulled, a prolog "
+     "that failed) and fix that first; nothing the ranks printed explains it",
+     kProc},
+    {kNodeLost, "node-lost", kE, ec::kIncomplete,
+     "a node of the job went away while it ran (the scheduler or the launcher lost its "
+     "daemon, its heartbeats stopped): check that node's health (power, network, the kernel "
+     "log, the scheduler's node state) and leave it out of the next try; the other ranks' "
+     "errors are a consequence",
+     kHw},
     {kProcessDied, "process-died", kE, ec::kIncomplete,
      "read the error the process died of (shown as evidence); a process killed without one "
      "(signal 9) was most likely taken by the kernel's OOM killer or the scheduler: check dmesg "
@@ -399,6 +411,8 @@ constexpr FindingId kLeadOrder[] = {
     kMasterPortInUse,
     kMasterAddrNotLocal,
     kMasterListenFailed,
+    kLaunchFailed,
+    kNodeLost,
     kProcessDied,
     kPeerFailed,
     kCollectiveDesync,

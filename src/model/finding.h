@@ -98,6 +98,8 @@ enum class FindingId {
   kJobRankFailed,
   kJobStalled,
   // Raised only by `rankcheck diagnose`, from the logs of a job that already failed.
+  kLaunchFailed,
+  kNodeLost,
   kProcessDied,
   kPeerFailed,
   kCollectiveDesync,
