@@ -9,7 +9,10 @@ public thread whose cause the thread established, and case.json: the first findi
 expected, with the initiating ranks and hosts as the log shows them. The script runs
 `rankcheck diagnose --json` over the case's folder and counts, per cause class:
 first finding right, and ranks/hosts right (every expected rank and host named by
-the first finding; a case that expects none counts when the finding is right).
+the first finding; a case that expects none counts when the finding is right); then,
+apart and never as right: a first finding that is the general class of the one
+expected (nccl-network-error for an IB port down, nccl-no-interface for a loopback
+interface), and a failed job's log that diagnose found nothing in (exit 0).
 
 Exit 0 always unless --case is given (then 0 when that case is right, 1 when not,
 2 when it cannot run): the table is a measure, not a test; tests/diagnose_corpus_test.py
@@ -25,6 +28,23 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, ".."))
 CORPUS = os.path.join(ROOT, "tests", "fixtures", "diagnose", "corpus")
+
+
+# The general finding each specific one refines: right in kind, not in detail.
+GENERAL = {
+    "nccl-net-unavailable": "nccl-network-error",
+    "nccl-ib-hca-none": "nccl-network-error",
+    "nccl-ib-link-layer-mismatch": "nccl-network-error",
+    "nccl-ib-port-count-mismatch": "nccl-network-error",
+    "nccl-ib-port-not-active": "nccl-network-error",
+    "nccl-roce-gid-family-mismatch": "nccl-network-error",
+    "nccl-roce-gid-link-local": "nccl-network-error",
+    "ib-memlock-low": "nccl-network-error",
+    "nccl-ifname-missing": "nccl-no-interface",
+    "nccl-interface-loopback": "nccl-no-interface",
+    "nccl-interface-link-local": "nccl-no-interface",
+    "nccl-interface-shared-address": "nccl-no-interface",
+}
 
 
 def cases(which):
@@ -80,6 +100,8 @@ def main():
             print(f"no case {a.case}", file=sys.stderr)
             return 2
     per_class = collections.defaultdict(lambda: [0, 0, 0])
+    general = collections.Counter()
+    silent = collections.Counter()
     rows = []
     for s, slug, folder, case in todo:
         got, right, where, first = judge(a.bin, folder, case)
@@ -87,6 +109,8 @@ def main():
         c[0] += 1
         c[1] += right
         c[2] += where
+        general[s] += not right and got is not None and got == GENERAL.get(case["expected"]["finding"])
+        silent[s] += first.get("exit") == 0 and not first.get("id")
         rows.append({"set": s, "case": slug, "expected": case["expected"], "got": first,
                      "finding_right": right, "where_right": where})
         if a.verbose or a.case:
@@ -107,6 +131,8 @@ def main():
             print(f"  {cls:32} {n:5}  {right:13}  {where:17}")
             total = [total[0] + n, total[1] + right, total[2] + where]
         print(f"  {'all':32} {total[0]:5}  {total[1]:13}  {total[2]:17}")
+        print(f"  not counted above: {general[s]} named the general class of the cause; "
+              f"{silent[s]} found nothing (exit 0)")
     return 0
 
 

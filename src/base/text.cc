@@ -88,6 +88,54 @@ bool invisible(uint32_t cp) {
 
 }  // namespace
 
+std::string_view as_displayed(std::string_view s, std::string& out) {
+  // A '\r' that ends the line is a CRLF line end, not an overwrite.
+  std::string_view body = s;
+  while (!body.empty() && body.back() == '\r')
+    body.remove_suffix(1);
+  bool escape = body.find('\x1b') != std::string_view::npos;
+  size_t cr = body.rfind('\r');
+  if (!escape && cr == std::string_view::npos) return s;
+  out.clear();
+  size_t i = 0;
+  while (i < body.size()) {
+    char c = body[i];
+    if (c == '\r') {
+      // What follows overwrites the line from its first column: keep the last write.
+      out.clear();
+      ++i;
+      continue;
+    }
+    if (c != '\x1b') {
+      out += c;
+      ++i;
+      continue;
+    }
+    if (i + 1 >= body.size()) break;
+    char kind = body[i + 1];
+    i += 2;
+    if (kind == '[') {
+      // CSI: parameter bytes 0x30-0x3F, intermediates 0x20-0x2F, one final 0x40-0x7E.
+      while (i < body.size() && body[i] >= 0x20 && body[i] <= 0x3f)
+        ++i;
+      if (i < body.size() && body[i] >= 0x40 && body[i] <= 0x7e) ++i;
+    } else if (kind == ']' || kind == 'P' || kind == '_' || kind == '^') {
+      // OSC, DCS and the like: up to BEL or the string terminator ESC '\'.
+      while (i < body.size() && body[i] != '\a' &&
+             !(body[i] == '\x1b' && i + 1 < body.size() && body[i + 1] == '\\'))
+        ++i;
+      i += i < body.size() && body[i] == '\a' ? size_t{1} : size_t{2};
+    } else {
+      // Two- and three-byte sequences: ESC ( B, ESC =, ESC 7.
+      while (i < body.size() && kind >= 0x20 && kind <= 0x2f) {
+        kind = body[i];
+        ++i;
+      }
+    }
+  }
+  return out;
+}
+
 std::string printable(std::string_view s, size_t max_len) {
   std::string out;
   size_t i = 0;

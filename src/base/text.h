@@ -38,6 +38,12 @@ std::string format_list(const std::vector<std::string>& items, size_t max_items 
 /// sequences and invalid UTF-8 become \xNN; longer than `max_len` is cut with "...".
 std::string printable(std::string_view s, size_t max_len = 96);
 
+/// A captured terminal line as it reads on the screen: ANSI escape sequences (colour,
+/// cursor moves, window titles) dropped, and of a line a carriage return overwrote
+/// (a progress bar), only what was written last. `out` is reused; `s` is returned
+/// untouched, with no copy, when it holds neither an escape nor an inner '\r'.
+std::string_view as_displayed(std::string_view s, std::string& out);
+
 /// Columns a UTF-8 string takes on a terminal (one per code point).
 size_t display_width(std::string_view s);
 

@@ -62,6 +62,21 @@ constexpr Pattern kCatalogue[] = {
      "No interface found in the same subnet as remote address",
      R"(same subnet as remote address (\S+))", "detail",
      "nccl src/misc/socket.cc ncclFindInterfaceMatchSubnet"},
+    {"nccl_socket_family", "NCCL", kSetup, kInitiating, F::kNcclNoInterface,
+     "Socket creation failed : Address family not supported", "", "",
+     "nccl src/include/socket.h (2.3-2.8), src/misc/socket.cc (2.9-2.23): socket() for the "
+     "chosen interface's family, EAFNOSUPPORT: no interface of that family here"},
+    // -- the fabric under MPI and UCX: what NCCL's own rows say for NCCL -----------
+    {"ucx_create_cq_memlock", "UCX", kSetup, kInitiating, F::kIbMemlockLow, "ibv_create_cq(",
+     R"(ibv_create_cq\([^)]*\) failed: Cannot allocate memory)", "",
+     "ucx src/uct/ib/base/ib_iface.c: ENOMEM from the verbs driver, whose queues are locked "
+     "memory (RLIMIT_MEMLOCK)"},
+    {"ucx_posix_iface", "UCX", kSetup, kInitiating, F::kSharedMemoryExhausted,
+     "uct_iface_open(posix", R"(uct_iface_open\(posix/[^)]*\) failed)", "",
+     "ucx src/ucp/core/ucp_worker.c: the posix shared-memory transport (/dev/shm) cannot open"},
+    {"psm3_open_nic", "PSM3", kSetup, kInitiating, F::kNcclNetUnavailable,
+     "can't open nic unit", R"(PSM3? can't open nic unit)", "",
+     "libfabric prov/psm3: the provider finds no usable NIC (a container's eth0 taken for one)"},
     {"torch_address_in_use", "PyTorch", kSetup, kInitiating, F::kMasterPortInUse,
      "Address already in use", R"((?:bind to |on )\[?([0-9A-Za-z:.\-]*?)\]?:(\d+) \(errno: 98)",
      "host,port", "torch/csrc/distributed/c10d/socket.cpp SocketListenOp"},
@@ -78,7 +93,8 @@ constexpr Pattern kCatalogue[] = {
 
     // -- the scheduler ended the job --------------------------------------------
     {"slurm_cancelled", "Slurm", kExternalEnd, kInitiating, F::kJobCancelled, "CANCELLED AT",
-     R"(\*\*\* (?:STEP|JOB) (\S+) ON (\S+) CANCELLED AT (\S+)(?: (DUE (?:TO|to) [^*]*?))? ?\*\*\*)",
+     // Slurm 2.6-14.03 printed no "ON node"; some sites' builds name it after the reason.
+     R"(\*\*\* (?:STEP|JOB) (\S+)(?: ON (\S+))? CANCELLED AT (\S+)(?: (DUE (?:TO|to) [^*]*?))? ?\*\*\*)",
      "id,host,detail,op", "slurm src/slurmd/slurmstepd/req.c _handle_signal_container"},
     {"torchrun_death_signal", "torchrun", kExternalEnd, kInitiating, F::kJobCancelled,
      "death signal, shutting down workers", R"(Received (\d+) death signal)", "signal",
@@ -252,6 +268,30 @@ constexpr Pattern kCatalogue[] = {
      "", "a process killed"},
     {"error_signal", "any", kErrorLine, kEither, F::kUnexplainedError, "signal",
      R"(\b(?:SIG(?:KILL|SEGV|ABRT|BUS|TERM|FPE|ILL)|[Ss]ignal \d+)\b)", "", "a signal"},
+    // The words any program uses for a failure, for the logs no row reads yet: never
+    // on an INFO or DEBUG line (scan.cc), where NCCL and the launchers narrate.
+    {"error_failed_word", "any", kErrorLine, kEither, F::kUnexplainedError, "ailed",
+     R"(\b[Ff]ailed\b)", "", "a \"failed\" line"},
+    {"error_failure", "any", kErrorLine, kEither, F::kUnexplainedError, "ailure",
+     R"(\b[Ff]ailure\b)", "", "a \"failure\" line"},
+    {"error_abort", "any", kErrorLine, kEither, F::kUnexplainedError, "bort",
+     R"(\b[Aa]bort(?:ed|ing)?\b)", "", "an abort"},
+    {"error_killed_word", "any", kErrorLine, kEither, F::kUnexplainedError, "killed",
+     R"(\bkilled\b)", "", "a process killed"},
+    {"error_terminated", "any", kErrorLine, kEither, F::kUnexplainedError, "erminated",
+     R"(\b[Tt]erminated\b)", "", "a process terminated"},
+    {"error_exceeded", "any", kErrorLine, kEither, F::kUnexplainedError, "xceeded",
+     R"(\b[Ee]xceeded\b)", "", "a limit exceeded"},
+    {"error_cannot", "any", kErrorLine, kEither, F::kUnexplainedError, "annot ",
+     R"(\b[Cc]annot )", "", "a \"cannot\" line"},
+    {"error_unable", "any", kErrorLine, kEither, F::kUnexplainedError, "nable to ",
+     R"(\b[Uu]nable to )", "", "an \"unable to\" line"},
+    {"error_denied", "any", kErrorLine, kEither, F::kUnexplainedError, "denied",
+     R"(\bdenied\b)", "", "a permission or request denied"},
+    {"error_timed_out", "any", kErrorLine, kEither, F::kUnexplainedError, "imed out",
+     R"(\b[Tt]imed out\b)", "", "a time-out"},
+    {"error_lowercase", "any", kErrorLine, kEither, F::kUnexplainedError, "error",
+     R"(\berror\b)", "", "an \"error\" line"},
 };
 
 }  // namespace

@@ -183,12 +183,14 @@ bool add_job_ends(Builder& b, const Knowledge& k) {
     bool after_task = e.reason.empty() && first_end && earlier(*first_end, e.note);
     bool consequence = e.reason == "TASK FAILURE" || after_task;
     ended_outside |= !consequence;
-    b.add(FindingId::kJobCancelled,
-          after_task ? e.note.detail +
-                           ", after a task had ended (srun --kill-on-bad-exit stops "
-                           "the others when one fails)"
-                     : e.note.detail,
-          !consequence, e.note);
+    DiagFinding& f = b.add(FindingId::kJobCancelled,
+                           after_task ? e.note.detail +
+                                            ", after a task had ended (srun --kill-on-bad-exit "
+                                            "stops the others when one fails)"
+                                      : e.note.detail,
+                           !consequence, e.note);
+    // The node the scheduler names: where the job (or its step) ran out.
+    if (!e.host.empty() && f.finding.hosts.empty()) f.finding.hosts = {e.host};
   }
   return ended_outside;
 }

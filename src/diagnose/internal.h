@@ -75,6 +75,9 @@ class SourceIndex {
   /// An NCCL WARN that holds this much of a template's start, and most of it, is
   /// that template's (another version's fields).
   static constexpr size_t kMinPrefix = 24;
+  /// An NCCL WARN with this much fixed text is also found without its WARN prefix:
+  /// PyTorch quotes NCCL's last WARN after "Last error:", and a user pastes it bare.
+  static constexpr size_t kQuotedWeight = 32;
   std::span<const SourceRow> rows_;
   /// A bit per hash of a key's first four bytes: 8 KiB, in the cache, so that a byte
   /// that starts no key costs one load and a test.
@@ -223,6 +226,7 @@ struct Knowledge {
   struct External {
     Note note;
     std::string reason;
+    std::string host;  ///< the node the line names (Slurm's "ON node023"), "" if none
   };
   std::vector<External> external;
   /// rankcheck's own verdict: the first that names a known finding, with the fix

@@ -210,8 +210,13 @@ void Knowledge::add(const Match& m) {
       if (Proc* p = proc_at(o, m.source)) {
         // NCCL's generic result (an internal check) gives way to a cause in words of
         // its own that the same process prints next ("Last error: ...").
-        bool generic = p->own && catalogue()[p->own->row].finding == FindingId::kNcclInitFailed &&
-                       row.finding != FindingId::kNcclInitFailed;
+        // So does PyTorch's gloss of NCCL's result ("ncclSystemError: System call (e.g.
+        // socket, malloc) ... failed"), which the WARN it quotes after it explains.
+        const Pattern* before = p->own ? &catalogue()[p->own->row] : nullptr;
+        bool generic = before && row.finding != before->finding &&
+                       row.finding != FindingId::kProcessDied &&
+                       (before->finding == FindingId::kNcclInitFailed ||
+                        before->literal.starts_with("ncclSystemError: "));
         if (generic) {
           p->own = note;
         } else {
@@ -306,27 +311,31 @@ void Knowledge::on_setup_error(const Match& m, const Pattern& row, const Origin&
 // The scheduler (or torchrun's agent, on a signal) ended the job.
 void Knowledge::on_job_end(const Match& m, const Pattern& row, Note note) {
   if (row.name == "slurm_cancelled") {
+    std::string reason = m.get(LineField::kOp), host = m.get(LineField::kHost);
+    // "DUE TO TIME LIMIT on n447": the node after the reason, where no "ON" named it.
+    if (size_t on = reason.rfind(" on "); on != std::string::npos && host.empty()) {
+      host = reason.substr(on + 4);
+      reason.resize(on);
+    }
     // Without a reason, srun may have cancelled it (conclude decides): no "scheduler".
-    note.detail =
-        fmt::format("{} {} on {} at {}{}",
-                    m.get(LineField::kOp).empty() ? "Slurm cancelled" : "the scheduler cancelled",
-                    m.get(LineField::kId), m.get(LineField::kHost), m.get(LineField::kDetail),
-                    m.get(LineField::kOp).empty() ? "" : " " + m.get(LineField::kOp));
+    note.detail = fmt::format("{} {}{} at {}{}",
+                              reason.empty() ? "Slurm cancelled" : "the scheduler cancelled",
+                              m.get(LineField::kId), host.empty() ? "" : " on " + host,
+                              m.get(LineField::kDetail), reason.empty() ? "" : " " + reason);
     note.detail = printable(note.detail, 200);
     if (note.time.empty()) note.time = m.get(LineField::kDetail);
-    std::string reason = m.get(LineField::kOp);
     if (reason.rfind("DUE ", 0) == 0) reason = reason.substr(std::min(reason.size(), size_t{7}));
-    if (external.size() < 16) external.push_back({note, reason});
+    if (external.size() < 16) external.push_back({note, reason, printable(host, 128)});
   } else if (row.name == "torchrun_death_signal") {
     note.detail = fmt::format("torchrun's agent received signal {} and stopped its workers",
                               m.get(LineField::kSignal));
-    if (external.size() < 16) external.push_back({note, "signal"});
+    if (external.size() < 16) external.push_back({note, "signal", ""});
   } else if (external.size() < 16) {
     // A row read from the scheduler's or orchestrator's own words. Like a cancel
     // without a reason, one that follows a task's end is that end's consequence
     // (srun's "Force Terminated" after a task failed): conclude.cc decides.
     note.detail = fmt::format("{}: {}", row.component, note.detail);
-    external.push_back({note, ""});
+    external.push_back({note, "", printable(m.get(LineField::kHost), 128)});
   }
 }
 

@@ -92,6 +92,24 @@ struct TableEntry {
   std::string text;
 };
 
+// An INFO or DEBUG line of NCCL, Python's logging, glog ("I1218 20:27:21.426 ...") or
+// the many loggers that print the level as a word.
+bool info_level(std::string_view line, std::string_view seg) {
+  static constexpr std::string_view kMarks[] = {"NCCL INFO", " INFO ",  "[INFO]",  "INFO:",
+                                                " DEBUG ",   "[DEBUG]", "DEBUG:", "\tINFO "};
+  for (std::string_view mark : kMarks) {
+    if (line.find(mark) != std::string_view::npos) return true;
+  }
+  std::string_view t = trim(seg);
+  if (t.size() > 6 && (t[0] == 'I' || t[0] == 'D') && t[5] == ' ') {
+    bool digits = true;
+    for (size_t i = 1; i < 5; ++i)
+      digits = digits && t[i] >= '0' && t[i] <= '9';
+    if (digits) return true;  // glog: I<month><day> <time>
+  }
+  return line.starts_with("INFO ") || line.starts_with("DEBUG ");
+}
+
 }  // namespace
 
 struct Scanner::State {
@@ -111,6 +129,7 @@ struct Scanner::State {
   uint64_t seq = 0;
   int64_t last_stamp = -1;  // the latest time stamp of this source so far
   std::string line_text;    // the current line as evidence, made on its first match
+  std::string displayed;    // the current line without its terminal codes, when it had any
   uint64_t bytes = 0, matched = 0, skipped = 0;
   bool in_table = false;
   TableEntry entry;
@@ -340,6 +359,9 @@ struct Scanner::State {
       found_in = text;
       if (auto r = sources.match_warn(file, text)) {
         row = source_base + *r;
+      } else if (auto p = sources.match(text); p && source_rows()[*p].program != "C library") {
+        // A net plugin's WARN (aws-ofi-nccl's "OFI fi_getinfo() call failed"): its own row.
+        row = source_base + *p;
       } else {
         row = subsystem_base + nccl_subsystem_of(file, text);
       }
@@ -379,19 +401,31 @@ struct Scanner::State {
     Match m;
     bool hand = any_hit && match_hand(seg, hits, m);
     // A generic row (a Python exception's last line, an error word) yields to a
-    // program's own text.
+    // program's own text, and so does a context row (the "NCCL version 2.14.3" an
+    // "NCCL error in: ..." line quotes).
     if (!hand || rows[m.row].name == "python_exception" ||
-        rows[m.row].cls == MessageClass::kErrorLine) {
+        rows[m.row].cls == MessageClass::kErrorLine || rows[m.row].cls == MessageClass::kContext) {
       Match src;
-      // A context row (a banner) says less than the generic row it would replace.
       std::string_view whole =
           trim(line.substr(0, static_cast<size_t>(seg.data() + seg.size() - line.data())));
-      if (match_source(seg, whole, src) && !(hand && rows[src.row].cls == MessageClass::kContext)) {
+      bool found = match_source(seg, whole, src);
+      if (found && hand) {
+        // A context row (a banner) says less than the generic row it would replace; a
+        // context row of the hand's gives way only to an error in a program's words.
+        MessageClass got = rows[src.row].cls;
+        found = got != MessageClass::kContext &&
+                (rows[m.row].cls != MessageClass::kContext || got == MessageClass::kOwnError ||
+                 got == MessageClass::kSetup);
+      }
+      if (found) {
         m = std::move(src);
         hand = true;
       }
     }
     if (!hand) return;
+    // A failure word on an INFO or DEBUG line is narration (NCCL's "NCCL INFO ... failed,
+    // retrying", a launcher's progress), not the failure.
+    if (rows[m.row].cls == MessageClass::kErrorLine && info_level(line, seg)) return;
     m.origin = origin_of(prefix);
     m.source = source;
     m.line = line_no;
@@ -421,6 +455,10 @@ struct Scanner::State {
     ++line_no;
     ++seq;
     bytes += text.size() + 1;
+    // A line captured from a terminal (--color always, script, srun --pty, tmux):
+    // read as it was shown, without its colour codes or the progress bar a carriage
+    // return wrote over.
+    text = as_displayed(text, displayed);
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     Prefix prefix = parse_prefix(text);
     k.launchers |= prefix.launchers;

@@ -316,7 +316,8 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
     if (r.nccl_warn) {
       by_file_[r.source].push_back(static_cast<uint32_t>(i));
       all_warns_.push_back(static_cast<uint32_t>(i));
-      continue;  // met through its file's WARN lines
+      // Met through its file's WARN lines; a long one also where it is quoted bare.
+      if (r.weight < kQuotedWeight) continue;
     }
     if (key.size() < kMinKey || r.weight < kMinWeight) continue;  // too vague to find
     uint32_t head;

@@ -500,7 +500,7 @@ class Adversarial(RankcheckTest):
     def test_kill_9_of_a_member_after_its_hello(self):
         m = self.rank(0, 3)
         one = self.rank(1, 3)
-        time.sleep(1.0)
+        one.wait_for("ranks so far")  # its hello was accepted
         one.popen.kill()
         self.finish()
         self.assertEqual(m.rc, 4)
@@ -539,7 +539,8 @@ class Adversarial(RankcheckTest):
         self.timeout = 30.0  # far from what is measured (a busy machine)
         m = self.rank(0, 4)
         others = self.members([1, 2], 4)
-        time.sleep(1.0)
+        for p in others:
+            p.wait_for("ranks so far")  # joined: the run is under way
         m.popen.kill()
         killed = time.monotonic()
         for p in others:
@@ -561,8 +562,9 @@ class Adversarial(RankcheckTest):
 
     # --- SIGTERM in each phase ---------------------------------------------------
 
-    def sigterm(self, p, after):
-        time.sleep(after)
+    def sigterm(self, p, state):
+        """SIGTERM to `p` once its log says `state`; it must end at once, with 143."""
+        p.wait_for(state)
         p.popen.send_signal(signal.SIGTERM)
         t = time.monotonic()
         p.wait(3)
@@ -572,7 +574,8 @@ class Adversarial(RankcheckTest):
     def test_sigterm_to_the_master_while_waiting(self):
         m = self.rank(0, 3)
         one = self.rank(1, 3)
-        self.sigterm(m, 1.0)
+        one.wait_for("ranks so far")
+        self.sigterm(m, "joined 2/3")
         self.assertEqual(m.report["decided"], "interrupted")
         # Its log says what its report says, not "deadline reached".
         self.assertIn("(stopped by SIGTERM): FAIL (members exit 4, rank 0 exits 143)", m.err)
@@ -585,7 +588,7 @@ class Adversarial(RankcheckTest):
     def test_sigterm_to_a_member_while_waiting(self):
         m = self.rank(0, 3)
         one = self.rank(1, 3)
-        self.sigterm(one, 1.0)
+        self.sigterm(one, "ranks so far")
         self.finish()
         self.assertEqual(m.rc, 4)
         self.assertIn("member-disconnected", [f["id"] for f in job_findings(m.report)])
@@ -603,8 +606,7 @@ class Adversarial(RankcheckTest):
             with self.subTest(victim="master" if victim == 0 else "member"):
                 self.port = free_port()
                 procs = self.gpu_job(**fake)
-                self.sigterm(procs[victim], 1.5)
-                self.assertIn("go: NCCL init", procs[victim].err)
+                self.sigterm(procs[victim], "go: NCCL init")
                 self.finish(procs)
                 self.procs.clear()
 

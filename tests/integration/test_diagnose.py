@@ -286,6 +286,36 @@ class Inputs(unittest.TestCase):
         self.assertIn("NOTHING FOUND", r.stdout)
         self.assertEqual(json.loads(run(["--json", "-"], stdin="ok\n").stdout)["findings"], [])
 
+    def test_a_healthy_jobs_log_is_nothing_found(self):
+        # The words of a failure ("failed", "cannot", "error") on the INFO lines that a
+        # healthy job prints (NCCL on a host without InfiniBand or a net plugin, torchrun
+        # narrating) and rankcheck's own passing report: nothing to report.
+        local = subprocess.run([BIN, "local", "-n", "2", "--no-gpu", "--timeout", "20"],
+                               capture_output=True, text=True, timeout=60, env=clean_env())
+        self.assertEqual(local.returncode, 0, local.stderr)
+        healthy = "\n".join([
+            "node1:2401:2401 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+            "node1:2401:2401 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open "
+            "shared object file: No such file or directory No plugin found (libnccl-net.so), "
+            "using internal implementation",
+            "node1:2401:2401 [0] NCCL INFO Failed to open libibverbs.so[.1]",
+            "node1:2401:2401 [0] NCCL INFO NET/IB : No device found.",
+            "node1:2401:2401 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>",
+            "node1:2401:2401 [0] NCCL INFO Using network Socket",
+            "node1:2401:2418 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - "
+            "Init COMPLETE",
+            "INFO:torch.distributed.elastic.agent.server.api:[default] Starting worker group",
+            "INFO:torch.distributed.elastic.agent.server.api:Local worker group finished "
+            "(WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish",
+            "I1218 20:27:21.426 ProcessGroupNCCL.cpp:629] [Rank 0] ProcessGroupNCCL "
+            "initialization options: NCCL_ASYNC_ERROR_HANDLING: 1, TIMEOUT(ms): 1800000",
+            "2024-05-01 12:00:00,123 INFO worker.py:1673 -- Started a local Ray instance.",
+            "epoch 1 loss 2.31",
+        ])
+        r = run(["--json", "-"], stdin=healthy + "\n" + local.stdout + local.stderr)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(json.loads(r.stdout)["findings"], [])
+
     def test_binary_files_in_a_directory_are_left_out(self):
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copy(os.path.join(LOGS, "mpirun-sigkill.log"), tmp)

@@ -502,10 +502,10 @@ class WhatTheLauncherStarted(RankcheckTest):
         # dead one is here, and waiting to the deadline cannot bring it back.
         self.timeout = 30.0  # far from the grace it measures (a busy machine, sanitizers)
         master, one = self.rank(0, 3), self.rank(1, 3)
-        time.sleep(0.5)
+        one.wait_for("ranks so far")
         one.popen.send_signal(signal.SIGKILL)
         one.wait(5)
-        time.sleep(0.2)
+        master.wait_for("disconnected before the verdict")
         two = self.rank(2, 3)
         self.finish([master, two])
         self.assertExit([master, two], 4)

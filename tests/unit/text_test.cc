@@ -57,3 +57,25 @@ TEST_CASE("text: bidi controls and zero-width characters are shown, not obeyed")
   CHECK(printable("\xef\xbb\xbfgpu") == "\\u{feff}gpu");        // byte-order mark
   CHECK(printable("Grüße ✓") == "Grüße ✓");                     // the rest stays readable
 }
+
+TEST_CASE("text: a captured terminal line reads as it was displayed") {
+  std::string buf;
+  // Nothing to do: the very same bytes, no copy.
+  std::string_view plain = "[rank1]: RuntimeError: boom";
+  CHECK(as_displayed(plain, buf).data() == plain.data());
+  std::string_view crlf = "line\r";
+  CHECK(as_displayed(crlf, buf) == "line\r");
+  // Colour (SGR), a cursor move, a window title (OSC ... BEL), a charset switch.
+  CHECK(as_displayed("\x1b[1;31m\xE2\x9C\x97 missing-rank\x1b[0m: 1 of 8", buf) ==
+        "\xE2\x9C\x97 missing-rank: 1 of 8");
+  CHECK(as_displayed("\x1b[2K\x1b[1Gstep 10", buf) == "step 10");
+  CHECK(as_displayed("\x1b]0;title\astill here", buf) == "still here");
+  CHECK(as_displayed("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", buf) == "link");
+  CHECK(as_displayed("\x1b(Bplain", buf) == "plain");
+  // A progress bar a carriage return overwrote: the last write, a CRLF end dropped.
+  CHECK(as_displayed(" 10%|#   |\r 50%|##  |\rRuntimeError: DataLoader worker\r", buf) ==
+        "RuntimeError: DataLoader worker");
+  // A lone escape at the end, or a sequence cut short, loses nothing before it.
+  CHECK(as_displayed("tail\x1b", buf) == "tail");
+  CHECK(as_displayed("cut\x1b[12", buf) == "cut");
+}
