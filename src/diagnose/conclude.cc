@@ -122,14 +122,28 @@ std::set<long> ranks_named(const std::string& text) {
   return out;
 }
 
+// A master stopped by a signal (master-interrupted) that its launcher sent after
+// another process of the job exited with an error of its own (torchrun's Root Cause,
+// srun's task exit): that exit is the cause, the interruption its consequence.
+bool verdict_is_consequence(const Knowledge& k) {
+  if (!k.rankcheck || k.rankcheck->id != FindingId::kMasterInterrupted) return false;
+  for (const auto& [key, p] : k.procs) {
+    if (p.died && p.exit > 0 && p.exit < 128 && p.signal == 0 && !p.killed_by_launcher)
+      return true;
+  }
+  return false;
+}
+
 // 1. rankcheck's own verdict leads the report: it was decided already. Its fix is
 // the report's own (it names hosts and values), its hosts the report's suspects
 // (none for a job-wide error, as `rankcheck run` names none).
 void add_verdict(Builder& b, const Knowledge& k) {
   if (!k.rankcheck) return;
   const Knowledge::Verdict& v = *k.rankcheck;
-  DiagFinding& f = b.add(v.id, "rankcheck reported: " + v.note.detail, true, v.note, v.fix);
-  f.order = 0;
+  bool consequence = verdict_is_consequence(k);
+  DiagFinding& f =
+      b.add(v.id, "rankcheck reported: " + v.note.detail, !consequence, v.note, v.fix);
+  if (!consequence) f.order = 0;
   auto suspects = k.suspects.find(v.source);
   if (suspects == k.suspects.end()) suspects = k.suspects.begin();
   std::set<std::string> hosts;
@@ -268,7 +282,8 @@ void add_silent_deaths(Builder& b,
 // come: the first is the best candidate; later ones are mostly peers it took down).
 // The rest are consequences, returned for one finding after the missing ranks.
 Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
-  bool explained_elsewhere = !k.setup.empty() || ended_outside || k.rankcheck;
+  bool explained_elsewhere =
+      !k.setup.empty() || ended_outside || (k.rankcheck && !verdict_is_consequence(k));
   for (const auto& [key, p] : k.procs) {
     bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
     if (p.own && !setup_error && !p.killed_by_launcher) explained_elsewhere = true;

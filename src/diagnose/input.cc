@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,6 +89,40 @@ class LineSplitter {
   bool cut_ = false;
 };
 
+// rankcheck's own JSON report (`--json`, a member's or the master's, or the watch's
+// job report) read as its text report would be: each error finding a "✗ id  message"
+// line with its "fix:" under it, the suspect hosts after. Larger than this, it is
+// read as lines.
+constexpr size_t kMaxReport = size_t{256} << 20;
+
+bool report_lines(const std::string& text, LineSplitter& lines) {
+  nlohmann::json r = nlohmann::json::parse(text, nullptr, false);
+  if (r.is_discarded() || !r.is_object() || !r.contains("rankcheck_version") ||
+      !r.contains("findings") || !r["findings"].is_array())
+    return false;
+  auto str = [](const nlohmann::json& o, const char* key) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  std::string out;
+  for (const nlohmann::json& f : r["findings"]) {
+    if (!f.is_object() || str(f, "severity") == "warning" || str(f, "id").empty()) continue;
+    // One line each: the report's own line breaks are not the finding's.
+    auto flat = [](std::string v) {
+      std::replace(v.begin(), v.end(), '\n', ' ');
+      return v;
+    };
+    out += fmt::format("  \xE2\x9C\x97 {}  {}\n", flat(str(f, "id")), flat(str(f, "message")));
+    std::string fix = str(f, "fix");
+    if (fix.empty()) fix = str(f, "hint");  // the report's name for it
+    if (!fix.empty()) out += "      fix: " + flat(fix) + "\n";
+  }
+  if (std::string hosts = str(r, "suspect_hosts"); !hosts.empty())
+    out += "  suspect hosts: " + hosts + "\n";
+  lines.feed(out);
+  return true;
+}
+
 std::string errno_text(const std::string& path, int err) {
   return fmt::format("{}: {}", path, std::strerror(err));
 }
@@ -99,6 +134,8 @@ bool binary(std::string_view head) {
 std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::string& buf) {
   LineSplitter lines(scanner);
   bool first = true;
+  std::string json;  // the input so far, while it may be a report of rankcheck's own
+  bool maybe_json = false;
   for (;;) {
     ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0) {
@@ -114,10 +151,25 @@ std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::s
         return "gzip";  // the caller reads it again, through zlib
       if (binary(chunk.substr(0, 4096))) return "binary";
       scanner.begin_source(name);
+      // One JSON object, not JSON lines (a structured log: '{' begins its second line).
+      size_t start = chunk.find_first_not_of(" \t\r\n");
+      size_t nl = chunk.find('\n');
+      maybe_json = start != std::string_view::npos && chunk[start] == '{' &&
+                   (nl == std::string_view::npos || chunk.substr(nl + 1, 1) != "{");
+    }
+    if (maybe_json) {
+      json.append(chunk);
+      if (json.size() <= kMaxReport) continue;
+      maybe_json = false;  // too large for a report: its lines, as they are
+      lines.feed(json);
+      json.clear();
+      json.shrink_to_fit();
+      continue;
     }
     lines.feed(chunk);
   }
   if (first) scanner.begin_source(name);  // an empty file is still an input
+  if (maybe_json && !report_lines(json, lines)) lines.feed(json);
   lines.end();
   return "";
 }

@@ -206,6 +206,22 @@ class OwnReports(RankcheckTest):
         self.assertEqual(code, job_first(report)["exit_code"])
         self.assertSame(got, report)
 
+    def test_its_json_report_and_a_coloured_capture_read_as_its_text(self):
+        # The same job's master report three ways: the text in colour (as `script` or
+        # `srun --pty` keep it), and its --json file; each gives the text's finding.
+        master = self.rank(0, 2, host="h0", extra=["--color", "always"])
+        member = self.rank(1, 3, host="h1")
+        self.finish()
+        self.assertExit([master, member], 3)
+        self.assertIn("\x1b[", master.out, "coloured")
+        code, got = self.diagnosed(self.log_of(master))
+        self.assertEqual(code, 3)
+        self.assertSame(got, master.report)
+        code, got = self.diagnosed(master.json_path)
+        self.assertEqual(code, 3)
+        self.assertSame(got, master.report)
+        self.assertEqual(got["ranks"], [0, 1])
+
     def test_a_usage_error_of_rankcheck_is_named(self):
         r = subprocess.run([BIN, "run", "--no-gpu"], env=clean_env(WORLD_SIZE="2"),
                            capture_output=True, text=True, timeout=30)
