@@ -55,14 +55,24 @@ say "== the wrapper of run -- CMD: a job printing 1 GiB of log lines, on its own
 part /usr/bin/python3 scripts/bench_watch.py "${json[@]}"
 
 say
-say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, a failure in the middle)"
+say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, 1 in 100 a real failed job's line, a failure in the middle)"
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
-/usr/bin/python3 - "$logdir/seed.log" <<'PY'
-import random, sys
+/usr/bin/python3 - "$logdir/seed.log" tests/fixtures/diagnose/corpus/dev <<'PY'
+import os, random, sys
 random.seed(7)
+# Real lines: those of the dev corpus's logs (public failed jobs), as they are.
+real = []
+for d, _, files in sorted(os.walk(sys.argv[2])):
+    for name in sorted(files):
+        if name != "case.json":
+            with open(os.path.join(d, name), errors="replace") as f:
+                real += [l.rstrip("\n") for l in f if l.strip()]
 lines = []
 for i in range(40000):
+    if i % 100 == 99:
+        lines.append(random.choice(real))
+        continue
     r = random.randrange(64)
     host = f"gpu-{r // 8:02d}"
     kind = i % 4

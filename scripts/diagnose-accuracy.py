@@ -48,7 +48,7 @@ GENERAL = {
 
 
 def cases(which):
-    sets = ["dev", "heldout"] if which == "all" else [which]
+    sets = ["dev", "heldout", "heldout3"] if which == "all" else [which]
     out = []
     for s in sets:
         d = os.path.join(CORPUS, s)

@@ -37,11 +37,11 @@ def main():
     with open(PATH) as f:
         lines = f.read().split("\n")
     head = lines[:4]  # the file's own header
-    # The held-out sets' lines, under their measures' headings, as those wrote them.
-    held = [l for l in lines if l.startswith("heldout")]
-    held_head = [l for l in lines if l.startswith("# Held out")]
+    # The held-out sets' sections (a heading, then its lines), as their measures wrote them.
+    start = next((i for i, l in enumerate(lines) if l.startswith("# Held out")), len(lines))
+    held = [l for l in lines[start:] if l]
     with open(PATH, "w") as f:
-        f.write("\n".join(head + misses + held_head + held) + "\n")
+        f.write("\n".join(head + misses + held) + "\n")
     print("%d dev cases missed" % len(misses))
 
 
