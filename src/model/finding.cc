@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 
 namespace rankcheck {
 namespace {
@@ -56,11 +57,11 @@ constexpr FindingKind kCatalog[] = {
     {kNcclInterfaceLoopback, "nccl-interface-loopback", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. =eth0): "
      "loopback reaches no other host",
-     kNet},
+     kHostCfg},
     {kNcclInterfaceLinkLocal, "nccl-interface-link-local", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to an interface with a routable address: a link-local address "
      "(169.254/16, fe80::) reaches other hosts only on one link, if at all",
-     kNet},
+     kHostCfg},
     {kNcclInterfaceSharedAddress, "nccl-interface-shared-address", kE, ec::kMismatch,
      "set NCCL_SOCKET_IFNAME to the interface that routes between the hosts (e.g. ^docker,br-,"
      "veth,virbr to exclude bridges): NCCL would connect each host to itself",
@@ -143,7 +144,7 @@ constexpr FindingKind kCatalog[] = {
     {kGpuMissing, "gpu-missing", kE, ec::kGpu,
      "give every rank a GPU: check the job's GPU request (--gpus-per-task, nvidia.com/gpu) and "
      "CUDA_VISIBLE_DEVICES on that host",
-     kHw},
+     kHostCfg},
     {kGpuCountMismatch, "gpu-count-mismatch", kE, ec::kGpu,
      "give the node as many GPUs as --nproc-per-node (the pod's nvidia.com/gpu limit, Slurm's "
      "--gpus-per-node), or lower --nproc-per-node",
@@ -487,6 +488,31 @@ void order_findings(std::vector<Finding>& findings) {
     if (a.is_error() != b.is_error()) return a.is_error();
     return lead_rank(a.id) < lead_rank(b.id);
   });
+}
+
+bool name_no_host_when_every_host(std::vector<Finding>& findings, size_t job_hosts) {
+  if (job_hosts < 2) return false;
+  bool cleared = false;
+  for (const Finding& f : findings) {
+    FindingClass c = finding_kind(f.id).cls;
+    // A path's findings name its two ends, not a host each: a blocked path in a job of
+    // two hosts names both, and still says which path.
+    bool path = f.id == FindingId::kNcclPathBlocked || f.id == FindingId::kNcclPathFlooded ||
+                f.id == FindingId::kNcclPathUnproven;
+    if (!f.is_error() || f.hosts.empty() || path || c == FindingClass::kJob ||
+        c == FindingClass::kProcess)
+      continue;
+    std::set<std::string> named;
+    for (const Finding& g : findings) {
+      if (g.id == f.id && g.is_error()) named.insert(g.hosts.begin(), g.hosts.end());
+    }
+    if (named.size() < job_hosts) continue;
+    for (Finding& g : findings) {
+      if (g.id == f.id && g.is_error()) g.hosts.clear();
+    }
+    cleared = true;
+  }
+  return cleared;
 }
 
 std::string_view class_name(FindingClass c) {

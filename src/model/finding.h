@@ -173,6 +173,14 @@ int lead_rank(FindingId id);
 /// the order in which each kind's findings were raised.
 void order_findings(std::vector<Finding>& findings);
 
+/// A fact that holds on every host of a job is the job's, not a host's: the errors of
+/// one id, of a host's class (host-config, hardware, network; not a path's, which names
+/// its two ends), whose hosts together are every one of the job's `job_hosts` (two or
+/// more) name no host, so that no
+/// report suspects, drains or leaves out a host for them. Their messages still say
+/// where. Returns whether it cleared any.
+bool name_no_host_when_every_host(std::vector<Finding>& findings, size_t job_hosts);
+
 /// A finding of kind `id`: its severity (unless `severity` is given), its exit
 /// code, and the catalogue's fix unless `fix` names a more specific one.
 Finding make_finding(FindingId id, std::string message, std::string fix = {},

@@ -5,6 +5,7 @@
 #include "rules/rules.h"
 
 #include <algorithm>
+#include <set>
 
 #include "rules/context.h"
 #include "rules/join_tracker.h"
@@ -70,11 +71,19 @@ std::span<const Rule> rules() {
   return kRules;
 }
 
+size_t job_hosts(const std::vector<Member>& members) {
+  std::set<std::string_view> hosts;
+  for (const Member& m : members)
+    hosts.insert(m.record.host.str());
+  return hosts.size();
+}
+
 std::vector<Finding> run_checks(const JobView& view) {
   CheckContext ctx(view);
   std::vector<Finding> findings;
   for (const Rule& rule : kRules)
     rule.check(ctx, findings);
+  name_no_host_when_every_host(findings, job_hosts(view.members));
   order_findings(findings);
   return findings;
 }
@@ -85,6 +94,7 @@ std::vector<Finding> run_always(const JobView& view) {
   for (const Rule& rule : kRules) {
     if (rule.fast == FastPath::kAlways) rule.check(ctx, findings);
   }
+  name_no_host_when_every_host(findings, job_hosts(view.members));
   order_findings(findings);
   return findings;
 }

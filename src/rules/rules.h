@@ -71,7 +71,12 @@ struct Rule {
 /// (order_findings), not by this table.
 std::span<const Rule> rules();
 
-/// Runs every rule and orders the findings: errors first, causes before effects.
+/// How many hosts the joined members are on: a fact on all of them is the job's
+/// (name_no_host_when_every_host).
+size_t job_hosts(const std::vector<Member>& members);
+
+/// Runs every rule and orders the findings: errors first, causes before effects. A
+/// fault that every host shows names none (name_no_host_when_every_host).
 std::vector<Finding> run_checks(const JobView& view);
 /// Runs the kAlways rules only: the decision of a job the tracker calls clean.
 std::vector<Finding> run_always(const JobView& view);

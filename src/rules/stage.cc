@@ -104,14 +104,15 @@ class RankOwners {
   /// specific finding (a network error, the GPU out of memory), the message says so
   /// and the fix is that one's; the id stays the stage's, and so does the exit code.
   /// Where NCCL said nothing, the catalogue's fix stands.
-  void quote_nccl(Finding& f, FindingId id, std::vector<long> ranks) const {
+  /// Returns whether NCCL said anything on those ranks.
+  bool quote_nccl(Finding& f, FindingId id, std::vector<long> ranks) const {
     std::sort(ranks.begin(), ranks.end());
     std::vector<const RankResult*> said;
     for (long k : ranks) {
       auto it = result_.find(k);
       if (it != result_.end() && !it->second->nccl_warn.empty()) said.push_back(it->second);
     }
-    if (said.empty()) return;
+    if (said.empty()) return false;
     // A rank's own cause before a pointer at a peer ("Connection closed by remote peer").
     auto own = std::find_if(said.begin(), said.end(),
                             [](const RankResult* r) { return r->nccl_finding != "peer-failed"; });
@@ -138,6 +139,7 @@ class RankOwners {
     }
     const FindingKind* kind = reading.empty() ? nullptr : find_finding_kind(first->nccl_finding);
     f.fix = std::string(kind != nullptr ? kind->fix : quoted_fix(id));
+    return true;
   }
 
  private:
@@ -218,7 +220,11 @@ void init_findings(const StageView& sv, const InitOutcomes& init, const RankOwne
   std::string done = init.done.empty() ? std::string("no rank finished init")
                                        : fmt::format("{} finished", ranks_word(init.done));
   f.message = fmt::format("{}; {}", join(parts, "; ", parts.size()), done);
-  owners.quote_nccl(f, FindingId::kNcclInitTimeout, stuck);
+  bool said = owners.quote_nccl(f, FindingId::kNcclInitTimeout, stuck);
+  // NCCL's init waits for every rank: when none finished, none failed and NCCL said
+  // nothing, one slow or broken rank holds them all, and which it is cannot be told.
+  // No host is suspected (the message still says where each was).
+  if (init.done.empty() && init.failed.empty() && !said) f.hosts.clear();
   out.push_back(std::move(f));
 }
 
@@ -356,6 +362,7 @@ std::vector<Finding> stage_checks(const StageView& sv) {
   init_findings(sv, init_outcomes(sv), owners, out);
   allreduce_findings(sv, allreduce_outcomes(sv), owners, out);
   network_findings(sv, owners, out);
+  if (sv.members != nullptr) name_no_host_when_every_host(out, job_hosts(*sv.members));
   return out;
 }
 

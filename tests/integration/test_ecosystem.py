@@ -160,20 +160,20 @@ class Ecosystem(RankcheckTest):
         return families
 
     def test_a_failing_job_ends_with_its_suspect_hosts_everywhere(self):
-        # NCCL_SOCKET_IFNAME names no interface of gpu-017's or gpu-203's: one finding
-        # per host, the first error's host is the suspect, in every file that says so.
+        # NCCL_SOCKET_IFNAME names no interface of gpu-203's: that host is the suspect,
+        # in every file that says so.
         extra = ("--exclude-file", self.path("exclude"), "--metrics", self.path("rankcheck.prom"))
         bad = {"NCCL_SOCKET_IFNAME": "=nosuch0"}
         master = self.rank(0, 4, host="gpu-017", local=(0, 2), extra=extra)
-        self.rank(1, 4, host="gpu-017", local=(1, 2), **bad)
+        self.rank(1, 4, host="gpu-017", local=(1, 2))
         self.rank(2, 4, host="gpu-203", local=(0, 2), **bad)
         self.rank(3, 4, host="gpu-203", local=(1, 2), **bad)
         self.finish()
         self.assertExit(self.procs, 3)
-        self.assertEqual(master.ids()[:2], ["nccl-ifname-missing", "nccl-ifname-missing"])
-        self.assertEqual(master.report["suspect_hosts"], "gpu-017")
+        self.assertEqual(master.ids()[:1], ["nccl-ifname-missing"])
+        self.assertEqual(master.report["suspect_hosts"], "gpu-203")
         with open(self.path("exclude")) as f:
-            self.assertEqual(f.read(), "gpu-017\n")
+            self.assertEqual(f.read(), "gpu-203\n")
         families = self.check_metrics(self.path("rankcheck.prom"))
         self.assertEqual(value(families, "rankcheck_verdict", verdict="fail"), 1)
         self.assertEqual(value(families, "rankcheck_verdict", verdict="pass"), 0)
@@ -182,10 +182,32 @@ class Ecosystem(RankcheckTest):
                                       severity="error"), 1)
         info = families["rankcheck_run_info"]["samples"][0][0]
         self.assertEqual((info["role"], info["first_finding"], info["suspect_hosts"]),
-                         ("master", "nccl-ifname-missing", "gpu-017"))
+                         ("master", "nccl-ifname-missing", "gpu-203"))
         self.assertEqual(value(families, "rankcheck_ranks_joined"), 4)
         self.assertGreater(value(families, "rankcheck_rendezvous_seconds"), 0)
         self.assertNotIn("rankcheck_nccl_init_seconds", families)  # --no-gpu
+
+    def test_the_same_fault_on_every_host_is_the_jobs_and_names_no_host(self):
+        # NCCL_SOCKET_IFNAME=ib0 on every host, none of which has it: one finding per
+        # host, and no host to blame. Leaving gpu-017 out of the next try, then gpu-203,
+        # would burn a job per healthy host (a field test's retries did).
+        extra = ("--exclude-file", self.path("exclude"), "--metrics", self.path("rankcheck.prom"))
+        bad = {"NCCL_SOCKET_IFNAME": "=nosuch0"}
+        master = self.rank(0, 4, host="gpu-017", local=(0, 2), extra=extra, **bad)
+        self.rank(1, 4, host="gpu-017", local=(1, 2), **bad)
+        self.rank(2, 4, host="gpu-203", local=(0, 2), **bad)
+        self.rank(3, 4, host="gpu-203", local=(1, 2), **bad)
+        self.finish()
+        self.assertExit(self.procs, 3)
+        self.assertEqual(master.ids()[:2], ["nccl-ifname-missing", "nccl-ifname-missing"])
+        self.assertEqual(master.report["suspect_hosts"], "")
+        self.assertNotIn("suspect hosts:", master.out)
+        self.assertIn("gpu-017", master.out)  # the findings still say where
+        if os.path.exists(self.path("exclude")):
+            with open(self.path("exclude")) as f:
+                self.assertEqual(f.read().strip(), "")
+        info = self.check_metrics(self.path("rankcheck.prom"))["rankcheck_run_info"]
+        self.assertEqual(info["samples"][0][0]["suspect_hosts"], "")
 
     def test_the_text_report_ends_with_the_suspect_hosts(self):
         # A host whose NCCL_SOCKET_IFNAME matches no interface of its own: a finding

@@ -476,7 +476,9 @@ class WhatTheLauncherStarted(RankcheckTest):
         for p in b:
             self.assertEqual((p.rc, p.ids()), (6, ["foreign-job"]))
         self.assertExit([a0] + a, 0)
-        self.assertEqual(a0.ids(), ["foreign-job"])
+        # Job a's ranks start once job b's were refused: on a busy machine that can be
+        # past the 2 s that count as a late start, a warning of its own, not this one.
+        self.assertEqual([i for i in a0.ids() if i != "late-start"], ["foreign-job"])
         f = a0.finding("foreign-job")
         self.assertEqual((f["severity"], f["ranks"]), ("warning", [1, 2]))
         self.assertIn("2 processes of job 'job-b' (ranks 1-2 on ", f["message"])

@@ -869,6 +869,27 @@ class Slurm(unittest.TestCase):
                       "not submitting again", job.out)
         self.assertNotIn("drained", job.out)
 
+    def test_sbatch_script_drains_and_excludes_nothing_for_a_fault_on_every_node(self):
+        # NCCL_SOCKET_IFNAME names no interface on either node: the same fault on every
+        # host is the job's. Drained, or left out one at a time, healthy nodes would
+        # pay for a typo, a job per node; even a policy that drains host-config takes none.
+        for node in self.cluster.nodes:
+            self.addCleanup(self.resume, node)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--nodes=2", "--ntasks-per-node=2"],
+                          RANKCHECK=self.bad_node_shim("*"), RANKCHECK_TIMEOUT=4,
+                          RANKCHECK_ARGS="--no-gpu -q", RANKCHECK_DRAIN=1, RANKCHECK_RETRIES=2,
+                          RANKCHECK_DRAIN_FINDINGS="hardware,network,host-config")
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertIn("nccl-ifname-missing", job.out)
+        self.assertNotIn("suspect hosts:", job.out)
+        self.assertIn("rankcheck.sbatch: the failure names no host to leave out: not draining, "
+                      "not submitting again", job.out)
+        for node in self.cluster.nodes:
+            state = dict(re.findall(r"(\w+)=(\S*)", self.cluster.cmd(
+                "scontrol", "show", "node", "-o", node).stdout))["State"]
+            self.assertNotIn("DRAIN", state, node)
+
     def resume(self, node):
         self.cluster.cmd("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
         end = time.monotonic() + 10

@@ -8,6 +8,7 @@
 #include "base/text.h"
 #include "helpers.h"
 #include "protocol/messages.h"
+#include "report/report.h"
 #include "rules/rules.h"
 
 using namespace rankcheck;
@@ -283,6 +284,20 @@ TEST_CASE("stage rules: a rank still connected without a result is stuck, not de
         "no result: the process died or lost its connection); rank 2 on gpu-02 sent no result "
         "within 12 s, though still connected: stuck in NCCL (init, the all-reduce or its "
         "abort); rank 0 finished");
+
+  // No rank finished, none failed, NCCL said nothing: NCCL's init waits for all of
+  // them, so one stuck rank holds every host; none is suspected (a drain would take
+  // them all). Where each was stays in the message.
+  for (RankResult& r : sv.results) {
+    r.init_ok = false;
+    r.init_timed_out = true;
+  }
+  f = sole(stage_checks(sv));
+  CHECK(f.name() == "nccl-init-timeout");
+  CHECK(f.hosts.empty());
+  CHECK(suspect_hosts({f}).empty());
+  CHECK(f.message.find("on gpu-01 and gpu-02") != std::string::npos);
+  CHECK(f.message.find("no rank finished init") != std::string::npos);
 }
 
 TEST_CASE("stage rules: wrong total, failure, timeout, low bandwidth") {

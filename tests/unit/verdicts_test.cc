@@ -44,7 +44,9 @@ TEST_CASE("suspects: a job-wide configuration error names no host") {
 
 TEST_CASE("suspects: every finding has a class; drains default to hardware and network") {
   CHECK(finding_class("nccl-path-blocked") == FindingClass::kNetwork);
-  CHECK(finding_class("gpu-missing") == FindingClass::kHardware);
+  CHECK(finding_class("gpu-missing") == FindingClass::kHostConfig);  // the job's GPU request
+  CHECK(finding_class("nccl-interface-loopback") == FindingClass::kHostConfig);
+  CHECK(finding_class("gpu-count-mismatch") == FindingClass::kHardware);
   CHECK(finding_class("missing-rank") == FindingClass::kProcess);
   CHECK(finding_class("nccl-ifname-missing") == FindingClass::kHostConfig);
   CHECK(finding_class("launcher-env-conflict") == FindingClass::kJob);
@@ -58,6 +60,32 @@ TEST_CASE("suspects: every finding has a class; drains default to hardware and n
   std::string prom = render_metrics(r, 1.7e9);
   CHECK(prom.find("first_finding=\"nccl-path-blocked\",first_finding_class=\"network\","
                   "suspect_hosts=\"gpu-02\"") != std::string::npos);
+}
+
+TEST_CASE("suspects: a fact that holds on every host is the job's, and names none") {
+  // NCCL_SOCKET_IFNAME=ib0 on every host, none of which has ib0: one finding per host.
+  Finding a = make_finding(FindingId::kNcclIfnameMissing, "ib0 on cn1");
+  a.hosts = {"cn1"};
+  Finding b = make_finding(FindingId::kNcclIfnameMissing, "ib0 on cn2");
+  b.hosts = {"cn2"};
+  std::vector<Finding> every{a, b};
+  CHECK(name_no_host_when_every_host(every, 2));
+  CHECK(suspect_hosts(every).empty());
+  CHECK(every[0].message == "ib0 on cn1");  // still says where
+  // On one host of two: that host's.
+  std::vector<Finding> one{a};
+  CHECK_FALSE(name_no_host_when_every_host(one, 2));
+  CHECK(suspect_hosts(one) == "cn1");
+  // One host in all: that host is the job, and still the suspect.
+  std::vector<Finding> alone{a};
+  CHECK_FALSE(name_no_host_when_every_host(alone, 1));
+  CHECK(suspect_hosts(alone) == "cn1");
+  // A process's fault (missing ranks on every host) stays where it was.
+  Finding missing = make_finding(FindingId::kMissingRank, "x");
+  missing.hosts = {"cn1", "cn2"};
+  std::vector<Finding> procs{missing};
+  CHECK_FALSE(name_no_host_when_every_host(procs, 2));
+  CHECK(suspect_hosts(procs) == "cn[1-2]");
 }
 
 TEST_CASE("auth-failed: a stranger's claimed host is never a suspect; the rank stays missing") {
