@@ -109,7 +109,7 @@ struct MemberReport {
   int exit_code = exit_code::kInternal;
   bool verdict_received = false;
   std::string headline;     ///< the job's leading problem, or "" on pass
-  std::string headline_id;  ///< its finding's id, when the master sent the verdict
+  std::string headline_id;  ///< its finding's id (the verdict's, or its own failure's)
   uint32_t errors = 0, warnings = 0;
   uint32_t joined_ranks = 0;      ///< ranks the master counted
   std::vector<Finding> findings;  ///< about this member, or its own failure

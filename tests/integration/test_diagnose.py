@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, RankcheckTest, clean_env
+from harness import BIN, Proc, RankcheckTest, clean_env
 
 LOGS = os.path.normpath(os.path.join(os.path.dirname(__file__), "../fixtures/logs"))
 
@@ -221,6 +221,19 @@ class OwnReports(RankcheckTest):
         self.assertEqual(code, 3)
         self.assertSame(got, master.report)
         self.assertEqual(got["ranks"], [0, 1])
+
+    def test_rank_0_on_a_host_master_addr_does_not_name_is_read_as_that(self):
+        # MASTER_ADDR an address of no interface here (198.18.0.9: the bind fails at
+        # once, nothing is sent): rank 0's own one-line failure carries its id, and
+        # diagnose leads with it and its exit code (7), not master-unreachable (4).
+        env = clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="198.18.0.9", MASTER_PORT=self.port)
+        master = Proc(["run", "--timeout", "3", "--no-gpu"], env, self.tmp.name, "rank0-own")
+        self.procs.append(master)
+        self.finish([master])
+        self.assertEqual(master.rc, 7)
+        self.assertIn("[master-addr-not-local]", master.out)
+        code, got = self.diagnosed(self.log_of(master))
+        self.assertEqual((code, got["id"]), (7, "master-addr-not-local"))
 
     def test_a_usage_error_of_rankcheck_is_named(self):
         r = subprocess.run([BIN, "run", "--no-gpu"], env=clean_env(WORLD_SIZE="2"),

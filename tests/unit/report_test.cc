@@ -194,7 +194,7 @@ TEST_CASE("member line: a member's own failure, in no other report, is printed w
                            "cannot reach the master at node01:29500 by the deadline: refused");
   std::string text = render_member_text(failure_report(self, f, 10), {});
   CHECK(text.find("rankcheck: FAIL: cannot reach the master at node01:29500 by the deadline; "
-                  "this is rank 3 on gpu-01\n") == 0);
+                  "this is rank 3 on gpu-01 [master-unreachable]\n") == 0);
   CHECK(text.find("fix: ") != std::string::npos);
 }
 
@@ -208,7 +208,7 @@ TEST_CASE("member line: a member that lost the master says so in its one line") 
   std::string text = render_member_text(failure_report(self, f, 10), {});
   std::string line = text.substr(0, text.find('\n'));
   CHECK(line == fmt::format("rankcheck: FAIL: {} lost the master at node01:29500 after joining "
-                            "it; this is rank 3 on gpu-01",
+                            "it; this is rank 3 on gpu-01 [master-lost]",
                             member_label(self)));
   CHECK(f.message.find("after joining it: the master closed the connection before its "
                        "verdict") != std::string::npos);
