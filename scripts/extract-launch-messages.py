@@ -167,19 +167,15 @@ def rows_of(part, gits):
 
 
 def splice(path, part, rows):
-    with open(path, encoding="utf-8") as fp:
-        lines = fp.read().split("\n")
-    if lines and lines[-1] == "":
-        lines = lines[:-1]
-    begin, end = BEGIN % part, END % part
-    block = [begin] + rows + [end]
-    if begin in lines:
-        i = lines.index(begin)
-        j = lines.index(end, i)
-        lines = lines[:i] + block + lines[j + 1:]
-    else:
-        lines = lines + block
-    return "\n".join(lines) + "\n"
+    """The file with the block of `part` replaced: extract-messages.py's splice, with
+    this script's markers."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "extract_messages", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         "extract-messages.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.splice(path, part, rows, BEGIN, END)
 
 
 def main():

@@ -1238,13 +1238,14 @@ def generate(part, args):
     raise SystemExit("unknown part %s" % part)
 
 
-def splice(path, part, rows):
-    """The file's text with the block of `part` replaced by rows (appended if absent)."""
+def splice(path, part, rows, begin_mark=BEGIN, end_mark=END):
+    """The file's text with the block of `part` replaced by rows (appended if absent);
+    the block's markers are this script's unless another script's are given."""
     with open(path, encoding="utf-8") as fp:
         lines = fp.read().split("\n")
     if lines and lines[-1] == "":
         lines = lines[:-1]
-    begin, end = BEGIN % part, END % part
+    begin, end = begin_mark % part, end_mark % part
     block = [begin] + rows + [end]
     if begin in lines:
         i = lines.index(begin)

@@ -128,8 +128,7 @@ std::set<long> ranks_named(const std::string& text) {
 bool verdict_is_consequence(const Knowledge& k) {
   if (!k.rankcheck || k.rankcheck->id != FindingId::kMasterInterrupted) return false;
   for (const auto& [key, p] : k.procs) {
-    if (p.died && p.exit > 0 && p.exit < 128 && p.signal == 0 && !p.killed_by_launcher)
-      return true;
+    if (p.died && p.exit > 0 && p.exit < 128 && p.signal == 0 && !p.killed_by_launcher) return true;
   }
   return false;
 }
@@ -141,8 +140,7 @@ void add_verdict(Builder& b, const Knowledge& k) {
   if (!k.rankcheck) return;
   const Knowledge::Verdict& v = *k.rankcheck;
   bool consequence = verdict_is_consequence(k);
-  DiagFinding& f =
-      b.add(v.id, "rankcheck reported: " + v.note.detail, !consequence, v.note, v.fix);
+  DiagFinding& f = b.add(v.id, "rankcheck reported: " + v.note.detail, !consequence, v.note, v.fix);
   if (!consequence) f.order = 0;
   auto suspects = k.suspects.find(v.source);
   if (suspects == k.suspects.end()) suspects = k.suspects.begin();

@@ -95,8 +95,8 @@ struct TableEntry {
 // An INFO or DEBUG line of NCCL, Python's logging, glog ("I1218 20:27:21.426 ...") or
 // the many loggers that print the level as a word.
 bool info_level(std::string_view line, std::string_view seg) {
-  static constexpr std::string_view kMarks[] = {"NCCL INFO", " INFO ",  "[INFO]",  "INFO:",
-                                                " DEBUG ",   "[DEBUG]", "DEBUG:", "\tINFO "};
+  static constexpr std::string_view kMarks[] = {
+      "NCCL INFO", " INFO ", "[INFO]", "INFO:", " DEBUG ", "[DEBUG]", "DEBUG:", "\tINFO "};
   for (std::string_view mark : kMarks) {
     if (line.find(mark) != std::string_view::npos) return true;
   }

@@ -285,8 +285,8 @@ std::vector<std::string_view> template_values(const SourceRow& r, std::string_vi
   size_t at = 0;  // where the text after the last piece found starts
   for (size_t i = 0; i < r.pieces.size(); ++i) {
     std::string_view piece = r.pieces[i];
-    size_t found = piece.empty() ? (i + 1 == r.pieces.size() ? text.size() : at)
-                                 : text.find(piece, at);
+    size_t found =
+        piece.empty() ? (i + 1 == r.pieces.size() ? text.size() : at) : text.find(piece, at);
     if (found == std::string_view::npos) break;
     if (i > 0) out.push_back(text.substr(at, found - at));
     at = found + piece.size();

@@ -523,7 +523,7 @@ MemberReport failure_report(const Record& self, Finding failure, double total_ms
   MemberReport m;
   m.self = self;
   m.exit_code = failure.exit_code;
-  m.headline = brief_headline({failure});  // the finding itself follows, whole
+  m.headline = brief_headline({failure});       // the finding itself follows, whole
   m.headline_id = std::string(failure.name());  // its id ends the line, as a verdict's does
   m.findings.push_back(std::move(failure));
   m.total_ms = total_ms;
