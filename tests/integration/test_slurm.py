@@ -853,6 +853,33 @@ class Slurm(unittest.TestCase):
             "scontrol", "show", "node", "-o", bad).stdout))
         self.assertNotIn("DRAIN", node["State"])
 
+    def test_sbatch_script_names_the_node_srun_named_when_the_step_failed_before_a_report(self):
+        # Every task on `bad` fails to start (exit 127, as a missing binary or image does):
+        # rank 0 never runs, so there is no report; srun names the node, and the job is
+        # submitted again without it.
+        bad, good = self.cluster.nodes
+        shim = os.path.join(self.dir, "rankcheck-missing.sh")
+        with open(shim, "w") as f:
+            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad}) exec /nonexistent/rankcheck ;; '
+                    f'esac\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME"\n')
+        os.chmod(shim, 0o755)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--nodes=1", "--ntasks-per-node=4", f"--nodelist={bad}"],
+                          RANKCHECK=shim, RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q",
+                          RANKCHECK_RETRIES=1)
+        self.assertEqual((job.state, job.rc), ("FAILED", 127), job.out)
+        self.assertIn("rankcheck.sbatch: the check step failed before rankcheck could report "
+                      f"(srun exited with 127); srun said: {bad}: tasks 0-3: Exited with exit "
+                      "code 127; not starting the training step", job.out)
+        self.assertNotIn("see rank 0's report", job.out)
+        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (named by srun, exit 127)", job.out)
+        m = re.search(r"rankcheck.sbatch: submitted again as job (\d+) \(try 1 of 1\), "
+                      rf"excluding {re.escape(bad)}\n", job.out)
+        self.assertIsNotNone(m, job.out)
+        fields, out = self.wait_job(int(m.group(1)), 4 + LAUNCH_SLACK + 10)
+        self.assertEqual((fields["JobState"], fields["ExitCode"], fields["NodeList"]),
+                         ("COMPLETED", "0:0", good), out)
+
     def test_sbatch_script_names_no_host_for_a_job_wide_error(self):
         # A WORLD_SIZE given to every task against the launcher's count is the job's own
         # configuration (launcher-env-conflict): no node is excluded or drained for it.
