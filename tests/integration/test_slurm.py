@@ -548,6 +548,39 @@ class Slurm(unittest.TestCase):
         self.assertNotIn("see rank 0's report", job.out)
         self.assertNotIn("train: ", job.out)
 
+    def test_sbatch_script_ends_the_step_when_a_late_node_holds_it_open(self):
+        # The second node's tasks start a minute late (a slow node, an image pull): rank
+        # 0 decides at the deadline, and srun --wait ends the late tasks soon after,
+        # rather than the step waiting for them. The job exits with rankcheck's verdict.
+        timeout = 4
+        shim = os.path.join(self.dir, "rankcheck-late.sh")
+        with open(shim, "w") as f:
+            f.write('#!/bin/sh\n[ "$SLURM_NODEID" != 1 ] || sleep 60\n'
+                    f'exec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME" '
+                    f'--json "{self.dir}/rank$SLURM_PROCID.json"\n')
+        os.chmod(shim, 0o755)
+        # The bound: the deadline, then the timeout plus 11 s after it; far below 60.
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=2 * timeout + 11 + GRACE,
+                          sbatch_args=["--nodes=2", "--ntasks-per-node=2"], RANKCHECK=shim,
+                          RANKCHECK_TIMEOUT=timeout, RANKCHECK_ARGS="--no-gpu -q")
+        # (Both nodes are this machine: rank 0 may also note that MASTER_ADDR is loopback.)
+        master = job.report("rank0")
+        self.assertEqual((job.state, job.rc), ("FAILED", master["exit_code"]), job.out)
+        self.assertEqual(finding(master, "missing-rank")["ranks"], [2, 3])
+        self.assertRegex(job.out, rf"rankcheck.sbatch: rankcheck's verdict is exit code {job.rc} \(rank "
+                                  r"0's report above\), and the step ended with exit code \d+ "
+                                  r"\(srun said: [^:]+: tasks 2-3: Killed\): not starting the "
+                                  r"training step")
+        self.assertNotIn("train: ", job.out)
+
+    def test_sbatch_script_refuses_a_timeout_that_is_not_seconds(self):
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4, RANKCHECK_TIMEOUT="2m",
+                          RANKCHECK_ARGS="--no-gpu -q")
+        self.assertEqual((job.state, job.rc), ("FAILED", 2), job.out)
+        self.assertIn("rankcheck.sbatch: RANKCHECK_TIMEOUT='2m': give the check's time in "
+                      "seconds, 1 or more", job.out)
+        self.assertNotIn("train: ", job.out)
+
     # -- (b) srun, one task per rank -----------------------------------------
 
     def test_srun_eight_ranks_pass(self):
