@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <future>
+#include <thread>
 
 #include <fmt/format.h>
 #include <malloc.h>
@@ -27,6 +28,9 @@ namespace {
 
 // How long rank 0 gives a master that holds its port to show its challenge.
 constexpr Millis kOtherMasterProbe{1500};
+// How often a rank 0 away from MASTER_ADDR looks for the master there: first, at most.
+constexpr Millis kOtherMasterFirstPause{50};
+constexpr Millis kOtherMasterMaxPause{500};
 // How often a waiting rank 0 looks for a verdict or a signal.
 constexpr Millis kVerdictPoll{20};
 // Time to write every member's verdict: this much, and 1 ms more for each 40 members.
@@ -95,6 +99,29 @@ bool await_verdict(std::future<Verdict>& f, Deadline by, Server& server, bool& c
   return f.wait_for(Millis(0)) == std::future_status::ready;
 }
 
+// MASTER_ADDR is another host's, so a rank 0 may be coming up there: this process
+// then claims the same rank (two nodes at node rank 0: an unset NODE_RANK). It looks
+// for that master until the decision deadline, as a member would, and joins it if
+// it is this job's (its report names both claims). What answered, if anything.
+std::optional<Challenge> await_other_master(const MasterSetup& setup, const Identity& id,
+                                            const Record& self, const Session& s) {
+  Deadline by = s.time.decide_by();
+  s.log.error(fmt::format(
+      "MASTER_ADDR {} is not an address of {}, yet this process is rank 0: looking for a rank 0 "
+      "there until the deadline ({} s), in case this one's rank is wrong",
+      printable(id.master_addr), printable(self.host), by.seconds_left()));
+  std::optional<Challenge> seen;
+  for (Millis pause = kOtherMasterFirstPause; !by.expired() && !interrupted();
+       pause = std::min(pause * 2, kOtherMasterMaxPause)) {
+    auto other = probe_master(setup.addresses.front(), setup.port,
+                              by.sooner(Deadline::after(kOtherMasterProbe)));
+    if (other) seen = other;
+    if (same_job(other, self, s)) return other;
+    std::this_thread::sleep_for(std::min(pause, by.remaining()));
+  }
+  return seen;
+}
+
 }  // namespace
 
 MasterConfig master_config(const Identity& id, const Record& self, Session& s,
@@ -152,8 +179,10 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
   if (!port) {
     // A master of this job may already be there: then this is a duplicate rank 0,
     // and the report that says so comes from that master.
-    auto other =
-        probe_master(setup.addresses.front(), setup.port, Deadline::after(kOtherMasterProbe));
+    bool elsewhere = port.error().fault == Fault::kNotLocal;
+    auto other = elsewhere && join_other ? await_other_master(setup, id, self, s)
+                                         : probe_master(setup.addresses.front(), setup.port,
+                                                        Deadline::after(kOtherMasterProbe));
     if (join_other && same_job(other, self, s)) {
       log.error(fmt::format(
           "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
@@ -165,6 +194,7 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
     why.master_addr = id.master_addr;
     why.port = setup.port;
     why.error = port.error();
+    why.waited_elsewhere = elsewhere && join_other;
     if (other) {
       why.other_master = true;
       why.other_auth = other->auth;

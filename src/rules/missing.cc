@@ -312,13 +312,13 @@ Finding unnamed_host_finding(const std::vector<long>& ranks, long per_node, cons
   }
   f.message = fmt::format(
       "{} {}{}", ranks_word(ranks), w.verb,
-      whole_nodes
-          ? fmt::format(": {} of {} ranks, as if {} never started",
-                        ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes", per_node,
-                        ranks.size() == size_t(per_node)
-                            ? fmt::format("node {}", ranks.front() / per_node)
-                            : std::string("those nodes"))
-          : std::string());
+      whole_nodes ? fmt::format(": {} of {}, as if {} never started",
+                                ranks.size() == size_t(per_node) ? "a whole node" : "whole nodes",
+                                plural(size_t(per_node), "rank", "ranks"),
+                                ranks.size() == size_t(per_node)
+                                    ? fmt::format("node {}", ranks.front() / per_node)
+                                    : std::string("those nodes"))
+                  : std::string());
   f.fix = fmt::format(
       "no member names their host: check that those processes were "
       "started, and that their hosts resolve and reach {}{}",

@@ -171,14 +171,20 @@ void check_duplicate_rank(const CheckContext& ctx, std::vector<Finding>& out) {
       rs.push_back(&r);
       names.push_back(fmt::format("{} (pid {})", printable(r.host), r.pid));
     }
-    Finding f = make(FindingId::kDuplicateRank,
-                     fmt::format("{} {} claimed by {} members: {}", ranks_word(ranks),
-                                 ranks.size() == 1 ? "is" : "are", who.size(), format_list(names)),
-                     fmt::format("each process needs its own RANK: check how RANK is set on {} "
+    bool nodes = std::any_of(rs.begin(), rs.end(), [](const Record* r) { return r->nranks > 1; });
+    Finding f =
+        make(FindingId::kDuplicateRank,
+             fmt::format("{} {} claimed by {} members: {}", ranks_word(ranks),
+                         ranks.size() == 1 ? "is" : "are", who.size(), format_list(names)),
+             nodes ? fmt::format("each node needs its own node rank: check how NODE_RANK (or "
+                                 "--node-rank) is set on {} (a launch script's default of 0 for an "
+                                 "unset one gives every node rank 0)",
+                                 format_list(hosts_of(rs)))
+                   : fmt::format("each process needs its own RANK: check how RANK is set on {} "
                                  "(a RANK exported once in the job script is copied into every "
                                  "task)",
                                  format_list(hosts_of(rs))),
-                     rs);
+             rs);
     f.ranks = ranks;
     out.push_back(std::move(f));
   }

@@ -82,14 +82,23 @@ Finding cannot_listen(const Record& self, const ListenFailure& why) {
   Fault fault = why.error.fault;
   if (fault == Fault::kNotLocal) {
     // Not "set it to <this host's name>": that name may resolve to loopback here.
+    // Rank 0 on the wrong host, or a second process at rank 0 (an unset node rank)
+    // whose master never came up: either fix may be the one.
     return about_self(
         self, FindingId::kMasterAddrNotLocal,
-        fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}",
+        fmt::format("MASTER_ADDR {} ({}) is not an address of {}, where rank 0 runs; {}{}",
                     printable(why.master_addr), format_list(self.master_resolved.get(), 4),
-                    printable(self.host), why.error.message),
-        fmt::format("run rank 0 on the host MASTER_ADDR names, or set MASTER_ADDR to an address "
-                    "of {} that the other hosts reach (`hostname -I` lists them)",
-                    printable(self.host)));
+                    printable(self.host), why.error.message,
+                    why.waited_elsewhere ? "; and no rank 0 of this job answered there by the "
+                                           "deadline"
+                                         : ""),
+        fmt::format("if rank 0 belongs on {}: start it there, and check this process's {} (a "
+                    "second process at rank 0 {}); if it belongs on {}: set MASTER_ADDR to an "
+                    "address of {} that the other hosts reach (`hostname -I` lists them)",
+                    printable(why.master_addr), self.nranks > 1 ? "node rank" : "RANK",
+                    self.nranks > 1 ? "is usually an unset NODE_RANK or --node-rank"
+                                    : "is usually a RANK exported once for every task",
+                    printable(self.host), printable(self.host)));
   }
   if (fault == Fault::kInUse || why.other_master) {
     return about_self(

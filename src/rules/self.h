@@ -40,6 +40,9 @@ struct ListenFailure {
   bool other_master = false;
   bool other_auth = false;
   std::string other_job_id;
+  /// MASTER_ADDR is another host's, and no master of this job answered there by the
+  /// deadline.
+  bool waited_elsewhere = false;
 };
 Finding cannot_listen(const Record& self, const ListenFailure& why);
 

@@ -92,9 +92,9 @@ class Cluster:
                     f.write(f"{a} {name}\n")
         return self
 
-    def spawn(self, i, argv, env, stdout=subprocess.PIPE):
+    def spawn(self, i, argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
         p = subprocess.Popen(["ip", "netns", "exec", self.ns[i], *argv], env=env, stdout=stdout,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=stderr, text=True)
         self.procs.append(p)
         return p
 

@@ -2,11 +2,12 @@
 them: two ranks per host, identity from SLURM_* (MASTER_ADDR: the first host of the
 node list), members on their own host names and addresses."""
 
+import os
 import subprocess
 import time
 import unittest
 
-from harness import BIN, job_findings
+from harness import BIN, clean_env, job_findings
 from netns import ClusterCase
 
 TIMEOUT = 4.0
@@ -146,6 +147,62 @@ class MultiHost(ClusterCase):
                               "established", f"( sport = :{self.port} )"], capture_output=True,
                              text=True, timeout=5).stdout
         return f"{self.cluster.addr(host)}:" in out
+
+
+
+class NodeMode(ClusterCase):
+    """One probe per node (NODE_RANK/NNODES/NPROC_PER_NODE, as preflight.sh and
+    rankcheck-node.sh give them), on two hosts."""
+
+    HOSTS, PER_HOST = 2, 1
+
+    def node(self, host, node_rank, log=None):
+        env = clean_env(NODE_RANK=node_rank, NNODES=2, NPROC_PER_NODE=2, MASTER_ADDR="h0",
+                        MASTER_PORT=self.port)
+        argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{host}",
+                "--json", self.json(host)]
+        stderr = open(log, "w") if log else subprocess.PIPE
+        p = self.cluster.spawn(host, argv, env, stderr=stderr)
+        if log:
+            stderr.close()
+        self.procs[host] = (p, time.monotonic())
+        return p
+
+    def test_two_nodes_at_node_rank_0_are_a_duplicate_whichever_starts_first(self):
+        # An unset NODE_RANK that a script defaults to 0 on both nodes. h1 starts first:
+        # it cannot listen on h0's address, and used to exit 7 at once telling the user
+        # to point MASTER_ADDR at h1, while h0 waited out its deadline. It now looks for
+        # a master at MASTER_ADDR, joins h0's when it comes, and both name the duplicate.
+        self.cluster.up()
+        log = os.path.join(self.tmp.name, "h1.err")
+        late = self.node(1, 0, log)
+        deadline = time.monotonic() + 60
+        while "looking for a rank 0 there" not in open(log).read():
+            self.assertIsNone(late.poll(), f"h1 ended: {open(log).read()}")
+            self.assertLess(time.monotonic(), deadline, open(log).read())
+            time.sleep(0.02)
+        self.node(0, 0)
+        res = self.wait_all(self.procs, TIMEOUT)
+        for host in (0, 1):
+            rc, rep, out, err = res[host]
+            self.assertEqual(rc, 3, f"h{host}: {out}{err}")
+            self.assertEqual(job_findings(rep)[0]["id"], "duplicate-rank", out)
+        f = job_findings(res[0][1])[0]
+        self.assertEqual((f["ranks"], f["hosts"]), ([0, 1], ["h0", "h1"]))
+        self.assertIn("each node needs its own node rank: check how NODE_RANK", f["hint"])
+
+    def test_rank_0_on_the_wrong_node_says_both_fixes_at_the_deadline(self):
+        # Only h1 runs, at node rank 0: no master ever comes up at h0.
+        self.cluster.up()
+        self.node(1, 0)
+        rc, rep, out, err = self.wait_all(self.procs, TIMEOUT)[1]
+        self.assertEqual(rc, 7, out + err)
+        f = rep["findings"][0]
+        self.assertEqual(f["id"], "master-addr-not-local")
+        self.assertIn("no rank 0 of this job answered there by the deadline", f["message"])
+        self.assertIn("if rank 0 belongs on h0: start it there, and check this process's node "
+                      "rank", f["hint"])
+        self.assertIn("if it belongs on h1: set MASTER_ADDR", f["hint"])
 
 
 if __name__ == "__main__":
