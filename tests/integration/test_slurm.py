@@ -208,7 +208,10 @@ class Cluster:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "MpiDefault=none",
-            "SchedulerType=sched/builtin",
+            # Heterogeneous jobs are scheduled by the backfill scheduler only; other jobs
+            # still start at once, from the main scheduler's pass at submission.
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=bf_interval=1",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_CPU",
             "SlurmdParameters=config_overrides",  # 4 CPUs per node, whatever the machine has
@@ -912,6 +915,97 @@ class Slurm(unittest.TestCase):
         fields, out = self.wait_job(int(m.group(1)), 4 + LAUNCH_SLACK + 10)
         self.assertEqual((fields["JobState"], fields["ExitCode"], fields["NodeList"]),
                          ("COMPLETED", "0:0", good), out)
+
+    def submit(self, sbatch_args, **env):
+        """sbatch the example script with these options only (the output file among
+        them); the job id."""
+        r = subprocess.run([self.cluster.bins["sbatch"], "--parsable", f"--chdir={self.dir}",
+                            *sbatch_args, SBATCH_SCRIPT, sys.executable, "-c", TRAIN],
+                           env=self.cluster.env(**self.master_env, **env), cwd=self.dir,
+                           capture_output=True, text=True, timeout=10)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip().split(";")[0]
+
+    def wait_records(self, spec, limit):
+        """Every record `scontrol show job SPEC` shows (every job without SPEC), once
+        all of them ended (deadline: `limit` seconds)."""
+        end = time.monotonic() + limit
+        while True:
+            show = self.cluster.cmd("scontrol", "show", "job", "-o", *spec, check=False).stdout
+            records = [dict(re.findall(r"(\w+)=(\S*)", line)) for line in show.splitlines()
+                       if line.startswith("JobId=")]
+            if records and all(r.get("JobState") in TERMINAL_STATES for r in records):
+                return records
+            if time.monotonic() > end:
+                self.cluster.cmd("scancel", *spec, check=False)
+                raise AssertionError(f"jobs {spec} still running after {limit} s:\n{show}")
+            time.sleep(0.1)
+
+    def read(self, name):
+        with open(os.path.join(self.dir, name)) as f:
+            return f.read()
+
+    def test_sbatch_script_submits_an_array_task_again_as_its_own_index(self):
+        # `scontrol show job` of the array's job id shows every task (one of the two
+        # tasks has that id): each task is submitted again alone, as its own index.
+        bad, good = self.cluster.nodes
+        array = self.submit(["--array=0-1", "--nodes=1", "--ntasks-per-node=4",
+                             f"--nodelist={bad}", f"--output={self.dir}/job-%A_%a.out"],
+                            RANKCHECK=self.bad_node_shim(bad), RANKCHECK_TIMEOUT="4",
+                            RANKCHECK_ARGS="--no-gpu -q", RANKCHECK_RETRIES="1")
+        tasks = self.wait_records([array], 2 * (4 + LAUNCH_SLACK + 5))
+        self.assertEqual(sorted(t["ArrayTaskId"] for t in tasks), ["0", "1"])
+        again = {}
+        for t in tasks:
+            i = t["ArrayTaskId"]
+            out = self.read(f"job-{array}_{i}.out")
+            self.assertEqual((t["JobState"], t["ExitCode"]), ("FAILED", "3:0"), out)
+            m = re.search(rf"rankcheck.sbatch: submitted again as job (\d+)_{i} \(try 1 of 1\), "
+                          rf"excluding {re.escape(bad)}\n", out)
+            self.assertIsNotNone(m, out)
+            again[i] = m[1]
+        for i, new in again.items():
+            (t,) = self.wait_records([f"{new}_{i}"], 2 * (4 + LAUNCH_SLACK + 5))
+            out = self.read(f"job-{new}_{i}.out")
+            self.assertEqual((t["ArrayTaskId"], t["JobState"], t["ExitCode"]),
+                             (i, "COMPLETED", "0:0"), out)
+            self.assertEqual((t["NodeList"], t["ExcNodeList"]), (good, bad))
+            self.assertIn("PASS — 4 ranks of 4 joined", out)
+            # The failed task's output is still its own.
+            self.assertIn("nccl-ifname-missing", self.read(f"job-{array}_{i}.out"))
+
+    def test_sbatch_script_submitted_again_leaves_the_failed_jobs_output_alone(self):
+        # --output without %j: the job submitted again writes to check.<its id>.out.
+        bad, good = self.cluster.nodes
+        job = self.submit(["--nodes=1", "--ntasks-per-node=4", f"--nodelist={bad}",
+                           f"--output={self.dir}/check.out"],
+                          RANKCHECK=self.bad_node_shim(bad), RANKCHECK_TIMEOUT="4",
+                          RANKCHECK_ARGS="--no-gpu -q", RANKCHECK_RETRIES="1")
+        self.wait_records([job], 4 + LAUNCH_SLACK + 5)
+        jobs = [j for j in self.wait_records([], 4 + LAUNCH_SLACK + 10)
+                if int(j["JobId"]) >= int(job)]  # the one submitted again too
+        self.assertEqual(len(jobs), 2, [j["JobId"] for j in jobs])
+        new = next(j["JobId"] for j in jobs if j["JobId"] != job)
+        out = self.read("check.out")
+        self.assertIn("nccl-ifname-missing", out)
+        self.assertIn(f"rankcheck.sbatch: submitted again as job {new} (try 1 of 1)", out)
+        self.assertIn("PASS — 4 ranks of 4 joined", self.read(f"check.{new}.out"))
+
+    def test_sbatch_script_does_not_submit_a_heterogeneous_job_again(self):
+        # Its components each have their own shape and nodes: said, not guessed at.
+        bad, good = self.cluster.nodes
+        job = self.submit([f"--output={self.dir}/job-%j.out", "--nodes=1",
+                           "--ntasks-per-node=2", f"--nodelist={bad}", ":", "--nodes=1",
+                           "--ntasks-per-node=2", f"--nodelist={good}"],
+                          RANKCHECK=self.bad_node_shim(bad), RANKCHECK_TIMEOUT="4",
+                          RANKCHECK_ARGS="--no-gpu -q", RANKCHECK_RETRIES="1")
+        records = self.wait_records([job], 4 + LAUNCH_SLACK + 10)
+        self.assertEqual(len(records), 2)
+        out = self.read(f"job-{job}.out")
+        self.assertIn(f"rankcheck.sbatch: not submitting again: job {job} is a heterogeneous job "
+                      "of 2 components, which RANKCHECK_RETRIES cannot submit again; submit it "
+                      f"again yourself with --exclude={bad}", out)
+        self.assertEqual(self.cluster.cmd("squeue", "-h", "-o", "%i").stdout.strip(), "")
 
     def test_sbatch_script_names_no_host_for_a_job_wide_error(self):
         # A WORLD_SIZE given to every task against the launcher's count is the job's own
