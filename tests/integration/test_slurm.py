@@ -873,6 +873,35 @@ class Slurm(unittest.TestCase):
         reason = self.cluster.cmd("sinfo", "-h", "-n", bad, "-o", "%E").stdout.strip()
         self.assertEqual(reason, f"rankcheck nccl-ifname-missing (exit 3) in job {job.job}")
 
+    def test_sbatch_script_drains_and_excludes_a_host_by_its_slurm_node_name(self):
+        # Hosts that call themselves by a name with a domain (cn2.cluster.local, node
+        # cn2): rankcheck's suspect is that name, Slurm's node is the short one.
+        bad, good = self.cluster.nodes
+        self.addCleanup(self.resume, bad)
+        shim = os.path.join(self.dir, "rankcheck-fqdn.sh")
+        with open(shim, "w") as f:
+            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad}) export NCCL_SOCKET_IFNAME=rkbad0 '
+                    f';; esac\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME.cluster.local"\n')
+        os.chmod(shim, 0o755)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--nodes=1", "--ntasks-per-node=4", f"--nodelist={bad}"],
+                          RANKCHECK=shim, RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q",
+                          RANKCHECK_DRAIN=1, RANKCHECK_DRAIN_FINDINGS="nccl-ifname-missing",
+                          RANKCHECK_RETRIES=1)
+        self.assertEqual((job.state, job.rc), ("FAILED", 3), job.out)
+        self.assertIn(f"  suspect hosts: {bad}.cluster.local\n", job.out)  # rank 0's report
+        self.assertIn(f"rankcheck.sbatch: suspect hosts: {bad} (nccl-ifname-missing, exit 3; "
+                      f"rankcheck named {bad}.cluster.local)", job.out)
+        self.assertIn(f"rankcheck.sbatch: drained {bad}\n", job.out)
+        reason = self.cluster.cmd("sinfo", "-h", "-n", bad, "-o", "%E").stdout.strip()
+        self.assertEqual(reason, f"rankcheck nccl-ifname-missing (exit 3) in job {job.job}")
+        m = re.search(r"rankcheck.sbatch: submitted again as job (\d+) \(try 1 of 1\), "
+                      rf"excluding {re.escape(bad)}\n", job.out)
+        self.assertIsNotNone(m, job.out)
+        fields, out = self.wait_job(int(m.group(1)), 4 + LAUNCH_SLACK + 10)
+        self.assertEqual((fields["JobState"], fields["NodeList"], fields["ExcNodeList"]),
+                         ("COMPLETED", good, bad), out)
+
     def test_sbatch_script_drains_only_the_findings_it_is_told_to(self):
         # By default only hardware and network findings drain: a host's setup
         # (host-config, here NCCL_SOCKET_IFNAME) names the suspect, drains nothing.
