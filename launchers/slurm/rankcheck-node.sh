@@ -45,6 +45,12 @@ die() {
   exit 2
 }
 
+# --help: the usage above (`rankcheck run --help`: rankcheck's options), from this file's opening comment.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -nE '1d; /^#SBATCH|^[^#]|^$/q; s/^# ?//p' "$0"
+  exit 0
+fi
+
 # shellcheck disable=SC2016  # the variable is the user's to expand
 one_per_node='srun --ntasks=$SLURM_NNODES --ntasks-per-node=1'
 [[ -n ${SLURM_NODEID:-} && -n ${SLURM_STEP_TASKS_PER_NODE:-} ]] ||

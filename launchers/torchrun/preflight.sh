@@ -19,6 +19,12 @@
 # (NODE_RANK, PET_NODE_RANK, JOB_COMPLETION_INDEX) is used when --node-rank is absent.
 set -u
 
+# --help: the usage above (torchrun's own: torchrun --help), from this file's opening comment.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+  sed -nE '1d; /^#SBATCH|^[^#]|^$/q; s/^# ?//p' "$0"
+  exit 0
+fi
+
 rankcheck=${RANKCHECK:-rankcheck}
 torchrun=${TORCHRUN:-torchrun}
 nnodes="" nproc="" node_rank="" master_addr="" master_port="" standalone=0

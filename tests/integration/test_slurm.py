@@ -576,6 +576,28 @@ class Slurm(unittest.TestCase):
                                   r"training step")
         self.assertNotIn("train: ", job.out)
 
+    def test_sbatch_script_leaves_its_metrics_for_node_exporter_when_asked(self):
+        metrics = os.path.join(self.dir, "textfile")
+        os.mkdir(metrics)
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          sbatch_args=["--nodes=1", "--ntasks-per-node=2"],
+                          RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q",
+                          RANKCHECK_METRICS_DIR=metrics)
+        self.assertEqual((job.state, job.rc), ("COMPLETED", 0), job.out)
+        self.assertEqual(os.listdir(metrics), ["rankcheck.prom"])  # no half-written file left
+        prom = self.read("textfile/rankcheck.prom")
+        self.assertIn('rankcheck_verdict{verdict="pass"} 1\n', prom)
+        self.assertIn(f'job_id="{job.job}.0"', prom)
+
+    def test_sbatch_script_refuses_a_metrics_folder_it_cannot_write(self):
+        job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
+                          RANKCHECK_METRICS_DIR=os.path.join(self.dir, "no-such-folder"),
+                          RANKCHECK_ARGS="--no-gpu -q")
+        self.assertEqual((job.state, job.rc), ("FAILED", 2), job.out)
+        self.assertIn(f"rankcheck.sbatch: RANKCHECK_METRICS_DIR={self.dir}/no-such-folder is not "
+                      "a folder this job can write to", job.out)
+        self.assertNotIn("train: ", job.out)
+
     def test_sbatch_script_refuses_a_timeout_that_is_not_seconds(self):
         job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4, RANKCHECK_TIMEOUT="2m",
                           RANKCHECK_ARGS="--no-gpu -q")
@@ -1078,6 +1100,31 @@ class Slurm(unittest.TestCase):
         end = time.monotonic() + 10
         while time.monotonic() < end and not self.cluster._nodes_idle():
             time.sleep(0.2)
+
+
+class RecipeHelp(unittest.TestCase):
+    """--help prints a recipe's usage, its opening comment, and exits 0: no Slurm needed."""
+
+    def help(self, *argv):
+        r = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=10,
+                           env=clean_env())
+        self.assertEqual((r.returncode, r.stderr), (0, ""), r.stdout)
+        return r.stdout
+
+    def test_the_batch_script_prints_its_usage(self):
+        out = self.help("/bin/bash", SBATCH_SCRIPT)
+        self.assertTrue(out.startswith("Example batch script: check the job's ranks"), out)
+        self.assertIn("  sbatch launchers/slurm/rankcheck.sbatch python train.py --lr 3e-4\n", out)
+        self.assertIn("RANKCHECK_METRICS_DIR", out)
+        # The comment's text, not its marks.
+        self.assertEqual([ln for ln in out.splitlines() if ln.startswith("#")], [])
+        self.assertNotIn("SBATCH --nodes", out)
+
+    def test_the_node_wrapper_prints_its_usage(self):
+        out = self.help(NODE_WRAPPER)
+        self.assertTrue(out.startswith("rankcheck as a node-level Slurm step"), out)
+        self.assertIn("launchers/slurm/rankcheck-node.sh [rankcheck run options]\n", out)
+        self.assertNotIn("set -euo", out)
 
 
 class PrologCluster(Cluster):

@@ -18,6 +18,16 @@ PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/pr
 TIMEOUT = 20
 
 
+class PreflightHelp(unittest.TestCase):
+    def test_preflight_prints_its_usage(self):
+        r = subprocess.run([PREFLIGHT, "--help"], capture_output=True, text=True, timeout=10,
+                           env=clean_env(TORCHRUN="/nonexistent/torchrun"))
+        self.assertEqual((r.returncode, r.stderr), (0, ""), r.stdout)
+        self.assertTrue(r.stdout.startswith("rankcheck as a node-level step before torchrun"),
+                        r.stdout)
+        self.assertNotIn("set -u", r.stdout)
+
+
 @unittest.skipUnless(TORCHRUN, "torchrun not installed (Debian's python3-torch)")
 class Torchrun(unittest.TestCase):
 

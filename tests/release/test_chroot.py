@@ -28,6 +28,23 @@ def inside(name):
     return os.path.join("/", os.path.relpath(WORK, ROOT), name)
 
 
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+
+
+def doc_floors():
+    """Every glibc floor the docs state for the release binary: (where, figure)."""
+    places = [("README.md", r"\*\*Which glibc\.\*\* glibc (\d+\.\d+) or newer"),
+              ("README.md", r"`rankcheck \S+ \(glibc (\d+\.\d+) or newer\)`"),
+              ("README.md", r"tail -1 +# GLIBC_(\d+\.\d+)"),
+              ("launchers/kubernetes/README.md", r"its floor is (\d+\.\d+) today")]
+    found = []
+    for rel, pattern in places:
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            figures = re.findall(pattern, f.read())
+        found += [(f"{rel}: {pattern}", x) for x in figures] or [(f"{rel}: {pattern}", None)]
+    return found
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,6 +103,13 @@ class ReleaseBinaryOnGlibc231(unittest.TestCase):
         m = re.fullmatch(r"rankcheck \S+ \(glibc (\d+)\.(\d+) or newer\)", r.out.strip())
         self.assertIsNotNone(m, r.out)
         self.assertLessEqual((int(m[1]), int(m[2])), (2, 28))
+
+    def test_the_docs_state_the_floor_the_binary_states(self):
+        r = run([inside("rankcheck"), "--version"])
+        floor = re.search(r"\(glibc (\d+\.\d+) or newer\)", r.out)
+        self.assertIsNotNone(floor, r.out)
+        for where, figure in doc_floors():
+            self.assertEqual(figure, floor[1], where)
 
     def test_local_job_of_four(self):
         r = run([inside("rankcheck"), "local", "-n", "4", "--no-gpu", "--timeout", str(TIMEOUT),
