@@ -247,6 +247,25 @@ void add_unexplained(Builder& b, const Knowledge& k) {
   if (!o.host.empty()) f.finding.hosts = {o.host};
 }
 
+// What an exit says of itself. 125-127 are the exits of a command that never ran:
+// env, nice, timeout, chroot and the container runtimes exit 125 when they fail
+// themselves, a shell 126 (not executable) and 127 (not found).
+std::string exit_meaning(long sig, long exit) {
+  if (sig == 9) return ": the kernel's OOM killer, or a kill from outside";
+  if (sig > 0) return "";
+  switch (exit) {
+    case 125:
+      return ": 125 is the exit of a wrapper (env, nice, timeout, a container runtime) that "
+             "could not start the command";
+    case 126:
+      return ": 126 is a shell's exit for a command it found but could not execute";
+    case 127:
+      return ": 127 is a shell's exit for a command it did not find";
+    default:
+      return "";
+  }
+}
+
 // 2. Processes that ended without an error of their own, grouped by the record
 // that says so: one finding each.
 void add_silent_deaths(Builder& b,
@@ -259,18 +278,19 @@ void add_silent_deaths(Builder& b,
       if (q->rank >= 0) ranks.insert(q->rank);
       if (!q->host.empty()) hosts.insert(q->host);
     }
-    std::string who =
-        list.size() == 1 || ranks.size() != list.size() ? name_of(p) : ranks_text(ranks);
+    std::string who = list.size() == 1 || ranks.size() != list.size() ? name_of(p)
+                      : hosts.size() == 1
+                          ? ranks_text(ranks) + " on " + printable(*hosts.begin(), 64)
+                          : ranks_text(ranks);
     std::string how = p.signal > 0
                           ? fmt::format("{} killed by {}", list.size() == 1 ? "was" : "were",
                                         signal_text(p.signal))
                       : p.exit > 0 ? fmt::format("exited with code {}", p.exit)
                                    : std::string("ended");
-    DiagFinding& f =
-        b.add(FindingId::kProcessDied,
-              fmt::format("{} {} without an error of its own in the logs{}", who, how,
-                          p.signal == 9 ? ": the kernel's OOM killer, or a kill from outside" : ""),
-              true, *p.died);
+    DiagFinding& f = b.add(FindingId::kProcessDied,
+                           fmt::format("{} {} without an error of its own in the logs{}", who, how,
+                                       exit_meaning(p.signal, p.exit)),
+                           true, *p.died);
     attach(f, ranks, hosts, {});
   }
 }
@@ -286,17 +306,35 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
     bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
     if (p.own && !setup_error && !p.killed_by_launcher) explained_elsewhere = true;
   }
+  // The first to end: by the times the launchers' records give where both have one
+  // (torchrun's table; its "failed (exitcode: 1)" line carries none), else by earlier().
   std::optional<Note> first_silent;
+  long first_silent_exit = 0;
+  int64_t first_silent_at = -1;
   for (const auto& [key, p] : k.procs) {
     bool silent =
         p.died && !p.own && !p.downstream && !p.waiting && !p.timeout && !p.killed_by_launcher;
-    if (silent && (!first_silent || earlier(*p.died, *first_silent))) first_silent = *p.died;
+    if (!silent) continue;
+    bool first =
+        !first_silent || (p.died_at >= 0 && first_silent_at >= 0 ? p.died_at < first_silent_at
+                                                                 : earlier(*p.died, *first_silent));
+    if (first) {
+      first_silent = *p.died;
+      first_silent_exit = p.signal == 0 ? p.exit : 0;
+      first_silent_at = p.died_at;
+    }
   }
   Consequences down;
   std::map<uint64_t, std::vector<const Proc*>> silent_deaths;  // by the record that says so
+  // A process that could not reach the store while others waited in it is the cause
+  // (add_unreachable_store), not a consequence.
+  bool store_unreachable = k.absent_first && k.pointers.count(FindingId::kMasterUnreachable);
   for (const auto& [key, p] : k.procs) {
     bool setup_error = p.own && catalogue()[p.own->row].cls == MessageClass::kSetup;
     if (setup_error) continue;
+    if (store_unreachable && p.downstream &&
+        catalogue()[p.downstream->row].finding == FindingId::kMasterUnreachable)
+      continue;
     if (p.own && !p.killed_by_launcher) {
       std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
                         : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
@@ -311,10 +349,15 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
     }
     if (!p.died) continue;
     const Slot& cause = p.downstream ? p.downstream : p.waiting ? p.waiting : p.timeout;
+    // The first record's processes, and those that ended alike without a cause (the
+    // same exit code): torchrun and srun print them apart, but they ended of their own,
+    // before any deadline that could have ended them (125: they could not start).
+    bool alike = first_silent && p.died->seq != first_silent->seq && p.exit > 0 && p.signal == 0 &&
+                 p.exit == first_silent_exit;
     bool initiating = !p.killed_by_launcher && !cause && !explained_elsewhere && first_silent &&
-                      p.died->seq == first_silent->seq;
+                      (p.died->seq == first_silent->seq || alike);
     if (initiating) {
-      silent_deaths[p.died->seq].push_back(&p);
+      silent_deaths[first_silent->seq].push_back(&p);
       continue;
     }
     if (p.rank >= 0) down.ranks.insert(p.rank);
@@ -323,10 +366,12 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
     if (!down.first || earlier(n, *down.first)) down.first = n;
     if (down.evidence.size() < 3) down.evidence.push_back(n.evidence);
     std::string why = p.killed_by_launcher ? "stopped by its launcher after another failure"
-                      : cause              ? cause->detail
-                      : ended_outside      ? "ended with the job"
-                      : !k.setup.empty()   ? "exited after the setup error above"
-                                           : "exited after the failure above";
+                      : p.waiting && &cause == &p.waiting
+                          ? fmt::format("waited for peers that never came ({})", cause->detail)
+                      : cause            ? cause->detail
+                      : ended_outside    ? "ended with the job"
+                      : !k.setup.empty() ? "exited after the setup error above"
+                                         : "exited after the failure above";
     if (down.why.size() < 3 && std::find(down.why.begin(), down.why.end(), why) == down.why.end())
       down.why.push_back(why);
   }
@@ -473,10 +518,41 @@ void add_timeouts(Builder& b, const Knowledge& k) {
   }
 }
 
+// 3. A process that could not connect to the store while others waited in it for
+// peers: the store was up (they waited in it), so the one that could not reach it is
+// the peer they waited for, with an address or port of its own (a wrong MASTER_PORT,
+// --master_addr or name on one node). It initiates; the waits follow from it. True
+// when it was added.
+bool add_unreachable_store(Builder& b, const Knowledge& k) {
+  auto it = k.pointers.find(FindingId::kMasterUnreachable);
+  if (it == k.pointers.end() || !k.absent_first || b.any_initiating()) return false;
+  const Group& g = it->second;
+  std::set<long> waiting;
+  for (const auto& [key, p] : k.procs) {
+    if (p.waiting && p.rank >= 0) waiting.insert(p.rank);
+  }
+  DiagFinding& f =
+      b.add(FindingId::kMasterUnreachable,
+            fmt::format("{} {}, while {} waited in the store for peers that never came ({}): the "
+                        "process that could not connect is the peer they waited for; the address "
+                        "and port it was given are not the store's, or do not reach it",
+                        g.ranks.empty() ? std::string("a process") : ranks_text(g.ranks), g.detail,
+                        waiting.empty() ? std::string("another process") : ranks_text(waiting),
+                        k.absent_first->detail),
+            true, g.first,
+            "give every process the store's address and port (MASTER_ADDR and MASTER_PORT, or "
+            "torchrun's --master_addr and --master_port, alike on every node), and check that the "
+            "host that could not connect resolves that address and reaches that port");
+  attach(f, g.ranks, {}, g.evidence);
+  return true;
+}
+
 // 5. Pointers to peers: downstream of any initiating finding; alone, a peer that
-// failed without a trace (or the network).
-void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers) {
+// failed without a trace (or the network). The unreachable store, when added already,
+// is not added again.
+void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool skip_unreachable) {
   for (const auto& [id, g] : pointers) {
+    if (skip_unreachable && id == FindingId::kMasterUnreachable) continue;
     bool explained = b.any_initiating();
     std::string who = g.ranks.empty() ? std::string("a rank") : ranks_text(g.ranks);
     std::string peer = g.hosts.empty()
@@ -550,10 +626,11 @@ Diagnosis Knowledge::conclude() {
   add_host_differences(b, *this);                           //    hosts unlike the others
   bool ended_outside = add_job_ends(b, *this);              // 6. the scheduler's end of the job
   Consequences down = add_deaths(b, *this, ended_outside);  // 2. deaths
-  add_missing_ranks(b, *this);                              // 3. peers that never came
+  bool unreachable = add_unreachable_store(b, *this);       // 3. the peer that could not connect,
+  add_missing_ranks(b, *this);                              //    peers that never came
   add_consequences(b, down);                                // 2. the deaths that followed
   add_timeouts(b, *this);                                   // 4. collective timeouts
-  add_pointers(b, pointers);                                // 5. pointers to peers
+  add_pointers(b, pointers, unreachable);                   // 5. pointers to peers
   add_unexplained(b, *this);                                //    and, alone, the unexplained
   sort_findings(b.out, setup);                              // initiating first
   return diagnosis_of(std::move(b.out), *this);

@@ -180,6 +180,7 @@ struct Proc {
   Slot died;        ///< a launcher's record of its end
   Slot timeout;     ///< a collective timed out on it
   long exit = 0, signal = 0;
+  int64_t died_at = -1;  ///< the time a record of its end gives (torchrun's table), or -1
   long seq_no = -1, enqueued = -1;
   std::string op;
   bool killed_by_launcher = false;

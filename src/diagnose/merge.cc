@@ -62,6 +62,7 @@ void merge_into(Proc& to, const Proc& from) {
                       {&to.timeout, &from.timeout}}) {
     if (*b && (!*a || earlier(**b, **a))) *a = *b;
   }
+  to.died_at = std::max(to.died_at, from.died_at);
   if (to.exit <= 0) to.exit = from.exit;
   if (to.signal <= 0) to.signal = from.signal;
   if (to.pid < 0) to.pid = from.pid;
@@ -87,6 +88,9 @@ void Knowledge::merge_processes() {
   std::map<std::string, Proc> merged;
   for (auto& [key, p] : procs) {
     long rank = p.rank;
+    // Its pid first: torchrun's "failed (exitcode: 1) local_rank: 0 (pid: 9444)" names
+    // no host, and its table names the pid with the rank.
+    if (rank < 0 && p.pid >= 0 && rank_of_pid.count(p.pid)) rank = rank_of_pid[p.pid];
     if (rank < 0 && p.local_rank >= 0) {
       auto it = rank_of_local.find(fmt::format("{}|{}", p.host, p.local_rank));
       if (it == rank_of_local.end()) it = rank_of_local.find(fmt::format("|{}", p.local_rank));
@@ -95,7 +99,6 @@ void Knowledge::merge_processes() {
       else if (identity)
         rank = p.local_rank;
     }
-    if (rank < 0 && p.pid >= 0 && rank_of_pid.count(p.pid)) rank = rank_of_pid[p.pid];
     std::string k = rank >= 0 ? fmt::format("r{}", rank) : key;
     Proc& to = merged[k];
     if (rank >= 0) {

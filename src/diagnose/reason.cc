@@ -41,6 +41,9 @@ bool add_host(Group& g, const std::string& host) {
 
 std::string key_of(const Origin& o, uint32_t source) {
   if (o.rank >= 0) return fmt::format("r{}", o.rank);
+  // Without a host, a local rank is one per node: two agents' "failed (exitcode: 1)
+  // local_rank: 0 (pid: 9444)" are two processes, told apart by their pids.
+  if (o.host.empty() && o.pid >= 0) return fmt::format("p|{}", o.pid);
   if (o.local_rank >= 0) return fmt::format("l{}|{}", o.host, o.local_rank);
   if (o.pid >= 0) return fmt::format("p{}|{}", o.host, o.pid);
   return fmt::format("?{}", source);
@@ -116,6 +119,15 @@ std::string detail_of(const Match& m, const Pattern& row) {
         "gloo's address exchange got a peer's list of {} bytes where {} were "
         "expected, so the ranks count different peers",
         m.get(LineField::kId), detail);
+  // The address a process could not reach, in its own words: its MASTER_ADDR and
+  // MASTER_PORT, which the store's may not be.
+  if (row.finding == FindingId::kMasterUnreachable && !m.get(LineField::kHost).empty() &&
+      !m.get(LineField::kPort).empty()) {
+    bool timed_out = row.name == "store_connect_timeout" && !detail.empty();
+    detail = fmt::format("could not connect to the store at {}:{}{}", m.get(LineField::kHost),
+                         m.get(LineField::kPort),
+                         timed_out ? fmt::format(" (timed out after {})", detail) : "");
+  }
   if (detail.empty()) detail = std::string(row.literal);
   return printable(detail, 200);
 }
@@ -361,7 +373,11 @@ void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, co
     if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;
     if (o.local_rank >= 0 && rank_of_local.size() < kMaxPids) {
       rank_of_local[fmt::format("{}|{}", o.host, o.local_rank)] = o.rank;
-      rank_of_local[fmt::format("|{}", o.local_rank)] = o.rank;
+      // A local rank without its host names a rank only while one host's table has
+      // it: with two nodes' tables, local rank 0 is rank 0 on one and rank 2 on the
+      // other (-1: ambiguous).
+      auto [it, fresh] = rank_of_local.emplace(fmt::format("|{}", o.local_rank), o.rank);
+      if (!fresh && it->second != o.rank) it->second = -1;
     }
   }
   for (long r : ranks) {
@@ -370,6 +386,7 @@ void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, co
     Proc* p = proc_at(at, m.source);
     if (!p) continue;
     keep_first(p->died, note);
+    if (!o.time.empty()) p->died_at = std::max(p->died_at, time_key(o.time));
     if (exit > 0 && p->exit <= 0) p->exit = exit;
     if (sig > 0 && p->signal <= 0) p->signal = sig;
   }

@@ -143,6 +143,48 @@ class Reasoning(unittest.TestCase):
         self.assertIn("local rank 1", first["message"])
 
 
+class Causality(unittest.TestCase):
+    """Which process started it, on real two-node torchrun logs (issue 35, item 11)."""
+
+    def test_the_process_that_could_not_reach_the_store_is_the_cause_not_the_waiters(self):
+        # cn2's agent had --master_port 29842, cn1's store listened on 29841: cn2 timed
+        # out connecting, cn1 waited in its store (Socket Timeout).
+        report = json.loads(run(["--json", os.path.join(LOGS, "torchrun-wrong-master-port")]).stdout)
+        first = report["findings"][0]
+        self.assertEqual((first["id"], first["role"]), ("master-unreachable", "initiating"))
+        self.assertIn("could not connect to the store at cn1:29842 (timed out after 15s)",
+                      first["message"])
+        self.assertIn("cn2.log", first["first_seen"])
+        waited = [f for f in report["findings"] if f["id"] == "missing-rank"]
+        self.assertEqual([f["role"] for f in waited], ["downstream"])
+
+    def test_processes_that_could_not_start_are_the_cause(self):
+        # Ranks 2-3 on cn2 exited 125 at once (env could not start them); ranks 0-1 on cn1
+        # waited for them until their 15 s timeout.
+        report = json.loads(run(["--json", os.path.join(LOGS, "torchrun-exit-125")]).stdout)
+        first = report["findings"][0]
+        self.assertEqual((first["id"], first["role"]), ("process-died", "initiating"))
+        self.assertEqual((first["ranks"], first["hosts"]), ([2, 3], ["cn2"]))
+        self.assertIn("exited with code 125", first["message"])
+        after = [f for f in report["findings"] if "as a consequence" in f["message"]]
+        self.assertEqual([f["ranks"] for f in after], [[0, 1]])
+
+    def test_a_consequence_says_in_words_why(self):
+        # The two errors of the wrong-port log (torch 1.13's words) as srun -l shows them
+        # from two tasks, with srun's records of their exits.
+        with open(os.path.join(LOGS, "torchrun-wrong-master-port", "cn2.log")) as f:
+            connect = [l for l in f if l.startswith("TimeoutError: ")][0]
+        text = ("0: RuntimeError: Socket Timeout\n2: " + connect +
+                "srun: error: cn1: task 0: Exited with exit code 1\n"
+                "srun: error: cn2: task 2: Exited with exit code 1\n")
+        report = json.loads(run(["--json", "-"], stdin=text).stdout)
+        self.assertEqual(report["findings"][0]["id"], "master-unreachable")
+        self.assertEqual(report["findings"][0]["ranks"], [2])
+        after = [f["message"] for f in report["findings"] if "as a consequence" in f["message"]]
+        self.assertEqual(after, ["rank 0 exited as a consequence: waited for peers that never "
+                                 "came (Socket Timeout)"])
+
+
 class OwnReports(RankcheckTest):
     """diagnose of rankcheck's own text reports, from real runs: the finding it
     leads with is the one the run's JSON report leads with, whole (a wrapped
