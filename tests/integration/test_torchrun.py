@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import unittest
@@ -18,7 +19,9 @@ PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/pr
 TIMEOUT = 20
 
 
-class PreflightHelp(unittest.TestCase):
+class PreflightArguments(unittest.TestCase):
+    """What preflight.sh says before it starts anything."""
+
     def test_preflight_prints_its_usage(self):
         r = subprocess.run([PREFLIGHT, "--help"], capture_output=True, text=True, timeout=10,
                            env=clean_env(TORCHRUN="/nonexistent/torchrun"))
@@ -26,6 +29,19 @@ class PreflightHelp(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("rankcheck as a node-level step before torchrun"),
                         r.stdout)
         self.assertNotIn("set -u", r.stdout)
+
+    def test_preflight_refuses_an_option_given_twice_with_two_values(self):
+        # torchrun would take the last; which one the check should take is the user's call.
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([PREFLIGHT, "--nnodes", "2", "--node_rank", "0", "--node-rank=1",
+                                "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "train.py"],
+                               capture_output=True, text=True, timeout=10, env=clean_env(
+                                   RANKCHECK=BIN, TORCHRUN="/nonexistent/torchrun",
+                                   RANKCHECK_ARGS=f"--no-gpu --json {tmp}/r.json"))
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertEqual(r.stderr, "preflight: --node_rank 0 and --node-rank 1: give "
+                                       "--node-rank once\n")
+            self.assertEqual(os.listdir(tmp), [])  # rankcheck never ran
 
 
 @unittest.skipUnless(TORCHRUN, "torchrun not installed (Debian's python3-torch)")
@@ -127,6 +143,41 @@ class Torchrun(unittest.TestCase):
         self.assertEqual(master["ranks_joined"], 4)
         # torchrun ran the training command on all four ranks after the check.
         self.assertEqual(sorted(os.listdir(marks)), ["ran-0", "ran-1", "ran-2", "ran-3"])
+
+    def test_preflight_hands_torchrun_the_node_rank_and_master_it_checked(self):
+        # The node rank and master only in the environment (NODE_RANK, MASTER_ADDR,
+        # MASTER_PORT), which rankcheck reads and torchrun 1.13 does not: torchrun gets
+        # them as flags, so its two agents are nodes 0 and 1 at the port checked, rather
+        # than two node 0s at its default 127.0.0.1:29500.
+        marks = os.path.join(self.tmp, "marks")
+        os.mkdir(marks)
+        procs = []
+        for node in (0, 1):
+            env = clean_env(RANKCHECK=BIN, TORCHRUN=TORCHRUN, NODE_RANK=str(node),
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
+                            RANKCHECK_ARGS=f"--no-gpu --timeout {TIMEOUT} --host-name node{node} "
+                                           f"--json {self.tmp}/node{node}.json")
+            cmd = [PREFLIGHT, "--redirects", "1", "--tee", "1", "--nnodes", "2",
+                   "--nproc_per_node", "2", "--max_restarts", "0", "--no_python",
+                   "/bin/sh", "-c", f'touch "{marks}/ran-$RANK-$GROUP_RANK-$MASTER_PORT"']
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True,
+                                          start_new_session=True))
+        outs = [self.finish(p, TIMEOUT + 40) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, out + err)
+        self.assertEqual(sorted(os.listdir(marks)),
+                         [f"ran-{r}-{r // 2}-{self.port}" for r in range(4)])
+
+    def finish(self, p, limit):
+        """p's output once it ended; a process still running at `limit` s is killed
+        (its whole session: torchrun and its workers) and fails the test."""
+        try:
+            return p.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            self.fail(f"still running after {limit} s:\n{out}{err}")
 
     def test_preflight_stops_torchrun_when_the_check_fails(self):
         marks = os.path.join(self.tmp, "marks")
