@@ -12,7 +12,8 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BIN, clean_env, free_port, readme_command, save_reports, job_findings
+from harness import BIN, GRACE, clean_env, free_port, readme_command, save_reports, job_findings
+from netns import ClusterCase
 
 TORCHRUN = shutil.which("torchrun", path="/usr/bin:/usr/local/bin")
 PREFLIGHT = os.path.join(os.path.dirname(__file__), "../../launchers/torchrun/preflight.sh")
@@ -29,6 +30,16 @@ class PreflightArguments(unittest.TestCase):
         self.assertTrue(r.stdout.startswith("rankcheck as a node-level step before torchrun"),
                         r.stdout)
         self.assertNotIn("set -u", r.stdout)
+
+    def test_the_readme_says_what_rank_mode_cannot_see(self):
+        # torchrun's agents meet before any worker (rankcheck, in rank mode) starts.
+        with open(os.path.join(os.path.dirname(PREFLIGHT), "README.md"), encoding="utf-8") as f:
+            text = " ".join(f.read().split())
+        self.assertIn("What rank mode cannot see: mistakes in torchrun's own arguments.", text)
+        self.assertIn("with a `--nnodes` that differs between nodes, two nodes given the same "
+                      "`--node_rank`, or a `--master_addr` that is not node 0's, the agents wait "
+                      "for each other until they are killed, and rankcheck, a worker, never runs "
+                      "to report it. Those are what `preflight.sh` (below) checks", text)
 
     def test_preflight_refuses_an_option_given_twice_with_two_values(self):
         # torchrun would take the last; which one the check should take is the user's call.
@@ -169,6 +180,31 @@ class Torchrun(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(marks)),
                          [f"ran-{r}-{r // 2}-{self.port}" for r in range(4)])
 
+    def preflight_at(self, node_rank, master_addr, marks, timeout=5):
+        """preflight.sh for one of two nodes of two ranks, at this node rank and master."""
+        env = clean_env(RANKCHECK=BIN, TORCHRUN=TORCHRUN,
+                        RANKCHECK_ARGS=f"--no-gpu -q --timeout {timeout}")
+        cmd = [PREFLIGHT, "--redirects", "1", "--tee", "1", "--nnodes", "2", "--nproc_per_node",
+               "2", "--node_rank", str(node_rank), "--master_addr", master_addr, "--master_port",
+               str(self.port), "--max_restarts", "0", "--no_python", "/bin/sh", "-c",
+               f'touch "{marks}/ran-$RANK"']
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def assertTorchrunNeverStarted(self, procs, marks, limit):
+        for p in procs:
+            out, err = self.finish(p, limit)
+            self.assertNotEqual(p.returncode, 0, out + err)
+            self.assertIn("torchrun not started", err)
+        self.assertEqual(os.listdir(marks), [])
+
+    def test_preflight_stops_torchrun_when_two_nodes_share_a_node_rank(self):
+        # torchrun's two agents at node rank 0 would wait for node 1 until killed.
+        marks = os.path.join(self.tmp, "marks")
+        os.mkdir(marks)
+        procs = [self.preflight_at(0, "127.0.0.1", marks) for _ in range(2)]
+        self.assertTorchrunNeverStarted(procs, marks, 5 + 30)
+
     def finish(self, p, limit):
         """p's output once it ended; a process still running at `limit` s is killed
         (its whole session: torchrun and its workers) and fails the test."""
@@ -191,6 +227,39 @@ class Torchrun(unittest.TestCase):
             master = json.load(f)
         self.assertEqual([f["id"] for f in job_findings(master)], ["world-size-mismatch"])
         self.assertEqual(os.listdir(marks), [])
+
+
+@unittest.skipUnless(TORCHRUN, "torchrun not installed (Debian's python3-torch)")
+class PreflightAcrossHosts(ClusterCase):
+    """preflight.sh on two hosts (network namespaces), where an address is one host's."""
+    HOSTS, PER_HOST = 2, 2
+
+    def test_preflight_stops_torchrun_when_a_node_is_given_another_master(self):
+        # Node 1 is told that node 0 is h1, itself: torchrun's agent there would wait for
+        # a store that never listens, and node 0's for node 1, until killed.
+        timeout = 5
+        self.cluster.up()
+        marks = os.path.join(self.tmp.name, "marks")
+        os.mkdir(marks)
+        procs = []
+        for node, master in ((0, "h0"), (1, "h1")):
+            env = clean_env(RANKCHECK=BIN, TORCHRUN=TORCHRUN,
+                            RANKCHECK_ARGS=f"--no-gpu -q --timeout {timeout} --host-name h{node} "
+                                           f"--json {self.json(node)}")
+            argv = [PREFLIGHT, "--redirects", "1", "--tee", "1", "--nnodes", "2",
+                    "--nproc_per_node", "2", "--node_rank", str(node), "--master_addr", master,
+                    "--master_port", str(self.port), "--max_restarts", "0", "--no_python",
+                    "/bin/sh", "-c", f'touch "{marks}/ran-$RANK"']
+            procs.append(self.cluster.spawn(node, argv, env))
+        for p in procs:
+            out, err = p.communicate(timeout=timeout + GRACE + 30)
+            self.assertEqual(p.returncode, 4, out + err)
+            self.assertIn("torchrun not started", err)
+        self.assertEqual(os.listdir(marks), [])
+        with open(self.json(0)) as f:
+            master = json.load(f)
+        self.assertEqual([(f["id"], f["ranks"]) for f in job_findings(master)],
+                         [("missing-rank", [2, 3])])
 
 
 if __name__ == "__main__":
