@@ -56,4 +56,8 @@ inline void attach(DiagFinding& f, const std::set<long>& ranks, const std::set<s
 /// 1. What the hosts say of themselves, compared (hosts.cc).
 void add_host_differences(Builder& b, const Knowledge& k);
 
+/// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
+/// (rendezvous.cc).
+void add_hung_rendezvous(Builder& b, const Knowledge& k);
+
 }  // namespace rankcheck::diagnose

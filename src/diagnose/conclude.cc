@@ -632,6 +632,7 @@ Diagnosis Knowledge::conclude() {
   add_timeouts(b, *this);                                   // 4. collective timeouts
   add_pointers(b, pointers, unreachable);                   // 5. pointers to peers
   add_unexplained(b, *this);                                //    and, alone, the unexplained
+  add_hung_rendezvous(b, *this);                            //    or a rendezvous never done
   sort_findings(b.out, setup);                              // initiating first
   return diagnosis_of(std::move(b.out), *this);
 }

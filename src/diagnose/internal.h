@@ -214,6 +214,20 @@ struct HostLog {
   std::optional<Note> ib_note, plugin_note;
 };
 
+/// What torchrun's agent said of the job it launches (its "launch configs", printed
+/// at LOGLEVEL=INFO): -1 and "" where it said nothing.
+struct TorchrunLaunch {
+  long min_nodes = -1, max_nodes = -1, nproc = -1;
+  std::string endpoint, backend;
+};
+
+/// A file that ends in torchrun's agent on its way to a rendezvous: its first and
+/// last lines of it.
+struct HungAgent {
+  Note first, last;
+};
+inline constexpr size_t kMaxHungAgents = 64;
+
 /// Everything the lines said, bounded by the ranks, hosts and findings seen. (Still one
 /// struct: its fields are the reasoning's shared facts; it is split by job as the
 /// third round of the reasoning (issue 34) gives each of them an owner.)
@@ -254,6 +268,8 @@ struct Knowledge {
   std::set<long> ranks_seen;
   std::set<std::string> hosts_seen;
   uint8_t launchers = 0;
+  TorchrunLaunch torchrun;
+  std::vector<HungAgent> hung_agents;  ///< the files that ended in a rendezvous (AgentTail)
   bool rankcheck_seen = false;
   uint64_t dropped = 0;    ///< messages not kept once the bounds were reached
   uint64_t long_text = 0;  ///< bytes of long lines noted whole (kLongTextBudget)
@@ -279,6 +295,28 @@ struct Knowledge {
   void on_host_fact(const Match& m, const Pattern& row, const Origin& o, const Note& note);
   /// conclude's first phase: one process, one entry (merge.cc).
   void merge_processes();
+};
+
+/// Whether a file ends in torchrun's agent waiting for its rendezvous: its start,
+/// launch configuration and rendezvous lines with no worker's line or other text after
+/// them (rendezvous.cc). One per source, fed every line.
+class AgentTail {
+ public:
+  /// Where a line is: its source, line number, position in the input, time, text.
+  struct At {
+    uint32_t source = 0;
+    uint64_t line = 0, seq = 0;
+    int64_t stamp = -1;
+    std::string_view text;
+  };
+  /// The next line, with its text after the prefixes.
+  void line(std::string_view body, const Prefix& prefix, const At& at, Knowledge& k);
+  /// The source ended: a file that ended waiting is noted in `k.hung_agents`.
+  void end(Knowledge& k);
+
+ private:
+  bool waiting_ = false;
+  Note first_, last_;
 };
 
 /// The rankcheck command that checks the fix, under the job's own launcher, from what

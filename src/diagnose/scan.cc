@@ -132,6 +132,7 @@ struct Scanner::State {
   std::string displayed;    // the current line without its terminal codes, when it had any
   uint64_t bytes = 0, matched = 0, skipped = 0;
   bool in_table = false;
+  AgentTail tail;  // whether the current source ends in torchrun's rendezvous
   TableEntry entry;
   size_t entry_row = 0;
   long last_rank = -2, last_local = -2;
@@ -481,6 +482,7 @@ struct Scanner::State {
     }
     if (!prefix.host.empty() && k.hosts_seen.size() < 4096) k.hosts_seen.emplace(prefix.host);
     std::string_view body = text.substr(prefix.body);
+    tail.line(body, prefix, {source, line_no, seq, last_stamp, text}, k);
     if (wrapped_line(text, prefix)) return;
     if (table_line(body)) return;
     Prefilter::Mask hits{};
@@ -505,6 +507,7 @@ Scanner::Scanner() : s_(std::make_unique<State>()) {}
 Scanner::~Scanner() = default;
 
 void Scanner::begin_source(std::string name) {
+  s_->tail.end(s_->k);
   s_->flush_entry();
   s_->flush_wrapped();
   s_->in_table = false;
@@ -535,6 +538,7 @@ void Scanner::skipped(std::string name) {
 }
 
 Diagnosis Scanner::finish() {
+  s_->tail.end(s_->k);
   s_->flush_entry();
   s_->flush_wrapped();
   Diagnosis d = s_->k.conclude();

@@ -185,6 +185,35 @@ class Causality(unittest.TestCase):
                                  "came (Socket Timeout)"])
 
 
+class HungRendezvous(unittest.TestCase):
+    """A torchrun log that ends in its agent's rendezvous (issue 35, item 14)."""
+
+    def test_an_agent_killed_in_its_rendezvous_is_a_finding(self):
+        # Only the OMP_NUM_THREADS notice: torchrun's default level says no more.
+        r = run(["--json", os.path.join(LOGS, "torchrun-rendezvous-hung.log")])
+        self.assertEqual(r.returncode, 4, r.stdout)
+        first = json.loads(r.stdout)["findings"][0]
+        self.assertEqual((first["id"], first["role"]), ("missing-rank", "initiating"))
+        self.assertIn("torchrun's rendezvous never completed: its agent waited for the other "
+                      "nodes, and its log ends there with no worker started", first["message"])
+
+    def test_it_names_the_nodes_and_the_endpoint_the_log_shows(self):
+        r = run(["--json", os.path.join(LOGS, "torchrun-rendezvous-hung-info.log")])
+        self.assertEqual(r.returncode, 4, r.stdout)
+        first = json.loads(r.stdout)["findings"][0]
+        self.assertEqual(first["id"], "missing-rank")
+        self.assertIn("its agent waited for 2 nodes at cn1:29881 (static rendezvous)",
+                      first["message"])
+
+    def test_an_agent_whose_workers_printed_is_not_hung(self):
+        with open(os.path.join(LOGS, "torchrun-rendezvous-hung-info.log")) as f:
+            text = f.read() + ("INFO:torch.distributed.elastic.agent.server.api:[default] "
+                               "Starting worker group\n[default0]:rank 0: starting on cn1\n")
+        r = run(["--json", "-"], stdin=text)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertEqual(json.loads(r.stdout)["findings"], [])
+
+
 class OwnReports(RankcheckTest):
     """diagnose of rankcheck's own text reports, from real runs: the finding it
     leads with is the one the run's JSON report leads with, whole (a wrapped
