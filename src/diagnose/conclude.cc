@@ -608,7 +608,9 @@ Diagnosis diagnosis_of(std::vector<DiagFinding> findings, const Knowledge& k) {
   d.ranks_seen.assign(k.ranks_seen.begin(), k.ranks_seen.end());
   d.hosts_seen.assign(k.hosts_seen.begin(), k.hosts_seen.end());
   d.launcher = launcher_name(k.launchers);
-  d.verify_with = verify_command(k, d.findings, d.launcher);
+  Verify verify = verify_command(k, d.findings, d.launcher);
+  d.verify_with = std::move(verify.command);
+  d.verify_note = std::move(verify.note);
   for (const auto& [host, h] : k.host_logs) {
     if (!h.network.empty()) d.networks[host] = h.network;
   }

@@ -145,7 +145,8 @@ struct DiagFinding {
 struct Diagnosis {
   std::vector<DiagFinding> findings;
   std::string launcher;     ///< "torchrun", "slurm", "mpirun", "pdsh", or ""
-  std::string verify_with;  ///< the rankcheck command that checks the fix
+  std::string verify_with;  ///< the rankcheck command that checks the fix, as it runs
+  std::string verify_note;  ///< what to add to it that the logs do not tell, or "" (text only)
   std::vector<long> ranks_seen;
   std::vector<std::string> hosts_seen;
   uint64_t files = 0, lines = 0, bytes = 0, matched = 0;

@@ -276,6 +276,8 @@ struct Knowledge {
 
   /// A line attributed to a process: it was there.
   void seen(const Origin& o);
+  /// A host named by a line; Slurm's host lists ("cn[1-2]") as the hosts they hold.
+  void see_host(const std::string& host);
   void add(const Match& m);
   Diagnosis conclude();
 
@@ -319,9 +321,15 @@ class AgentTail {
   Note first_, last_;
 };
 
+/// The rankcheck command that checks the fix, and what to add to it that the logs
+/// do not tell (the note beside it: the command holds only values, so that it runs
+/// as pasted).
+struct Verify {
+  std::string command, note;
+};
 /// The rankcheck command that checks the fix, under the job's own launcher, from what
 /// the logs tell of the job's shape (verify.cc).
-std::string verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
-                           const std::string& launcher);
+Verify verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
+                      const std::string& launcher);
 
 }  // namespace rankcheck::diagnose

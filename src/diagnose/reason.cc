@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "base/hostlist.h"
 #include "base/text.h"
 #include "diagnose/internal.h"
 
@@ -146,6 +147,24 @@ long number(const std::string& s) {
   return s[0] == '-' ? -v : v;
 }
 
+void Knowledge::see_host(const std::string& host) {
+  constexpr size_t kMaxHostsSeen = 4096;
+  if (host.find('[') == std::string::npos) {
+    if (hosts_seen.size() < kMaxHostsSeen) hosts_seen.insert(host);
+    return;
+  }
+  // srun names the nodes of several tasks as one list ("cn[1-2]: tasks 0-3"): the
+  // hosts it holds, each once, not the list as a host of its own.
+  if (auto names = expand_hostlist(host)) {
+    for (const std::string& name : *names) {
+      if (hosts_seen.size() >= kMaxHostsSeen) break;
+      hosts_seen.insert(name);
+    }
+  } else if (hosts_seen.size() < kMaxHostsSeen) {
+    hosts_seen.insert(host);
+  }
+}
+
 void Knowledge::seen(const Origin& o) {
   if (o.rank >= 0 && ranks_seen.size() < kMaxProcs) ranks_seen.insert(o.rank);
   std::string key = key_of(o, 0);
@@ -201,8 +220,7 @@ void Knowledge::add(const Match& m) {
   if (row.component == "torchrun") launchers |= Prefix::kTorchrun;
   if (row.component == "Slurm") launchers |= Prefix::kSrun;
   if (row.component == "Open MPI") launchers |= Prefix::kMpirun;
-  if (!o.host.empty() && hosts_seen.size() < 4096 && row.cls != MessageClass::kPeerPointer)
-    hosts_seen.insert(o.host);
+  if (!o.host.empty() && row.cls != MessageClass::kPeerPointer) see_host(o.host);
 
   using enum MessageClass;
   switch (row.cls) {

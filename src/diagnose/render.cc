@@ -94,6 +94,7 @@ std::string render_text(const Diagnosis& d, bool color) {
       out += pad + wrap("fix: " + printable(f.finding.fix, 4096), indent, indent) + "\n";
   }
   out += fmt::format("\n  verify with: {}\n", printable(d.verify_with, 400));
+  if (!d.verify_note.empty()) out += fmt::format("    ({})\n", printable(d.verify_note, 400));
   out += fmt::format("  read {} ({}{}), {} matched a message of the catalogue\n",
                      plural(d.files, "file", "files"), bytes_text(d.bytes),
                      d.skipped_files ? fmt::format(", {} binary left out", d.skipped_files) : "",

@@ -480,7 +480,7 @@ struct Scanner::State {
                            : first_time(seen_locals, prefix.local_rank))
         k.seen(origin_of(prefix));
     }
-    if (!prefix.host.empty() && k.hosts_seen.size() < 4096) k.hosts_seen.emplace(prefix.host);
+    if (!prefix.host.empty()) k.see_host(std::string(prefix.host));
     std::string_view body = text.substr(prefix.body);
     tail.line(body, prefix, {source, line_no, seq, last_stamp, text}, k);
     if (wrapped_line(text, prefix)) return;

@@ -16,30 +16,31 @@ namespace {
 // What the command is written from.
 struct JobShape {
   std::string launcher;
-  long n = -1;             ///< processes (-1: not known)
-  std::string rank0_host;  ///< where rank 0 ran, if the logs say
+  long n = -1;  ///< processes (-1: not known)
   std::vector<std::string> hosts;
+  long nodes = -1;     ///< nodes, where the logs say more than the hosts they name
+  long nproc = -1;     ///< processes per node, where torchrun said
+  std::string master;  ///< rank 0's host, or the store's the logs name ("" if neither)
 };
 
 // How many processes the job had, as far as the logs tell: the world size a line
-// gave, else one more than the highest rank any line or finding names (a rank that
-// never printed is still named by the others' findings).
-long process_count(const Knowledge& k, const std::vector<DiagFinding>& findings) {
-  long n = std::max(k.world, k.most_joined);
+// gave; else one more than the highest rank any line or finding names (a rank that
+// never printed is still named by the others' findings), unless that is fewer than the
+// hosts, or does not spread over them evenly: then only some ranks printed (-1).
+long process_count(const Knowledge& k, const std::vector<DiagFinding>& findings, size_t hosts) {
+  long said = std::max(k.world, k.most_joined);
   for (auto [rank, w] : k.world_by_rank)
-    n = std::max(n, w);
-  if (!k.ranks_seen.empty()) n = std::max(n, *k.ranks_seen.rbegin() + 1);
+    said = std::max(said, w);
+  if (said > 0) return said;
+  long n = -1;
+  if (!k.ranks_seen.empty()) n = *k.ranks_seen.rbegin() + 1;
   for (const DiagFinding& f : findings) {
     for (long r : f.finding.ranks)
       n = std::max(n, r + 1);
   }
-  return n > 0 ? n : -1;
-}
-
-// Where the check's rank 0 listens: this host when the job had one, else rank 0's.
-std::string master_of(const JobShape& j) {
-  if (j.hosts.size() <= 1) return "127.0.0.1";
-  return j.rank0_host.empty() ? std::string("<rank 0's host>") : printable(j.rank0_host, 64);
+  long h = static_cast<long>(hosts);
+  if (n <= 0 || (h > 1 && (n < h || n % h != 0))) return -1;
+  return n;
 }
 
 // The processes on each host, when they share them evenly (0: they do not, or unknown).
@@ -48,57 +49,120 @@ long per_host(const JobShape& j) {
   return j.n > 0 && h > 0 && j.n % h == 0 ? j.n / h : 0;
 }
 
-// mpirun's --host for the job's hosts, each with its share of the processes.
-std::string mpirun_hosts(const JobShape& j) {
-  if (j.hosts.size() <= 1) return "";
-  if (per_host(j) == 0 || j.hosts.size() > 16) return "--host <the job's hosts> ";
-  std::string list;
-  for (const std::string& h : j.hosts)
-    list += fmt::format("{}{}:{}", list.empty() ? "" : ",", printable(h, 64), per_host(j));
-  return fmt::format("--host {} ", list);
+// The nodes of the job: what torchrun said, else the hosts named (0: not known).
+long node_count(const JobShape& j) {
+  return j.nodes > 0 ? j.nodes : static_cast<long>(j.hosts.size());
 }
 
-// mpirun passes no MASTER_ADDR or MASTER_PORT (-x gives them); torch 1.13's
-// torchrun starts only with --redirects 1 --tee 1 and the underscored options.
-std::string command_for(const JobShape& j) {
+// Every word of a command is a value the logs gave, so that it runs as pasted; what
+// they do not tell is left out and said in the note beside it.
+Verify torchrun_command(const JobShape& j, const std::string& run) {
+  std::string cmd = "torchrun --redirects 1 --tee 1";
+  std::vector<std::string> missing;
+  long nodes = node_count(j);
+  long nproc = j.nproc > 0 ? j.nproc : nodes > 0 && j.n > 0 && j.n % nodes == 0 ? j.n / nodes : -1;
+  bool single = nodes == 1 || (nodes == 0 && j.n > 0 && j.master.empty());
+  if (single) {
+    cmd += " --nnodes 1";
+    if (j.n > 0) nproc = j.n;
+  } else if (nodes > 1) {
+    cmd += fmt::format(" --nnodes {}", nodes);
+  } else {
+    missing.push_back("--nnodes");
+  }
+  if (nproc > 0) {
+    cmd += fmt::format(" --nproc_per_node {}", nproc);
+  } else {
+    missing.push_back("--nproc_per_node");
+  }
+  std::string master = single ? std::string("127.0.0.1") : j.master;
+  if (!master.empty()) {
+    cmd += fmt::format(" --master_addr {}", printable(master, 64));
+  } else {
+    missing.push_back("--master_addr (rank 0's host)");
+  }
+  cmd += " --master_port 29500 --no_python " + run;
+  std::string note;
+  if (!missing.empty()) note = fmt::format("add the job's {}", format_list(missing, 4));
+  if (!single) {
+    std::string others = nodes == 2  ? std::string("1 on the other")
+                         : nodes > 2 ? fmt::format("1 to {} on the others", nodes - 1)
+                                     : std::string("1 and up, one per node, on the others");
+    std::string node_rank =
+        fmt::format("run it on every node, with --node_rank 0 on {} and {}",
+                    master.empty() ? std::string("rank 0's host") : printable(master, 64), others);
+    note = note.empty() ? node_rank : note + "; " + node_rank;
+  }
+  return {cmd, note};
+}
+
+// mpirun passes no MASTER_ADDR or MASTER_PORT (-x gives them).
+Verify mpirun_command(const JobShape& j, const std::string& run) {
+  std::string cmd = "mpirun";
+  std::vector<std::string> missing;
+  if (j.n > 0) {
+    cmd += fmt::format(" -np {}", j.n);
+  } else {
+    missing.push_back("-np");
+  }
+  if (j.hosts.size() > 1 && per_host(j) > 0 && j.hosts.size() <= 16) {
+    std::string list;
+    for (const std::string& h : j.hosts)
+      list += fmt::format("{}{}:{}", list.empty() ? "" : ",", printable(h, 64), per_host(j));
+    cmd += " --host " + list;
+  } else if (j.hosts.size() > 1) {
+    missing.push_back(fmt::format("--host or --hostfile ({})", format_list(j.hosts, 4)));
+  }
+  std::string master = j.hosts.size() <= 1 ? std::string("127.0.0.1") : j.master;
+  if (!master.empty()) {
+    cmd += fmt::format(" -x MASTER_ADDR={}", printable(master, 64));
+  } else {
+    missing.push_back("-x MASTER_ADDR= with rank 0's host");
+  }
+  cmd += " -x MASTER_PORT=29500 " + run;
+  return {cmd, missing.empty() ? "" : fmt::format("add the job's {}", format_list(missing, 4))};
+}
+
+Verify command_for(const JobShape& j) {
   std::string run = "rankcheck run --timeout 120";
-  std::string master = master_of(j);
-  if (j.launcher == "torchrun") {
-    std::string shape =
-        j.hosts.size() <= 1 && j.n > 0 ? fmt::format("--nnodes 1 --nproc_per_node {}", j.n)
-        : per_host(j) > 0 ? fmt::format("--nnodes {} --nproc_per_node {} --node_rank <this node's>",
-                                        j.hosts.size(), per_host(j))
-                          : std::string("<the job's --nnodes, --nproc_per_node, --node_rank>");
-    return fmt::format(
-        "torchrun --redirects 1 --tee 1 {} --master_addr {} --master_port 29500 --no_python {}",
-        shape, master, run);
-  }
+  if (j.launcher == "torchrun") return torchrun_command(j, run);
+  if (j.launcher == "mpirun") return mpirun_command(j, run);
   if (j.launcher == "slurm") {
+    if (j.n <= 0) return {"srun " + run, "with the training step's srun options"};
     std::string nodes = j.hosts.empty() ? "" : fmt::format("--nodes {} ", j.hosts.size());
-    return fmt::format("srun {} {}",
-                       j.n > 0 ? fmt::format("{}--ntasks {}", nodes, j.n)
-                               : std::string("<the training step's options>"),
-                       run);
+    return {fmt::format("srun {}--ntasks {} {}", nodes, j.n, run), ""};
   }
-  if (j.launcher == "mpirun") {
-    return fmt::format("mpirun {} {}-x MASTER_ADDR={} -x MASTER_PORT=29500 {}",
-                       j.n > 0 ? fmt::format("-np {}", j.n) : std::string("-np <N>"),
-                       mpirun_hosts(j), master, run);
-  }
-  return run + " (in every process of the job, with the training job's environment)";
+  return {run, "in every process of the job, with the training job's environment"};
+}
+
+// The host of "cn1:29500" (or of "[fe80::1]:29500").
+std::string endpoint_host(const std::string& endpoint) {
+  if (endpoint.starts_with("[")) return endpoint.substr(1, endpoint.find(']') - 1);
+  return endpoint.substr(0, endpoint.rfind(':'));
 }
 
 }  // namespace
 
-std::string verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
-                           const std::string& launcher) {
+Verify verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
+                      const std::string& launcher) {
   JobShape j;
   j.launcher = launcher;
-  j.n = process_count(k, findings);
   j.hosts.assign(k.hosts_seen.begin(), k.hosts_seen.end());
+  j.n = process_count(k, findings, j.hosts.size());
+  j.nodes = k.torchrun.min_nodes > 0 && k.torchrun.min_nodes == k.torchrun.max_nodes
+                ? k.torchrun.min_nodes
+                : -1;
+  j.nproc = k.torchrun.nproc;
+  if (j.n <= 0 && j.nodes > 0 && j.nproc > 0) j.n = j.nodes * j.nproc;
   for (const auto& [key, p] : k.procs) {
-    if (p.rank == 0 && !p.host.empty()) j.rank0_host = p.host;
+    if (p.rank == 0 && !p.host.empty()) j.master = p.host;
   }
+  // Else the store's host, as the agents' endpoint or a process that tried it names it.
+  if (j.master.empty() && !k.torchrun.endpoint.empty())
+    j.master = endpoint_host(k.torchrun.endpoint);
+  auto store = k.pointers.find(FindingId::kMasterUnreachable);
+  if (j.master.empty() && store != k.pointers.end() && store->second.hosts.size() == 1)
+    j.master = *store->second.hosts.begin();
   return command_for(j);
 }
 

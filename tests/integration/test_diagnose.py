@@ -10,6 +10,7 @@ excerpts of public reports.
 import gzip
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -212,6 +213,70 @@ class HungRendezvous(unittest.TestCase):
         r = run(["--json", "-"], stdin=text)
         self.assertEqual(r.returncode, 0, r.stdout)
         self.assertEqual(json.loads(r.stdout)["findings"], [])
+
+
+class VerifyCommands(unittest.TestCase):
+    """The "verify with" command runs as pasted, with the job's shape (issue 35, item 13)."""
+
+    def note(self, args, stdin=None):
+        # The text report's line under "verify with:": what the command leaves out.
+        lines = run(["--color", "never", *args], stdin=stdin).stdout.splitlines()
+        at = [i for i, l in enumerate(lines) if l.startswith("  verify with: ")][0]
+        following = lines[at + 1].strip()
+        return following[1:-1] if following.startswith("(") else ""
+
+    def assert_pastes(self, command):
+        # Values only: no <placeholder>, no unbalanced quote, words as the shell splits them.
+        self.assertNotRegex(command, "[<>'\"()]", command)
+        self.assertEqual(shlex.split(command), command.split(), command)
+
+    def test_every_fixtures_command_pastes(self):
+        for case, path, _ in cases():
+            with self.subTest(case):
+                self.assert_pastes(json.loads(run(["--json", path]).stdout)["verify_with"])
+
+    def test_a_slurm_host_list_is_its_hosts(self):
+        # srun names the nodes of several tasks' exits as one host list (launch_slurm.c
+        # _task_finish, Slurm 22.05): a 2-node job, not 3 hosts.
+        text = ("srun: error: cn1: task 0: Exited with exit code 125\n"
+                "srun: error: cn2: task 2: Exited with exit code 125\n"
+                "srun: error: cn[1-2]: tasks 1,3: Exited with exit code 125\n")
+        report = json.loads(run(["--json", "-"], stdin=text).stdout)
+        self.assertEqual(report["hosts_seen"], ["cn1", "cn2"])
+        self.assertEqual(report["verify_with"], "srun --nodes 2 --ntasks 4 rankcheck run --timeout 120")
+
+    def test_mpirun_leaves_out_what_the_log_does_not_tell(self):
+        # Open MPI's words for rank 0's death on cn1, and NCCL's banner from cn2: two hosts,
+        # one rank seen. -np 1 would be wrong; the job's -np and hosts go in the note.
+        text = ("[1,0]<stdout>:rank 0 up on cn1\n"
+                "cn2:4243:4243 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>\n"
+                "mpirun noticed that process rank 0 with PID 4242 on node cn1 exited on "
+                "signal 9 (Killed).\n")
+        report = json.loads(run(["--json", "-"], stdin=text).stdout)
+        self.assert_pastes(report["verify_with"])
+        self.assertEqual(report["verify_with"], "mpirun -x MASTER_ADDR=cn1 -x MASTER_PORT=29500 "
+                                                "rankcheck run --timeout 120")
+        self.assertEqual(self.note(["-"], stdin=text),
+                         "add the job's -np and --host or --hostfile (cn1 and cn2)")
+
+    def test_a_multi_node_torchrun_names_the_stores_host(self):
+        # Two agents, --master_addr cn1: not 127.0.0.1, and no --node_rank placeholder.
+        for case in ("torchrun-exit-125", "torchrun-rendezvous-hung-info"):
+            with self.subTest(case):
+                path = os.path.join(LOGS, case)
+                report = json.loads(run(["--json", path if os.path.isdir(path) else path + ".log"]).stdout)
+                self.assertEqual(report["verify_with"],
+                                 "torchrun --redirects 1 --tee 1 --nnodes 2 --nproc_per_node 2 "
+                                 "--master_addr cn1 --master_port 29500 --no_python rankcheck run "
+                                 "--timeout 120")
+                self.assertEqual(self.note([path if os.path.isdir(path) else path + ".log"]),
+                                 "run it on every node, with --node_rank 0 on cn1 and 1 on the "
+                                 "other")
+        path = os.path.join(LOGS, "torchrun-wrong-master-port")
+        self.assertIn("--master_addr cn1 ", json.loads(run(["--json", path]).stdout)["verify_with"])
+        self.assertEqual(self.note([path]), "add the job's --nnodes and --nproc_per_node; run it on "
+                                            "every node, with --node_rank 0 on cn1 and 1 and up, "
+                                            "one per node, on the others")
 
 
 class OwnReports(RankcheckTest):
