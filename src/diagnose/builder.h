@@ -56,6 +56,11 @@ inline void attach(DiagFinding& f, const std::set<long>& ranks, const std::set<s
 /// 1. What the hosts say of themselves, compared (hosts.cc).
 void add_host_differences(Builder& b, const Knowledge& k);
 
+/// 3. Ranks that joined after their peers had given up waiting (waits.cc).
+bool add_late_join(Builder& b, const Knowledge& k);
+/// 3. A process that could not reach the store others waited in (waits.cc).
+bool add_unreachable_store(Builder& b, const Knowledge& k);
+
 /// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
 /// (rendezvous.cc).
 void add_hung_rendezvous(Builder& b, const Knowledge& k);

@@ -518,35 +518,6 @@ void add_timeouts(Builder& b, const Knowledge& k) {
   }
 }
 
-// 3. A process that could not connect to the store while others waited in it for
-// peers: the store was up (they waited in it), so the one that could not reach it is
-// the peer they waited for, with an address or port of its own (a wrong MASTER_PORT,
-// --master_addr or name on one node). It initiates; the waits follow from it. True
-// when it was added.
-bool add_unreachable_store(Builder& b, const Knowledge& k) {
-  auto it = k.pointers.find(FindingId::kMasterUnreachable);
-  if (it == k.pointers.end() || !k.absent_first || b.any_initiating()) return false;
-  const Group& g = it->second;
-  std::set<long> waiting;
-  for (const auto& [key, p] : k.procs) {
-    if (p.waiting && p.rank >= 0) waiting.insert(p.rank);
-  }
-  DiagFinding& f =
-      b.add(FindingId::kMasterUnreachable,
-            fmt::format("{} {}, while {} waited in the store for peers that never came ({}): the "
-                        "process that could not connect is the peer they waited for; the address "
-                        "and port it was given are not the store's, or do not reach it",
-                        g.ranks.empty() ? std::string("a process") : ranks_text(g.ranks), g.detail,
-                        waiting.empty() ? std::string("another process") : ranks_text(waiting),
-                        k.absent_first->detail),
-            true, g.first,
-            "give every process the store's address and port (MASTER_ADDR and MASTER_PORT, or "
-            "torchrun's --master_addr and --master_port, alike on every node), and check that the "
-            "host that could not connect resolves that address and reaches that port");
-  attach(f, g.ranks, {}, g.evidence);
-  return true;
-}
-
 // 5. Pointers to peers: downstream of any initiating finding; alone, a peer that
 // failed without a trace (or the network). The unreachable store, when added already,
 // is not added again.
@@ -628,14 +599,15 @@ Diagnosis Knowledge::conclude() {
   add_host_differences(b, *this);                           //    hosts unlike the others
   bool ended_outside = add_job_ends(b, *this);              // 6. the scheduler's end of the job
   Consequences down = add_deaths(b, *this, ended_outside);  // 2. deaths
-  bool unreachable = add_unreachable_store(b, *this);       // 3. the peer that could not connect,
-  add_missing_ranks(b, *this);                              //    peers that never came
-  add_consequences(b, down);                                // 2. the deaths that followed
-  add_timeouts(b, *this);                                   // 4. collective timeouts
-  add_pointers(b, pointers, unreachable);                   // 5. pointers to peers
-  add_unexplained(b, *this);                                //    and, alone, the unexplained
-  add_hung_rendezvous(b, *this);                            //    or a rendezvous never done
-  sort_findings(b.out, setup);                              // initiating first
+  bool unreachable = !add_late_join(b, *this) &&
+                     add_unreachable_store(b, *this);  // 3. the peer that could not connect,
+  add_missing_ranks(b, *this);                         //    peers that never came
+  add_consequences(b, down);                           // 2. the deaths that followed
+  add_timeouts(b, *this);                              // 4. collective timeouts
+  add_pointers(b, pointers, unreachable);              // 5. pointers to peers
+  add_unexplained(b, *this);                           //    and, alone, the unexplained
+  add_hung_rendezvous(b, *this);                       //    or a rendezvous never done
+  sort_findings(b.out, setup);                         // initiating first
   return diagnosis_of(std::move(b.out), *this);
 }
 

@@ -12,6 +12,25 @@
 namespace rankcheck::diagnose {
 namespace {
 
+// A wait or a pointer to a peer that no prefix attributes (torchrun's workers'
+// stderr, which --tee does not prefix) is what the processes that failed in the same
+// file without one waited for: an agent's file holds its own node's workers. An error
+// of their own stays where it is: it is one process's, not every one's.
+void place_by_file(std::map<std::string, Proc>& procs, Proc& from) {
+  const Slot& wait = from.waiting ? from.waiting : from.downstream;
+  if (!wait) return;
+  const std::string& file = wait->evidence.file;
+  bool placed = false;
+  for (auto& [key, p] : procs) {
+    bool quiet = !p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream &&
+                 !p.waiting && p.died->evidence.file == file;
+    if (!quiet) continue;
+    (from.waiting ? p.waiting : p.downstream) = *wait;
+    placed = true;
+  }
+  if (placed) (from.waiting ? from.waiting : from.downstream).reset();
+}
+
 // Unattributed errors (a traceback on a shared stderr) belong to the one process
 // that failed without an error of its own, when there is exactly one.
 void place_unattributed(std::map<std::string, Proc>& procs) {
@@ -38,6 +57,7 @@ void place_unattributed(std::map<std::string, Proc>& procs) {
     }
     for (auto* n : {&p.own, &p.downstream, &p.waiting})
       if (*n && details.count((*n)->detail)) n->reset();
+    if (failed > 1) place_by_file(procs, p);
     if (failed == 1) {
       if (p.own && !lone->own) lone->own = p.own;
       if (p.downstream && !lone->downstream) lone->downstream = p.downstream;

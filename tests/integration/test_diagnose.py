@@ -170,6 +170,16 @@ class Causality(unittest.TestCase):
         after = [f for f in report["findings"] if "as a consequence" in f["message"]]
         self.assertEqual([f["ranks"] for f in after], [[0, 1]])
 
+    def test_ranks_that_joined_after_their_peers_gave_up_joined_late(self):
+        # cn2's workers started init_process_group 25 s late: cn1's had waited their 15 s
+        # and exited; cn2's then waited for peers that had gone, and exited 85 s later.
+        report = json.loads(run(["--json", os.path.join(LOGS, "torchrun-late-join")]).stdout)
+        first = report["findings"][0]
+        self.assertEqual((first["id"], first["role"]), ("late-join", "initiating"))
+        self.assertEqual((first["ranks"], first["hosts"]), ([2, 3], ["cn2"]))
+        self.assertIn("ranks 2-3 on cn2 joined late: ranks 0-1 on cn1 waited for their peers and "
+                      "gave up first (Socket Timeout); ranks 2-3 ended 85 s later", first["message"])
+
     def test_a_consequence_says_in_words_why(self):
         # The two errors of the wrong-port log (torch 1.13's words) as srun -l shows them
         # from two tasks, with srun's records of their exits.
