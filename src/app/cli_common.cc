@@ -56,6 +56,16 @@ CLI::Validator number_in(double lo, double hi) {
       fmt::format("NUMBER in {} to {}", lo, hi));
 }
 
+// A path option given as '' (an unset shell variable) would silently write nothing.
+CLI::Validator a_path() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        return v.empty() ? std::string("an empty path (an unset variable?): give a file name")
+                         : std::string();
+      },
+      "PATH");
+}
+
 CLI::Validator whole_number_in(long lo, long hi) {
   return CLI::Validator(
       [lo, hi](std::string& v) -> std::string {
@@ -124,15 +134,18 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
             ->check(number_in(0.05, 600.0)),
         "SECONDS");
   shown(
-      app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)"),
+      app.add_option("--json", o.json_path, "Write the JSON report to PATH ('-': stdout, no text)")
+          ->check(a_path()),
       "PATH");
   shown(app.add_option("--metrics", o.metrics_path,
                        "Write the run's metrics to PATH for node_exporter's textfile collector "
-                       "(replaced whole: last run time, verdict, findings, timings)"),
+                       "(replaced whole: last run time, verdict, findings, timings)")
+            ->check(a_path()),
         "PATH");
   shown(app.add_option("--exclude-file", o.exclude_path,
                        "On failure, write the hosts that hold the initiating failure to PATH as "
-                       "one Slurm host list (sbatch --exclude); empty when there are none"),
+                       "one Slurm host list (sbatch --exclude); empty when there are none")
+            ->check(a_path()),
         "PATH");
   shown(app.add_option("--token-file", o.token_file,
                        "The job token: hellos and verdicts are authenticated with it (else "

@@ -121,9 +121,22 @@ void Output::set_self(long rank, const std::string& host) {
     }
     return out;
   };
-  json_path = fill(json_path);
-  metrics_path = fill(metrics_path);
-  exclude_path = fill(exclude_path);
+  // A folder named after the rank or the host ("reports/{host}/r{rank}.json") is made
+  // here: one command line serves every host, and none has made its folder yet.
+  auto place = [&](std::string& path) {
+    auto slash = path.rfind('/');
+    bool named =
+        slash != std::string::npos && (path.substr(0, slash).find("{rank}") != std::string::npos ||
+                                       path.substr(0, slash).find("{host}") != std::string::npos);
+    path = fill(path);
+    if (named) {
+      std::string dir = path.substr(0, path.rfind('/'));
+      if (!dir.empty()) ::mkdir(dir.c_str(), 0777);  // the umask applies; EEXIST is fine
+    }
+  };
+  place(json_path);
+  place(metrics_path);
+  place(exclude_path);
 }
 
 namespace {
@@ -172,9 +185,12 @@ Status write_report_file(const std::string& path,
     // A device (/dev/null, a terminal) is written in place. A FIFO or a socket is
     // refused: opening one blocks until a reader comes, and writing blocks while it
     // does not read, with the report still unwritten. Checked on the descriptor,
-    // opened without blocking, so that what is checked is what is written.
-    int fd = open_with_spare(
-        [&path] { return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); });
+    // opened without blocking and without following a link, and it must be what
+    // lstat saw: whoever can write the folder may swap a link to another device in
+    // between (as root, this run would write to it).
+    int fd = open_with_spare([&path] {
+      return ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+    });
     auto not_a_file = [&] {
       return Error{
           fmt::format("cannot write {} to {}: not a regular file (a FIFO or a socket "
@@ -182,9 +198,11 @@ Status write_report_file(const std::string& path,
                       what, path)};
     };
     if (fd < 0 && (errno == ENXIO || errno == ENODEV)) return not_a_file();  // a FIFO, a socket
+    if (fd < 0 && errno == ELOOP) return fail("it changed into a link while it was checked", ELOOP);
     if (fd < 0) return fail("open", errno);
     struct stat opened {};
-    if (::fstat(fd, &opened) != 0 || !S_ISCHR(opened.st_mode)) {
+    if (::fstat(fd, &opened) != 0 || !S_ISCHR(opened.st_mode) || opened.st_ino != st.st_ino ||
+        opened.st_dev != st.st_dev) {
       ::close(fd);
       return not_a_file();
     }

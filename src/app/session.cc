@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
+#include <memory>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -26,6 +29,8 @@ namespace {
 // them: a real abort of a communicator that was set up (commReclaim, the proxy's
 // stop, commFree) takes seconds, not milliseconds.
 constexpr Millis kAbortGrace{5000};
+// The share of --timeout the GPU inventory may take (the rest is the rendezvous's).
+constexpr double kProbeShare = 0.4;
 }  // namespace
 
 Session::Session(const RunOptions& options)
@@ -129,7 +134,28 @@ void Session::capture_nccl_words(const EnvMap& env) {
 GpuFacts Session::probe_gpus() {
   if (o.no_gpu) return GpuFacts{};  // kSkipped
   auto t0 = Clock::now();
-  GpuFacts gpu = stage->inventory(plan);
+  // cuInit and the device queries hang on a sick node (a GPU fallen off the bus, a
+  // driver in recovery): the inventory gets a bound of its own, so that rank 0 still
+  // listens and a member still joins, and the report names the host. A thread left
+  // stuck in the driver cannot be joined: leave() then ends the process with _exit.
+  auto done = std::make_shared<std::promise<GpuFacts>>();
+  std::future<GpuFacts> got = done->get_future();
+  std::thread([done, stage = stage.get(), p = plan] {
+    done->set_value(stage->inventory(p));
+  }).detach();
+  Deadline by = Deadline::after(seconds(o.timeout_s * kProbeShare)).sooner(time.decide_by());
+  if (got.wait_until(by.when()) != std::future_status::ready) {
+    probe_stuck_ = true;
+    GpuFacts stuck;
+    stuck.state = GpuState::kStuck;
+    stuck.error = fmt::format(
+        "the GPU driver did not answer in {}: cuInit or a device query is stuck on this host "
+        "(a GPU fallen off the bus, a driver in recovery: nvidia-smi, dmesg | grep -i xid)",
+        format_seconds(ms_between(t0, Clock::now())));
+    log.error(std::string(stuck.error.str()));
+    return stuck;
+  }
+  GpuFacts gpu = got.get();
   log.progress(fmt::format(
       "GPU inventory in {}: {}", format_seconds(ms_between(t0, Clock::now())),
       gpu.usable()
@@ -162,6 +188,12 @@ StageReport Session::run_gpu_stage(const Verdict& go, long world_size) {
 
 int Session::leave(int code) {
   Session& s = *this;
+  if (probe_stuck_) {
+    // A thread is inside the driver: no exit handler or destructor may run under it.
+    s.nccl_debug.reset();
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
   if (!s.stage || !s.stage->took_over()) return code;
   // NVIDIA/nccl#1013: "if the main thread exits after detaching, the cuda driver can
   // start to reclaim all memory ... the proxy thread might still be running".

@@ -82,6 +82,7 @@ struct Session {
 
  private:
   void capture_nccl_words(const EnvMap& env);
+  bool probe_stuck_ = false;  // the inventory's thread never came back from the driver
 };
 
 /// The job token from --token-fd, --token-file or RANKCHECK_TOKEN_FILE, if one is given.

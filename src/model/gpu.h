@@ -25,6 +25,7 @@ enum class GpuState : uint8_t {
   kInitFailed = 3,   ///< cuInit or a device query failed
   kNoDevice = 4,     ///< the driver sees no device (or fewer than this member needs)
   kUnavailable = 5,  ///< built without the CUDA/NCCL headers
+  kStuck = 6,        ///< cuInit or a device query did not return in the inventory's time
 };
 
 /// One GPU a rank will use.

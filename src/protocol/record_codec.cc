@@ -131,7 +131,7 @@ void encode_gpu(Writer& w, const GpuFacts& g) {
 GpuFacts decode_gpu(Reader& r) {
   GpuFacts g;
   uint8_t state = r.u8();
-  if (state > static_cast<uint8_t>(GpuState::kUnavailable)) r.fail("unknown GPU state");
+  if (state > static_cast<uint8_t>(GpuState::kStuck)) r.fail("unknown GPU state");
   g.state = static_cast<GpuState>(state);
   g.error = r.str(kMaxShortString, "GPU error");
   g.cuda_version = r.i32();

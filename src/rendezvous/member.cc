@@ -304,8 +304,15 @@ std::string unreachable_fix(const Record& self, const JoinOptions& o, const std:
         "answers on port {}: check that the launcher started rank 0 on {} (the first host of its "
         "list, torchrun's --node_rank 0), or set MASTER_ADDR to the host where rank 0 runs; else ",
         addr, printable(self.host), o.master_port, printable(self.host));
-  } else if (last_error.find(kNoChallenge) != std::string::npos ||
-             last_error.find(kNotMaster) != std::string::npos) {
+  } else if (last_error.find(kNoChallenge) != std::string::npos) {
+    // A process that accepts and says nothing: rank 0 stopped or stuck (a frozen node, a
+    // GPU probe that hangs) as often as another program on the port.
+    lead = fmt::format(
+        "the process that holds {} accepts connections but says nothing: rank 0 stopped or "
+        "stuck there (a frozen node, a GPU driver call that hangs: read rank 0's log), or another "
+        "service holds that port (ss -ltnp 'sport = :{}' on that host names it); else ",
+        endpoint(o.master_addr, o.master_port), o.master_port);
+  } else if (last_error.find(kNotMaster) != std::string::npos) {
     lead = fmt::format(
         "something other than rankcheck's master answers on {}: another service or another job's "
         "process holds that port (ss -ltnp 'sport = :{}' on that host names it); give this job "
@@ -388,6 +395,17 @@ JoinResult join_master(Record& self, const JoinOptions& o) {
                    fmt::format("cannot reach the master at {} by the deadline: {} (attempt {})",
                                endpoint(o.master_addr, o.master_port), last_error, out.attempts),
                    unreachable_fix(self, o, last_error, resolved_last));
+  // This host is the suspect where the name fails here or names this host; rank 0's
+  // where it took the connection and said nothing (stopped or stuck); else neither
+  // can be told from here (a wrong MASTER_ADDR, rank 0's host down).
+  bool own = (!resolved_last && self.master_resolved.empty()) ||
+             (self.rank != 0 && master_is_this_host(self));
+  if (!own) {
+    out.failure->hosts.clear();
+    if (last_error.find(kNoChallenge) != std::string::npos) {
+      if (auto h = master_host_name(o.master_addr)) out.failure->hosts = {*h};
+    }
+  }
   return out;
 }
 

@@ -91,8 +91,8 @@ nlohmann::json gpu_json(const GpuFacts& g) {
                        {"name", d.name},
                        {"memory_bytes", d.memory_bytes}});
   }
-  static constexpr const char* kStates[] = {"usable",      "skipped",   "no-driver",
-                                            "init-failed", "no-device", "not-built"};
+  static constexpr const char* kStates[] = {"usable",    "skipped",   "no-driver", "init-failed",
+                                            "no-device", "not-built", "stuck"};
   return {{"state", kStates[static_cast<size_t>(g.state)]},
           {"error", g.error},
           {"cuda_version", or_null(g.cuda_version, 0)},

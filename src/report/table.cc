@@ -19,6 +19,7 @@ std::string gpu_cell(const GpuFacts& g, const Record& rec) {
     return g.state == GpuState::kSkipped    ? "-"
            : g.state == GpuState::kNoDriver ? "no driver"
            : g.state == GpuState::kNoDevice ? "no GPU"
+           : g.state == GpuState::kStuck    ? "stuck"
                                             : "unusable";
   }
   if (g.devices.empty()) return "-";

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -27,6 +28,8 @@ const char* state_text(GpuState s) {
       return "no GPU";
     case GpuState::kUnavailable:
       return "GPU stage not built";
+    case GpuState::kStuck:
+      return "the GPU driver stuck";
   }
   return "?";
 }
@@ -115,6 +118,46 @@ void check_agreement(const CheckContext& ctx, const Agreement& a, std::vector<Fi
 
 }  // namespace
 
+namespace {
+
+// Ranks that share a GPU because their host shows fewer GPUs than the ranks placed
+// there, while another host of the job shows enough for its own: the host lost a GPU
+// (fallen off the bus, left out of its configuration), not the job's LOCAL_RANK.
+// The finding, or nullopt where every host is short alike (the job's request).
+std::optional<Finding> gpus_short_on_host(const JobView& v, const std::string& host,
+                                          const Records& rs, const std::vector<long>& ranks) {
+  const Record& r = *rs.front();
+  int32_t shown = r.gpu.device_count;
+  if (shown <= 0 || r.local_world_size <= shown) return std::nullopt;
+  std::map<std::string, int32_t> enough;  // other hosts that show a GPU for each rank
+  for (const Member& m : v.members) {
+    const Record& o = m.record;
+    if (o.host != host && o.gpu.usable() && o.local_world_size > 0 &&
+        o.gpu.device_count >= o.local_world_size) {
+      enough[o.host] = o.gpu.device_count;
+    }
+  }
+  if (enough.empty()) return std::nullopt;
+  std::vector<std::string> others;
+  for (const auto& [h, n] : enough)
+    others.push_back(fmt::format("{} shows {}", printable(h), n));
+  Finding f = make(
+      FindingId::kGpuCountMismatch,
+      fmt::format("{} shows {}, the job placed {} ranks there, so {} share a GPU; {}: a GPU of "
+                  "{} is missing",
+                  printable(host), plural(size_t(shown), "GPU", "GPUs"), r.local_world_size,
+                  ranks_word(ranks), format_list(others, 3), printable(host)),
+      fmt::format("look at {}'s GPUs (nvidia-smi -L; dmesg for Xid 79, 'fallen off the bus') and "
+                  "keep it out of the job until all are back; a GPU left out of its configuration "
+                  "(CUDA_VISIBLE_DEVICES, the node's GRES) shows the same",
+                  printable(host)),
+      rs);
+  f.ranks = ranks;
+  return f;
+}
+
+}  // namespace
+
 void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   if (!v.gpu_stage) return;
@@ -151,6 +194,11 @@ void check_duplicate_gpu(const CheckContext& ctx, std::vector<Finding>& out) {
               : fmt::format("CUDA_VISIBLE_DEVICES={}", printable(rec->gpu.visible_devices, 40));
       how.push_back(fmt::format("rank {} (LOCAL_RANK={}, {}, device {})", dev->rank,
                                 rec->local_rank, cvd, dev->ordinal));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    if (auto short_of = gpus_short_on_host(v, key.first, rs, ranks)) {
+      out.push_back(std::move(*short_of));
+      continue;
     }
     Finding f;
     if (uuids.size() == 1) {
@@ -197,7 +245,7 @@ void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
     auto state = static_cast<GpuState>(key.first);
     bool node = rs.front()->nranks > 1 && state == GpuState::kNoDevice;
     FindingId id = state == GpuState::kNoDriver || state == GpuState::kInitFailed ||
-                           state == GpuState::kUnavailable
+                           state == GpuState::kUnavailable || state == GpuState::kStuck
                        ? FindingId::kCudaDriverMissing
                    : node ? FindingId::kGpuCountMismatch
                           : FindingId::kGpuMissing;
@@ -210,8 +258,23 @@ void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out) {
         : state == GpuState::kSkipped
             ? "pass --no-gpu to every process or to none: the NCCL stage runs only when every "
               "rank probes its GPUs"
+        : state == GpuState::kStuck
+            ? "take the host out of service and look at its GPUs (nvidia-smi; dmesg for Xid "
+              "errors, 'fallen off the bus'); a reset or a reboot usually brings them back"
             : "";
     std::string why = key.second.empty() ? "" : ": " + printable(key.second, 200);
+    if (node && rs.size() == 1 && rs.front()->gpu.device_count >= 0) {
+      // One node short of GPUs while the others have theirs: said as a count.
+      const Record& r = *rs.front();
+      out.push_back(
+          make(id,
+               fmt::format("{} shows {}, its node runs {} ranks ({}-{}), while the "
+                           "other nodes have a GPU for each rank",
+                           printable(r.host), plural(size_t(r.gpu.device_count), "GPU", "GPUs"),
+                           r.nranks, r.rank, r.last_rank()),
+               hint, rs));
+      continue;
+    }
     out.push_back(make(id,
                        fmt::format("{} for {}, while the other ranks have GPUs{}",
                                    state_text(state), where(rs), why),

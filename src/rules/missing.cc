@@ -104,15 +104,18 @@ class Layout {
 
   // Without LOCAL_WORLD_SIZE, members on one host whose LOCAL_RANK equals their
   // RANK say that the job runs on that host alone (torchrun --standalone, a shell
-  // loop): a missing rank belongs there too.
+  // loop): a missing rank belongs there too. Rank 0 at local rank 0 alone says
+  // nothing (it is so on every layout): a rank above 0 must show it.
   void infer_single_host(const JobView& v) {
     bool one_host = !v.members.empty();
+    bool shown = false;
     for (const Member& m : v.members) {
       const Record& r = m.record;
       one_host = one_host && r.nranks == 1 && r.local_rank == r.rank &&
                  r.host == v.members.front().record.host;
+      shown = shown || r.rank > 0;
     }
-    if (one_host) single_host_ = v.members.front().record.host;
+    if (one_host && shown) single_host_ = v.members.front().record.host;
   }
 };
 
@@ -292,6 +295,19 @@ Finding never_started_finding(const std::vector<long>& ranks, const Layout& layo
 Finding mpi_world_finding(const std::vector<long>& ranks, const Wording& w) {
   Finding f = make_finding(FindingId::kMissingRank, "");
   f.ranks = ranks;
+  if (long(w.mpi_processes) >= w.world) {
+    // As many processes as ranks: the count is right, and some claimed another's rank
+    // (a RANK given to every process overrides Open MPI's own).
+    f.message = fmt::format(
+        "{} {}, though the MPI world has {} processes for a world size of {}: some of them "
+        "claimed another rank",
+        ranks_word(ranks), w.verb, w.mpi_processes, w.world);
+    f.fix = fmt::format(
+        "drop the RANK (or SLURM_PROCID, PMI_RANK) given to every process (mpirun -x RANK=...): "
+        "each process then takes its rank from MPI{}",
+        w.also);
+    return f;
+  }
   f.message = fmt::format("{} {}: the MPI world has {} processes, the job's world size is {}",
                           ranks_word(ranks), w.verb, w.mpi_processes, w.world);
   f.fix = fmt::format(

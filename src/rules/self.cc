@@ -1,5 +1,6 @@
 #include "rules/self.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 
 #include "base/text.h"
@@ -127,9 +128,25 @@ Finding verdict_not_received(const Record& self, std::string_view master, const 
                       "something other than rank 0 answered on MASTER_PORT, or rank 0 has "
                       "another token: give every process the same --token-file");
   }
-  return about_self(self, FindingId::kMasterLost,
-                    fmt::format("{} lost the master at {} after joining it: {}", member_label(self),
-                                master, error.message));
+  // It joined, so MASTER_ADDR was right: rank 0's host (or the network to it) failed,
+  // not this one.
+  Finding f = about_self(self, FindingId::kMasterLost,
+                         fmt::format("{} lost the master at {} after joining it: {}",
+                                     member_label(self), master, error.message));
+  f.hosts.clear();
+  if (auto h = master_host_name(self.master_addr)) f.hosts = {*h};
+  return f;
+}
+
+std::optional<std::string> master_host_name(std::string_view master_addr) {
+  // An address names no node a scheduler knows (sbatch --exclude, scontrol): only a name.
+  std::string a(master_addr);
+  in6_addr bin{};
+  if (a.empty() || ::inet_pton(AF_INET, a.c_str(), &bin) == 1 ||
+      ::inet_pton(AF_INET6, a.c_str(), &bin) == 1) {
+    return std::nullopt;
+  }
+  return a;
 }
 
 Finding mpi_step_lost(const Record& self, std::string_view step) {

@@ -5,6 +5,7 @@
 // master's rules read every record (rules.h); these read one process's own, and
 // name its rank and host.
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -48,6 +49,9 @@ Finding cannot_listen(const Record& self, const ListenFailure& why);
 
 /// The verdict never came from the master at `master` ("addr:port"): its connection
 /// was lost, or what answered failed the job token's check (`error.fault`).
+/// The host MASTER_ADDR names, as a suspect host: a name, not an address.
+std::optional<std::string> master_host_name(std::string_view master_addr);
+
 Finding verdict_not_received(const Record& self, std::string_view master, const Error& error);
 
 /// A collective step of the MPI bootstrap did not complete by the deadline.

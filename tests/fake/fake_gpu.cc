@@ -13,6 +13,8 @@
 //                             (100) when nothing is left.
 //   FAKE_CUDA_VERSION=13000   what cuDriverGetVersion says
 //   FAKE_CUDA_INIT=fail       cuInit fails (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
+//   FAKE_CUDA_INIT=hang       cuInit never returns (a GPU fallen off the bus, a driver
+//                             in recovery)
 //   FAKE_CUDA_COPY=fail       copies between host and GPU fail
 //   FAKE_NCCL_VERSION=22809   what ncclGetVersion says, and which NCCL the fake is:
 //       2.23 and later (NCCL's group.cc: every group on a non-blocking communicator
@@ -922,6 +924,9 @@ extern "C" {
 
 CUresult cuInit(unsigned) {
   if (env("FAKE_CUDA_INIT") == "fail") return kDriverMismatch;
+  while (env("FAKE_CUDA_INIT") == "hang") {  // a driver that never answers: only a kill ends it
+    ::pause();
+  }
   std::lock_guard lock(g_mu);
   std::vector<FakeDevice> all = all_devices();
   const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");

@@ -617,5 +617,61 @@ class Adversarial(RankcheckTest):
         self.sigterm_in_the_gpu_stage(FAKE_NCCL_ALLREDUCE="hang")
 
 
+
+class ReportPathRace(unittest.TestCase):
+    """Whoever can write the report's folder swaps, for the whole run, a FIFO and a link
+    to a terminal at --json's PATH (renameat2's RENAME_EXCHANGE, atomic). The writer
+    looked at PATH, saw a FIFO, then opened it again following links: as root, its
+    report could land in any device (/dev/kmsg on a node); here a pseudo-terminal whose
+    other end the test reads. It must never write there."""
+
+    RUNS = 40
+
+    def test_a_swapped_link_never_receives_the_report(self):
+        import ctypes
+        import pty
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "renameat2"):
+            self.skipTest("no renameat2 in this C library")
+        at_fdcwd, rename_exchange = -100, 2
+        master, slave = pty.openpty()
+        self.addCleanup(os.close, master)
+        self.addCleanup(os.close, slave)
+        os.set_blocking(master, False)
+        tmp = tempfile.mkdtemp(prefix="rankcheck-race-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        path, other = os.path.join(tmp, "report.json"), os.path.join(tmp, "swap")
+        codes = set()
+        for _ in range(self.RUNS):
+            # A FIFO and a link, swapped in a loop while one run writes its report.
+            for p in (path, other):
+                if os.path.lexists(p):
+                    os.unlink(p)
+            os.mkfifo(path)
+            os.symlink(os.ttyname(slave), other)
+            stop = threading.Event()
+
+            def swap():
+                a, b = os.fsencode(path), os.fsencode(other)
+                while not stop.is_set():
+                    libc.renameat2(at_fdcwd, a, at_fdcwd, b, rename_exchange)
+
+            swapper = threading.Thread(target=swap, daemon=True)
+            swapper.start()
+            try:
+                r = subprocess.run([BIN, "local", "-n", "1", "--no-gpu", "--json", path],
+                                   env=clean_env(), capture_output=True, text=True, timeout=60)
+            finally:
+                stop.set()
+                swapper.join(timeout=10)
+            codes.add(r.returncode)
+        try:
+            leaked = os.read(master, 65536)
+        except BlockingIOError:
+            leaked = b""
+        self.assertEqual(leaked, b"", "the report was written to the terminal behind the link")
+        self.assertLessEqual(codes, {0, 2}, codes)
+
+
 if __name__ == "__main__":
     unittest.main()

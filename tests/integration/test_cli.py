@@ -272,6 +272,25 @@ class NewUser(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertEqual(os.listdir(os.path.join(tmp, "box")), ["r-0.json"])
 
+    def test_a_folder_named_after_the_host_is_made(self):
+        # One command line for every host: no host has made its own folder beforehand.
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run(["local", "-n", "2", "--no-gpu", "--host-name", "box", "--json",
+                     os.path.join(tmp, "{host}", "r-{rank}.json"), "--metrics",
+                     os.path.join(tmp, "m-{host}", "rankcheck.prom")])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.listdir(os.path.join(tmp, "box")), ["r-0.json"])
+            self.assertEqual(os.listdir(os.path.join(tmp, "m-box")), ["rankcheck.prom"])
+
+    def test_an_empty_report_path_is_a_usage_error(self):
+        # `--json "$REPORT"` with REPORT unset wrote nothing and exited 0.
+        for option in ("--json", "--metrics", "--exclude-file"):
+            with self.subTest(option=option):
+                r = run(["local", "-n", "2", "--no-gpu", option, ""])
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn(f"{option}: an empty path (an unset variable?): give a file name",
+                              r.stderr)
+
     def test_json_report_that_cannot_be_written_fails_with_the_reason(self):
         r = run(["local", "-n", "2", "--no-gpu", "--json", "/dev/full"])
         self.assertEqual(r.returncode, 2)

@@ -99,6 +99,22 @@ class GpuStage(RankcheckTest):
         self.assertEqual(uuids, sorted(gpus(0, 4).split(",")))
         self.assertIn("PASS", procs[2].out)
 
+    def test_a_gpu_driver_that_never_answers_is_named_by_the_deadline(self):
+        # cuInit hangs on h0 (rank 0's host): the inventory has a bound of its own, so
+        # that rank 0 still listens and reports, and h0 is the host to look at. It used
+        # to end at the watchdog with no report, and rank 1 blamed its own host.
+        stuck = self.rank(0, 2, host="h0", **self.fake(0, 1, FAKE_CUDA_INIT="hang"))
+        other = self.rank(1, 2, host="h1", **self.fake(1, 1))
+        self.finish()
+        self.assertExit([stuck, other], 5)
+        f = stuck.report["findings"][0]
+        self.assertEqual((f["id"], f["hosts"]), ("cuda-driver-missing", ["h0"]))
+        self.assertIn("the GPU driver did not answer in", f["message"])
+        self.assertIn("take the host out of service", f["hint"])
+        self.assertEqual(stuck.report["members"][0]["gpu"]["state"], "stuck")
+        self.assertIn("suspect hosts: h0", stuck.out)
+        self.assertIn("[cuda-driver-missing]", other.out)
+
     def scalable_job(self, every=("2", "2", "2", "2"), args=(), **env):
         return {r: self.rank(r, 4, local=(r, 4), extra=("--nccl-roots-every", every[r], *args),
                              **self.fake(**env))
@@ -251,6 +267,24 @@ class GpuStage(RankcheckTest):
         self.assertExit(nodes, 5)
         f = nodes[0].finding("gpu-count-mismatch")
         self.assertEqual(f["ranks"], [4, 5, 6, 7])
+        # Said as a count (it said "no GPU for ranks 4-7", though 3 are there).
+        self.assertIn(" shows 3 GPUs, its node runs 4 ranks (4-7), while the other nodes have a "
+                      "GPU for each rank", f["message"])
+
+    def test_a_host_that_lost_a_gpu_is_short_of_gpus_not_a_duplicate(self):
+        # Two ranks a host; h1 shows 1 GPU (one fell off the bus), h0 both of its own.
+        # Rank 3 wraps onto rank 2's GPU: that was duplicate-gpu, class host-config,
+        # "LOCAL_RANK must differ"; it is h1's missing GPU, class hardware.
+        procs = [self.rank(r, 4, host=f"h{r // 2}", local=(r % 2, 2),
+                           **self.fake(r // 2, 2 if r < 2 else 1)) for r in range(4)]
+        self.finish()
+        self.assertExit(procs, 5)
+        self.assertEqual(procs[0].ids(), ["gpu-count-mismatch"])
+        f = procs[0].finding("gpu-count-mismatch")
+        self.assertEqual((f["ranks"], f["hosts"]), ([2, 3], ["h1"]))
+        self.assertEqual(f["message"], "h1 shows 1 GPU, the job placed 2 ranks there, so ranks 2-3 "
+                                       "share a GPU; h0 shows 2: a GPU of h1 is missing")
+        self.assertEqual(procs[0].report["suspect_hosts"], "h1")
 
     def test_bandwidth_figure(self):
         procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),

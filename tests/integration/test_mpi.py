@@ -152,6 +152,12 @@ class Mpi(unittest.TestCase):
         self.assertIn("✗ duplicate-rank", out)
         self.assertIn("rank 2 is claimed by 4 members", out)
         self.assertIn("✗ missing-rank", out)
+        # The count was right: the fix is the exported RANK, not "start 4" (which it did).
+        words = " ".join(out.split())  # the report's lines are wrapped
+        self.assertRegex(words, r"ranks 0-1,3 (did not|never) join(ed)?, though the MPI world has 4 "
+                         r"processes for a world size of 4: some of them claimed another rank "
+                         r"fix: drop the RANK")
+        self.assertNotIn("mpirun -np", words)
         # Every process exits with the job's verdict, and says so.
         self.assertEqual(out.count("rankcheck: FAIL"), 3)
 

@@ -3,6 +3,7 @@ them: two ranks per host, identity from SLURM_* (MASTER_ADDR: the first host of 
 node list), members on their own host names and addresses."""
 
 import os
+import signal
 import subprocess
 import time
 import unittest
@@ -150,6 +151,11 @@ class MultiHost(ClusterCase):
 
 
 
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
 class NodeMode(ClusterCase):
     """One probe per node (NODE_RANK/NNODES/NPROC_PER_NODE, as preflight.sh and
     rankcheck-node.sh give them), on two hosts."""
@@ -177,9 +183,9 @@ class NodeMode(ClusterCase):
         log = os.path.join(self.tmp.name, "h1.err")
         late = self.node(1, 0, log)
         deadline = time.monotonic() + 60
-        while "looking for a rank 0 there" not in open(log).read():
-            self.assertIsNone(late.poll(), f"h1 ended: {open(log).read()}")
-            self.assertLess(time.monotonic(), deadline, open(log).read())
+        while "looking for a rank 0 there" not in read(log):
+            self.assertIsNone(late.poll(), f"h1 ended: {read(log)}")
+            self.assertLess(time.monotonic(), deadline, read(log))
             time.sleep(0.02)
         self.node(0, 0)
         res = self.wait_all(self.procs, TIMEOUT)
@@ -203,6 +209,72 @@ class NodeMode(ClusterCase):
         self.assertIn("if rank 0 belongs on h0: start it there, and check this process's node "
                       "rank", f["hint"])
         self.assertIn("if it belongs on h1: set MASTER_ADDR", f["hint"])
+
+
+
+class FrozenMaster(ClusterCase):
+    """Rank 0 stopped (SIGSTOP: a frozen node, a driver call that never returns) on h0,
+    its members on h1 and h2 (h3's never starts, so that rank 0 is still waiting): each
+    member ends by its deadline with its report on stdout, and names h0, not its own
+    host, as the suspect."""
+
+    HOSTS, PER_HOST = 4, 1
+
+    def log(self, r):
+        return os.path.join(self.tmp.name, f"e{r}")
+
+    def start_rank(self, r):
+        log = self.log(r)
+        env = self.slurm_env(r, MASTER_ADDR="h0")
+        argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{r}",
+                "--json", self.json(r)]
+        with open(log, "w") as err:
+            self.procs[r] = (self.cluster.spawn(r, argv, env, stderr=err), time.monotonic())
+        return log
+
+    def wait_log(self, log, text):
+        deadline = time.monotonic() + 60
+        while text not in read(log):
+            self.assertLess(time.monotonic(), deadline, read(log))
+            time.sleep(0.02)
+
+    def members(self):
+        master = self.procs.pop(0)[0]
+        try:
+            return self.wait_all(self.procs, TIMEOUT)
+        finally:
+            master.kill()
+            master.wait()
+
+    def test_stopped_after_the_members_joined(self):
+        self.cluster.up()
+        self.start_rank(0)
+        logs = {r: self.start_rank(r) for r in (1, 2)}
+        for r, log in logs.items():
+            self.wait_log(log, "ranks so far")
+        os.kill(self.procs[0][0].pid, signal.SIGSTOP)
+        for r, (rc, rep, out, err) in self.members().items():
+            self.assertEqual(rc, 4, out + read(self.log(r)))
+            f = rep["findings"][0]
+            self.assertEqual((f["id"], f["hosts"]), ("master-lost", ["h0"]), out)
+            self.assertEqual(rep["suspect_hosts"], "h0")
+            self.assertIn("[master-lost]", out)
+            self.assertTrue(out.endswith("  suspect hosts: h0\n"), out)
+
+    def test_stopped_before_any_member_came(self):
+        # The kernel still takes the members' connections; nothing answers them.
+        self.cluster.up()
+        self.wait_log(self.start_rank(0), "master listening")
+        os.kill(self.procs[0][0].pid, signal.SIGSTOP)
+        for r in (1, 2):
+            self.start_rank(r)
+        for r, (rc, rep, out, err) in self.members().items():
+            self.assertEqual(rc, 4, out + read(self.log(r)))
+            f = rep["findings"][0]
+            self.assertEqual((f["id"], f["hosts"]), ("master-unreachable", ["h0"]), out)
+            self.assertIn("accepts connections but says nothing: rank 0 stopped or stuck there",
+                          f["hint"])
+            self.assertIn("suspect hosts: h0", out)
 
 
 if __name__ == "__main__":

@@ -171,10 +171,13 @@ class Rendezvous(RankcheckTest):
         self.assertExit([procs[1], procs[2]], 4)
         f = procs[1].finding("master-unreachable")
         self.assertIn("accepted the connection but sent no challenge", f["message"])
-        # The fix leads with the cause: something else holds the port.
+        # The fix leads with the causes: a silent holder of the port is a stopped or stuck
+        # rank 0 as often as another service, and the host that holds it is the suspect.
         self.assertTrue(f["hint"].startswith(
-            f"something other than rankcheck's master answers on 127.0.0.1:{self.port}: another "
-            "service or another job's process holds that port"), f["hint"])
+            f"the process that holds 127.0.0.1:{self.port} accepts connections but says nothing: "
+            "rank 0 stopped or stuck there"), f["hint"])
+        self.assertIn("or another service holds that port", f["hint"])
+        self.assertEqual(f["hosts"], [], "127.0.0.1 names no node")
 
     def test_master_and_member_files_share_one_core(self):
         core = ("role", "verdict", "exit_code", "job_id", "world_size", "ranks_joined",
@@ -397,6 +400,17 @@ class WhatUsersTrippedOver(RankcheckTest):
         self.assertEqual(f["message"],
                          "rank 2 never joined (expected on box, local rank 2): box sent ranks "
                          "0-1,3 but not 2")
+
+    def test_rank_0_alone_does_not_say_the_job_is_on_its_host(self):
+        # An ssh/pdsh launch over two hosts, RANK/WORLD_SIZE/LOCAL_RANK and no
+        # LOCAL_WORLD_SIZE: rank 1 (on cn2, local rank 0) never came. Rank 0 at local
+        # rank 0 is so on any layout: rank 1 was put "on cn1, local rank 1".
+        rank0 = self.rank(0, 2, host="cn1", local=None, LOCAL_RANK=0)
+        self.finish()
+        self.assertExit([rank0], 4)
+        f = rank0.finding("missing-rank")
+        self.assertEqual((f["ranks"], f["hosts"]), ([1], []))
+        self.assertNotIn("cn1", f["message"])
 
 
 
