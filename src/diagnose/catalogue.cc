@@ -24,7 +24,11 @@ using enum Role;
 using F = FindingId;
 
 // Regexes are ECMAScript (std::regex), run only on lines that hold the row's
-// literal, and only on a window of the line around it: no catastrophic input.
+// literal, and only on a window of the line around it. std::regex backtracks: no
+// two pieces of a pattern may match the same run of text (` *[:=]? *`), and no
+// open-ended piece may run past the next occurrence of its own literal (`[^)]*`
+// after "(", `.*?` before " (v"): tests/integration/test_diagnose.py feeds each
+// row long runs of blanks, of its punctuation and of its literal.
 constexpr Pattern kCatalogue[] = {
     // -- rankcheck's own verdicts: already decided --------------------------------
     {"rankcheck_member_verdict", "rankcheck", kRankcheck, kInitiating, F::kMissingRank,
@@ -68,7 +72,7 @@ constexpr Pattern kCatalogue[] = {
      "chosen interface's family, EAFNOSUPPORT: no interface of that family here"},
     // -- the fabric under MPI and UCX: what NCCL's own rows say for NCCL -----------
     {"ucx_create_cq_memlock", "UCX", kSetup, kInitiating, F::kIbMemlockLow, "ibv_create_cq(",
-     R"(ibv_create_cq\([^)]*\) failed: Cannot allocate memory)", "",
+     R"(ibv_create_cq\([^()]*\) failed: Cannot allocate memory)", "",
      "ucx src/uct/ib/base/ib_iface.c: ENOMEM from the verbs driver, whose queues are locked "
      "memory (RLIMIT_MEMLOCK)"},
     {"ucx_posix_iface", "UCX", kSetup, kInitiating, F::kSharedMemoryExhausted,
@@ -231,7 +235,7 @@ constexpr Pattern kCatalogue[] = {
      "NET/Plugin: Using internal network plugin", R"(NET/Plugin: Using (internal) network plugin)",
      "id", "NCCL src/net.cc (2.21) ncclNetPluginInit"},
     {"nccl_plugin_loaded", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
-     "NET/Plugin: Loaded net plugin ", R"(NET/Plugin: Loaded net plugin (\S.*?) \(v\d+\))", "id",
+     "NET/Plugin: Loaded net plugin ", R"(NET/Plugin: Loaded net plugin (\S[^()]{0,200}?) \(v\d+\))", "id",
      "NCCL src/net.cc, src/plugin/net/net_v*.cc: the plugin's own name"},
     {"nccl_env_set", "NCCL", kContext, kEither, F::kEnvMismatch, " set by environment to ",
      R"((NCCL_[A-Z0-9_]+) set by environment to (\S*))", "id,detail",
@@ -263,7 +267,7 @@ constexpr Pattern kCatalogue[] = {
     {"error_exit_code", "any", kErrorLine, kEither, F::kUnexplainedError, "xit code",
      R"([Ee]xit code:? *-?[1-9])", "", "a non-zero exit code"},
     {"error_exitcode", "any", kErrorLine, kEither, F::kUnexplainedError, "exitcode",
-     R"(exitcode *[:=]? *-?[1-9])", "", "a non-zero exit code"},
+     R"(exitcode *(?:[:=] *)?-?[1-9])", "", "a non-zero exit code"},
     {"error_killed", "any", kErrorLine, kEither, F::kUnexplainedError, "Killed", R"(\bKilled\b)",
      "", "a process killed"},
     {"error_signal", "any", kErrorLine, kEither, F::kUnexplainedError, "signal",

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import unittest
 
 from harness import BIN, Proc, RankcheckTest, clean_env
@@ -509,6 +510,75 @@ class Inputs(unittest.TestCase):
             report = json.loads(r.stdout)
             self.assertEqual(report["inputs"]["binary_files_skipped"], 1)
             self.assertEqual(report["findings"][0]["id"], "process-died")
+
+
+
+def catalogue_regexes():
+    """(id, literal, regex) of each hand-written catalogue row that has a regex, read
+    from src/diagnose/catalogue.cc."""
+    import re
+    with open(os.path.join(os.path.dirname(__file__), "../../src/diagnose/catalogue.cc")) as f:
+        src = f.read()
+
+    def c_string(body):
+        out, i = bytearray(), 0
+        while i < len(body):
+            if body[i] == "\\" and body[i + 1] == "x":
+                digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]).group(0)
+                out.append(int(digits, 16))
+                i += 2 + len(digits)
+            elif body[i] == "\\":
+                out += {"n": b"\n", "t": b"\t"}.get(body[i + 1], body[i + 1].encode())
+                i += 2
+            else:
+                out += body[i].encode()
+                i += 1
+        return out.decode("utf-8", "replace")
+
+    rows = []
+    for m in re.finditer(r'\{"([a-z0-9_]+)",(?:[^{}]*?),\s*((?:"(?:[^"\\]|\\.)*"\s*)+),\s*'
+                         r'R"\((.*?)\)",', src, re.S):
+        literal = "".join(c_string(x) for x in re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2)))
+        rows.append((m.group(1), literal, m.group(3)))
+    return rows
+
+
+class NoBacktracking(unittest.TestCase):
+    """std::regex backtracks: a pattern whose pieces can match the same run of text
+    takes quadratic time on a line made of that run (247 KB of blanks took 9-14 s).
+    Each row's literal followed by 2 KiB of blanks, tabs, letters, digits, each of
+    its punctuation characters and its own literal again, one process segment a
+    line, against as many bytes of training lines: one run each, at most 5 times
+    slower (a row gone quadratic is tens to hundreds of times slower)."""
+
+    def run_on(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+            f.write(text)
+        self.addCleanup(os.unlink, f.name)
+        best = None
+        for _ in range(2):  # the better of two: a busy machine slows one run, not both
+            t0 = time.monotonic()
+            r = subprocess.run([BIN, "diagnose", f.name], capture_output=True, timeout=600)
+            elapsed = time.monotonic() - t0
+            self.assertIn(r.returncode, (0, 3, 4, 5, 6, 7, 8), r.stderr)
+            best = elapsed if best is None else min(best, elapsed)
+        return best
+
+    def test_no_row_is_slow_on_its_worst_line(self):
+        rows = catalogue_regexes()
+        self.assertGreater(len(rows), 50, "the catalogue's rows were not found")
+        lines = []
+        for _, literal, regex in rows:
+            punct = sorted({c for c in regex if not c.isalnum() and c not in "\\()[]{}?*+^$|."})
+            for fill in [" ", "\t", "a", "0", literal, *punct]:
+                for sep in (" ", "x"):
+                    lines.append(literal + sep + fill * (2048 // len(fill)))
+        hostile = "".join(f"[1,{k}]<stdout>:{line}\n" for k, line in enumerate(lines))
+        step = "step 1234 loss 2.345 lr 0.0003 tokens/s 123456 grad_norm 0.98 " * 32
+        benign = "".join(f"[1,{k}]<stdout>:{step}\n"
+                         for k in range(len(hostile) // (len(step) + 16) + 1))[:len(hostile)]
+        slow, fast = self.run_on(hostile), self.run_on(benign)
+        self.assertLessEqual(slow / fast, 5.0, f"hostile {slow:.2f} s, benign {fast:.2f} s")
 
 
 if __name__ == "__main__":
