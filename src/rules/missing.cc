@@ -59,6 +59,13 @@ class Layout {
     if (!lws_agree) lws_ = 0;
     std::sort(blocks_.begin(), blocks_.end(),
               [](const Block& a, const Block& b) { return a.base < b.base; });
+    if (!blocks_consistent()) {
+      // The members contradict consecutive blocks (mpirun --map-by node deals ranks
+      // round-robin, and says so nowhere): no guess is better than a wrong host.
+      blocks_.clear();
+      lws_ = 0;
+      return;
+    }
     if (blocks_.empty()) infer_single_host(v);
   }
 
@@ -101,6 +108,18 @@ class Layout {
   std::string_view single_host_;  // a job on one host, told by LOCAL_RANK == RANK
   long launcher_tasks_ = 0;
   std::string launcher_nodes_;
+
+  // Blocks, sorted by base, are one per host and never overlap: members of one block
+  // share its base and host, and the next block starts past its end.
+  bool blocks_consistent() const {
+    for (size_t i = 1; i < blocks_.size(); ++i) {
+      const Block& a = blocks_[i - 1];
+      const Block& b = blocks_[i];
+      bool same = a.base == b.base && a.size == b.size && a.host == b.host;
+      if (!same && b.base < a.base + a.size) return false;
+    }
+    return true;
+  }
 
   // Without LOCAL_WORLD_SIZE, members on one host whose LOCAL_RANK equals their
   // RANK say that the job runs on that host alone (torchrun --standalone, a shell

@@ -401,6 +401,19 @@ class WhatUsersTrippedOver(RankcheckTest):
                          "rank 2 never joined (expected on box, local rank 2): box sent ranks "
                          "0-1,3 but not 2")
 
+    def test_ranks_dealt_round_robin_put_a_missing_rank_on_no_host(self):
+        # mpirun --map-by node over two hosts: cn1 has ranks 0 and 2, cn2 ranks 1 and 3
+        # (local ranks 0, 1 on each). Rank 1 never came: "rank - local rank" put it on
+        # cn2's block start... or cn1's. The members contradict consecutive blocks, so
+        # no host is named rather than a wrong one.
+        procs = [self.rank(r, 4, host=host, local=(local, 2))
+                 for r, host, local in ((0, "cn1", 0), (2, "cn1", 1), (3, "cn2", 1))]
+        self.finish()
+        self.assertExit(procs, 4)
+        f = procs[0].finding("missing-rank")
+        self.assertEqual((f["ranks"], f["hosts"]), ([1], []))
+        self.assertNotIn("expected on", f["message"])
+
     def test_rank_0_alone_does_not_say_the_job_is_on_its_host(self):
         # An ssh/pdsh launch over two hosts, RANK/WORLD_SIZE/LOCAL_RANK and no
         # LOCAL_WORLD_SIZE: rank 1 (on cn2, local rank 0) never came. Rank 0 at local
