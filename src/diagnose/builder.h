@@ -8,9 +8,15 @@
 
 #include <fmt/format.h>
 
+#include "base/text.h"
 #include "diagnose/internal.h"
 
 namespace rankcheck::diagnose {
+
+/// "ranks 0-3,7" (ranks_label) of a set.
+inline std::string ranks_text(const std::set<long>& ranks) {
+  return ranks_label(std::vector<long>(ranks.begin(), ranks.end()));
+}
 
 /// "file:line (time)" of a note.
 inline std::string where(const Note& n) {
@@ -60,6 +66,9 @@ void add_host_differences(Builder& b, const Knowledge& k);
 bool add_late_join(Builder& b, const Knowledge& k);
 /// 3. A process that could not reach the store others waited in (waits.cc).
 bool add_unreachable_store(Builder& b, const Knowledge& k);
+/// 4. Collective timeouts: downstream of a failure above, else a desync or a hang
+/// (timeouts.cc).
+void add_timeouts(Builder& b, const Knowledge& k);
 
 /// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
 /// (rendezvous.cc).

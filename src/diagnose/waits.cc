@@ -19,10 +19,6 @@ namespace {
 // first to give up had started late, after their peers had already gone.
 constexpr int64_t kLateByMicros = int64_t{10} * 1000 * 1000;
 
-std::string ranks_of(const std::set<long>& ranks) {
-  return ranks_label(std::vector<long>(ranks.begin(), ranks.end()));
-}
-
 }  // namespace
 
 // 3. Ranks that joined late: every process waited for its peers and ended, and some
@@ -59,8 +55,8 @@ bool add_late_join(Builder& b, const Knowledge& k) {
       b.add(FindingId::kLateJoin,
             fmt::format("{}{} joined late: {}{} waited for their peers and gave up first ({}); {} "
                         "ended {} s later, waiting for peers that had gone ({})",
-                        ranks_of(late), on(late_hosts), ranks_of(early), on(early_hosts),
-                        early_first->waiting->detail, ranks_of(late), (last - first) / 1000000,
+                        ranks_text(late), on(late_hosts), ranks_text(early), on(early_hosts),
+                        early_first->waiting->detail, ranks_text(late), (last - first) / 1000000,
                         late_first->waiting->detail),
             true, *late_first->waiting);
   attach(f, late, late_hosts, {early_first->waiting->evidence});
@@ -85,8 +81,8 @@ bool add_unreachable_store(Builder& b, const Knowledge& k) {
             fmt::format("{} {}, while {} waited in the store for peers that never came ({}): the "
                         "process that could not connect is the peer they waited for; the address "
                         "and port it was given are not the store's, or do not reach it",
-                        g.ranks.empty() ? std::string("a process") : ranks_of(g.ranks), g.detail,
-                        waiting.empty() ? std::string("another process") : ranks_of(waiting),
+                        g.ranks.empty() ? std::string("a process") : ranks_text(g.ranks), g.detail,
+                        waiting.empty() ? std::string("another process") : ranks_text(waiting),
                         k.absent_first->detail),
             true, g.first,
             "give every process the store's address and port (MASTER_ADDR and MASTER_PORT, or "

@@ -817,17 +817,21 @@ class Slurm(unittest.TestCase):
 
     # -- (e) after a failed check: submit again without the suspect hosts; drain them ----
 
+    def shim(self, name, bad, on_bad, host='"$SLURMD_NODENAME"'):
+        """A RANKCHECK for the script, `name` in the test's folder: on node `bad` it runs
+        the shell line `on_bad` first; then rankcheck, as the host `host`."""
+        shim = os.path.join(self.dir, name)
+        with open(shim, "w") as f:
+            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad})\n  {on_bad} ;;\nesac\n'
+                    f'exec "{RANKCHECK}" "$@" --host-name {host}\n')
+        os.chmod(shim, 0o755)
+        return shim
+
     def bad_node_shim(self, bad):
         """RANKCHECK for the script: on node `bad` (or every node, "*"), NCCL_SOCKET_IFNAME
         names no interface the node has, so that nccl-ifname-missing (a fault of that
         host's setup, not of the job's) leads and names that node alone."""
-        shim = os.path.join(self.dir, "rankcheck-bad.sh")
-        with open(shim, "w") as f:
-            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad})\n'
-                    f'  export NCCL_SOCKET_IFNAME=rkbad0 ;;\nesac\n'
-                    f'exec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME"\n')
-        os.chmod(shim, 0o755)
-        return shim
+        return self.shim("rankcheck-bad.sh", bad, "export NCCL_SOCKET_IFNAME=rkbad0")
 
     def wait_job(self, job, limit):
         """The job's fields and output once it ended (deadline: `limit` seconds)."""
@@ -900,11 +904,8 @@ class Slurm(unittest.TestCase):
         # cn2): rankcheck's suspect is that name, Slurm's node is the short one.
         bad, good = self.cluster.nodes
         self.addCleanup(self.resume, bad)
-        shim = os.path.join(self.dir, "rankcheck-fqdn.sh")
-        with open(shim, "w") as f:
-            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad}) export NCCL_SOCKET_IFNAME=rkbad0 '
-                    f';; esac\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME.cluster.local"\n')
-        os.chmod(shim, 0o755)
+        shim = self.shim("rankcheck-fqdn.sh", bad, "export NCCL_SOCKET_IFNAME=rkbad0",
+                         host='"$SLURMD_NODENAME.cluster.local"')
         job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
                           sbatch_args=["--nodes=1", "--ntasks-per-node=4", f"--nodelist={bad}"],
                           RANKCHECK=shim, RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q",
@@ -945,11 +946,7 @@ class Slurm(unittest.TestCase):
         # rank 0 never runs, so there is no report; srun names the node, and the job is
         # submitted again without it.
         bad, good = self.cluster.nodes
-        shim = os.path.join(self.dir, "rankcheck-missing.sh")
-        with open(shim, "w") as f:
-            f.write(f'#!/bin/sh\ncase "$SLURMD_NODENAME" in {bad}) exec /nonexistent/rankcheck ;; '
-                    f'esac\nexec "{RANKCHECK}" "$@" --host-name "$SLURMD_NODENAME"\n')
-        os.chmod(shim, 0o755)
+        shim = self.shim("rankcheck-missing.sh", bad, "exec /nonexistent/rankcheck")
         job = self.sbatch([sys.executable, "-c", TRAIN], timeout=4,
                           sbatch_args=["--nodes=1", "--ntasks-per-node=4", f"--nodelist={bad}"],
                           RANKCHECK=shim, RANKCHECK_TIMEOUT=4, RANKCHECK_ARGS="--no-gpu -q",

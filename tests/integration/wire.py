@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 4  # src/protocol/wire.h kProtocolVersion (4: a verdict carries the watch port; the watch's messages)
+VERSION = 5  # src/protocol/wire.h kProtocolVersion (5: a record's GPU state may be "stuck")
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
