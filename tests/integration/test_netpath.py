@@ -431,6 +431,24 @@ class OnPath(ClusterCase):
         res = self.squat(relay_name(self.port))
         self.assertIn("did not prove this job's token", res[2][3] + res[3][3])
 
+    def test_a_relay_squatter_that_hangs_up_is_said(self):
+        # The squatter closes each member it cannot carry (no master listens yet, as when
+        # the members start first): a relay that hangs up on the ask proved nothing, and
+        # the member says so before it goes to the master directly.
+        sq = self.helper(1, "relay", "@" + relay_name(self.port), f"198.18.0.1:{self.port}",
+                         "report")
+        procs = {}
+        for r in (2, 3):
+            argv = [BIN, "run", "--no-gpu", "--timeout", "2", "--host-name", "h1", "--json",
+                    self.json(r)]
+            env = self.slurm_env(r, RANKCHECK_TOKEN_FILE=self.token)
+            procs[r] = (self.cluster.spawn(1, argv, env), time.monotonic())
+        res = self.wait_all(procs, 2)
+        sq.kill()
+        for r in (2, 3):
+            self.assertEqual(res[r][0], 4, res[r][3])  # master-unreachable
+            self.assertIn("did not prove this job's token", res[r][3])
+
 
 class ListenerFlood(ClusterCase):
     """Item 5: while a healthy job of h0-h2 rehearses, a few processes on h3 (not of the
