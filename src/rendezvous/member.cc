@@ -161,9 +161,10 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
       // A relay asked for its proof that hangs up instead gave none: said, like a
       // wrong proof, so that a squatter's name is never taken in silence.
       if (!proven) {
-        o.log(fmt::format("this host's relay (@{}) did not prove this job's token ({}): joining "
-                          "the master directly",
-                          printable(o.relay, 120), frame.error().message));
+        o.log(
+            fmt::format("this host's relay (@{}) did not prove this job's token ({}): joining "
+                        "the master directly",
+                        printable(o.relay, 120), frame.error().message));
       }
       return Step::kRelayGone;
     }
