@@ -38,23 +38,38 @@ constexpr Millis kVerdictWriteBase{500};
 constexpr long kVerdictWritesPerMs = 40;
 // File descriptors a master needs beyond one per member (its own files, the listener).
 constexpr long kSpareFiles = 64;
+// Handshakes under way at once: at most this many, and as many as the open-files
+// limit leaves beyond the members, but never fewer than this many.
+constexpr size_t kMaxHandshakes = 1024;
+constexpr size_t kMinHandshakes = 16;
 
-// A master holds one descriptor per member: raise the soft limit where the hard one
-// allows, and say so when the machine cannot take the job.
-void check_capacity(long world_size, const Log& log) {
+// A master holds one descriptor per member, and one for each handshake under way:
+// the soft limit goes up to the hard one (a flood of silent connections must meet
+// the handshake cap, never EMFILE), and the handshake slots are what the limit
+// leaves beyond the members and the master's own files.
+size_t check_capacity(long world_size, const Log& log) {
   rlimit rl{};
   auto need = static_cast<rlim_t>(world_size + kSpareFiles);
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
-    rlim_t was = rl.rlim_cur;
-    rl.rlim_cur = std::min(need, rl.rlim_max);
-    ::setrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur < need) {
-      log.error(
-          fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
-                      "needs for {} members: raise `ulimit -n`",
-                      was, rl.rlim_max, need, world_size));
-    }
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return kMaxHandshakes;
+  rlim_t was = rl.rlim_cur;
+  // An unlimited hard limit is more than the kernel's nr_open allows: then what the
+  // job needs, at least.
+  for (rlim_t to : {rl.rlim_max, std::min(rl.rlim_max, std::max(need, was))}) {
+    rlimit raised{to, rl.rlim_max};
+    if (to <= rl.rlim_cur) break;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = to;
   }
+  if (rl.rlim_cur < need) {
+    log.error(
+        fmt::format("the open-file limit ({} soft, {} hard) is below the {} this master "
+                    "needs for {} members: raise `ulimit -n`",
+                    was, rl.rlim_max, need, world_size));
+  }
+  long left = long(std::min<rlim_t>(rl.rlim_cur, 1 << 24)) - world_size - kSpareFiles;
+  return size_t(std::clamp<long>(left, long(kMinHandshakes), long(kMaxHandshakes)));
+}
+
+void check_backlog(long world_size, const Log& log) {
   if (auto backlog = ProcFs{}.somaxconn(); backlog && *backlog < world_size) {
     log.progress(
         fmt::format("net.core.somaxconn is {}, below the {} members: those that connect "
@@ -75,12 +90,9 @@ long extra_launcher_members(const Identity& id, const Log& log) {
   return id.launcher_members;
 }
 
-// Whether the master that holds the port is this job's: it shows this job's id
-// (with a token, a tag of it that only a holder of the same token computes).
-// Whatever else answers on the port could hand rank 0 a verdict of its own making.
-// Without a job id on either side it may be another job's master: joining it can
-// only fail that job and this one (it reports this rank 0 as a duplicate), never
-// pass a broken one, and it says what is wrong where "port in use" would not.
+// Whether the master that holds the port shows this job's id (with a token, a tag
+// of it that only a holder of the same token computes). Without a token anyone may
+// show an id: see serve_master for when that is enough to join.
 bool same_job(const std::optional<Challenge>& other, const Record& self, const Session& s) {
   return other && other->auth == s.token.has_value() &&
          other->job_id ==
@@ -172,7 +184,8 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
   cfg.progress_interval = seconds(s.o.progress_interval_s);
   cfg.rehearsal_per_connection = seconds(s.o.rehearsal_timeout_s);
 
-  check_capacity(id.world_size, log);
+  cfg.max_pending = check_capacity(id.world_size, log);
+  check_backlog(id.world_size, log);
   cfg.master.watch_port = listen_for_watch(s, setup.addresses);
   Server server(cfg);
   auto port = server.listen(setup.addresses, setup.port);
@@ -183,7 +196,12 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
     auto other = elsewhere && join_other ? await_other_master(setup, id, self, s)
                                          : probe_master(setup.addresses.front(), setup.port,
                                                         Deadline::after(kOtherMasterProbe));
-    if (join_other && same_job(other, self, s)) {
+    // Rank 0 joins a master on its own port only with the job's token: without one,
+    // whatever holds the port and shows this job's id (none, or Slurm's public
+    // JOBID.STEP) could hand it a pass while the other ranks never started. On
+    // another host (MASTER_ADDR elsewhere) it is a member like any other.
+    bool shown = same_job(other, self, s);
+    if (join_other && shown && (s.token || elsewhere)) {
       log.error(fmt::format(
           "a rankcheck master of this job already listens on {}:{}: joining it as a member so "
           "that it reports the duplicate rank 0",
@@ -195,6 +213,7 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
     why.port = setup.port;
     why.error = port.error();
     why.waited_elsewhere = elsewhere && join_other;
+    why.unproven_same_job = join_other && shown && !s.token && !elsewhere;
     if (other) {
       why.other_master = true;
       why.other_auth = other->auth;

@@ -115,12 +115,17 @@ void MasterState::depart(size_t i) {
   }
 }
 
-void MasterState::accept_failed(const std::string& why, size_t open) {
+void MasterState::accept_failed(const std::string& why, size_t open, const std::string& held_by,
+                                size_t held) {
   tracker_.taint();
   if (accept_failures_.count++ == 0) {
     accept_failures_.error = why;
     accept_failures_.first_ms = now_ms();
     accept_failures_.open = open;
+  }
+  if (held > accept_failures_.held) {
+    accept_failures_.held_by = held_by;
+    accept_failures_.held = held;
   }
 }
 

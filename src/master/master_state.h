@@ -69,8 +69,9 @@ class MasterState {
   void refuse(RefusalKind kind, std::string peer, std::string reason,
               std::optional<Record> record = std::nullopt);
   /// The server could not accept a connection for want of file descriptors or
-  /// memory (`why`), with `open` connections open at the time.
-  void accept_failed(const std::string& why, size_t open);
+  /// memory (`why`), with `open` connections open at the time, `held` of them in
+  /// handshakes from `held_by` (the address with the most).
+  void accept_failed(const std::string& why, size_t open, const std::string& held_by, size_t held);
   /// A block leader's NCCL unique id (its hello's), for a scalable init.
   void set_root(const Record& leader, const NcclIdBytes& id);
   /// A host's relay closed its connection before the decision, carrying `members`.

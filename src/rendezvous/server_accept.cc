@@ -1,6 +1,7 @@
 // The master's door: accepting connections, each one's handshake (challenge,
 // hello, admit or refuse), and fairness between the addresses they come from.
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -28,11 +29,22 @@ uint32_t Server::Impl::source_of(const std::string& addr) {
   return id;
 }
 
-bool Server::Impl::make_room() {
-  auto largest = std::max_element(sources.begin(), sources.end(), [](const auto& a, const auto& b) {
-    return a.pending < b.pending;
-  });
-  if (largest == sources.end() || largest->pending <= cfg.max_pending / 4) return false;
+namespace {
+
+// The address with the most handshakes under way (end() when none).
+template <typename Sources>
+auto busiest(Sources& sources) {
+  return std::max_element(sources.begin(), sources.end(),
+                          [](const auto& a, const auto& b) { return a.pending < b.pending; });
+}
+
+}  // namespace
+
+bool Server::Impl::make_room(bool out_of_files) {
+  auto largest = busiest(sources);
+  // Out of descriptors, any address that holds a few handshakes gives up its oldest.
+  size_t above = out_of_files ? kMinEvictable : cfg.max_pending / 4;
+  if (largest == sources.end() || largest->pending <= above) return false;
   // Members keep getting in from it: a host of many ranks, a NAT, not a flood.
   // (With a job token, only holders of the token are admitted.)
   if (Clock::now() - largest->last_admit < kEvictAfter) return false;
@@ -107,7 +119,14 @@ awaitable<void> Server::Impl::accept_loop(tcp::acceptor& acceptor) {
       // for that reason, not for their own.
       if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
           ec == asio::error::no_memory || ec.value() == ENFILE) {
-        state.accept_failed(ec.message(), open_members + pending);
+        auto top = busiest(sources);
+        state.accept_failed(ec.message(), open_members + pending,
+                            top == sources.end() ? std::string() : top->addr,
+                            top == sources.end() ? 0 : top->pending);
+        // One address's silent handshakes took the descriptors: its oldest make
+        // room, as they would at the handshake cap.
+        for (size_t k = 0; k < kEvictOnEmfile && make_room(true); ++k) {
+        }
       }
       if (++accept_errors <= 3) {
         log(fmt::format("accept on {}: {}; still serving, retrying in 100 ms",

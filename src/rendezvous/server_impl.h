@@ -47,6 +47,10 @@ inline constexpr Millis kRejoinGrace{1000};
 // (a host's ranks behind one NAT address, a load generator), while a silent one
 // is still dropped long before the handshake deadline.
 inline constexpr Millis kEvictAfter{1000};
+// Out of file descriptors: an address with more handshakes than this under way gives
+// up to this many of its oldest silent ones each time accept fails.
+inline constexpr size_t kMinEvictable = 8;
+inline constexpr size_t kEvictOnEmfile = 64;
 // What a relay may leave unread in the master's outbox while its channels are in
 // their handshake: a host's burst of challenges and admissions is a few hundred
 // bytes a member. A relay past it is closed, not waited for: one that opens
@@ -257,7 +261,7 @@ struct Server::Impl {
   // At the cap on handshakes: the address holding the most, if it holds more than
   // a quarter of them, loses its oldest one. A flood from one address then cannot
   // keep the job's members waiting in the kernel's backlog until the deadline.
-  bool make_room();
+  bool make_room(bool out_of_files = false);
 
   void refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
               std::optional<Record> record = std::nullopt,

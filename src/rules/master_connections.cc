@@ -15,18 +15,35 @@
 
 namespace rankcheck {
 
+namespace {
+// One address held a flood's share of the master's connections: this many eighths.
+constexpr size_t kFloodShare = 4;
+}  // namespace
+
 // Connections rank 0 could not accept (out of file descriptors or memory): the
 // members left in the kernel's backlog are missing for that reason.
 // An error when ranks are still missing; a warning when every rank got in after all.
+// When one address's handshakes held most of the descriptors, that address is the
+// cause (connection-flood names it): this one names no host, and is a warning.
 void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out) {
   const AcceptFailures& a = ctx.view.accept_failures;
   if (a.count == 0) return;
   bool missing = false;
   for (long k = 0; k < ctx.expected_world && !missing; ++k)
     missing = !ctx.present(k);
+  bool flood = !a.held_by.empty() && a.held >= kFloodShare * std::max<size_t>(a.open, 1) / 8;
   auto limit = [](long v) {
     return v < 0 ? std::string("unlimited or unknown") : std::to_string(v);
   };
+  std::string why =
+      flood ? fmt::format(
+                  ": {} held {} of them in handshakes that sent nothing, a flood rather "
+                  "than this host's limit",
+                  printable(a.held_by, 60), a.held)
+      : missing ? std::string(
+                      ": the members it could not take waited in the kernel's backlog, "
+                      "and ranks are still missing")
+                : std::string("; every rank got in after all, but a larger job would not");
   Finding f = make_finding(
       FindingId::kMasterOutOfFds,
       fmt::format("the master on {} could not accept connections from +{}: {} ({} {}); it held "
@@ -35,13 +52,12 @@ void check_master_out_of_fds(const CheckContext& ctx, std::vector<Finding>& out)
                   printable(a.error, 120), a.count,
                   a.count == 1 ? "failed accept" : "failed accepts",
                   a.open == 1 ? std::string("1 connection") : fmt::format("{} connections", a.open),
-                  limit(a.files_soft), limit(a.files_hard),
-                  missing ? ": the members it could not take waited in the kernel's backlog, and "
-                            "ranks are still missing"
-                          : "; every rank got in after all, but a larger job would not"),
-      {}, missing ? Severity::kError : Severity::kWarning);
-  f.ranks = {0};
-  f.hosts = {ctx.view.master_host};
+                  limit(a.files_soft), limit(a.files_hard), why),
+      {}, missing && !flood ? Severity::kError : Severity::kWarning);
+  if (!flood) {
+    f.ranks = {0};
+    f.hosts = {ctx.view.master_host};
+  }
   out.push_back(std::move(f));
 }
 

@@ -101,6 +101,24 @@ Finding cannot_listen(const Record& self, const ListenFailure& why) {
                                     : "is usually a RANK exported once for every task",
                     printable(self.host), printable(self.host)));
   }
+  if (why.unproven_same_job) {
+    // Not joined: a master that only shows an id could hand this rank 0 a pass of
+    // its own making while the job's other ranks never started.
+    bool nodes = self.nranks > 1;
+    return about_self(
+        self, FindingId::kDuplicateRank,
+        fmt::format("MASTER_PORT {} on {} is held by a rankcheck master that shows this job's "
+                    "id ('{}'): another process was started at rank 0 too, most likely; without "
+                    "a job token nothing proves it is this job's master, so this one does not "
+                    "join it",
+                    why.port, printable(self.host), printable(why.other_job_id)),
+        fmt::format("{}; a job token (--token-file) lets a second rank 0 join the first, which "
+                    "then names both",
+                    nodes ? "each node needs its own node rank: check how NODE_RANK (or "
+                            "--node-rank) is set"
+                          : "each process needs its own RANK: check how RANK is set (a RANK "
+                            "exported once in the job script is copied into every task)"));
+  }
   if (fault == Fault::kInUse || why.other_master) {
     return about_self(
         self, FindingId::kMasterPortInUse,

@@ -44,6 +44,9 @@ struct ListenFailure {
   /// MASTER_ADDR is another host's, and no master of this job answered there by the
   /// deadline.
   bool waited_elsewhere = false;
+  /// The holder shows this job's id, but without a job token nothing proves it is
+  /// this job's master (anyone may show an id): a second rank 0, most likely.
+  bool unproven_same_job = false;
 };
 Finding cannot_listen(const Record& self, const ListenFailure& why);
 

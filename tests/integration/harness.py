@@ -183,9 +183,10 @@ class Proc:
         self.args = [*wrap, BIN] + args[:1] + ["--json", self.json_path] + args[1:]
         self.start = time.monotonic()
         limit = None
-        if nofile:  # an open-file limit for this process alone
+        if nofile:  # an open-file limit for this process alone: n, or (soft, hard)
             import resource
-            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            pair = nofile if isinstance(nofile, tuple) else (nofile, nofile)
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, pair)
         # Its log goes to a file, so that a test can wait for a line while it runs.
         self.err_path = os.path.join(tmpdir, f"{name}.err")
         with open(self.err_path, "w") as err:

@@ -285,20 +285,20 @@ class Rendezvous(RankcheckTest):
 
     def test_several_rank_0s_without_a_job_id_report_the_duplicate(self):
         # Four plain processes given RANK=0 and no job id: the three that cannot listen
-        # join the first as members, and every one exits 3 with duplicate-rank, rather
-        # than master-port-in-use (exit 7) and a missing-rank.
-        self.timeout = 30.0
+        # each say duplicate-rank (exit 3), rather than master-port-in-use (exit 7).
+        # Without a job token they do not join the first (nothing proves it is this
+        # job's master), so the first waits for ranks 1-3 and names them missing.
+        self.timeout = 8.0
         first = self.rank(0, 4)
-        time.sleep(0.5)
+        first.wait_for("master listening")
         others = [self.rank(0, 4) for _ in range(3)]
         self.finish()
-        self.assertExit([first] + others, 3)
-        reports = [p.report for p in [first] + others]
-        master = next(r for r in reports if r["role"] == "master")
-        dup = master["findings"][0]
-        self.assertEqual((dup["id"], dup["ranks"]), ("duplicate-rank", [0]))
+        self.assertExit(others, 3)
+        self.assertExit([first], 4)
         for p in others:
-            self.assertIn("joining it as a member", p.err)
+            self.assertNotIn("joining it as a member", p.err)
+            self.assertEqual(p.report["findings"][0]["id"], "duplicate-rank")
+        self.assertEqual(first.finding("missing-rank")["ranks"], [1, 2, 3])
 
     def test_join_counts_are_distinct_ranks(self):
         # RANK=0,1,1 with WORLD_SIZE=3: two ranks of three are here, not "3 of 3".
@@ -330,12 +330,30 @@ class WhatUsersTrippedOver(RankcheckTest):
     """Each case failed before its fix."""
 
     def test_every_process_given_rank_0_is_no_stray(self):
-        procs = [self.rank(0, 4, extra=("--job-id", "j1")) for _ in range(4)]
+        # With a job token the rank 0s that cannot listen join the first, whose report
+        # names the duplicate.
+        token = os.path.join(self.tmp.name, "token")
+        with open(token, "w") as f:
+            f.write("a-job-token-for-four-rank-0s-0001\n")
+        os.chmod(token, 0o600)
+        extra = ("--job-id", "j1", "--token-file", token)
+        procs = [self.rank(0, 4, extra=extra) for _ in range(4)]
         self.finish()
         self.assertExit(procs, 3)
         master = [p for p in procs if p.report["role"] == "master"]
         self.assertEqual(len(master), 1)
         self.assertEqual(master[0].ids(), ["duplicate-rank", "missing-rank"])
+        # Without one they do not (nothing proves the first is this job's master): each
+        # says duplicate-rank itself, and the first names ranks 1-3 missing.
+        self.port = free_port()
+        procs = [self.rank(0, 4, extra=("--job-id", "j1")) for _ in range(4)]
+        self.finish(procs)
+        master = [p for p in procs if p.report["role"] == "master"]
+        self.assertEqual(len(master), 1)
+        self.assertEqual(master[0].ids(), ["missing-rank"])
+        for p in procs:
+            if p is not master[0]:
+                self.assertEqual((p.rc, p.ids()[0]), (3, "duplicate-rank"), p.err)
 
     def test_a_launcher_that_stops_the_job_at_the_first_failure_keeps_rank_0s_report(self):
         # What mpirun does: the first process to exit non-zero gets the rest killed.

@@ -734,7 +734,7 @@ TEST_CASE("late-start: a process that started well after the first is named") {
 TEST_CASE("master-out-of-fds: leads the ranks it left out; a warning when all got in") {
   JobView v = healthy_job(16, 8);
   v.members.resize(10);
-  v.accept_failures = AcceptFailures{42, "Too many open files", 120.0, 25, 30, 30};
+  v.accept_failures = AcceptFailures{42, "Too many open files", 120.0, 25, 30, 30, "", 0};
   auto fs = test::checks(v);
   REQUIRE(fs.size() >= 2);
   CHECK(fs[0].name() == "master-out-of-fds");
@@ -748,11 +748,35 @@ TEST_CASE("master-out-of-fds: leads the ranks it left out; a warning when all go
   CHECK(exit_code_for(fs) == exit_code::kIncomplete);
 
   JobView all = healthy_job(16, 8);
-  all.accept_failures = AcceptFailures{3, "Too many open files", 80.0, 14, 30, -1};
+  all.accept_failures = AcceptFailures{3, "Too many open files", 80.0, 14, 30, -1, "", 0};
   fs = test::checks(all);
   Finding f = sole(fs);
   CHECK(f.severity == Severity::kWarning);
   CHECK(f.message.find("hard limit unlimited or unknown); every rank got in after all") !=
         std::string::npos);
   CHECK(exit_code_for(fs) == exit_code::kPass);
+}
+
+TEST_CASE("master-out-of-fds: a flood that took the descriptors names no host of the job") {
+  // One address held 900 of the 960 connections in handshakes: the master's host is
+  // not the cause, and goes into no exclude list; missing-rank leads.
+  JobView v = healthy_job(16, 8);
+  v.members.resize(10);
+  v.accept_failures = AcceptFailures{5, "Too many open files", 50.0, 960, 1024, 1024, "10.9.9.9",
+                                     900};
+  auto fs = test::checks(v);
+  auto it = std::find_if(fs.begin(), fs.end(),
+                         [](const Finding& f) { return f.name() == "master-out-of-fds"; });
+  REQUIRE(it != fs.end());
+  CHECK(it->severity == Severity::kWarning);
+  CHECK(it->hosts.empty());
+  CHECK(it->ranks.empty());
+  CHECK(it->message.find("10.9.9.9 held 900 of them in handshakes that sent nothing") !=
+        std::string::npos);
+  CHECK(fs[0].name() == "missing-rank");
+  // A few handshakes from one address among many members: the host's limit.
+  v.accept_failures.held = 40;
+  fs = test::checks(v);
+  CHECK(fs[0].name() == "master-out-of-fds");
+  CHECK(fs[0].hosts == std::vector<std::string>{"gpu-01"});
 }
