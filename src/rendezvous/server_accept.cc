@@ -24,7 +24,7 @@ uint32_t Server::Impl::source_of(const std::string& addr) {
   if (it != source_ids.end()) return it->second;
   if (sources.size() >= kMaxSources) return 0;
   auto id = static_cast<uint32_t>(sources.size());
-  sources.push_back(Source{addr, 0, 0, {}, {}});
+  sources.push_back(Source{addr, 0, 0, {}, {}, 0});
   source_ids.emplace(addr, id);
   return id;
 }

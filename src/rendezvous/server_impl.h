@@ -56,6 +56,16 @@ inline constexpr size_t kEvictOnEmfile = 64;
 // bytes a member. A relay past it is closed, not waited for: one that opens
 // channels and never reads would otherwise grow the master without bound.
 inline constexpr size_t kMaxRelayBacklog = size_t{8} << 20;
+// And all relays together: past this much unread in their outboxes, a relay past
+// its own floor that opens more is closed. A hostile peer's relays share one budget.
+inline constexpr size_t kMaxRelaysBacklog = size_t{16} << 20;
+inline constexpr size_t kRelayBacklogFloor = size_t{256} << 10;
+// Relays admitted from one address, and in all beyond the world size: a host runs
+// one per job (pods of their own network namespace one each, behind one address
+// when their node's address stands for them); more than that is someone opening
+// relays to grow the master.
+inline constexpr size_t kMaxRelaysPerSource = 64;
+inline constexpr size_t kSpareRelays = 16;
 
 // A member as the master tells a relayed one from its direct return: the same
 // process (host and pid) standing for the same rank.
@@ -190,14 +200,16 @@ struct Server::Impl {
     size_t evicted = 0;
     std::deque<std::weak_ptr<Conn>> queue;  // oldest first; some no longer pending
     Clock::time_point last_admit{};         // members keep arriving from it (see make_room)
+    size_t relays = 0;                      // its relays open now (serve_relay)
   };
   static constexpr size_t kMaxSources = 4096;
-  std::vector<Source> sources{Source{"other addresses", 0, 0, {}, {}}};
+  std::vector<Source> sources{Source{"other addresses", 0, 0, {}, {}, 0}};
   std::unordered_map<std::string, uint32_t> source_ids;
   // Members admitted through a relay, by host, pid and rank: the same process
   // joining directly after its relay died takes its place.
   std::unordered_map<uint64_t, std::weak_ptr<Conn>> relayed;  // see relayed_key
   size_t relays = 0;                                          // relays admitted
+  std::vector<std::weak_ptr<Conn>> relay_conns;  // each relay admitted (the shared budget)
   size_t relays_lost = 0;  // relays whose connection closed before the decision
   size_t sockets = 0;      // connections open (accepted, not yet closed)
   size_t sockets_peak = 0;
@@ -262,6 +274,8 @@ struct Server::Impl {
   // a quarter of them, loses its oldest one. A flood from one address then cannot
   // keep the job's members waiting in the kernel's backlog until the deadline.
   bool make_room(bool out_of_files = false);
+  // What all open relays leave unread in their outboxes (drops closed ones' entries).
+  size_t relays_backlog();
 
   void refuse(const ConnPtr& c, const std::string& peer, RefusalKind kind, std::string reason,
               std::optional<Record> record = std::nullopt,

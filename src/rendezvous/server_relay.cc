@@ -18,6 +18,17 @@ size_t max_channels(long world_size) {
 
 }  // namespace
 
+size_t Server::Impl::relays_backlog() {
+  size_t sum = 0;
+  std::erase_if(relay_conns, [&sum](const std::weak_ptr<Conn>& w) {
+    auto c = w.lock();
+    if (!c || c->closed()) return true;
+    sum += c->outbox.queued_bytes();
+    return false;
+  });
+  return sum;
+}
+
 awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
                                           std::vector<uint8_t> payload) {
   auto hello = decode_relay_hello(payload);
@@ -51,6 +62,22 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
     pump(c);
     co_return;
   }
+  // A relay costs the master a few MiB at worst: their number is bounded, by address
+  // and in all. One refused sends its members to the master directly.
+  Source& from = sources[c->source];
+  size_t cap = size_t(std::max(0L, cfg.master.world_size)) + kSpareRelays;
+  // (Past kMaxSources addresses the rest share source 0: not one address.)
+  if ((c->source != 0 && from.relays >= kMaxRelaysPerSource) || open_links >= cap) {
+    refuse(c, peer, RefusalKind::kMalformed,
+           fmt::format("a relay too many (the relay of {}): {} from {}, {} in all, for a job of "
+                       "{}",
+                       printable(hello->host), from.relays, printable(from.addr, 60), open_links,
+                       plural(size_t(std::max(0L, cfg.master.world_size)), "rank", "ranks")),
+           std::nullopt, RejectCode::kBusy);
+    co_return;
+  }
+  ++from.relays;
+  relay_conns.push_back(c);
   leave_handshake(c, Conn::State::kAdmitted);  // a relay, not a member: not an open member
   c->link = std::make_unique<Conn::Link>();
   c->link->host = hello->host;
@@ -122,9 +149,12 @@ bool Server::Impl::take_channel_frames(const ConnPtr& c, size_t got, std::string
       why = fmt::format("sent what no relay sends ({})", frame.error().message);
       return false;
     }
-    if (c->outbox.queued_bytes() > kMaxRelayBacklog && in_handshake(*frame)) {
-      why = fmt::format("reads none of what it is sent ({} waiting for it) and opens more",
-                        bytes_text(c->outbox.queued_bytes()));
+    if (c->outbox.queued_bytes() > kRelayBacklogFloor && in_handshake(*frame) &&
+        (c->outbox.queued_bytes() > kMaxRelayBacklog || relays_backlog() > kMaxRelaysBacklog)) {
+      why = fmt::format(
+          "reads none of what it is sent ({} waiting for it, {} for all relays) "
+          "and opens more",
+          bytes_text(c->outbox.queued_bytes()), bytes_text(relays_backlog()));
       return false;
     }
     on_channel(c, std::move(*frame));
@@ -298,6 +328,7 @@ void Server::Impl::on_channel_closed(const ConnPtr& c) {
 void Server::Impl::relay_closed(const ConnPtr& link) {
   Conn::Link& l = *link->link;
   --open_links;  // its end is closed (or broken): the server's done no longer waits for it
+  if (Source& from = sources[link->source]; from.relays > 0) --from.relays;
   // The members it carried besides its own process (which, gone, is reported as such),
   // those already back directly included.
   size_t open = l.came_back;
