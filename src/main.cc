@@ -26,8 +26,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   const cli::Command commands[] = {cli::add_run(app, env), cli::add_env(app, env),
-                                   cli::add_local(app, env), cli::add_diagnose(app, env)};
-  // `rankcheck help [run|env|local|diagnose]` is `rankcheck [SUBCOMMAND] --help`.
+                                   cli::add_local(app, env), cli::add_diagnose(app, env),
+                                   cli::add_token(app)};
+  // `rankcheck help [run|env|local|diagnose|token]` is `rankcheck [SUBCOMMAND] --help`.
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args.front() == "help") {
     args.erase(args.begin());

@@ -24,6 +24,8 @@ Command add_env(CLI::App& root, const EnvMap& env);
 Command add_local(CLI::App& root, const EnvMap& env);
 /// `rankcheck diagnose LOGS...`: the initiating failure in a failed job's logs.
 Command add_diagnose(CLI::App& root, const EnvMap& env);
+/// `rankcheck token [PATH]`: a fresh job token.
+Command add_token(CLI::App& root);
 
 /// --help's formatter: a flag's value when given bare ("--json{-}") is not shown as
 /// part of its name. Set on the root before the subcommands, which copy it.

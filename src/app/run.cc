@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 
 #include "app/bootstrap.h"
 #include "app/master_run.h"
@@ -162,11 +164,42 @@ std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s)
   return std::move(*l);
 }
 
+// Without a job token nothing proves a plan is the master's (a squatter on
+// MASTER_PORT could send one): a member then connects to no loopback or unspecified
+// address, and to no more hosts than its own world size has. The targets left out
+// are not run (the master, if it is one, counts them unproven).
+std::vector<PathTarget> unproven_plan_targets(const PathPlan& plan, long world_size,
+                                              const Log& log) {
+  std::vector<PathTarget> kept;
+  size_t most = size_t(std::max(world_size, 2L) - 1);
+  size_t refused = 0;
+  for (const PathTarget& t : plan.targets) {
+    in6_addr any6{};
+    bool nowhere = t.address == "0.0.0.0" ||
+                   (::inet_pton(AF_INET6, t.address.c_str(), &any6) == 1 &&
+                    IN6_IS_ADDR_UNSPECIFIED(&any6));
+    if (is_loopback_address(t.address) || nowhere || kept.size() >= most) {
+      ++refused;
+      continue;
+    }
+    kept.push_back(t);
+  }
+  if (refused > 0) {
+    log.error(fmt::format("warning: left {} of the path plan's {} connections out (loopback, "
+                          "unspecified, or more than a job of {} has hosts): without a job "
+                          "token nothing proves the plan is the master's",
+                          refused, plan.targets.size(), world_size));
+  }
+  return kept;
+}
+
 // Runs the master's plan of connections from this host.
-PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log) {
+PathReport rehearse(const PathPlan& plan, const Session& s, const Log& log, long world_size) {
   auto t0 = Clock::now();
   Deadline by = Deadline::after(Millis(plan.total_ms)).sooner(s.time.end());
-  PathReport r{probe_paths(plan.self_host, plan.self_identity, plan.targets,
+  std::vector<PathTarget> unproven;
+  if (!s.token) unproven = unproven_plan_targets(plan, world_size, log);
+  PathReport r{probe_paths(plan.self_host, plan.self_identity, s.token ? plan.targets : unproven,
                            Millis(plan.per_conn_ms), plan.in_flight, by,
                            s.token ? &*s.token : nullptr)};
   size_t ok = 0;
@@ -276,7 +309,9 @@ MemberRun member_plan(const Identity& id, Session& s) {
   jo.log = [&log](const std::string& line) { log.progress(line); };
   jo.token = s.token ? &*s.token : nullptr;
   run.time = s.time;
-  run.rehearse = [&s](const PathPlan& plan) { return rehearse(plan, s, s.log); };
+  run.rehearse = [&s, &id](const PathPlan& plan) {
+    return rehearse(plan, s, s.log, id.world_size);
+  };
   run.run_stage = [&s, &id](const Verdict& go) { return s.run_gpu_stage(go, id.world_size); };
   return run;
 }

@@ -416,6 +416,52 @@ class Adversarial(RankcheckTest):
                 self.assertIn("nothing proves it is this job's master", f["message"])
                 self.assertIn("--token-file", f["hint"])
 
+    def test_a_member_without_a_token_scans_nothing_for_a_squatter(self):
+        # Security item 6: without a token the path plan is unsigned. A squatter on
+        # MASTER_PORT admits rank 1 of a 2-rank job, says the world is 64, and plans 40
+        # connections to the member's own loopback (services of the host, open or not).
+        # The member makes none of them: its own world size bounds the plan, and without
+        # a token loopback and unspecified targets are refused.
+        listeners = []
+        for _ in range(8):
+            ls = socket.create_server(("127.0.0.1", 0))
+            ls.setblocking(False)
+            listeners.append(ls)
+            self.addCleanup(ls.close)
+        targets = [dict(host=i + 1, address=b"127.0.0.1" if i % 5 else b"0.0.0.0", ifname=b"",
+                        port=listeners[i % 8].getsockname()[1], identity=b"h%d" % i,
+                        rest=bytes(48)) for i in range(40)]
+        plan = wire.encode_plan(dict(self_host=0, identity=b"h0", per_conn=1000, total=4000,
+                                     in_flight=8, targets=targets, mac=bytes(32)))
+        reports = []
+
+        def answer(conn):
+            conn.sendall(wire.challenge(job_id="", auth=False))
+            wire.read_frame(conn)  # the hello
+            conn.sendall(wire.frame(wire.ADMIT, struct.pack("<II", 1, 64)))
+            conn.sendall(wire.frame(wire.PATH_PLAN, plan))
+            conn.settimeout(8)
+            reports.append(wire.read_frame(conn)[1])
+
+        fake = wire.FakeMaster(self.port, answer, linger=0.1, connections=1)
+        self.addCleanup(fake.close)
+        self.timeout = 6.0
+        p = self.rank(1, 2, extra=("--no-relay",))
+        self.finish([p])
+        fake.close()
+        self.assertEqual(reports, [wire.PATH_REPORT], p.err)
+        accepted = 0
+        for ls in listeners:
+            try:
+                while True:
+                    ls.accept()[0].close()
+                    accepted += 1
+            except BlockingIOError:
+                pass
+        self.assertEqual(accepted, 0, p.err)
+        self.assertIn("left 40 of the path plan's 40 connections out", p.err)
+        self.assertNotEqual(p.rc, 0)
+
     def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
         self.squatter("job-a", auth=False)
         token = self.token_file("tok", "a-job-token-that-nobody-else-has-0004")

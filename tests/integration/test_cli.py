@@ -193,6 +193,37 @@ class Env(unittest.TestCase):
         self.assertIn("cannot tell where the master is", r.stdout)
 
 
+class Token(unittest.TestCase):
+    """`rankcheck token [PATH]`: what a recipe makes a job token with."""
+
+    def test_token_file_is_new_private_and_used_by_a_job(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tok")
+            r = run(["token", path])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+            with open(path) as f:
+                text = f.read()
+            self.assertRegex(text, r"^[0-9a-f]{64}\n$")
+            # Never over an existing file, nor through a link (to a file it would create).
+            again = run(["token", path])
+            self.assertEqual(again.returncode, 2)
+            self.assertIn("never replaced", again.stderr)
+            with open(path) as f:
+                self.assertEqual(f.read(), text)
+            os.symlink(os.path.join(d, "elsewhere"), os.path.join(d, "link"))
+            self.assertEqual(run(["token", os.path.join(d, "link")]).returncode, 2)
+            self.assertFalse(os.path.exists(os.path.join(d, "elsewhere")))
+            # Two tokens differ; stdout without PATH.
+            a, b = run(["token"]).stdout, run(["token", "-"]).stdout
+            self.assertRegex(a, r"^[0-9a-f]{64}\n$")
+            self.assertNotEqual(a, b)
+            # A job takes it: the report says it is authenticated.
+            local = run(["local", "-n", "2", "--no-gpu", "--timeout", "20", "--token-file", path],
+                        timeout=60)
+            self.assertEqual(local.returncode, 0, local.stderr)
+
+
 class Usage(unittest.TestCase):
 
     def test_run_without_identity(self):
