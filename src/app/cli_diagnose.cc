@@ -27,6 +27,11 @@ Command add_diagnose(CLI::App& root, const EnvMap& env) {
                       "JSON instead of text; --json=PATH writes it to PATH and prints the text, as "
                       "--json PATH does in run"),
         "[=PATH]");
+  shown(app->add_option("--max-seconds", o->input.max_seconds,
+                        "CPU seconds to spend at most; past them it stops reading and diagnoses "
+                        "what it read (default: 30, and 1 more for each 100 MB read; 0: no bound)")
+            ->check(number_in(0.0, 1e6)),
+        "SECONDS");
   add_color_flag(*app, o->color);
   return {app, [o, &env] {
             diagnose::Scanner scanner;

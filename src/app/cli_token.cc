@@ -2,15 +2,14 @@
 // (a new file, mode 0600, never over an existing one or through a link), or to
 // stdout for a launcher that keeps it in a secret store of its own.
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "app/cli.h"
 #include "app/output.h"
@@ -35,12 +34,11 @@ int make_token(const std::string& path) {
     std::fputs(text.c_str(), stdout);
     return std::fflush(stdout) == 0 ? exit_code::kPass : exit_code::kInternal;
   }
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
-                  0600);
+  int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
   if (fd < 0) {
     int e = errno;
-    Log::error(fmt::format("cannot make the token file {}: {}{}", printable(path),
-                           std::strerror(e),
+    Log::error(fmt::format("cannot make the token file {}: {}{}", printable(path), std::strerror(e),
                            e == EEXIST ? " (a token file is never replaced: remove it, or pick "
                                          "another path)"
                                        : ""));
@@ -49,8 +47,8 @@ int make_token(const std::string& path) {
   bool written = ::write(fd, text.data(), text.size()) == ssize_t(text.size());
   bool closed = ::close(fd) == 0;
   if (!written || !closed) {
-    Log::error(fmt::format("cannot write the token file {}: {}", printable(path),
-                           std::strerror(errno)));
+    Log::error(
+        fmt::format("cannot write the token file {}: {}", printable(path), std::strerror(errno)));
     ::unlink(path.c_str());
     return exit_code::kInternal;
   }

@@ -207,6 +207,9 @@ std::string render_json(const Diagnosis& d);
 /// What `rankcheck diagnose` reads: files, directories (recursively), "-" for stdin.
 struct Input {
   std::vector<std::string> paths;
+  /// CPU seconds the reading may take (--max-seconds); past it, reading stops and
+  /// what was read is diagnosed. < 0: 30 s and one more for each 100 MB read; 0: no bound.
+  double max_seconds = -1;
 };
 
 /// Reads every path into the scanner. Returns "" or the reason an input could not

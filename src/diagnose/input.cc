@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef RANKCHECK_HAVE_ZLIB
@@ -29,6 +30,39 @@ namespace {
 constexpr size_t kChunk = 1 << 20;
 constexpr size_t kMaxLine = 64 * 1024;
 
+// The CPU time a run may take (--max-seconds): given, or by default this much and a
+// second more for each kBytesPerSecond read, so that no input costs more than a
+// slow read of it would. Past it, reading stops and what was read is diagnosed.
+constexpr double kBaseSeconds = 30;
+constexpr double kBytesPerSecond = 100e6;
+
+double cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+struct CpuBudget {
+  double given = -1;  // --max-seconds; < 0: the default; 0: none
+  double start = cpu_seconds();
+  uint64_t bytes = 0;
+  bool spent = false;
+  double limit() const {
+    return given >= 0 ? given : kBaseSeconds + double(bytes) / kBytesPerSecond;
+  }
+  void charge(size_t n) {
+    bytes += n;
+    if (!spent && given != 0 && cpu_seconds() - start > limit()) spent = true;
+  }
+};
+// The budget of the read_inputs call under way on this thread (none elsewhere: the
+// live reader of run -- CMD feeds the scanner itself).
+thread_local CpuBudget* t_budget = nullptr;
+
+bool budget_spent() {
+  return t_budget != nullptr && t_budget->spent;
+}
+
 // Splits chunks into lines; a line's text is handed on once its end is seen. A
 // line longer than kMaxLine is handed on as its first and last kMaxLine / 2 bytes:
 // the message that ends a long line (after a progress bar's carriage returns, a
@@ -38,6 +72,7 @@ class LineSplitter {
   explicit LineSplitter(Scanner& s) : scanner_(s) {}
 
   void feed(std::string_view chunk) {
+    if (t_budget != nullptr) t_budget->charge(chunk.size());
     while (!chunk.empty()) {
       size_t nl = chunk.find('\n');
       std::string_view part = chunk.substr(0, nl);
@@ -164,9 +199,11 @@ std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::s
       lines.feed(json);
       json.clear();
       json.shrink_to_fit();
+      if (budget_spent()) break;
       continue;
     }
     lines.feed(chunk);
+    if (budget_spent()) break;
   }
   if (first) scanner.begin_source(name);  // an empty file is still an input
   if (maybe_json && !report_lines(json, lines)) lines.feed(json);
@@ -191,6 +228,7 @@ std::string read_gzip(const std::string& path, Scanner& scanner, std::string& bu
     }
     if (n == 0) break;
     lines.feed(std::string_view(buf.data(), static_cast<size_t>(n)));
+    if (budget_spent()) break;
   }
   // A stream that ends early reads as a clean end, with Z_BUF_ERROR left behind: the
   // job's last lines, the ones that matter, would be missing without a word.
@@ -272,6 +310,7 @@ std::string walk(const std::string& dir, size_t depth, Walk& w) {
   std::sort(entries.begin(), entries.end());
   std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
   for (auto& [key, folder] : entries) {
+    if (budget_spent()) break;
     if (folder) {
       key.pop_back();
       if (depth + 1 > kMaxDepth) {
@@ -286,12 +325,12 @@ std::string walk(const std::string& dir, size_t depth, Walk& w) {
   return "";
 }
 
-}  // namespace
-
-std::string read_inputs(const Input& in, Scanner& scanner) {
+// Every path into the scanner, until the CPU budget is spent.
+std::string read_each(const Input& in, Scanner& scanner) {
   namespace fs = std::filesystem;
   std::string buf(kChunk, '\0');
   for (const std::string& path : in.paths) {
+    if (budget_spent()) break;
     if (path == "-") {
       std::string r = read_plain(0, "-", scanner, buf);
       if (r == "gzip" || r == "binary")
@@ -323,6 +362,29 @@ std::string read_inputs(const Input& in, Scanner& scanner) {
     }
   }
   return "";
+}
+
+}  // namespace
+
+std::string read_inputs(const Input& in, Scanner& scanner) {
+  CpuBudget budget;
+  budget.given = in.max_seconds;
+  t_budget = &budget;
+  std::string r = read_each(in, scanner);
+  t_budget = nullptr;
+  if (budget.spent) {
+    // Said, not an error: what was read is diagnosed (a hostile or enormous input).
+    std::string note = fmt::format(
+        "rankcheck diagnose: warning: stopped reading after {:.1f} s of CPU time "
+        "(--max-seconds {}) and {:.1f} MB: the rest of the input was not read, and the "
+        "diagnosis is of what came before\n",
+        cpu_seconds() - budget.start,
+        in.max_seconds >= 0 ? fmt::format("{:g}", in.max_seconds)
+                            : fmt::format("{:g} by default for this size", budget.limit()),
+        double(budget.bytes) / 1e6);
+    std::fwrite(note.data(), 1, note.size(), stderr);
+  }
+  return r;
 }
 
 }  // namespace rankcheck::diagnose

@@ -197,6 +197,43 @@ class Causality(unittest.TestCase):
                                  "came (Socket Timeout)"])
 
 
+class CpuBound(unittest.TestCase):
+    """--max-seconds: past its CPU time diagnose stops reading and diagnoses what it read."""
+
+    def test_an_endless_input_stops_at_max_seconds_with_what_came_before(self):
+        # A writer that would send 8 GB (it stops when diagnose closes the pipe): the
+        # failure is in its first lines, the rest is noise diagnose need not read.
+        writer = ("import sys\n"
+                  "out = sys.stdout.buffer\n"
+                  "out.write(b'[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                  "allocate 2.00 GiB. GPU 3 has a total capacity of 79.10 GiB\\n')\n"
+                  "chunk = b'step 1234 loss 0.123 lr 3e-4 tokens/s 81234 ' * 1000 + b'\\n'\n"
+                  "try:\n"
+                  "    for _ in range(200000):\n"
+                  "        out.write(chunk)\n"
+                  "except BrokenPipeError:\n"
+                  "    pass\n")
+        src = subprocess.Popen(["python3", "-c", writer], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+        try:
+            r = subprocess.run([BIN, "diagnose", "--json", "--max-seconds", "0.5", "-"],
+                               stdin=src.stdout, capture_output=True, text=True, timeout=120,
+                               env=clean_env())
+        finally:
+            src.stdout.close()
+            src.kill()
+            src.wait()
+        self.assertIn("stopped reading after", r.stderr)
+        self.assertIn("--max-seconds 0.5", r.stderr)
+        d = json.loads(r.stdout)
+        self.assertEqual(d["findings"][0]["id"], "gpu-out-of-memory", d["findings"][:2])
+
+    def test_max_seconds_is_checked(self):
+        r = run(["--max-seconds", "-1", "x.log"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--max-seconds", r.stderr)
+
+
 class HungRendezvous(unittest.TestCase):
     """A torchrun log that ends in its agent's rendezvous (issue 35, item 14)."""
 
