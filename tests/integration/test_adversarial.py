@@ -462,6 +462,16 @@ class Adversarial(RankcheckTest):
         self.assertIn("left 40 of the path plan's 40 connections out", p.err)
         self.assertNotEqual(p.rc, 0)
 
+    def test_a_member_with_a_token_takes_nothing_from_a_master_without_one(self):
+        # Whatever answers on MASTER_PORT without the token (a squatter that shows the
+        # job's id) cannot hand a member holding it a verdict: auth-failed, exit 6.
+        self.squatter("job-a", auth=False)
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0008")
+        p = self.rank(1, 2, extra=("--job-id", "job-a", "--token-file", token))
+        self.finish([p])
+        self.assertEqual(p.rc, 6, p.err)
+        self.assertIn("does not use one", self.finding(p.report, "auth-failed")["message"])
+
     def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
         self.squatter("job-a", auth=False)
         token = self.token_file("tok", "a-job-token-that-nobody-else-has-0004")
