@@ -113,9 +113,13 @@ void add_identity_flags(CLI::App& app, Flags& f) {
 void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
   shown(app.add_option("--host-name", o.host_name, "Host name to report (default: gethostname)"),
         "NAME");
-  shown(app.add_option("--timeout", o.timeout_s, "Bound on the whole run, in seconds")
+  // At least a second: the master keeps half of one (at least) between its decision
+  // and the deadline to send the verdicts, and a shorter run could never pass.
+  shown(app.add_option("--timeout", o.timeout_s,
+                       "Bound on the whole run, in seconds (at least 1: the master keeps 0.5 s "
+                       "of it to send the verdicts)")
             ->capture_default_str()
-            ->check(number_in(0.1, 86400.0)),
+            ->check(number_in(1.0, 86400.0)),
         "SECONDS");
   shown(app.add_option("--handshake-timeout", o.handshake_timeout_s,
                        "Seconds a connection has to complete its hello")

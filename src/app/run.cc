@@ -221,21 +221,34 @@ Record make_self(const Identity& id, Session& s, const EnvMap& env, const HostVi
   return self;
 }
 
-// Rank 0 may come up before DNS publishes its own name (a Kubernetes headless
-// service): it keeps trying, like the members do, until its decision deadline.
-void resolve_own_master_addr(Record& self, const Identity& id, const Session& s) {
+// Rank 0 binds its own MASTER_ADDR: a name that does not resolve here fails at once
+// (as `env` says), except under Kubernetes, where a headless service publishes rank
+// 0's own name only once its pod is ready: there it keeps trying, like the members
+// do, until its decision deadline, and says so when the answer changes and every
+// progress interval. A definite answer ("Name or service not known") is kept over a
+// last attempt the deadline cut short.
+void resolve_own_master_addr(Record& self, const Identity& id, const Session& s,
+                             bool names_appear_late) {
+  if (!names_appear_late) return;
   Deadline resolve_by = s.time.decide_by();
+  std::string said;
+  auto next_say = Clock::now();
   for (Millis pause = kResolveFirstPause;
        !self.resolve_error.empty() && !resolve_by.expired() && !interrupted();
        pause = std::min(pause * 2, kResolveMaxPause)) {
-    s.log.progress(fmt::format("rank 0: {} (not resolvable yet?), retrying ({} s left)",
-                               self.resolve_error, resolve_by.seconds_left()));
+    if (self.resolve_error != said || Clock::now() >= next_say) {
+      s.log.progress(fmt::format("rank 0: {} (not published yet, under Kubernetes?), retrying "
+                                 "({} s left)",
+                                 self.resolve_error, resolve_by.seconds_left()));
+      said = self.resolve_error;
+      next_say = Clock::now() + seconds(s.o.progress_interval_s);
+    }
     std::this_thread::sleep_for(std::min(pause, resolve_by.remaining()));
     auto again = resolve_host(id.master_addr, resolve_by.sooner(Deadline::after(kResolveAttempt)));
     if (again) {
       self.master_resolved = *again;
       self.resolve_error.clear();
-    } else {
+    } else if (again.error().fault != Fault::kTimeout || said.empty()) {
       self.resolve_error = again.error().message;
     }
   }
@@ -259,7 +272,8 @@ MasterSetup master_setup(const Record& self, const Identity& id, const Log& log)
 
 // Rank 0: the master in this process. nullopt: another master of this job holds the
 // port, and this process joins it as a member.
-std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s) {
+std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s,
+                                  bool names_appear_late) {
   if (!s.token && spans_hosts(self)) {
     // Said once, by the process whose report an impostor could decide.
     s.log.error(
@@ -267,7 +281,7 @@ std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s) 
         "hosts: anyone who reaches MASTER_PORT can claim a rank, pass or fail this job, and "
         "is handed the NCCL id (docs/security.md)");
   }
-  resolve_own_master_addr(self, id, s);
+  resolve_own_master_addr(self, id, s, names_appear_late);
   if (!self.resolve_error.empty()) {
     Log::error(fmt::format("rank 0 cannot resolve its own MASTER_ADDR: {}", self.resolve_error));
     return print_member(failure_report(self, master_addr_unresolved(self, id.master_addr),
@@ -387,7 +401,8 @@ int run_phases(Session& s, const EnvMap& env, const HostView* host) {
   // this process ends.
   std::unique_ptr<PathListener> path_listener = open_path_listener(self, s);
   if (id.rank == 0) {
-    if (auto code = serve_as_rank0(self, id, s)) return *code;
+    bool kubernetes = env.count("KUBERNETES_SERVICE_HOST") > 0;
+    if (auto code = serve_as_rank0(self, id, s, kubernetes)) return *code;
   }
   return words.done(join_as_member(self, id, s, past_ms));
 }

@@ -223,6 +223,14 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
   // Both sides hold the job's token, or neither: a member with a token does not
   // trust a master without one, whose verdict nobody could check.
   if (challenge->auth != (o.token != nullptr)) {
+    if (challenge->auth) {
+      // The master hears of it too: an unsigned hello, which it refuses as
+      // auth-failed naming this member, not a connection closed without a word.
+      Hello told{self, {}, {}, o.nccl_root};
+      if (fill_random(told.client_nonce) && sock.write_all(encode(told), hs)) {
+        (void)sock.read_frame(hs);  // its reject
+      }
+    }
     out.failure = self_failure(
         self, FindingId::kAuthFailed,
         challenge->auth

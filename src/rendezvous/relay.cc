@@ -311,7 +311,10 @@ struct Relay::Impl {
         c = *d;
       }
       if (c->auth != (o.token != nullptr)) {
-        // The members meet the master themselves and say what is wrong.
+        // The members meet the master themselves and say what is wrong; to the
+        // master this connection was only looking (not a stray connection).
+        auto probe = encode_frame(MsgType::kProbe, {});
+        co_await asio::async_write(up->sock, asio::buffer(probe), kAwait);
         timer.cancel();
         stand_down(c->auth ? "the master requires a job token, and the relay has none"
                            : "the master does not use a job token, and the relay has one");

@@ -262,8 +262,8 @@ class RankcheckTest(unittest.TestCase):
     def rank(self, rank, world, *, port=None, extra=(), host=None, local=None, nofile=None,
              wrap=(), **env):
         """Starts `rankcheck run` as one rank, given its identity in the torch variables."""
-        e = clean_env(RANK=rank, WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=port or self.port, **env)
+        e = clean_env(**{"RANK": rank, "WORLD_SIZE": world, "MASTER_ADDR": "127.0.0.1",
+                         "MASTER_PORT": port or self.port, **env})
         if local is not None:
             e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"] = str(local[0]), str(local[1])
         args = ["run", "--timeout", str(self.timeout), "--progress-interval", "1", *extra]

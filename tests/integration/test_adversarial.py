@@ -472,6 +472,22 @@ class Adversarial(RankcheckTest):
         self.assertEqual(p.rc, 6, p.err)
         self.assertIn("does not use one", self.finding(p.report, "auth-failed")["message"])
 
+    def test_a_member_without_the_token_is_named_by_the_master_not_a_stray(self):
+        # Newcomer bug 2: a member with no token against a master with one was counted a
+        # stray connection ("a port scanner, a health check ... harmless"). It now says
+        # its hello, which the master refuses as auth-failed naming it.
+        token = self.token_file("tok", "a-job-token-that-nobody-else-has-0009")
+        m = self.master(2, "--token-file", token)
+        p = self.rank(1, 2, host="h1")
+        self.finish()
+        self.assertEqual(p.rc, 6, p.err)
+        self.assertIn("requires a job token, and this member has none",
+                      self.finding(p.report, "auth-failed")["message"])
+        ids = [f["id"] for f in m.report["findings"]]
+        self.assertNotIn("stray-connection", ids, m.report["findings"])
+        auth = self.finding(m.report, "auth-failed")
+        self.assertIn("claiming rank 1 (h1, pid", auth["message"])
+
     def test_rank_0_with_a_token_never_joins_a_squatter_without_one(self):
         self.squatter("job-a", auth=False)
         token = self.token_file("tok", "a-job-token-that-nobody-else-has-0004")

@@ -245,6 +245,14 @@ class Usage(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--json /nonexistent/dir/r.json: cannot write in /nonexistent/dir", r.stderr)
 
+    def test_a_timeout_too_short_to_pass_is_a_usage_error(self):
+        # Newcomer bug 1: --timeout 0.5 was taken and could never pass (the master keeps
+        # 0.5 s to send its verdicts): "rank 1 never joined", rank 0's host suspect.
+        r = run(["local", "-n", "2", "--no-gpu", "--timeout", "0.5"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--timeout: 0.5 is not in 1 to 86400", r.stderr)
+        self.assertEqual(run(["local", "-n", "2", "--no-gpu", "--timeout", "1"]).returncode, 0)
+
     def test_help_and_version(self):
         self.assertEqual(run(["--help"]).returncode, 0)
         r = run(["--version"])

@@ -329,6 +329,28 @@ class Rendezvous(RankcheckTest):
 class WhatUsersTrippedOver(RankcheckTest):
     """Each case failed before its fix."""
 
+    def test_rank_0_whose_master_addr_does_not_resolve_fails_at_once(self):
+        # Newcomer bug 3: rank 0 printed ~30 identical "Name or service not known" lines,
+        # spent the whole timeout, then said "no answer in time". It binds its own
+        # address: a name its host cannot resolve fails at once (as `env` says), except
+        # under Kubernetes, where rank 0's own name may be published late.
+        self.timeout = 20.0
+        p = self.rank(0, 2, MASTER_ADDR="nosuchhost.invalid")
+        self.finish([p])
+        self.assertEqual(p.rc, 7, p.err)
+        self.assertLess(p.elapsed, 10)  # not the 20 s timeout
+        self.assertNotIn("no answer in time", p.err)
+        self.assertNotIn("retrying", p.err)
+        self.assertEqual(p.ids(), ["master-addr-not-local"])
+        self.timeout = 3.0
+        k = self.rank(0, 2, MASTER_ADDR="nosuchhost.invalid", KUBERNETES_SERVICE_HOST="198.18.0.9")
+        self.finish([k])
+        self.assertEqual(k.rc, 7, k.err)
+        # Said when the answer changes and each progress interval (1 s here), not at
+        # every attempt.
+        self.assertIn(k.err.count("retrying"), (1, 2, 3), k.err)
+        self.assertNotIn("no answer in time", k.err)
+
     def test_every_process_given_rank_0_is_no_stray(self):
         # With a job token the rank 0s that cannot listen join the first, whose report
         # names the duplicate.
