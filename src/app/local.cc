@@ -451,10 +451,11 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
     Log::error(token.error().message);
     return exit_code::kInternal;
   }
-  // --json checked before any member starts: rank 0's path, {rank} and {host} filled in.
-  Output report_to{o.json_path, false, "", ""};
+  // Every output path checked before any member starts: rank 0's, {rank} and {host}
+  // filled in.
+  Output report_to{o.json_path, false, o.metrics_path, o.exclude_path};
   report_to.set_self(0, o.host_name.value_or(local_host_name()));
-  if (auto ok = check_json_path(report_to.json_path); !ok) {
+  if (auto ok = check_output_paths(report_to); !ok) {
     Log::error(ok.error().message);
     return exit_code::kUsage;
   }

@@ -263,16 +263,46 @@ Status Output::emit(const std::function<std::string()>& text,
   return write_report_file(json_path, json);
 }
 
-Status check_json_path(const std::string& path) {
+namespace {
+
+// One output path, before the run: a directory, a FIFO or a socket there (which
+// would block the run, or be refused only after it), or a folder this process
+// cannot write in, is a usage error now rather than a lost report later.
+Status check_output_path(std::string_view flag, const std::string& path) {
   if (path.empty() || path == "-") return ok_status();
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return Error{fmt::format("--json {}: that is a directory: give a file name in it", path)};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      return Error{fmt::format("{} {}: that is a directory: give a file name in it", flag, path)};
+    }
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+      return Error{
+          fmt::format("{} {}: not a regular file (a FIFO or a socket would block the "
+                      "run): give the path of a file",
+                      flag, path)};
+    }
   }
   auto slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (::access(dir.c_str(), W_OK) != 0) {
-    return Error{fmt::format("--json {}: cannot write in {}: {}", path, dir, std::strerror(errno))};
+    return Error{
+        fmt::format("{} {}: cannot write in {}: {}", flag, path, dir, std::strerror(errno))};
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status check_json_path(const std::string& path) {
+  return check_output_path("--json", path);
+}
+
+Status check_output_paths(const Output& out) {
+  for (auto [flag, path] :
+       {std::pair<std::string_view, const std::string*>{"--json", &out.json_path},
+        {"--metrics", &out.metrics_path},
+        {"--exclude-file", &out.exclude_path}}) {
+    if (auto ok = check_output_path(flag, *path); !ok) return ok;
   }
   return ok_status();
 }

@@ -59,8 +59,11 @@ void reserve_spare_fd();
 /// gives the exit code; a pass becomes a usage error (the write's error logged).
 int with_written(const Status& written, int code);
 
-/// Fails early, before any rendezvous, when --json names a directory that is not there.
+/// Fails early, before any rendezvous, when --json names a directory, a FIFO or a
+/// socket, or a file in a folder this process cannot write in.
 Status check_json_path(const std::string& path);
+/// The same for every output path: --json, --metrics and --exclude-file.
+Status check_output_paths(const Output& out);
 
 /// Prints a member's report; its exit code.
 int print_member(const MemberReport& m, const Output& out);

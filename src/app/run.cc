@@ -175,9 +175,9 @@ std::vector<PathTarget> unproven_plan_targets(const PathPlan& plan, long world_s
   size_t refused = 0;
   for (const PathTarget& t : plan.targets) {
     in6_addr any6{};
-    bool nowhere = t.address == "0.0.0.0" ||
-                   (::inet_pton(AF_INET6, t.address.c_str(), &any6) == 1 &&
-                    IN6_IS_ADDR_UNSPECIFIED(&any6));
+    bool nowhere =
+        t.address == "0.0.0.0" ||
+        (::inet_pton(AF_INET6, t.address.c_str(), &any6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&any6));
     if (is_loopback_address(t.address) || nowhere || kept.size() >= most) {
       ++refused;
       continue;
@@ -185,10 +185,11 @@ std::vector<PathTarget> unproven_plan_targets(const PathPlan& plan, long world_s
     kept.push_back(t);
   }
   if (refused > 0) {
-    log.error(fmt::format("warning: left {} of the path plan's {} connections out (loopback, "
-                          "unspecified, or more than a job of {} has hosts): without a job "
-                          "token nothing proves the plan is the master's",
-                          refused, plan.targets.size(), world_size));
+    log.error(
+        fmt::format("warning: left {} of the path plan's {} connections out (loopback, "
+                    "unspecified, or more than a job of {} has hosts): without a job "
+                    "token nothing proves the plan is the master's",
+                    refused, plan.targets.size(), world_size));
   }
   return kept;
 }
@@ -237,9 +238,10 @@ void resolve_own_master_addr(Record& self, const Identity& id, const Session& s,
        !self.resolve_error.empty() && !resolve_by.expired() && !interrupted();
        pause = std::min(pause * 2, kResolveMaxPause)) {
     if (self.resolve_error != said || Clock::now() >= next_say) {
-      s.log.progress(fmt::format("rank 0: {} (not published yet, under Kubernetes?), retrying "
-                                 "({} s left)",
-                                 self.resolve_error, resolve_by.seconds_left()));
+      s.log.progress(
+          fmt::format("rank 0: {} (not published yet, under Kubernetes?), retrying "
+                      "({} s left)",
+                      self.resolve_error, resolve_by.seconds_left()));
       said = self.resolve_error;
       next_say = Clock::now() + seconds(s.o.progress_interval_s);
     }
@@ -383,7 +385,7 @@ int run_phases(Session& s, const EnvMap& env, const HostView* host) {
   Record self = make_self(id, s, env, host);
   // Checked once {rank} and {host} are filled in, before any rendezvous.
   s.out.set_self(self.rank, self.host);
-  if (auto ok = check_json_path(s.out.json_path); !ok) {
+  if (auto ok = check_output_paths(s.out); !ok) {
     Log::error(ok.error().message);
     return words.done(exit_code::kUsage);
   }

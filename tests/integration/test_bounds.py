@@ -16,7 +16,7 @@ import time
 import unittest
 
 import wire
-from harness import BIN, RankcheckTest, clean_env
+from harness import BIN, RankcheckTest, clean_env, free_port
 
 RELAY_HELLO, CHANNEL = 10, 11
 OPEN, DATA, CLOSE = 1, 2, 3
@@ -275,21 +275,30 @@ class Outputs(unittest.TestCase):
             self.assertEqual(sorted(os.listdir(tmp)),
                              sorted(os.path.basename(p) for p in (report, live, other)))
 
-    def test_a_fifo_at_metrics_is_refused_and_the_report_is_kept(self):
-        # open(O_WRONLY) blocked until the watchdog ended a passing job with exit 4, the
-        # text report lost.
+    def test_a_fifo_at_an_output_path_is_refused_before_the_run(self):
+        # open(O_WRONLY) once blocked until the watchdog ended a passing job with exit 4,
+        # the text report lost; then the FIFO was refused only after the run (PASS printed,
+        # exit 2). Every output path is now checked before any rendezvous (newcomer bug 4).
         with tempfile.TemporaryDirectory() as tmp:
             fifo = os.path.join(tmp, "rankcheck.prom")
             os.mkfifo(fifo)
-            t0 = time.monotonic()
-            r = subprocess.run([BIN, "local", "-n", "2", "--no-gpu", "--timeout", "20",
-                                "--metrics", fifo], env=clean_env(), capture_output=True,
-                               text=True, timeout=60)
-            took = time.monotonic() - t0
-        self.assertEqual(r.returncode, 2, r.stderr)  # a pass whose file could not be written
-        self.assertIn(f"cannot write the metrics to {fifo}: not a regular file", r.stderr)
-        self.assertIn("PASS", r.stdout)
-        self.assertLess(took, 15)
+            for flag in ("--metrics", "--json", "--exclude-file"):
+                t0 = time.monotonic()
+                r = subprocess.run([BIN, "local", "-n", "2", "--no-gpu", "--timeout", "20",
+                                    flag, fifo], env=clean_env(), capture_output=True,
+                                   text=True, timeout=60)
+                took = time.monotonic() - t0
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(f"{flag} {fifo}: not a regular file (a FIFO", r.stderr)
+                self.assertNotIn("PASS", r.stdout)
+                self.assertLess(took, 15)
+            env = clean_env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(free_port()))
+            r = subprocess.run([BIN, "run", "--no-gpu", "--timeout", "20", "--json", fifo],
+                               env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"--json {fifo}: not a regular file", r.stderr)
+            self.assertNotIn("PASS", r.stdout)
 
     def test_the_watchdog_exits_with_the_verdict_once_there_is_one(self):
         # Stuck writing a passing report (stdout a full pipe nobody reads): the watchdog

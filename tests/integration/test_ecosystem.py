@@ -293,12 +293,13 @@ class Ecosystem(RankcheckTest):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("SUCCESS: 3 rules found", r.stdout)
 
-    def test_an_unwritable_metrics_file_fails_a_passing_run(self):
+    def test_an_unwritable_metrics_file_is_refused_before_the_run(self):
         extra = ("--metrics", self.path("no/such/dir/m.prom"))
         master = self.rank(0, 1, host="gpu-01", extra=extra)
         self.finish()
         self.assertEqual(master.rc, 2)
-        self.assertIn("cannot write the metrics to", master.err)
+        self.assertIn(f"--metrics {self.path('no/such/dir/m.prom')}: cannot write in", master.err)
+        self.assertNotIn("master listening", master.err)  # before any rendezvous
 
 
 if __name__ == "__main__":
