@@ -11,6 +11,7 @@
 
 #include "app/cli.h"
 #include "base/build_info.h"
+#include "base/text.h"
 #include "model/finding.h"
 
 int main(int argc, char** argv) {
@@ -30,14 +31,37 @@ int main(int argc, char** argv) {
                                    cli::add_token(app)};
   // `rankcheck help [run|env|local|diagnose|token]` is `rankcheck [SUBCOMMAND] --help`.
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args.front() == "help") {
+  bool help = !args.empty() && args.front() == "help";
+  if (help) {
     args.erase(args.begin());
     args.resize(std::min<size_t>(args.size(), 1));
-    args.emplace_back("--help");
   }
+  // A word where a subcommand goes that is none of them: said as such, not as
+  // "a subcommand is required" (or, after help, the main help and exit 0).
+  if (!args.empty() && !args.front().empty() && args.front().front() != '-' &&
+      std::none_of(std::begin(commands), std::end(commands),
+                   [&args](const cli::Command& c) { return c.app->check_name(args.front()); })) {
+    std::fprintf(stderr,
+                 "rankcheck: unknown subcommand '%s': run, env, local, diagnose or token "
+                 "(rankcheck --help says what each does)\n",
+                 printable(args.front(), 80).c_str());
+    return exit_code::kUsage;
+  }
+  if (help) args.emplace_back("--help");
   std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   try {
     app.parse(args);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--json: 1 required TEXT:PATH missing": an option given without its value.
+    std::string what = e.what();
+    auto colon = what.find(':');
+    if (what.find("required") != std::string::npos && colon != std::string::npos) {
+      std::fprintf(stderr, "rankcheck: %s needs a value after it (see --help)\n",
+                   what.substr(0, colon).c_str());
+      return exit_code::kUsage;
+    }
+    app.exit(e);
+    return exit_code::kUsage;
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : exit_code::kUsage;

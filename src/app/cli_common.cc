@@ -176,18 +176,20 @@ void add_run_flags(CLI::App& app, RunOptions& o, std::string& color) {
                        "The libnccl.so the training job loads (else RANKCHECK_NCCL_LIB, "
                        "libnccl.so.2)"),
         "PATH");
-  shown(app.add_option_function<std::string>(
-               "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
-               "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
-            ->check(CLI::Validator(
-                [](std::string& v) {
-                  return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
-                },
-                "SIZE")),
-        "SIZE");
+  auto* bandwidth = shown(
+      app.add_option_function<std::string>(
+             "--bandwidth", [&o](const std::string& v) { o.bandwidth_bytes = parse_size(v); },
+             "Also time an all-reduce of SIZE bytes (e.g. 256M, 1G) and report bus bandwidth")
+          ->check(CLI::Validator(
+              [](std::string& v) {
+                return parse_size(v) > 0 ? std::string() : "expected a size such as 64M or 1G";
+              },
+              "SIZE")),
+      "SIZE");
   shown(app.add_option("--min-busbw", o.min_busbw_gbps,
                        "With --bandwidth: a bus bandwidth below GBPS is a finding")
-            ->check(number_in(0.001, 1e6)),
+            ->check(number_in(0.001, 1e6))
+            ->needs(bandwidth),
         "GBPS");
   app.add_flag("-q,--quiet", o.quiet, "No progress lines on stderr");
   add_color_flag(app, color);

@@ -253,6 +253,22 @@ class Usage(unittest.TestCase):
         self.assertIn("--timeout: 0.5 is not in 1 to 86400", r.stderr)
         self.assertEqual(run(["local", "-n", "2", "--no-gpu", "--timeout", "1"]).returncode, 0)
 
+    def test_the_words_for_a_wrong_command_line(self):
+        # Newcomer bugs 5 and 8: "A subcommand is required" for a misspelt one, the main
+        # help and exit 0 for `help bogus`, "1 required TEXT:PATH missing" for a bare
+        # --json, and --min-busbw without --bandwidth accepted in silence.
+        for args in (["bogus"], ["help", "bogus"]):
+            r = run(args)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertIn("unknown subcommand 'bogus': run, env, local, diagnose or token",
+                          r.stderr)
+        r = run(["local", "--json"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--json needs a value after it", r.stderr)
+        r = run(["local", "-n", "2", "--no-gpu", "--min-busbw", "5"])
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--min-busbw requires --bandwidth", r.stderr)
+
     def test_help_and_version(self):
         self.assertEqual(run(["--help"]).returncode, 0)
         r = run(["--version"])
