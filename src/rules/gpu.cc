@@ -312,9 +312,13 @@ void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
   std::string why =
       fmt::format("{}: {}", where(groups.front().items), printable(groups.front().key, 200));
   if (groups.size() > 1) why += fmt::format(" (and {} other reasons)", groups.size() - 1);
-  out.push_back(make_finding(
+  // Its ranks and hosts are those the message names (the first reason's).
+  Finding f = make_finding(
       FindingId::kGpuUnavailable,
-      fmt::format("no member has a usable GPU, so the NCCL stage did not run; {}", why)));
+      fmt::format("no member has a usable GPU, so the NCCL stage did not run; {}", why));
+  f.ranks = ranks_of(groups.front().items);
+  f.hosts = hosts_of(groups.front().items);
+  out.push_back(std::move(f));
 }
 
 std::optional<std::string> gpu_stage_blocker(const std::vector<Member>& members) {

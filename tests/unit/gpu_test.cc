@@ -203,6 +203,9 @@ TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
         "no member has a usable GPU, so the NCCL stage did not run; ranks 0-3 on gpu-01: no "
         "CUDA driver (libcuda.so.1: cannot open shared object file: No such file or directory)");
   CHECK(f.severity == Severity::kWarning);
+  // The ranks and hosts the message names, in the JSON too (newcomer bug 7).
+  CHECK(f.ranks == std::vector<long>{0, 1, 2, 3});
+  CHECK(f.hosts == std::vector<std::string>{"gpu-01"});
   CHECK(exit_code_for(fs) == 0);
   CHECK(*gpu_stage_blocker(v.members) == "no member has a usable GPU");
   v.gpu_stage = false;  // --no-gpu on the master: the GPUs are not looked at
