@@ -293,6 +293,22 @@ std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s,
   return serve_master(self, id, s, master_setup(self, id, s.log));
 }
 
+// An error this process found alone, before any network (a rank out of its own
+// world), caused whatever the rendezvous then met: it leads the report of a member
+// that could not get a verdict, and gives its exit code.
+MemberReport own_errors_first(const Record& self, Finding failure, double took) {
+  std::vector<Finding> own;
+  for (Finding& f : local_checks(self)) {
+    if (f.is_error()) own.push_back(std::move(f));
+  }
+  if (own.empty()) return failure_report(self, std::move(failure), took);
+  MemberReport m = failure_report(self, std::move(own.front()), took);
+  for (size_t i = 1; i < own.size(); ++i)
+    m.findings.push_back(std::move(own[i]));
+  m.findings.push_back(std::move(failure));
+  return m;
+}
+
 // A member that leads a block of a scalable NCCL init (the first rank of every
 // --nccl-roots-every) makes that block's root here, before its hello carries it:
 // NCCL's bootstrap is then spread over the job's hosts, not all on rank 0's.
@@ -354,7 +370,8 @@ int join_as_member(Record& self, const Identity& id, Session& s, std::optional<d
   if (got.failure && past_ms && got.failure->id == FindingId::kMasterUnreachable) {
     got.failure = started_past_deadline(self, *past_ms, s.o.timeout_s, /*tried=*/true);
   }
-  if (got.failure) return print_member(failure_report(self, std::move(*got.failure), took), s.out);
+  if (got.failure)
+    return print_member(own_errors_first(self, std::move(*got.failure), took), s.out);
   int code = print_member(verdict_report(self, *got.verdict, took), s.out);
   // Rank 0's report matters most when the job failed: leave only once it is out.
   if (code != exit_code::kPass) await_report(got, s.time, run.join.log);

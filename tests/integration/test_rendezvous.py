@@ -351,6 +351,16 @@ class WhatUsersTrippedOver(RankcheckTest):
         self.assertIn(k.err.count("retrying"), (1, 2, 3), k.err)
         self.assertNotIn("no answer in time", k.err)
 
+    def test_a_rank_out_of_range_leads_when_no_master_answers(self):
+        # Newcomer bug 6: RANK 5 of 2 with nothing on MASTER_PORT led with
+        # master-unreachable (exit 4), though rank-out-of-range (exit 3) was known before
+        # any network.
+        p = self.rank(5, 2)
+        self.finish([p])
+        self.assertEqual(p.rc, 3, p.err)
+        self.assertEqual([f["id"] for f in p.report["findings"]],
+                         ["rank-out-of-range", "master-unreachable"])
+
     def test_every_process_given_rank_0_is_no_stray(self):
         # With a job token the rank 0s that cannot listen join the first, whose report
         # names the duplicate.
