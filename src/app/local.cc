@@ -198,6 +198,8 @@ RunOptions member_options(const RunOptions& o, const LocalJob& job, const LocalT
   mo.bandwidth_bytes = o.bandwidth_bytes;
   mo.quiet = true;
   mo.token_file = t.secret.empty() ? t.token_file : std::nullopt;
+  // A --json path with {rank} in it is one report per member, as under a launcher.
+  if (o.json_path.find("{rank}") != std::string::npos) mo.json_path = o.json_path;
   return mo;
 }
 

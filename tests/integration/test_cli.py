@@ -65,6 +65,20 @@ class Local(unittest.TestCase):
             with open(os.path.join(tmp, "out-0-box.json")) as f:
                 self.assertEqual(json.load(f)["verdict"], "pass")
 
+    def test_local_json_with_rank_writes_each_members_report(self):
+        # Newcomer bug 10: only rank 0's report was written, though {rank} asks for each.
+        with tempfile.TemporaryDirectory() as d:
+            r = run(["local", "-n", "3", "--no-gpu", "--timeout", "20", "--json",
+                     os.path.join(d, "r{rank}.json")], timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(sorted(os.listdir(d)), ["r0.json", "r1.json", "r2.json"])
+            roles = []
+            for k in range(3):
+                with open(os.path.join(d, f"r{k}.json")) as f:
+                    roles.append(json.load(f)["role"])
+            self.assertEqual(roles, ["master", "member", "member"])
+            self.assertEqual(r.stdout.count("PASS —"), 1)  # the master's text alone
+
     def test_local_on_a_port_another_master_holds(self):
         port = free_port()
         env = clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
