@@ -61,7 +61,7 @@ class Local(unittest.TestCase):
             r = run(["local", "-n", "2", "--no-gpu", "--host-name", "box",
                      "--json", os.path.join(tmp, "out-{rank}-{host}.json")])
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(os.listdir(tmp), ["out-0-box.json"])
+            self.assertEqual(sorted(os.listdir(tmp)), ["out-0-box.json", "out-1-box.json"])
             with open(os.path.join(tmp, "out-0-box.json")) as f:
                 self.assertEqual(json.load(f)["verdict"], "pass")
 
