@@ -339,7 +339,7 @@ class NewUser(unittest.TestCase):
             r = run(["local", "-n", "2", "--no-gpu", "--host-name", "box", "--json",
                      os.path.join(tmp, "{host}", "r-{rank}.json")])
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(os.listdir(os.path.join(tmp, "box")), ["r-0.json"])
+            self.assertEqual(sorted(os.listdir(os.path.join(tmp, "box"))), ["r-0.json", "r-1.json"])
 
     def test_a_folder_named_after_the_host_is_made(self):
         # One command line for every host: no host has made its own folder beforehand.
@@ -348,7 +348,7 @@ class NewUser(unittest.TestCase):
                      os.path.join(tmp, "{host}", "r-{rank}.json"), "--metrics",
                      os.path.join(tmp, "m-{host}", "rankcheck.prom")])
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertEqual(os.listdir(os.path.join(tmp, "box")), ["r-0.json"])
+            self.assertEqual(sorted(os.listdir(os.path.join(tmp, "box"))), ["r-0.json", "r-1.json"])
             self.assertEqual(os.listdir(os.path.join(tmp, "m-box")), ["rankcheck.prom"])
 
     def test_an_empty_report_path_is_a_usage_error(self):
