@@ -125,7 +125,9 @@ void add_verdict(Builder& b, const Knowledge& k) {
   if (!k.rankcheck) return;
   const Knowledge::Verdict& v = *k.rankcheck;
   bool consequence = verdict_is_consequence(k);
-  DiagFinding& f = b.add(v.id, "rankcheck reported: " + v.note.detail, !consequence, v.note, v.fix);
+  // Its own words first (the headline quotes them), then where they come from.
+  DiagFinding& f =
+      b.add(v.id, v.note.detail + " (rankcheck's report)", !consequence, v.note, v.fix);
   if (!consequence) f.order = 0;
   auto suspects = k.suspects.find(v.source);
   if (suspects == k.suspects.end()) suspects = k.suspects.begin();

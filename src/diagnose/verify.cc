@@ -21,6 +21,8 @@ struct JobShape {
   long nodes = -1;     ///< nodes, where the logs say more than the hosts they name
   long nproc = -1;     ///< processes per node, where torchrun said
   std::string master;  ///< rank 0's host, or the store's the logs name ("" if neither)
+  /// The store's port the logs name; else torchrun's default, which the job then used.
+  std::string port = "29500";
 };
 
 // How many processes the job had, as far as the logs tell: the world size a line
@@ -81,7 +83,7 @@ Verify torchrun_command(const JobShape& j, const std::string& run) {
   } else {
     missing.push_back("--master_addr (rank 0's host)");
   }
-  cmd += " --master_port 29500 --no_python " + run;
+  cmd += fmt::format(" --master_port {} --no_python {}", j.port, run);
   std::string note;
   if (!missing.empty()) note = fmt::format("add the job's {}", format_list(missing, 4));
   if (!single) {
@@ -119,7 +121,7 @@ Verify mpirun_command(const JobShape& j, const std::string& run) {
   } else {
     missing.push_back("-x MASTER_ADDR= with rank 0's host");
   }
-  cmd += " -x MASTER_PORT=29500 " + run;
+  cmd += fmt::format(" -x MASTER_PORT={} {}", j.port, run);
   return {cmd, missing.empty() ? "" : fmt::format("add the job's {}", format_list(missing, 4))};
 }
 
@@ -141,6 +143,17 @@ std::string endpoint_host(const std::string& endpoint) {
   return endpoint.substr(0, endpoint.rfind(':'));
 }
 
+// The port of "cn1:29501", "" when there is none or it is not a number.
+std::string endpoint_port(const std::string& endpoint) {
+  auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos || (endpoint.starts_with("[") && colon < endpoint.find(']')))
+    return "";
+  std::string port = endpoint.substr(colon + 1);
+  bool digits = !port.empty() && port.size() <= 5 &&
+                std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return digits ? port : "";
+}
+
 }  // namespace
 
 Verify verify_command(const Knowledge& k, const std::vector<DiagFinding>& findings,
@@ -160,6 +173,7 @@ Verify verify_command(const Knowledge& k, const std::vector<DiagFinding>& findin
   // Else the store's host, as the agents' endpoint or a process that tried it names it.
   if (j.master.empty() && !k.torchrun.endpoint.empty())
     j.master = endpoint_host(k.torchrun.endpoint);
+  if (std::string port = endpoint_port(k.torchrun.endpoint); !port.empty()) j.port = port;
   auto store = k.pointers.find(FindingId::kMasterUnreachable);
   if (j.master.empty() && store != k.pointers.end() && store->second.hosts.size() == 1)
     j.master = *store->second.hosts.begin();
