@@ -272,7 +272,8 @@ void MasterState::report_signal() {
   report_.interrupted_by = signal_;
   // First in the catalogue's precedence: raised last, it still leads every report, the
   // GPU stage's too.
-  report_.findings.push_back(master_interrupted(cfg_.master_host, signal_, now_ms()));
+  report_.findings.push_back(master_interrupted(cfg_.master_host, signal_, now_ms(),
+                                                first_left_ ? &*first_left_ : nullptr));
   order_findings(report_.findings);
 }
 
@@ -355,6 +356,11 @@ const Verdict& MasterState::decide(DecisionFacts facts) {
     cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
                          departed_total_, departed_.size()));
   }
+  // The member that left first, kept for a signal's finding (report_signal).
+  auto first = std::min_element(
+      departed_.begin(), departed_.end(),
+      [](const Departure& a, const Departure& b) { return a.left_ms < b.left_ms; });
+  if (first != departed_.end()) first_left_ = *first;
   view.departed = std::move(departed_);
   view.refused = std::move(refused_);
   view.refused_total = refused_total_;

@@ -136,14 +136,15 @@ class MasterState {
   JoinTracker tracker_;                 // lets a clean job skip the rules at the decision
   ListPool<std::string> string_lists_;  // interfaces and resolved addresses, one copy each
   ListPool<EnvVar> envs_;
-  StringPool strings_;                // what members share: version, job id, host, NCCL path...
-  std::vector<uint32_t> claims_;      // members claiming each rank in [0, world)
-  long distinct_claimed_ = 0;         // ranks in [0, world) claimed at least once
-  std::map<long, long> world_votes_;  // world size -> members (not the master) claiming it
-  std::map<long, long> alt_votes_;    // world size another source of a member gives -> members
-  long joined_ranks_ = 0;             // ranks the members stand for, counted each time: ready()
-  std::vector<Departure> departed_;   // up to a cap, one per member
-  size_t departed_total_ = 0;         // every departure, kept or not
+  StringPool strings_;                   // what members share: version, job id, host, NCCL path...
+  std::vector<uint32_t> claims_;         // members claiming each rank in [0, world)
+  long distinct_claimed_ = 0;            // ranks in [0, world) claimed at least once
+  std::map<long, long> world_votes_;     // world size -> members (not the master) claiming it
+  std::map<long, long> alt_votes_;       // world size another source of a member gives -> members
+  long joined_ranks_ = 0;                // ranks the members stand for, counted each time: ready()
+  std::vector<Departure> departed_;      // up to a cap, one per member
+  std::optional<Departure> first_left_;  // the earliest of them, at the decision
+  size_t departed_total_ = 0;            // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
   AcceptFailures accept_failures_;

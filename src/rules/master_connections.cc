@@ -99,7 +99,29 @@ void check_no_job_token(const CheckContext& ctx, std::vector<Finding>& out) {
       "authenticated"));
 }
 
-Finding master_interrupted(const std::string& host, int signal, double at_ms) {
+Finding master_interrupted(const std::string& host, int signal, double at_ms,
+                           const Departure* first_left) {
+  // A member that left shortly before: a launcher that stops every process when one
+  // ends (torchrun's agent, srun --kill-on-bad-exit, mpirun) sent the signal, and the
+  // member that ended first is where to look, not the scheduler.
+  constexpr double kLauncherStopWithinMs = 30'000;
+  if (first_left != nullptr && at_ms >= first_left->left_ms &&
+      at_ms - first_left->left_ms <= kLauncherStopWithinMs) {
+    const Record& r = first_left->record;
+    Finding f = make_finding(
+        FindingId::kMasterInterrupted,
+        fmt::format("rank 0 ({}) was stopped by {} at +{}, {} after {} left the rendezvous: a "
+                    "launcher that stops every process when one ends (torchrun, srun "
+                    "--kill-on-bad-exit, mpirun) stopped it",
+                    printable(host), signal_name(signal), format_seconds(at_ms),
+                    format_seconds(at_ms - first_left->left_ms), member_label(r)),
+        fmt::format("see why {} ended first: its own output, and the kernel log on {} (an "
+                    "out-of-memory kill)",
+                    span_label(r.rank, r.nranks), printable(r.host)));
+    f.ranks = {r.rank};
+    f.hosts = {r.host.str()};
+    return f;
+  }
   Finding f =
       make_finding(FindingId::kMasterInterrupted,
                    fmt::format("rank 0 ({}) was stopped by {} at +{}, before the check "

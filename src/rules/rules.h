@@ -87,7 +87,10 @@ std::vector<Finding> local_checks(const Record& self);
 
 /// Rank 0 (on `host`) was stopped by `signal` `at_ms` after its start, before the
 /// check was done: what every member learns of why its job failed.
-Finding master_interrupted(const std::string& host, int signal, double at_ms);
+/// Rank 0 stopped by `signal` at `at_ms`; `first_left`, the member that left the
+/// rendezvous first, if any (then a launcher's stop, shortly after, names it).
+Finding master_interrupted(const std::string& host, int signal, double at_ms,
+                           const Departure* first_left = nullptr);
 
 /// ncclGetUniqueId failed on the master (on `host`): no rank can start NCCL.
 Finding unique_id_failed(const std::string& host, const std::string& error);

@@ -705,6 +705,24 @@ class Adversarial(RankcheckTest):
         self.assertIn("rankcheck: FAIL: rank 0 (vm) was stopped by SIGTERM", one.out.replace(
             os.uname().nodename, "vm"))
 
+    def test_sigterm_to_the_master_after_a_member_died_names_that_member(self):
+        # Newcomer bug 11: under torchrun one crashed worker gets the others SIGTERMed by
+        # the agent, and rank 0's report blamed "the scheduler or someone". A member that
+        # left shortly before the signal is where to look.
+        m = self.rank(0, 4)
+        one = self.rank(1, 4, host="h1")
+        two = self.rank(2, 4, host="h2")
+        m.wait_for("joined 3/4")
+        two.popen.kill()  # SIGKILL: what an OOM kill does
+        m.wait_for("disconnected before the verdict")
+        self.sigterm(m, "disconnected before the verdict")
+        f = job_findings(m.report)[0]
+        self.assertEqual(f["id"], "master-interrupted")
+        self.assertIn("after rank 2 (h2, pid", f["message"])
+        self.assertIn("a launcher that stops every process when one ends", f["message"])
+        self.assertEqual((f["ranks"], f["hosts"]), ([2], ["h2"]))
+        self.finish([one])
+
     def test_sigterm_to_a_member_while_waiting(self):
         m = self.rank(0, 3)
         one = self.rank(1, 3)
