@@ -127,6 +127,7 @@ class Adversarial(RankcheckTest):
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
         self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
         token = self.token_file("tok", "a-job-token-that-nobody-else-has-0007")
+        self.timeout = 20.0  # room for a sanitizer's build: all join long before it
         for limits in ((1024, 1024), (1024, min(hard, 8192))):
             with self.subTest(nofile=limits):
                 self.port = free_port()
@@ -155,8 +156,10 @@ class Adversarial(RankcheckTest):
                 self.assertNotIn("Too many open files", m.err)
                 f = self.finding(m.report, "connection-flood")
                 self.assertIn("127.0.0.2 held handshakes open without a hello", f["message"])
+                self.assertEqual(m.report["suspect_hosts"], "")
                 for f in m.report["findings"]:
-                    self.assertEqual(f.get("hosts", []), [], f)
+                    if f["id"] in ("master-out-of-fds", "connection-flood"):
+                        self.assertEqual(f.get("hosts", []), [], f)
 
     def test_many_members_behind_one_address_are_not_a_flood(self):
         # 1,100 members from one address (a NAT, a host of many ranks), each a
