@@ -103,6 +103,7 @@ void MasterState::depart(size_t i) {
     cfg_.log("more members disconnected before the verdict; counting them without logging each");
   }
   Departure d{std::move(gone.record), gone.joined_ms, now_ms()};
+  if (!first_left_) first_left_ = d;  // for a signal's finding (report_signal)
   // The same member leaving again (a client in a loop) replaces its departure.
   auto same = std::find_if(departed_.begin(), departed_.end(), [&d](const Departure& e) {
     return e.record.rank == d.record.rank && e.record.nranks == d.record.nranks &&
@@ -356,11 +357,6 @@ const Verdict& MasterState::decide(DecisionFacts facts) {
     cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
                          departed_total_, departed_.size()));
   }
-  // The member that left first, kept for a signal's finding (report_signal).
-  auto first = std::min_element(
-      departed_.begin(), departed_.end(),
-      [](const Departure& a, const Departure& b) { return a.left_ms < b.left_ms; });
-  if (first != departed_.end()) first_left_ = *first;
   view.departed = std::move(departed_);
   view.refused = std::move(refused_);
   view.refused_total = refused_total_;

@@ -61,10 +61,10 @@ inline constexpr std::string_view kMpiMasterAddr = "MPI_COMM_WORLD";
 
 /// Connections the master could not accept (out of file descriptors or memory).
 struct AcceptFailures {
-  size_t count = 0;     ///< failed accepts (each retried 100 ms later)
-  std::string error;    ///< the first one's error
-  double first_ms = 0;  ///< when, from the master's start
-  size_t open = 0;      ///< connections the master held then
+  size_t count = 0;      ///< failed accepts (each retried 100 ms later)
+  std::string error;     ///< the first one's error
+  double first_ms = 0;   ///< when, from the master's start
+  size_t open = 0;       ///< connections the master held then
   long files_soft = -1;  ///< RLIMIT_NOFILE at the decision, -1 when unknown
   long files_hard = -1;
   /// The address whose handshakes held the most of them, and how many: a flood

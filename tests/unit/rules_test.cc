@@ -762,8 +762,8 @@ TEST_CASE("master-out-of-fds: a flood that took the descriptors names no host of
   // not the cause, and goes into no exclude list; missing-rank leads.
   JobView v = healthy_job(16, 8);
   v.members.resize(10);
-  v.accept_failures = AcceptFailures{5, "Too many open files", 50.0, 960, 1024, 1024, "10.9.9.9",
-                                     900};
+  v.accept_failures =
+      AcceptFailures{5, "Too many open files", 50.0, 960, 1024, 1024, "10.9.9.9", 900};
   auto fs = test::checks(v);
   auto it = std::find_if(fs.begin(), fs.end(),
                          [](const Finding& f) { return f.name() == "master-out-of-fds"; });
