@@ -103,7 +103,6 @@ void MasterState::depart(size_t i) {
     cfg_.log("more members disconnected before the verdict; counting them without logging each");
   }
   Departure d{std::move(gone.record), gone.joined_ms, now_ms()};
-  if (!first_left_) first_left_ = d;  // for a signal's finding (report_signal)
   // The same member leaving again (a client in a loop) replaces its departure.
   auto same = std::find_if(departed_.begin(), departed_.end(), [&d](const Departure& e) {
     return e.record.rank == d.record.rank && e.record.nranks == d.record.nranks &&
@@ -114,6 +113,24 @@ void MasterState::depart(size_t i) {
   } else if (departed_.size() < kMaxDeparturesKept) {
     departed_.push_back(std::move(d));
   }
+}
+
+// The first member that left and did not come back (a relay's members whose relay
+// died rejoin directly): for a signal's finding (report_signal). Says, at the
+// decision, how many left beyond those the report names.
+std::optional<Departure> MasterState::first_gone() const {
+  if (departed_total_ > departed_.size()) {
+    cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
+                         departed_total_, departed_.size()));
+  }
+  const Departure* first = nullptr;
+  for (const Departure& d : departed_) {
+    bool back = std::any_of(members_.begin(), members_.end(), [&d](const Member& m) {
+      return m.record.rank == d.record.rank && m.record.host == d.record.host;
+    });
+    if (!back && (first == nullptr || d.left_ms < first->left_ms)) first = &d;
+  }
+  return first ? std::optional<Departure>(*first) : std::nullopt;
 }
 
 void MasterState::accept_failed(const std::string& why, size_t open, const std::string& held_by,
@@ -353,10 +370,7 @@ const Verdict& MasterState::decide(DecisionFacts facts) {
     view.accept_failures.files_hard = process.files_hard;
   }
   view.timed_out = timed_out;
-  if (departed_total_ > departed_.size()) {
-    cfg_.log(fmt::format("{} disconnections before the verdict; the report names {} of them",
-                         departed_total_, departed_.size()));
-  }
+  first_left_ = first_gone();
   view.departed = std::move(departed_);
   view.refused = std::move(refused_);
   view.refused_total = refused_total_;

@@ -143,7 +143,7 @@ class MasterState {
   std::map<long, long> alt_votes_;       // world size another source of a member gives -> members
   long joined_ranks_ = 0;                // ranks the members stand for, counted each time: ready()
   std::vector<Departure> departed_;      // up to a cap, one per member
-  std::optional<Departure> first_left_;  // the first member that left
+  std::optional<Departure> first_left_;  // first_gone() at the decision
   size_t departed_total_ = 0;            // every departure, kept or not
   std::vector<Refusal> refused_;
   size_t refused_total_ = 0;
@@ -172,6 +172,7 @@ class MasterState {
   bool signal_reported_ = false;
   std::vector<Finding> path_findings_;
   void report_signal();
+  std::optional<Departure> first_gone() const;
   void say_not_rehearsed(const std::vector<Member>& members);
 };
 

@@ -713,8 +713,8 @@ class Adversarial(RankcheckTest):
         # the agent, and rank 0's report blamed "the scheduler or someone". A member that
         # left shortly before the signal is where to look.
         m = self.rank(0, 4)
-        one = self.rank(1, 4, host="h1")
-        two = self.rank(2, 4, host="h2")
+        one = self.rank(1, 4, host="h1", extra=("--no-relay",))
+        two = self.rank(2, 4, host="h2", extra=("--no-relay",))
         m.wait_for("joined 3/4")
         two.popen.kill()  # SIGKILL: what an OOM kill does
         m.wait_for("disconnected before the verdict")
