@@ -293,13 +293,14 @@ std::optional<int> serve_as_rank0(Record& self, const Identity& id, Session& s,
   return serve_master(self, id, s, master_setup(self, id, s.log));
 }
 
-// An error this process found alone, before any network (a rank out of its own
-// world), caused whatever the rendezvous then met: it leads the report of a member
-// that could not get a verdict, and gives its exit code.
+// A rank out of its own world, found before any network, caused whatever the
+// rendezvous then met: it leads the report of a member that could not get a
+// verdict, and gives its exit code. (Other errors it found alone, such as a flag
+// that overrides the launcher's variable, do not explain an unreachable master.)
 MemberReport own_errors_first(const Record& self, Finding failure, double took) {
   std::vector<Finding> own;
   for (Finding& f : local_checks(self)) {
-    if (f.is_error()) own.push_back(std::move(f));
+    if (f.is_error() && f.id == FindingId::kRankOutOfRange) own.push_back(std::move(f));
   }
   if (own.empty()) return failure_report(self, std::move(failure), took);
   MemberReport m = failure_report(self, std::move(own.front()), took);
