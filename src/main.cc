@@ -3,20 +3,49 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "app/cli.h"
 #include "base/build_info.h"
 #include "base/text.h"
 #include "model/finding.h"
+#include "report/report.h"
+
+namespace {
+
+// COLUMNS when it is a number, else the width of the terminal stdout is; none for
+// a pipe or a file.
+std::optional<size_t> text_columns() {
+  if (const char* c = std::getenv("COLUMNS"); c != nullptr && *c != '\0') {
+    char* end = nullptr;
+    long n = std::strtol(c, &end, 10);
+    if (*end == '\0' && n > 0) return size_t(n);
+  }
+  winsize ws{};
+  if (::isatty(STDOUT_FILENO) == 1 && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return size_t(ws.ws_col);
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace rankcheck;
   const EnvMap env = process_env();
+  // Prose wraps to COLUMNS where it is given, else to a terminal's width; a log's
+  // lines stay at 100 columns.
+  if (auto columns = text_columns()) set_text_width(*columns);
+  // A locale that asks for another character set than UTF-8 gets ASCII text.
+  set_ascii_output(
+      locale_wants_ascii(std::getenv("LC_ALL"), std::getenv("LC_CTYPE"), std::getenv("LANG")));
   CLI::App app{
       "rankcheck: check a distributed GPU job's ranks, rendezvous and NCCL before the "
       "real job starts.\nExit codes: 0 pass, 1 internal error, 2 usage, 3 mismatch, 4 "

@@ -19,6 +19,7 @@
 
 #include "app/watchdog.h"
 #include "base/interrupt.h"
+#include "base/text.h"
 #include "report/metrics.h"
 
 namespace rankcheck {
@@ -99,7 +100,7 @@ bool write_pieces(int fd, const std::function<void(const JsonSink&)>& produce) {
 }  // namespace
 
 void Log::error(const std::string& line) {
-  std::string s = "rankcheck: " + line + "\n";
+  std::string s = "rankcheck: " + (ascii_output() ? to_ascii(line) : line) + "\n";
   std::fwrite(s.data(), 1, s.size(), stderr);
 }
 
@@ -251,7 +252,7 @@ Status Output::emit(const std::function<std::string()>& text,
   // leaving on that) can end the job first: mpirun and srun --kill-on-bad-exit kill
   // the rest at the first failed exit, and a report in a buffer dies with them.
   if (json_path != "-") {
-    std::fputs(text().c_str(), stdout);
+    std::fputs(ascii_output() ? to_ascii(text()).c_str() : text().c_str(), stdout);
     std::fflush(stdout);
   }
   if (json_path.empty()) return ok_status();
@@ -292,10 +293,6 @@ Status check_output_path(std::string_view flag, const std::string& path) {
 }
 
 }  // namespace
-
-Status check_json_path(const std::string& path) {
-  return check_output_path("--json", path);
-}
 
 Status check_output_paths(const Output& out) {
   for (auto [flag, path] :

@@ -59,10 +59,9 @@ void reserve_spare_fd();
 /// gives the exit code; a pass becomes a usage error (the write's error logged).
 int with_written(const Status& written, int code);
 
-/// Fails early, before any rendezvous, when --json names a directory, a FIFO or a
-/// socket, or a file in a folder this process cannot write in.
-Status check_json_path(const std::string& path);
-/// The same for every output path: --json, --metrics and --exclude-file.
+/// Fails early, before any rendezvous, when an output path (--json, --metrics,
+/// --exclude-file) names a directory, a FIFO or a socket, or a file in a folder this
+/// process cannot write in.
 Status check_output_paths(const Output& out);
 
 /// Prints a member's report; its exit code.

@@ -117,6 +117,7 @@ class JobFiles {
       std::fwrite(all.data(), 1, all.size(), stdout);
     } else {
       std::string text = render_job_text(job, RenderStyle{o_.color});
+      if (ascii_output()) text = to_ascii(text);
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
     std::fflush(stdout);

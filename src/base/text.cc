@@ -1,6 +1,8 @@
 #include "base/text.h"
 
 #include <algorithm>
+#include <cctype>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -225,6 +227,70 @@ std::string bytes_text(uint64_t bytes) {
   }
   return v == double(uint64_t(v)) ? fmt::format("{} {}", uint64_t(v), kUnits[unit])
                                   : fmt::format("{:.1f} {}", v, kUnits[unit]);
+}
+
+}  // namespace rankcheck
+
+namespace rankcheck {
+namespace {
+bool g_ascii_output = false;
+}  // namespace
+
+void set_ascii_output(bool ascii) {
+  g_ascii_output = ascii;
+}
+
+bool ascii_output() {
+  return g_ascii_output;
+}
+
+bool locale_wants_ascii(const char* lc_all, const char* lc_ctype, const char* lang) {
+  const char* value = nullptr;
+  for (const char* v : {lc_all, lc_ctype, lang}) {
+    if (v != nullptr && *v != '\0') {
+      value = v;
+      break;
+    }
+  }
+  if (value == nullptr) return false;
+  std::string lower(value);
+  for (char& c : lower)
+    c = char(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("utf-8") == std::string::npos && lower.find("utf8") == std::string::npos;
+}
+
+std::string to_ascii(std::string_view text) {
+  static constexpr std::pair<std::string_view, std::string_view> kSymbols[] = {
+      {"\xE2\x9C\x97", "x"},  {"\xE2\x9C\x93", "ok"}, {"\xC2\xB7", "-"},
+      {"\xE2\x80\x94", "-"},  {"\xE2\x80\x93", "-"},  {"\xE2\x80\xA6", "..."},
+      {"\xC3\x97", "x"},      {"\xC2\xB5", "u"},      {"\xE2\x86\x92", "->"},
+      {"\xE2\x89\xA5", ">="}, {"\xE2\x89\xA4", "<="}, {"\xE2\x80\x99", "'"},
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      out += char(c);
+      ++i;
+      continue;
+    }
+    bool known = false;
+    for (const auto& [from, to] : kSymbols) {
+      if (text.substr(i, from.size()) == from) {
+        out += to;
+        i += from.size();
+        known = true;
+        break;
+      }
+    }
+    if (known) continue;
+    // Any other character: one '?' for its whole sequence.
+    size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    out += '?';
+    i += std::min(n, text.size() - i);
+  }
+  return out;
 }
 
 }  // namespace rankcheck

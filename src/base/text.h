@@ -57,3 +57,18 @@ std::string bytes_text(uint64_t bytes);
 std::string format_seconds(double ms);
 
 }  // namespace rankcheck
+
+namespace rankcheck {
+
+/// What this process writes for people (the text report, stderr's lines) in ASCII
+/// only: set once at start when the locale asks for another character set (LC_ALL,
+/// LC_CTYPE or LANG set, and not UTF-8: LANG=C, POSIX, ISO-8859-1). Unset, UTF-8.
+void set_ascii_output(bool ascii);
+bool ascii_output();
+/// Whether that environment's locale asks for a character set other than UTF-8.
+bool locale_wants_ascii(const char* lc_all, const char* lc_ctype, const char* lang);
+/// `text` with the report's symbols in ASCII ("✗" "x", "·" "-", "—" "-", "…"
+/// "...") and any other non-ASCII character as '?'.
+std::string to_ascii(std::string_view text);
+
+}  // namespace rankcheck

@@ -224,9 +224,10 @@ Step handshake(Socket sock, const std::string& where, Record& self, const JoinOp
   // trust a master without one, whose verdict nobody could check.
   if (challenge->auth != (o.token != nullptr)) {
     if (challenge->auth) {
-      // The master hears of it too: an unsigned hello, which it refuses as
-      // auth-failed naming this member, not a connection closed without a word.
-      Hello told{self, {}, {}, o.nccl_root};
+      // The master hears of it too: an unsigned hello (its record only, no NCCL id
+      // for a master nothing proves), which it refuses as auth-failed naming this
+      // member, not a connection closed without a word.
+      Hello told{self, {}, {}, std::nullopt};
       if (fill_random(told.client_nonce) && sock.write_all(encode(told), hs)) {
         (void)sock.read_frame(hs);  // its reject
       }

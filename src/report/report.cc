@@ -19,9 +19,14 @@
 namespace rankcheck {
 namespace {
 
-constexpr size_t kWidth = 100;
+// The width text reports wrap to: set_text_width's, 100 until then.
+size_t g_width = 100;
 
 }  // namespace
+
+void set_text_width(size_t columns) {
+  g_width = std::clamp<size_t>(columns, kMinTextWidth, kMaxTextWidth);
+}
 
 std::string wrap(std::string_view text, size_t first_col, size_t indent) {
   std::string out;
@@ -32,7 +37,7 @@ std::string wrap(std::string_view text, size_t first_col, size_t indent) {
     std::string_view word = text.substr(0, sp);
     text = sp == std::string_view::npos ? std::string_view() : text.substr(sp + 1);
     if (word.empty()) continue;
-    if (!first_word && col + 1 + word.size() > kWidth) {
+    if (!first_word && col + 1 + word.size() > g_width) {
       out += '\n';
       out.append(indent, ' ');
       col = indent;

@@ -18,6 +18,12 @@ struct RenderStyle {
   bool color = false;
 };
 
+/// The width the text reports wrap their prose to (100 by default: a log's), set
+/// once at start from COLUMNS or the terminal; held within these bounds.
+inline constexpr size_t kMinTextWidth = 60;
+inline constexpr size_t kMaxTextWidth = 200;
+void set_text_width(size_t columns);
+
 /// One connection of the rehearsal of NCCL's connections, as the report shows it.
 struct PathTried {
   std::string from, to;  ///< host names

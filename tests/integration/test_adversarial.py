@@ -93,6 +93,26 @@ class Adversarial(RankcheckTest):
         count = int(stray["message"].split()[0])
         self.assertGreaterEqual(count, 900)  # a reset may beat accept() to it
 
+    def silent_flood(self, n):
+        """`n` connections to the master that never send a byte, from another loopback
+        address (127.0.0.2)."""
+        flood = []
+        for _ in range(n):
+            s = socket.socket()
+            s.setblocking(False)
+            s.bind(("127.0.0.2", 0))
+            s.connect_ex(("127.0.0.1", self.port))
+            flood.append(s)
+        return flood
+
+    def await_flood(self, m, held=900):
+        """Waits until the master holds `held` descriptors: the flood fills its
+        handshake slots first (the state, not a sleep)."""
+        deadline = time.monotonic() + 10
+        while fd_count(m.popen.pid) < held:
+            self.assertLess(time.monotonic(), deadline, fd_count(m.popen.pid))
+            time.sleep(0.02)
+
     def test_a_flood_of_silent_connections_from_one_address_keeps_no_member_out(self):
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -100,15 +120,9 @@ class Adversarial(RankcheckTest):
         self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
         token = self.token_file("tok", "a-job-token-that-nobody-else-has-0003")
         m = self.master(4, "--token-file", token, "--handshake-timeout", "30")
-        flood = []
-        for _ in range(3000):  # silent, from another loopback address
-            s = socket.socket()
-            s.setblocking(False)
-            s.bind(("127.0.0.2", 0))
-            s.connect_ex(("127.0.0.1", self.port))
-            flood.append(s)
+        flood = self.silent_flood(3000)
         self.addCleanup(lambda: [s.close() for s in flood])
-        time.sleep(0.5)
+        self.await_flood(m)
         self.members([1, 2, 3], 4, extra=("--token-file", token))
         self.finish()
         self.assertExit(self.procs, 0)
@@ -134,19 +148,9 @@ class Adversarial(RankcheckTest):
                 self.procs = []
                 m = self.master(4, "--token-file", token, "--handshake-timeout", "30",
                                 nofile=limits)
-                flood = []
-                for _ in range(3000):  # silent, from another loopback address
-                    s = socket.socket()
-                    s.setblocking(False)
-                    s.bind(("127.0.0.2", 0))
-                    s.connect_ex(("127.0.0.1", self.port))
-                    flood.append(s)
+                flood = self.silent_flood(3000)
                 try:
-                    # The flood fills the handshake slots first (the state, not a sleep).
-                    deadline = time.monotonic() + 10
-                    while fd_count(m.popen.pid) < 900:
-                        self.assertLess(time.monotonic(), deadline, fd_count(m.popen.pid))
-                        time.sleep(0.02)
+                    self.await_flood(m)
                     self.members([1, 2, 3], 4, extra=("--token-file", token))
                     self.finish()
                 finally:

@@ -283,6 +283,30 @@ class Usage(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("--min-busbw requires --bandwidth", r.stderr)
 
+    def test_a_locale_that_is_not_utf8_gets_ascii(self):
+        # Newcomer bug 9: UTF-8 symbols under LANG=C. Unset or UTF-8: as before.
+        for lang, ascii in (("C", True), ("en_US.ISO-8859-1", True), ("C.UTF-8", False)):
+            env = clean_env(LANG=lang)
+            env.pop("LC_ALL", None)
+            env.pop("LC_CTYPE", None)
+            r = run(["local", "-n", "2", "--no-gpu"], env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            text = r.stdout + r.stderr
+            self.assertEqual(text.isascii(), ascii, (lang, text[:300]))
+            if ascii:
+                self.assertIn("PASS - 2 ranks of 2 joined", r.stdout)
+
+    def test_prose_wraps_to_columns(self):
+        # Newcomer bug 9: a fixed 100-column wrap, COLUMNS ignored.
+        log = os.path.join(FIXTURES, "../logs/torchrun-rendezvous-hung-info.log")
+        lines = {}
+        for columns in ("60", "", "200"):
+            env = clean_env(COLUMNS=columns) if columns else clean_env()
+            env.pop("COLUMNS", None) if not columns else None
+            lines[columns] = run(["diagnose", log], env=env).stdout.count("\n")
+        self.assertGreater(lines["60"], lines[""])
+        self.assertGreater(lines[""], lines["200"])
+
     def test_help_and_version(self):
         self.assertEqual(run(["--help"]).returncode, 0)
         r = run(["--version"])

@@ -79,3 +79,17 @@ TEST_CASE("text: a captured terminal line reads as it was displayed") {
   CHECK(as_displayed("tail\x1b", buf) == "tail");
   CHECK(as_displayed("cut\x1b[12", buf) == "cut");
 }
+
+TEST_CASE("text: a locale that is not UTF-8 gets ASCII (newcomer bug 9)") {
+  CHECK(locale_wants_ascii(nullptr, nullptr, "C"));
+  CHECK(locale_wants_ascii("POSIX", nullptr, "en_US.UTF-8"));  // LC_ALL wins
+  CHECK(locale_wants_ascii(nullptr, "en_US.ISO-8859-1", nullptr));
+  CHECK_FALSE(locale_wants_ascii(nullptr, nullptr, nullptr));  // unset: as today
+  CHECK_FALSE(locale_wants_ascii("", "", "C.UTF-8"));
+  CHECK_FALSE(locale_wants_ascii(nullptr, nullptr, "de_DE.utf8"));
+  CHECK(to_ascii("  \xE2\x9C\x97 missing-rank   rank 1 \xC2\xB7 h1 \xE2\x80\x94 2.0 \xC2\xB5s") ==
+        "  x missing-rank   rank 1 - h1 - 2.0 us");
+  CHECK(to_ascii("a \xE2\x80\xA6 b") == "a ... b");
+  CHECK(to_ascii("caf\xC3\xA9 \xF0\x9F\x99\x82!") == "caf? ?!");  // anything else: one '?'
+  CHECK(to_ascii("\xE2\x80") == "?");                              // cut short: no overrun
+}
