@@ -30,6 +30,10 @@ def clean_env(**extra):
     """This process's environment without any launcher's variables, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
            if k not in LAUNCHER_VARS and not k.startswith(LAUNCHER_PREFIXES)}
+    # The text as the tests read it: UTF-8, wrapped at 100 columns (a log's).
+    for k in ("COLUMNS", "LC_ALL", "LC_CTYPE"):
+        env.pop(k, None)
+    env["LANG"] = "C.UTF-8"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
