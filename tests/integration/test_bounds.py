@@ -126,7 +126,7 @@ class RelayBounds(RankcheckTest):
                     live.remove(sock)  # closed by the master: what a bound does
             if not live or time.monotonic() - t0 > 60:
                 break
-        time.sleep(1.0)  # what was sent last is read
+        m.wait_for("reads none of what it is sent")  # the budget acted: the state, not a sleep
         rss = peak_rss_kib(m.popen.pid)
         for sock in socks:
             sock.close()

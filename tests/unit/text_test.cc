@@ -91,5 +91,5 @@ TEST_CASE("text: a locale that is not UTF-8 gets ASCII (newcomer bug 9)") {
         "  x missing-rank   rank 1 - h1 - 2.0 us");
   CHECK(to_ascii("a \xE2\x80\xA6 b") == "a ... b");
   CHECK(to_ascii("caf\xC3\xA9 \xF0\x9F\x99\x82!") == "caf? ?!");  // anything else: one '?'
-  CHECK(to_ascii("\xE2\x80") == "?");                              // cut short: no overrun
+  CHECK(to_ascii("\xE2\x80") == "?");                             // cut short: no overrun
 }
