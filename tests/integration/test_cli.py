@@ -590,7 +590,9 @@ class FindingDocs(unittest.TestCase):
                "host-config",
                # the job under watch's phase markers (diagnose/live.cc) and its state
                "nccl-bootstrap", "nccl-init-start", "nccl-init-complete", "store-barrier",
-               "store-barrier-done", "torchrun-rendezvous", "ended-by-rankcheck"}
+               "store-barrier-done", "torchrun-rendezvous", "ended-by-rankcheck",
+               # the character set a locale names (base/text.cc)
+               "utf-8"}
 
     def read(self, path):
         with open(os.path.join(self.ROOT, path)) as f:
