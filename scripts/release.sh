@@ -12,6 +12,8 @@
 #                           the debuglink
 #   dist/rankcheck_<version>_amd64.deb   rankcheck, its docs and the launcher recipes
 #                           (CPack, from CMake's install() rules)
+#   dist/rankcheck-<version>-py3-none-manylinux_2_<floor>_x86_64.whl   dist/rankcheck
+#                           and the Python module (scripts/wheel.py): pip install it
 #
 # Debian 12's clang compiles against a Debian 11 sysroot (glibc 2.31, GCC 10's
 # libstdc++, OpenSSL 1.1.1) made with debootstrap on the first run and cached in
@@ -202,6 +204,10 @@ dpkg-deb --fsys-tarfile "$deb" | tar -xOf - ./usr/bin/rankcheck | cmp -s - "$dis
 [[ $(dpkg-deb -f "$deb" Depends) == "libc6 (>= $floor)" ]] ||
   die "$deb depends on '$(dpkg-deb -f "$deb" Depends)', not libc6 (>= $floor)"
 mv "$deb" "$dist/"
+# -- the wheel: dist/rankcheck and python/rankcheck, tagged by its glibc floor -------
+wheel=$(python3 scripts/wheel.py "$dist/rankcheck" --out "$dist")
+[[ $wheel == *"-py3-none-manylinux_${floor/./_}_x86_64.whl" ]] ||
+  die "the wheel $wheel is not tagged with the floor $floor"
 (cd "$dist" && sha256sum -- * >SHA256SUMS)
 
 echo "release: $version_line"
@@ -210,4 +216,4 @@ for t in "${targets[@]}"; do
     "$(glibc_floor "$dist/$t")" \
     "$(readelf -d "$dist/$t" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p' | paste -sd' ')"
 done
-printf 'release: dist/%s\n' "rankcheck_${version}_amd64.deb"
+printf 'release: dist/%s\n' "rankcheck_${version}_amd64.deb" "${wheel##*/}"

@@ -13,11 +13,12 @@ build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 liba
 # ccache keeps its objects across clean clones.
 release_pkgs=(clang lld binutils debootstrap ccache)
 # The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
-# and parse the Kubernetes manifests (python3-yaml); the network path tests put
+# and parse the Kubernetes manifests (python3-yaml); the wheel is installed into a
+# fresh venv (python3-venv); the network path tests put
 # firewalls (nft, iptables) inside the network namespaces they make; promtool
 # (prometheus) checks the metrics file and the alert rules; scripts/image.sh builds
 # and runs the container image with podman and what podman runs containers with.
-test_pkgs=(python3 python3-yaml iproute2 procps util-linux slurm-wlm munge openmpi-bin
+test_pkgs=(python3 python3-yaml python3-venv iproute2 procps util-linux slurm-wlm munge openmpi-bin
            libopenmpi-dev python3-torch nftables iptables prometheus
            buildah podman fuse-overlayfs crun runc slirp4netns uidmap debootstrap faketime)
 

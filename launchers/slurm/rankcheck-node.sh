@@ -7,7 +7,7 @@
 #   srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh env [rankcheck env options]
 #   srun --ntasks=$SLURM_NNODES --ntasks-per-node=1 launchers/slurm/rankcheck-node.sh [options] -- torchrun ...
 #
-# The third form is the job under watch (README): once the check passed, each node's
+# The third form is the job under watch (docs/watch.md): once the check passed, each node's
 # rankcheck runs its torchrun and rank 0's names the first node that failed.
 # The second form prints each node's identity as node mode sees it (no network).
 #

@@ -13,7 +13,7 @@ namespace rankcheck {
 
 enum class Severity { kError, kWarning };
 
-/// Exit codes, stable and documented in the README.
+/// Exit codes, stable and documented in the README and docs/usage.md.
 namespace exit_code {
 inline constexpr int kPass = 0;
 inline constexpr int kInternal = 1;

@@ -570,9 +570,6 @@ class NewUser(unittest.TestCase):
         self.assertIn(b"\x1b[", under_pty(clean_env(TERM="xterm")))
         self.assertNotIn(b"\x1b[", under_pty(clean_env(TERM="xterm", OMPI_COMM_WORLD_SIZE="1")))
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class FindingDocs(unittest.TestCase):
     """Every finding id the code can emit is documented, and the docs name no other."""
@@ -616,7 +613,83 @@ class FindingDocs(unittest.TestCase):
         self.assertEqual(in_code - table, set(), "emitted by src/ but not in docs/findings.md")
         self.assertEqual(table - in_code, set(), "in docs/findings.md but emitted nowhere")
 
+        # The README names findings in its table of common mistakes, and links the list.
         readme = self.read("README.md")
-        listed = readme[readme.index("### Findings"):readme.index("### JSON report")]
-        self.assertEqual({i for i in table if f"`{i}`" not in listed}, set(),
-                         "missing from the README's list of findings")
+        self.assertIn("](docs/findings.md)", readme)
+        mistakes = readme[readme.index("Common mistakes"):readme.index("## What it needs")]
+        named = set(re.findall(r"`([a-z]+(?:-[a-z0-9]+)+)` \(\d\)", mistakes))
+        self.assertGreater(len(named), 8)
+        self.assertEqual(named - table, set(), "the README's mistakes name unknown findings")
+        exits = dict(re.findall(r"^\| \[`([a-z0-9-]+)`\][^|]*\|[^|]*\| (\d|—)", findings, re.M))
+        for fid, code in re.findall(r"`([a-z]+(?:-[a-z0-9]+)+)` \((\d)\)", mistakes):
+            self.assertEqual(exits.get(fid), code, f"the README's exit code for {fid}")
+
+
+class ReadmeCommands(unittest.TestCase):
+    """Every command in the README's code blocks runs, or is marked as needing a
+    cluster; the rankcheck part of every launcher's line parses (its flags are
+    rankcheck's), and the launcher lines themselves run in test_torchrun and
+    test_mpi (harness.readme_command)."""
+
+    ROOT = os.path.join(os.path.dirname(__file__), "../..")
+
+    def blocks(self, lang):
+        import re
+        with open(os.path.join(self.ROOT, "README.md"), encoding="utf-8") as f:
+            return re.findall(r"```" + lang + r"\n(.*?)```", f.read(), re.S)
+
+    def rankcheck_part(self, words):
+        """The words of `rankcheck ...` inside a command line, up to a shell operator."""
+        start = words.index("rankcheck")
+        part = []
+        for w in words[start + 1:]:
+            if w in ("||", "&&", ";", "|"):
+                break
+            part.append(w)
+        return part
+
+    def test_every_command_runs_or_needs_a_cluster(self):
+        import shlex
+        seen = 0
+        for block in self.blocks("sh"):
+            cluster = "needs a" in block and "cluster" in block
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" # ")[0].strip()
+                if not line or line.startswith("#"):
+                    continue
+                seen += 1
+                words = shlex.split(line)
+                if words[0].startswith("./scripts/"):
+                    path = os.path.join(self.ROOT, words[0])
+                    self.assertTrue(os.access(path, os.X_OK), line)
+                    continue
+                if "rankcheck" in words:
+                    # Its flags parse: with no identity it stops at the identity, exit 2,
+                    # and never at a flag.
+                    part = self.rankcheck_part(words)
+                    r = subprocess.run([BIN, *part], env=clean_env(), capture_output=True,
+                                       text=True, timeout=30)
+                    self.assertEqual(r.returncode, 2, f"{line}: {r.stdout}{r.stderr}")
+                    self.assertIn("cannot tell this process's rank", r.stderr, line)
+                    if words[0] in ("torchrun", "mpirun"):
+                        continue  # run as written by test_torchrun and test_mpi
+                self.assertTrue(cluster, f"README: `{line}` neither runs here nor is marked "
+                                         "as needing a cluster")
+        self.assertGreater(seen, 5)
+
+    def test_the_python_example_compiles_and_names_real_parameters(self):
+        import inspect
+        import sys
+        sys.path.insert(0, os.path.join(self.ROOT, "python"))
+        try:
+            import rankcheck
+        finally:
+            sys.path.pop(0)
+        (block,) = self.blocks("python")
+        compile(block, "README.md", "exec")
+        self.assertIn("rankcheck.preflight(timeout=120)", block)
+        self.assertIn("timeout", inspect.signature(rankcheck.preflight).parameters)
+
+
+if __name__ == "__main__":
+    unittest.main()

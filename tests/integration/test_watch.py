@@ -7,6 +7,7 @@ deadline."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -206,10 +207,19 @@ class Watched(RankcheckTest):
         self.assertIn("Downloading shards", f["message"])  # what rank 2 printed last
         markers = {m["rank"]: m["marker"] for m in job["members"]}
         self.assertEqual(markers[0], "nccl-bootstrap")  # the first of its init lines
-        with open(metrics) as m:
-            text = m.read()
+        # The metrics file is rewritten right after the report, with the same state.
+        fingerprint = re.compile(r'rankcheck_job_fingerprint\{[^}]*id="init-blocked"\} 1')
+
+        def metrics_say_it():
+            try:
+                with open(metrics) as m:
+                    text = m.read()
+            except OSError:
+                return None
+            return text if fingerprint.search(text) else None
+
+        text = wait_for("init-blocked in rank 0's metrics", metrics_say_it)
         self.assertIn('rankcheck_job_fingerprint{job_id="', text)
-        self.assertRegex(text, r'rankcheck_job_fingerprint\{[^}]*id="init-blocked"\} 1')
         self.assertRegex(text, r'rankcheck_job_ranks\{[^}]*phase="in_init"\} 2')
         self.assertRegex(text, r'rankcheck_job_info\{[^}]*first_finding="init-blocked",'
                                r'first_finding_class="process",suspect_hosts="[^"]+"\} 1')

@@ -33,14 +33,18 @@ REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 
 def doc_floors():
     """Every glibc floor the docs state for the release binary: (where, figure)."""
-    places = [("README.md", r"\*\*Which glibc\.\*\* glibc (\d+\.\d+) or newer"),
-              ("README.md", r"`rankcheck \S+ \(glibc (\d+\.\d+) or newer\)`"),
-              ("README.md", r"tail -1 +# GLIBC_(\d+\.\d+)"),
+    places = [("README.md", r"x86_64 Linux with glibc (\d+\.\d+) or newer"),
+              ("README.md", r"manylinux_(2)_(\d+)_x86_64\.whl"),
+              ("CONTRIBUTING.md", r"\*\*Which glibc\.\*\* glibc (\d+\.\d+) or newer"),
+              ("CONTRIBUTING.md", r"`rankcheck \S+ \(glibc (\d+\.\d+) or newer\)`"),
+              ("CONTRIBUTING.md", r"tail -1 +# GLIBC_(\d+\.\d+)"),
               ("launchers/kubernetes/README.md", r"its floor is (\d+\.\d+) today")]
     found = []
     for rel, pattern in places:
         with open(os.path.join(REPO, rel), encoding="utf-8") as f:
-            figures = re.findall(pattern, f.read())
+            # A pattern of two groups (a wheel's tag, 2_27) gives its figure as 2.27.
+            figures = [".".join(x) if isinstance(x, tuple) else x
+                       for x in re.findall(pattern, f.read())]
         found += [(f"{rel}: {pattern}", x) for x in figures] or [(f"{rel}: {pattern}", None)]
     return found
 
