@@ -171,6 +171,10 @@ constexpr FindingKind kCatalog[] = {
      kHostCfg},
     {kCudaDriverMismatch, "cuda-driver-mismatch", kW, ec::kMismatch,
      "usually harmless for NCCL, but a mixed fleet hides bugs: upgrade the stragglers", kHostCfg},
+    {kLocalRankWrapped, "local-rank-wrapped", kW, ec::kMismatch,
+     "pick the device among those the process sees (torch.cuda.set_device(LOCAL_RANK % "
+     "torch.cuda.device_count()), or device 0 when each process sees one GPU), or let every "
+     "process see its node's GPUs (Slurm: --gpus-per-node rather than --gpus-per-task)"},
     {kGpuUnavailable, "gpu-unavailable", kW, ec::kGpu,
      "expected on a machine without GPUs (pass --no-gpu to say so); on a GPU node, check the "
      "driver and the container runtime",
@@ -400,6 +404,7 @@ constexpr FindingId kLeadOrder[] = {
     kBandwidthLow,
     kEnvMismatch,
     kCudaDriverMismatch,
+    kLocalRankWrapped,
     kGpuUnavailable,
     kStrayConnection,
     kNoJobToken,

@@ -72,6 +72,7 @@ enum class FindingId {
   kMissingRank,
   kEnvMismatch,
   kCudaDriverMismatch,
+  kLocalRankWrapped,
   kGpuUnavailable,
   kNcclInitFailed,
   kNcclInitTimeout,

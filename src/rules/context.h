@@ -120,6 +120,10 @@ void check_nccl_version(const CheckContext& ctx, std::vector<Finding>& out);
 void check_gpu_usable(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_missing(const CheckContext& ctx, std::vector<Finding>& out);
 void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
+void check_local_rank_wrapped(const CheckContext& ctx, std::vector<Finding>& out);
+/// Whether a member took device LOCAL_RANK % N because it sees fewer GPUs than its
+/// LOCAL_RANK (rank mode, no --device).
+bool local_rank_wrapped(const Record& r);
 void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
 
 }  // namespace rankcheck

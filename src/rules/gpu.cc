@@ -302,6 +302,55 @@ void check_cuda_driver_mismatch(const CheckContext& ctx, std::vector<Finding>& o
   check_agreement(ctx, kAgreements[1], out);
 }
 
+bool local_rank_wrapped(const Record& r) {
+  const GpuFacts& g = r.gpu;
+  // The stage's own words for a device LOCAL_RANK picked (gpu/dl_stage.cc), not one
+  // --device named.
+  return g.usable() && r.nranks == 1 && g.device_count > 0 && r.local_rank >= g.device_count &&
+         g.choice.str().starts_with("LOCAL_RANK");
+}
+
+// Ranks whose LOCAL_RANK is past the GPUs they see (each task given one GPU: Slurm's
+// --gpus-per-task=1, a device plugin's): the stage took device LOCAL_RANK % N, each
+// its own GPU, and passes; a training script that calls
+// torch.cuda.set_device(LOCAL_RANK) fails there with "invalid device ordinal". Where
+// two of them land on one GPU, duplicate-gpu says so instead.
+void check_local_rank_wrapped(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  std::map<std::pair<std::string_view, std::string_view>, int> users;  // host, GPU
+  for (const Member& m : v.members) {
+    for (const GpuDevice& d : m.record.gpu.devices)
+      ++users[{m.record.host.str(), d.pci_bus_id.empty() ? d.uuid : d.pci_bus_id.str()}];
+  }
+  auto groups = group_by<int32_t>(v, [&](const Record& r) -> std::optional<int32_t> {
+    if (!local_rank_wrapped(r) || r.gpu.devices.empty()) return std::nullopt;
+    const GpuDevice& d = r.gpu.devices.front();
+    if (users[{r.host.str(), d.pci_bus_id.empty() ? d.uuid : d.pci_bus_id.str()}] > 1)
+      return std::nullopt;
+    return r.gpu.device_count;
+  });
+  for (const auto& [count, rs] : groups) {
+    const Record& r = *rs.front();
+    std::vector<long> locals;
+    for (const Record* x : rs)
+      locals.push_back(x->local_rank);
+    std::string cvd = r.gpu.visible_devices.empty()
+                          ? std::string("CUDA_VISIBLE_DEVICES unset")
+                          : fmt::format("rank {}: CUDA_VISIBLE_DEVICES={}", r.rank,
+                                        printable(r.gpu.visible_devices, 40));
+    bool one = rs.size() == 1;
+    out.push_back(make(
+        FindingId::kLocalRankWrapped,
+        fmt::format("{} {} LOCAL_RANK {} but {} {} ({}): rankcheck used device LOCAL_RANK % {}; "
+                    "a script that calls torch.cuda.set_device(LOCAL_RANK) fails there with "
+                    "'invalid device ordinal'",
+                    where(rs), one ? "has" : "have", format_ranks(locals),
+                    one ? "sees" : "each see", plural(size_t(count), "GPU", "GPUs"), cvd, count),
+        "", rs));
+  }
+}
+
 void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   if (!v.gpu_stage || v.members.empty() || any_usable(v)) return;

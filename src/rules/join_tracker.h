@@ -69,6 +69,7 @@ bool watch_roce_gid(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_devices(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_same(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_starts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_env(JoinWatch& w, const Record& r, std::string_view peer);

@@ -616,6 +616,25 @@ class GpuStage(RankcheckTest):
         self.assertIn("no GPU visible (CUDA_VISIBLE_DEVICES=)", f["message"])
         self.assertIn("no CUDA-capable device is detected", f["message"])
 
+    def test_one_gpu_a_task_past_its_local_rank_is_said(self):
+        # Slurm's --gpus-per-task=1: each process sees only its own GPU, as device 0, while
+        # LOCAL_RANK counts 0-1. The stage passes on two different GPUs; the warning says
+        # that set_device(LOCAL_RANK) would not.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, CUDA_VISIBLE_DEVICES=str(r)))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        rep = procs[0].report
+        self.assertEqual([f["id"] for f in job_findings(rep)], ["local-rank-wrapped"])
+        f = procs[0].finding("local-rank-wrapped")
+        self.assertEqual((f["severity"], f["ranks"]), ("warning", [1]))
+        self.assertIn("has LOCAL_RANK 1 but sees 1 GPU (rank 1: CUDA_VISIBLE_DEVICES=1)",
+                      f["message"])
+        uuids = [m["gpu"]["devices"][0]["uuid"] for m in rep["members"]]
+        self.assertEqual(sorted(uuids), sorted(gpus(0, 2).split(",")))
+        self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
+
     def test_two_mig_slices_of_one_gpu(self):
         # Two MIG slices of one GPU: two UUIDs, one PCI bus id, and NCCL refuses them.
         slices = "GPU-0a0b0c0d-0000-0000-0000-000000000001/MIG-11111111-2222-3333-4444-555555555555," \

@@ -189,6 +189,48 @@ TEST_CASE("nccl-missing and cuda-driver-mismatch") {
   CHECK(f.severity == Severity::kWarning);
 }
 
+TEST_CASE("local-rank-wrapped: one GPU a task, LOCAL_RANK past it, each on its own GPU") {
+  // Slurm's --gpus-per-task=1: each task sees its own GPU as device 0, LOCAL_RANK
+  // counts 0-3; the stage took device LOCAL_RANK % 1 = 0 (four different GPUs).
+  JobView v = gpu_job(8, 4);
+  for (Member& m : v.members) {
+    Record& r = m.record;
+    r.gpu.device_count = 1;
+    r.gpu.visible_devices = std::to_string(r.local_rank);
+    r.gpu.choice = fmt::format("LOCAL_RANK {} % 1 visible = device 0", r.local_rank);
+    r.gpu.devices[0].ordinal = 0;
+  }
+  auto fs = test::checks(v);
+  Finding f = sole(fs);
+  CHECK(f.name() == "local-rank-wrapped");
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(exit_code_for(fs) == 0);
+  CHECK(f.ranks == Ranks{1, 2, 3, 5, 6, 7});
+  CHECK(f.hosts == Hosts{"gpu-01", "gpu-02"});
+  CHECK(f.message ==
+        "ranks 1-3,5-7 on gpu-01 and gpu-02 have LOCAL_RANK 1-3 but each see 1 GPU (rank 1: "
+        "CUDA_VISIBLE_DEVICES=1): rankcheck used device LOCAL_RANK % 1; a script that calls "
+        "torch.cuda.set_device(LOCAL_RANK) fails there with 'invalid device ordinal'");
+  CHECK(f.fix.starts_with("pick the device among those the process sees"));
+  CHECK(!tracker_clean(v));
+
+  // --device named the device: nothing to say.
+  JobView d = v;
+  for (Member& m : d.members)
+    m.record.gpu.choice = "--device 0 of 1 visible";
+  CHECK(test::checks(d).empty());
+  CHECK(tracker_clean(d));
+  // Two ranks on one GPU that way: duplicate-gpu alone.
+  JobView s = v;
+  s.members[1].record.gpu.devices[0] = s.members[0].record.gpu.devices[0];
+  s.members[1].record.gpu.devices[0].rank = 1;
+  auto ids = test::checks(s);
+  REQUIRE(ids.size() == 2);
+  CHECK(ids[0].name() == "duplicate-gpu");
+  CHECK(ids[1].name() == "local-rank-wrapped");
+  CHECK(ids[1].ranks == Ranks{2, 3, 5, 6, 7});
+}
+
 TEST_CASE("gpu-unavailable: nobody has a GPU, said once, as a warning") {
   JobView v = test::healthy_job(4, 4);
   v.gpu_stage = true;
