@@ -291,6 +291,8 @@ ids=$(json "$work/dup0.json" '",".join(f["id"] for f in j["findings"])')
 row "two ranks, one GPU" "$([[ $rc == 3 && $ids == *duplicate-gpu* ]] && echo ok || echo FAILED)" \
   "$t" "$LIMIT_DUP" "$(exit_text $rc) ${ids:-no findings} (want 3 duplicate-gpu)"
 
+# Rank 1 sees one fake GPU (CUDA_VISIBLE_DEVICES=7): --device 0 says which, as a job
+# with one GPU a task should (else local-rank-wrapped would be said too).
 echo; echo "== NCCL init aborted: rank 1 joins but never calls init (fake libraries, hanging init) (limit $LIMIT_ABORT s)"
 t=$(now)
 if [[ -e "$FAKE_LIB" ]]; then
@@ -307,7 +309,7 @@ if [[ -e "$FAKE_LIB" ]]; then
     FAKE_NCCL_VERSION="${nccl_version:-22809}" FAKE_CUDA_VERSION="${cuda_version:-13000}" \
     FAKE_GPUS="$(printf 'GPU-fa4e0000-0000-0000-0000-00000000000%d,' 0 1 2 3 4 5 6 7)" \
     CUDA_VISIBLE_DEVICES=7 TMPDIR="$work" \
-    limited "$LIMIT_ABORT" "$BIN" run --timeout "$ABORT_TIMEOUT" --json "$work/abort1.json" \
+    limited "$LIMIT_ABORT" "$BIN" run --timeout "$ABORT_TIMEOUT" --device 0 --json "$work/abort1.json" \
     >"$work/abort1.out" 2>&1 &
   pid1=$!
   wait "$pid0"

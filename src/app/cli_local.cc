@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/output.h"
 
 namespace rankcheck::cli {
 
@@ -24,6 +25,8 @@ Command add_local(CLI::App& root, const EnvMap& env) {
   app->get_option("--device")->group("");
   return {app, [o, color, &env] {
             o->run.color = use_color(*color, env);
+            keep_stdout_for_report();
+            if (o->run.watch.command_stdout == 1) o->run.watch.command_stdout = report_fd();
             return run_local(*o, env);
           }};
 }

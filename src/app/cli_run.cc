@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/output.h"
 
 namespace rankcheck::cli {
 
@@ -20,6 +21,8 @@ Command add_run(CLI::App& root, const EnvMap& env) {
         "tcp|mpi");
   return {app, [o, color, &env] {
             o->color = use_color(*color, env);
+            keep_stdout_for_report();
+            if (o->watch.command_stdout == 1) o->watch.command_stdout = report_fd();
             return run_process(*o, env);
           }};
 }

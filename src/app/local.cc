@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "app/master_run.h"
+#include "app/output.h"
 #include "app/run.h"
 #include "app/session.h"
 #include "base/interrupt.h"
@@ -105,7 +106,7 @@ namespace {
     ::setenv(key.c_str(), value.c_str(), 1);
   int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null >= 0) {
-    ::dup2(null, 1);
+    ::dup2(null, report_fd());
     ::close(null);
   }
   RunOptions mo = o;
@@ -333,10 +334,10 @@ Result<uint16_t> free_loopback_port() {
                                 const HostView& host) {
   RunOptions mine = mo;
   if (k > 0) {
-    mine.watch.command_stdout = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    mine.watch.command_stdout = ::fcntl(report_fd(), F_DUPFD_CLOEXEC, 3);
     int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) {
-      ::dup2(null, 1);
+      ::dup2(null, report_fd());
       ::close(null);
     }
   }

@@ -245,20 +245,50 @@ Status write_report_file(const std::string& path,
   return ok_status();
 }
 
+namespace {
+FILE* g_report = nullptr;  // set once, by keep_stdout_for_report
+}  // namespace
+
+FILE* report_stream() {
+  return g_report != nullptr ? g_report : stdout;
+}
+
+int report_fd() {
+  return g_report != nullptr ? ::fileno(g_report) : STDOUT_FILENO;
+}
+
+void keep_stdout_for_report() {
+  if (g_report != nullptr) return;
+  std::fflush(stdout);
+  int fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) return;
+  FILE* f = ::fdopen(fd, "w");
+  if (f == nullptr) {
+    ::close(fd);
+    return;
+  }
+  if (::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    std::fclose(f);
+    return;
+  }
+  g_report = f;
+}
+
 Status Output::emit(const std::function<std::string()>& text,
                     const std::function<void(const JsonSink&)>& json) const {
   // Out of stdio's buffer at once: on a pipe it would wait for the exit, and what
   // follows the report (rank 0 closing its members' connections, a failed member
   // leaving on that) can end the job first: mpirun and srun --kill-on-bad-exit kill
   // the rest at the first failed exit, and a report in a buffer dies with them.
+  FILE* out = report_stream();
   if (json_path != "-") {
-    std::fputs(ascii_output() ? to_ascii(text()).c_str() : text().c_str(), stdout);
-    std::fflush(stdout);
+    std::fputs(ascii_output() ? to_ascii(text()).c_str() : text().c_str(), out);
+    std::fflush(out);
   }
   if (json_path.empty()) return ok_status();
   if (json_path == "-") {
-    json([](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), stdout); });
-    std::fflush(stdout);
+    json([out](std::string_view piece) { std::fwrite(piece.data(), 1, piece.size(), out); });
+    std::fflush(out);
     return ok_status();
   }
   return write_report_file(json_path, json);

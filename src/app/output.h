@@ -2,6 +2,7 @@
 // Where a run's words go: progress and errors on stderr, the report on stdout or in
 // --json's file, the metrics and the suspect hosts in theirs.
 
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,18 @@ struct Output {
   Status emit(const std::function<std::string()>& text,
               const std::function<void(const JsonSink&)>& json) const;
 };
+
+/// Where the report goes: the process's stdout, or, once keep_stdout_for_report() ran,
+/// a copy of it taken then, while fd 1 points at stderr. NCCL writes to stdout on its
+/// own (through 2.21 rank 0 prints "NCCL version ..." at NCCL_DEBUG=VERSION and above;
+/// any version where its debug file cannot be opened), and that must not land inside
+/// the report (`--json -`), nor in a script that reads it.
+FILE* report_stream();
+int report_fd();
+/// Takes that copy and points fd 1 at stderr, for the commands that load NCCL (run,
+/// local), after their flags are read and before anything is loaded; once per
+/// process. Does nothing when fd 1 is closed.
+void keep_stdout_for_report();
 
 /// Writes a report file whole or not at all (see output.cc), with the OS error;
 /// `what` names it in that error ("the JSON report").

@@ -112,15 +112,16 @@ class JobFiles {
   // The last report: the files, and the job's section where the check's report went.
   void final(const JobReport& job) {
     write(job);
+    FILE* out = report_stream();
     if (h_.json_path == "-") {
       std::string all = with_job_json(h_.check_json, job);
-      std::fwrite(all.data(), 1, all.size(), stdout);
+      std::fwrite(all.data(), 1, all.size(), out);
     } else {
       std::string text = render_job_text(job, RenderStyle{o_.color});
       if (ascii_output()) text = to_ascii(text);
-      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fwrite(text.data(), 1, text.size(), out);
     }
-    std::fflush(stdout);
+    std::fflush(out);
   }
 
  private:

@@ -51,8 +51,13 @@ std::string load_cuda(void* h, CudaApi& api) {
   load(h, api.device_count, "cuDeviceGetCount", missing);
   load(h, api.device_get, "cuDeviceGet", missing);
   load(h, api.device_name, "cuDeviceGetName", missing);
-  load(h, api.device_uuid, "cuDeviceGetUuid_v2", missing);
+  // cuDeviceGetUuid_v2 (CUDA 11.4, driver R470) names a MIG slice by its own UUID;
+  // an R450/R460 driver has only cuDeviceGetUuid, the GPU's, which does instead.
+  load_optional(h, api.device_uuid, "cuDeviceGetUuid_v2");
   load_optional(h, api.device_gpu_uuid, "cuDeviceGetUuid");
+  if (api.device_uuid == nullptr && api.device_gpu_uuid == nullptr && missing.empty()) {
+    missing = "cuDeviceGetUuid_v2";
+  }
   load(h, api.device_bus_id, "cuDeviceGetPCIBusId", missing);
   load(h, api.device_memory, "cuDeviceTotalMem_v2", missing);
   load(h, api.ctx_retain, "cuDevicePrimaryCtxRetain", missing);

@@ -231,12 +231,13 @@ class DlStage final : public GpuStage {
       char name[256] = {};
       if (cuda_.device_name(name, sizeof name - 1, dev) == CUDA_SUCCESS) d.name = name;
       CUuuid uuid{};
-      if (cuda_.device_uuid(&uuid, dev) == CUDA_SUCCESS) {
+      auto get_uuid = cuda_.device_uuid != nullptr ? cuda_.device_uuid : cuda_.device_gpu_uuid;
+      if (get_uuid(&uuid, dev) == CUDA_SUCCESS) {
         // A MIG slice has a UUID of its own (cuDeviceGetUuid_v2), not its GPU's
         // (cuDeviceGetUuid): it is named MIG-..., as nvidia-smi and
-        // CUDA_VISIBLE_DEVICES name it.
+        // CUDA_VISIBLE_DEVICES name it. A driver without _v2 tells the GPU's only.
         CUuuid gpu{};
-        bool mig = cuda_.device_gpu_uuid != nullptr &&
+        bool mig = cuda_.device_uuid != nullptr && cuda_.device_gpu_uuid != nullptr &&
                    cuda_.device_gpu_uuid(&gpu, dev) == CUDA_SUCCESS &&
                    std::memcmp(gpu.bytes, uuid.bytes, sizeof uuid.bytes) != 0;
         d.uuid = dl::uuid_text(uuid, mig);

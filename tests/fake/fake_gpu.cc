@@ -11,6 +11,8 @@
 //                             UUID, as the driver does: it stops at the first entry that
 //                             names nothing, and cuInit fails with CUDA_ERROR_NO_DEVICE
 //                             (100) when nothing is left.
+//   libfakegpu_r460.so        the same library built as a driver before R470 is: no
+//                             cuDeviceGetUuid_v2 (CUDA 11.4), only cuDeviceGetUuid
 //   FAKE_CUDA_VERSION=13000   what cuDriverGetVersion says
 //   FAKE_CUDA_INIT=fail       cuInit fails (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
 //   FAKE_CUDA_INIT=hang       cuInit never returns (a GPU fallen off the bus, a driver
@@ -33,6 +35,8 @@
 //                             does: NCCL 2.28's WARN of misc/ibvwrap.cc ("Call to
 //                             ibv_modify_qp failed with 110 Connection timed out, ..."),
 //                             which is also the last error
+//   (NCCL's version banner: printed to stdout by the communicator's rank 0 at init, as
+//   the version it is would: see show_version)
 //   FAKE_NCCL_NET=Socket      the network init picks and says ("Using network Socket";
 //                             IB under fail-ib)
 //   FAKE_NCCL_ALLREDUCE=MODE  the one-element (int64) all-reduce: wrong (a total one too
@@ -1005,7 +1009,9 @@ CUresult cuDeviceGetUuid(CUuuid* u, CUdevice d) {
   uuid_bytes(g_visible[size_t(d)].gpu, u);
   return kOk;
 }
-// The slice's own UUID in MIG mode, as CUDA 11.4+ documents it.
+// The slice's own UUID in MIG mode, as CUDA 11.4+ documents it. Not in the R460
+// variant (libfakegpu_r460.so): drivers before R470 lack the entry point.
+#ifndef FAKE_DRIVER_R460
 CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
   std::lock_guard lock(g_mu);
   if (d < 0 || size_t(d) >= g_visible.size()) return kInvalidValue;
@@ -1013,6 +1019,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* u, CUdevice d) {
   uuid_bytes(dev.mig.empty() ? dev.gpu : dev.mig, u);
   return kOk;
 }
+#endif
 CUresult cuDeviceGetPCIBusId(char* bus, int len, CUdevice d) {
   std::lock_guard lock(g_mu);
   if (d < 0 || size_t(d) >= g_visible.size()) return kInvalidValue;
@@ -1187,6 +1194,19 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   std::memcpy(id->internal, buf.data(), buf.size());
   return kNcclOk;
 }
+// NCCL's version banner (src/init.cc showVersion, called for the communicator's rank
+// 0): through 2.21 a printf to stdout at NCCL_DEBUG=VERSION and above, whatever the
+// debug file; from 2.22 the bare line to stdout at VERSION and WARN only (at INFO an
+// INFO line in the debug output instead, not modelled). Into the report, when the
+// report is what stdout carries.
+void show_version(int rank) {
+  int level = debug_out().level;
+  int v = nccl_version();
+  if (rank != 0 || level < kLogVersion || (v > 22105 && level > kLogWarn)) return;
+  std::printf("NCCL version %d.%d.%d+cuda12.4\n", v / 10000, v / 100 % 100, v % 100);
+  std::fflush(stdout);
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfigHead* config) {
   std::unique_lock lock(g_mu);
@@ -1201,6 +1221,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
     if (t_group.depth > 0) t_group.error = kNcclInvalidArgument;
     return kNcclInvalidArgument;
   }
+  show_version(rank);
   auto* c = new ncclComm;
   c->dir = dir_of(id);
   c->nranks = nranks;

@@ -635,6 +635,44 @@ class GpuStage(RankcheckTest):
         self.assertEqual(sorted(uuids), sorted(gpus(0, 2).split(",")))
         self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
 
+    def test_nccl_printing_its_version_stays_out_of_the_report(self):
+        # NCCL 2.14-2.21 print "NCCL version ..." to stdout from the communicator's rank 0
+        # at NCCL_DEBUG=VERSION and above (rankcheck sets INFO): the fake does as they do.
+        # stdout carries only the report (--json -: one JSON document), the banner goes
+        # to stderr; in text mode the report is whole and the banner outside it.
+        import json
+        for extra in (["--json", "-"], []):
+            env = {**clean_env(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
+                               MASTER_PORT=free_port()),
+                   **self.fake(ngpus=1, FAKE_NCCL_VERSION="22105")}
+            r = subprocess.run([BIN, "run", "--timeout", "10", *extra], env=env,
+                               capture_output=True, text=True, timeout=40)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertNotIn("NCCL version", r.stdout)
+            self.assertIn("NCCL version 2.21.5+cuda12.4\n", r.stderr)
+            if extra:
+                rep = json.loads(r.stdout)
+                self.assertEqual((rep["verdict"], rep["stage_results"][0]["init_ok"]),
+                                 ("pass", True))
+            else:
+                self.assertTrue(r.stdout.startswith("rankcheck "), r.stdout)
+                self.assertIn("PASS", r.stdout)
+
+    def test_a_driver_before_r470_without_cuDeviceGetUuid_v2(self):
+        # R450/R460 have cuDeviceGetUuid only: the stage names each GPU by it and runs.
+        old = os.path.join(os.path.dirname(FAKE), "libfakegpu_r460.so")
+        self.assertTrue(os.path.exists(old), old)
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, RANKCHECK_CUDA_LIB=old, RANKCHECK_NCCL_LIB=old))
+                 for r in range(2)}
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        rep = procs[0].report
+        self.assertEqual(job_findings(rep), [])
+        uuids = sorted(m["gpu"]["devices"][0]["uuid"] for m in rep["members"])
+        self.assertEqual(uuids, sorted(gpus(0, 2).split(",")))
+        self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
+
     def test_two_mig_slices_of_one_gpu(self):
         # Two MIG slices of one GPU: two UUIDs, one PCI bus id, and NCCL refuses them.
         slices = "GPU-0a0b0c0d-0000-0000-0000-000000000001/MIG-11111111-2222-3333-4444-555555555555," \
