@@ -16,7 +16,7 @@ struct CudaApi {
   decltype(&::cuDeviceGetCount) device_count = nullptr;
   decltype(&::cuDeviceGet) device_get = nullptr;
   decltype(&::cuDeviceGetName) device_name = nullptr;
-  decltype(&::cuDeviceGetUuid) device_uuid = nullptr;      // cuDeviceGetUuid_v2 (R470+): a MIG slice's own
+  decltype(&::cuDeviceGetUuid) device_uuid = nullptr;      // cuDeviceGetUuid_v2 (R470+)
   decltype(&::cuDeviceGetUuid) device_gpu_uuid = nullptr;  // cuDeviceGetUuid: the GPU's (optional)
   decltype(&::cuDeviceGetPCIBusId) device_bus_id = nullptr;
   decltype(&::cuDeviceTotalMem) device_memory = nullptr;  // _v2

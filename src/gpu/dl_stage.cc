@@ -46,6 +46,23 @@ std::string force_non_blocking() {
   return users;
 }
 
+// NCCL 2.22 and newer connect at init only what every collective needs (src/init.cc:
+// runtime connect, NCCL_RUNTIME_CONNECT=1 by default), and the rest at the first
+// collective of each algorithm (enqueue.cc ncclPrepareTasks): the one-element
+// all-reduce would set up one algorithm's connections (ring or tree, LL), and a
+// broken path that only the tree, NVLS or CollNet uses would pass the check and stop
+// the job at its first large collective. NCCL_RUNTIME_CONNECT=0 makes init connect
+// every algorithm, as every NCCL before 2.22 did; it also keeps the stage off 2.22's
+// first-collective setup threads, which an abort from another thread does not wait
+// for (2.22 only, fixed in 2.23). Set here before NCCL reads it; the user's value,
+// when it was not 0, or "".
+std::string force_init_connect() {
+  const char* v = std::getenv("NCCL_RUNTIME_CONNECT");
+  std::string users = v != nullptr && std::string_view(v) != "0" ? v : "";
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+  return users;
+}
+
 // The NVIDIA driver's own version: the kernel module's banner, else the name of
 // the file libcuda.so.1 links to. "" when neither tells (the report then names the
 // CUDA version cuDriverGetVersion gave).
@@ -67,6 +84,7 @@ class DlStage final : public GpuStage {
     GpuFacts f;
     f.visible_devices = plan.visible_devices.value_or("");
     std::string blocking = force_non_blocking();
+    std::string runtime = force_init_connect();
     load_nccl(f);
     f.state = load_cuda(plan, f);
     if (f.state != GpuState::kUsable) return f;
@@ -79,6 +97,15 @@ class DlStage final : public GpuStage {
                    "this check, whose deadline needs a non-blocking NCCL init (the training "
                    "job keeps its own value)\n",
                    blocking.c_str());
+    }
+    if (!runtime.empty()) {
+      f.choice = fmt::format("{}; NCCL_RUNTIME_CONNECT={} overridden to 0 for this check",
+                             f.choice, runtime);
+      std::fprintf(stderr,
+                   "rankcheck: note: NCCL_RUNTIME_CONNECT=%s in the environment: set to 0 for "
+                   "this check, so that NCCL's init connects every algorithm's peers (the "
+                   "training job keeps its own value)\n",
+                   runtime.c_str());
     }
     facts_ = f;
     return f;

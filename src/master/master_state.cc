@@ -553,7 +553,10 @@ const Verdict& MasterState::finalize() {
   bool failed = std::any_of(found.begin(), found.end(),
                             [](const Finding& f) { return f.id != FindingId::kNcclNetMismatch; });
   report_.gpu_stage =
-      !failed ? fmt::format("passed: NCCL init {} (slowest rank), all-reduce {:.0f} µs{}",
+      // Every algorithm's connections: the stage's init runs with NCCL_RUNTIME_CONNECT=0
+      // (gpu/dl_stage.cc force_init_connect).
+      !failed ? fmt::format("passed: NCCL init {} (slowest rank, every algorithm connected), "
+                            "all-reduce {:.0f} µs{}",
                             format_seconds(init_max), ar_max, bandwidth)
               : "failed";
   verdict_ = verdict_base();

@@ -37,6 +37,10 @@
 //                             which is also the last error
 //   (NCCL's version banner: printed to stdout by the communicator's rank 0 at init, as
 //   the version it is would: see show_version)
+//   FAKE_NCCL_CONNECT=fail-tree  the tree algorithm's connections fail: at init where
+//                             init connects every algorithm (before 2.22, or
+//                             NCCL_RUNTIME_CONNECT=0), never under 2.22's runtime
+//                             connect, where the one-element all-reduce uses the ring
 //   FAKE_NCCL_NET=Socket      the network init picks and says ("Using network Socket";
 //                             IB under fail-ib)
 //   FAKE_NCCL_ALLREDUCE=MODE  the one-element (int64) all-reduce: wrong (a total one too
@@ -208,6 +212,23 @@ bool connect_blocks_caller() {
 }
 
 // Whether an injection (FAKE_NCCL_INIT, ...) applies to global rank `rank`.
+// Runtime connect (src/init.cc, 2.22 and newer; NCCL_RUNTIME_CONNECT, default 1):
+// init connects only what every collective needs, each algorithm's peers at its
+// first collective.
+bool runtime_connect() {
+  return nccl_version() >= 22200 && env("NCCL_RUNTIME_CONNECT", "1") != "0";
+}
+
+bool injected_for(int rank);
+
+// FAKE_NCCL_CONNECT=fail-tree: a path that only the tree algorithm's connections take
+// is broken. Where init connects every algorithm (before 2.22, or
+// NCCL_RUNTIME_CONNECT=0) init fails; under runtime connect it makes none of them,
+// and the one-element all-reduce (the ring's) never does: it passes.
+bool tree_broken_at_init(int rank) {
+  return env("FAKE_NCCL_CONNECT") == "fail-tree" && injected_for(rank) && !runtime_connect();
+}
+
 bool injected_for(int rank) {
   std::string ranks = env("FAKE_NCCL_RANKS");
   if (ranks.empty()) return true;
@@ -516,6 +537,7 @@ struct ncclComm {
   bool init_hang = false;
   bool init_failed = false;
   bool init_ib_error = false;  // FAKE_NCCL_INIT=fail-ib: the failure is an IB QP's
+  bool init_tree_error = false;  // FAKE_NCCL_CONNECT=fail-tree, connected at init
   bool initialized = false;
   int seq = 0;                    // collectives issued
   bool connected = false;         // the first collective met every rank
@@ -785,6 +807,10 @@ ncclResult_t progress(ncclComm* c) {
                 "Call to ibv_modify_qp failed with 110 Connection timed out, on dev mlx5_0:1, "
                 "curr state INIT, next state RTR, local GID index 3, local GID "
                 "::ffff:10.0.0.1, remote GID ::ffff:10.0.0.2");
+    } else if (c->init_failed && c->init_tree_error) {
+      c->error = kNcclSystemError;
+      g_last_error = "fake: the tree's connections failed at init (FAKE_NCCL_CONNECT=fail-tree) "
+                     "on rank " + std::to_string(c->rank) + ": Connection refused";
     } else if (c->init_failed) {
       c->error = kNcclSystemError;
       g_last_error =
@@ -1242,6 +1268,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   if (mode == "fail" || mode == "fail-ib") {
     c->init_failed = true;
     c->init_ib_error = mode == "fail-ib";
+  } else if (tree_broken_at_init(rank)) {
+    c->init_failed = true;
+    c->init_tree_error = true;
   } else {
     c->init_hang = mode == "hang";
     if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");

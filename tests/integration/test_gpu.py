@@ -673,6 +673,30 @@ class GpuStage(RankcheckTest):
         self.assertEqual(uuids, sorted(gpus(0, 2).split(",")))
         self.assertTrue(rep["gpu_stage"].startswith("passed: NCCL init"), rep["gpu_stage"])
 
+    def test_a_path_only_the_tree_takes_is_connected_at_init(self):
+        # NCCL 2.22+ connect at init only what every collective needs, each algorithm's
+        # peers at its first collective; the one-element all-reduce takes the ring. The
+        # stage runs with NCCL_RUNTIME_CONNECT=0: init connects the tree too, and a path
+        # only the tree takes fails the check instead of the job's first big collective.
+        for users in ({}, {"NCCL_RUNTIME_CONNECT": "1"}):
+            # Rank 2's tree peer is the one it cannot reach.
+            procs = self.job4({r: {"FAKE_NCCL_CONNECT": "fail-tree", "FAKE_NCCL_RANKS": "2",
+                                   **users} for r in range(4)})
+            self.finish(procs.values())
+            self.assertExit(procs.values(), 5)
+            self.assertEqual(procs[0].ids()[0], "nccl-init-failed", users)
+            f = procs[0].finding("nccl-init-failed")
+            self.assertEqual(f["ranks"], [2])
+            self.assertIn("the tree's connections failed at init", f["message"])
+            if users:  # the user's value is overridden for the check, and said
+                self.assertIn("NCCL_RUNTIME_CONNECT=1 in the environment: set to 0 for this "
+                              "check", procs[1].err)
+        # What the report says of a passing stage.
+        procs = self.job4()
+        self.finish(procs.values())
+        self.assertExit(procs.values(), 0)
+        self.assertIn("(slowest rank, every algorithm connected)", procs[0].report["gpu_stage"])
+
     def test_two_mig_slices_of_one_gpu(self):
         # Two MIG slices of one GPU: two UUIDs, one PCI bus id, and NCCL refuses them.
         slices = "GPU-0a0b0c0d-0000-0000-0000-000000000001/MIG-11111111-2222-3333-4444-555555555555," \
