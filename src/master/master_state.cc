@@ -162,6 +162,19 @@ std::vector<NcclIdBytes> MasterState::scalable_roots(const NcclIdBytes& first,
       return {};
     }
   }
+  // NCCL_COMM_ID: ncclGetUniqueId then names that address and starts no root
+  // (bootstrapGetUniqueId), so every block's id would be the same, and
+  // ncclCommInitRankDev keeps one id on rank 0 only: every rank would wait in init.
+  for (const Member& m : members) {
+    for (const EnvVar& e : m.record.env) {
+      if (e.name == "NCCL_COMM_ID" && !e.value.empty()) {
+        cfg_.log(fmt::format("NCCL_COMM_ID={} on {}: NCCL makes no root of its own then; one "
+                             "root instead",
+                             printable(e.value, 64), member_label(m.record)));
+        return {};
+      }
+    }
+  }
   std::vector<NcclIdBytes> roots{first};
   long blocks = every == 0 ? 1 : (cfg_.world_size + every - 1) / every;
   if (blocks > long(kMaxNcclRoots)) {

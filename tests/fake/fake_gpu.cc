@@ -116,6 +116,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdint>
@@ -1212,6 +1214,21 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   std::string tmpl = env("TMPDIR", "/tmp") + "/rankcheck-fake-nccl-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
+  // NCCL_COMM_ID: the id names the environment's address and no root is started
+  // (bootstrap.cc bootstrapGetUniqueId): every caller gets the same id.
+  if (std::string at = env("NCCL_COMM_ID"); !at.empty()) {
+    for (char& ch : at)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    std::string dir = env("TMPDIR", "/tmp") + "/rankcheck-fake-nccl-commid-" + at;
+    if ((::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) ||
+        dir.size() + 1 > sizeof id->internal) {
+      g_last_error = "fake ncclGetUniqueId: cannot make its directory";
+      return kNcclSystemError;
+    }
+    std::memset(id->internal, 0, sizeof id->internal);
+    std::memcpy(id->internal, dir.c_str(), dir.size() + 1);
+    return kNcclOk;
+  }
   if (::mkdtemp(buf.data()) == nullptr || buf.size() > sizeof id->internal) {
     g_last_error = "fake ncclGetUniqueId: cannot make its directory";
     return kNcclSystemError;
@@ -1301,7 +1318,14 @@ ncclResult_t ncclCommInitRankScalable(ncclComm** comm, int nranks, int rank, int
     }
   }
   std::fprintf(stderr, "fake NCCL: rank %d: ncclCommInitRankScalable over %d roots\n", rank, n_ids);
-  return ncclCommInitRankConfig(comm, nranks, ids[0], rank, config);
+  ncclResult_t rc = ncclCommInitRankConfig(comm, nranks, ids[0], rank, config);
+  // With NCCL_COMM_ID, ncclCommInitRankDev keeps one id on rank 0 only (nId = 1) while
+  // the others look for every root: no two agree, and every rank waits in init.
+  if (!env("NCCL_COMM_ID").empty() && n_ids > 1 && *comm != nullptr) {
+    std::lock_guard lock(g_mu);
+    (*comm)->init_hang = true;
+  }
+  return rc;
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm* c, ncclResult_t* state) {
   std::lock_guard lock(g_mu);

@@ -148,6 +148,18 @@ class GpuStage(RankcheckTest):
         for p in procs.values():
             self.assertNotIn("ncclCommInitRankScalable over", p.err)
 
+    def test_nccl_comm_id_means_one_root(self):
+        # With NCCL_COMM_ID, NCCL's unique ids all name that address and no root starts:
+        # the blocks' ids would be one, and ncclCommInitRankScalable would wait forever.
+        procs = self.scalable_job(NCCL_COMM_ID="127.0.0.1:29599")
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        self.assertEqual(procs[0].report["nccl_roots"], 0)
+        self.assertIn("NCCL_COMM_ID=127.0.0.1:29599 on rank ", procs[0].err)
+        self.assertIn("NCCL makes no root of its own then; one root instead", procs[0].err)
+        for p in procs.values():
+            self.assertNotIn("ncclCommInitRankScalable over", p.err)
+
     def test_a_leader_without_a_root_means_one_root(self):
         # Rank 2 was given another --nccl-roots-every: it made no id, and the job
         # runs on one root rather than not at all.
