@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/interrupt.h"
@@ -125,8 +126,12 @@ void Session::capture_nccl_words(const EnvMap& env) {
   std::string host = local_host_name();
   host = host.substr(0, host.find('.'));
   std::string why;
-  auto file = std::make_unique<NcclDebugFile>(nccl_debug_plan(env, host, long(::getpid())), &why,
-                                              remove_at_watchdog_exit);
+  NcclDebugPlan words = nccl_debug_plan(env, host, long(::getpid()), [](const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+  });
+  if (!words.note.empty()) log.error("note: " + words.note);
+  auto file = std::make_unique<NcclDebugFile>(std::move(words), &why, remove_at_watchdog_exit);
   if (!why.empty()) log.error("warning: " + why + ": the GPU stage's findings cannot quote NCCL");
   if (file->active()) nccl_debug = std::move(file);
 }

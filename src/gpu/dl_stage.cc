@@ -99,8 +99,8 @@ class DlStage final : public GpuStage {
                    blocking.c_str());
     }
     if (!runtime.empty()) {
-      f.choice = fmt::format("{}; NCCL_RUNTIME_CONNECT={} overridden to 0 for this check",
-                             f.choice, runtime);
+      f.choice = fmt::format("{}; NCCL_RUNTIME_CONNECT={} overridden to 0 for this check", f.choice,
+                             runtime);
       std::fprintf(stderr,
                    "rankcheck: note: NCCL_RUNTIME_CONNECT=%s in the environment: set to 0 for "
                    "this check, so that NCCL's init connects every algorithm's peers (the "

@@ -108,6 +108,15 @@ NcclDebugFile::~NcclDebugFile() {
 std::vector<std::string> NcclDebugFile::read() const {
   if (!active_) return {};
   std::vector<std::string> lines = read_bounded_lines(plan_.path);
+  if (!plan_.own_lines.empty()) {
+    // This process's lines only: "host:pid:tid [dev] NCCL ...", perhaps after a time
+    // stamp (NCCL_DEBUG_TIMESTAMP_FORMAT).
+    const std::string& mine = plan_.own_lines;
+    std::erase_if(lines, [&mine](const std::string& line) {
+      size_t at = line.find(mine);
+      return at == std::string::npos || (at > 0 && line[at - 1] != ' ');
+    });
+  }
   if (plan_.echo) {
     // As NCCL would have printed them (their own prefixes, its blank line before a
     // WARN), on stderr: stdout carries the report.

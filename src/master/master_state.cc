@@ -168,9 +168,10 @@ std::vector<NcclIdBytes> MasterState::scalable_roots(const NcclIdBytes& first,
   for (const Member& m : members) {
     for (const EnvVar& e : m.record.env) {
       if (e.name == "NCCL_COMM_ID" && !e.value.empty()) {
-        cfg_.log(fmt::format("NCCL_COMM_ID={} on {}: NCCL makes no root of its own then; one "
-                             "root instead",
-                             printable(e.value, 64), member_label(m.record)));
+        cfg_.log(
+            fmt::format("NCCL_COMM_ID={} on {}: NCCL makes no root of its own then; one "
+                        "root instead",
+                        printable(e.value, 64), member_label(m.record)));
         return {};
       }
     }
@@ -568,9 +569,10 @@ const Verdict& MasterState::finalize() {
   report_.gpu_stage =
       // Every algorithm's connections: the stage's init runs with NCCL_RUNTIME_CONNECT=0
       // (gpu/dl_stage.cc force_init_connect).
-      !failed ? fmt::format("passed: NCCL init {} (slowest rank, every algorithm connected), "
-                            "all-reduce {:.0f} µs{}",
-                            format_seconds(init_max), ar_max, bandwidth)
+      !failed ? fmt::format(
+                    "passed: NCCL init {} (slowest rank, every algorithm connected), "
+                    "all-reduce {:.0f} µs{}",
+                    format_seconds(init_max), ar_max, bandwidth)
               : "failed";
   verdict_ = verdict_base();
   cfg_.log(fmt::format(

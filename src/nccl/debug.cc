@@ -45,22 +45,36 @@ std::string expand_nccl_debug_file(std::string_view pattern, std::string_view ho
   return out;
 }
 
-NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid) {
+NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid,
+                              bool (*holds_a_log)(const std::string& path)) {
   NcclDebugPlan plan;
   const std::string* level = given(env, "NCCL_DEBUG");
   if (level == nullptr) plan.set.emplace_back("NCCL_DEBUG", "INFO");
   std::string lv = level != nullptr ? *level : "INFO";
-  bool info = ::strcasecmp(lv.c_str(), "INFO") == 0 || ::strcasecmp(lv.c_str(), "TRACE") == 0;
+  auto is = [&lv](const char* name) { return ::strcasecmp(lv.c_str(), name) == 0; };
+  bool info = is("INFO") || is("TRACE");
   if (info && given(env, "NCCL_DEBUG_SUBSYS") == nullptr) {
     plan.set.emplace_back("NCCL_DEBUG_SUBSYS", level != nullptr ? kUsersSubsys : kOwnSubsys);
   }
-  // The user's file counts only with the user's level: without NCCL_DEBUG, NCCL
-  // would have written nothing there, and nothing is written there now.
+  // The user's file counts only with the user's level, and only at a level NCCL
+  // opens a file for (debug.cc: WARN, INFO, ABORT, TRACE; not VERSION, nor a value it
+  // does not know): otherwise NCCL writes nothing there, and what is there is not
+  // this run's.
   const std::string* file = given(env, "NCCL_DEBUG_FILE");
-  if (level != nullptr && file != nullptr) {
-    plan.path = expand_nccl_debug_file(*file, host, pid);
-    plan.users_file = true;
-    return plan;
+  if (level != nullptr && file != nullptr && (info || is("WARN") || is("ABORT"))) {
+    std::string path = expand_nccl_debug_file(*file, host, pid);
+    if (holds_a_log == nullptr || !holds_a_log(path)) {
+      plan.path = path;
+      plan.users_file = true;
+      plan.own_lines = fmt::format("{}:{}:", host, pid);
+      return plan;
+    }
+    // NCCL would empty it (fopen "w"): a failed job's log, the one diagnose reads.
+    plan.note = fmt::format(
+        "NCCL_DEBUG_FILE={} names {}, which holds a log already: left as it is, and the GPU "
+        "stage's NCCL writes to a file of rankcheck's own (its lines on stderr after the "
+        "stage; put %p in the name for a file a process)",
+        *file, path);
   }
   const std::string* tmp = given(env, "TMPDIR");
   plan.path = fmt::format("{}/rankcheck-nccl-{}-XXXXXX.log", tmp != nullptr ? *tmp : "/tmp", pid);

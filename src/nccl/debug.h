@@ -24,11 +24,20 @@ struct NcclDebugPlan {
   /// The user set NCCL_DEBUG but no file: NCCL would have printed its lines on
   /// stdout, so they are printed (on stderr) after the stage.
   bool echo = false;
+  /// For the user's file: the prefix of this process's lines ("host:pid:"), the only
+  /// ones read (processes that share one file write each other's lines into it).
+  std::string own_lines;
+  /// Why the user's file was not used, for a note on stderr; "" when it was, or when
+  /// none was named.
+  std::string note;
 };
 
 /// `host`: this host's name as NCCL takes it (gethostname up to its first '.');
 /// `pid`: this process's. A file of our own goes under TMPDIR (else /tmp).
-NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid);
+/// `holds_a_log`: whether a file exists and is not empty (NCCL opens the user's with
+/// fopen "w", emptying a log a failed job left there); none: nothing exists.
+NcclDebugPlan nccl_debug_plan(const EnvMap& env, std::string_view host, long pid,
+                              bool (*holds_a_log)(const std::string& path) = nullptr);
 
 /// An NCCL_DEBUG_FILE pattern as NCCL 2.28 expands it (src/debug.cc): %h the host,
 /// %p the pid, %% one '%', any other % sequence as written.

@@ -538,7 +538,7 @@ struct ncclComm {
   int rank = 0;
   bool init_hang = false;
   bool init_failed = false;
-  bool init_ib_error = false;  // FAKE_NCCL_INIT=fail-ib: the failure is an IB QP's
+  bool init_ib_error = false;    // FAKE_NCCL_INIT=fail-ib: the failure is an IB QP's
   bool init_tree_error = false;  // FAKE_NCCL_CONNECT=fail-tree, connected at init
   bool initialized = false;
   int seq = 0;                    // collectives issued
@@ -811,8 +811,10 @@ ncclResult_t progress(ncclComm* c) {
                 "::ffff:10.0.0.1, remote GID ::ffff:10.0.0.2");
     } else if (c->init_failed && c->init_tree_error) {
       c->error = kNcclSystemError;
-      g_last_error = "fake: the tree's connections failed at init (FAKE_NCCL_CONNECT=fail-tree) "
-                     "on rank " + std::to_string(c->rank) + ": Connection refused";
+      g_last_error =
+          "fake: the tree's connections failed at init (FAKE_NCCL_CONNECT=fail-tree) "
+          "on rank " +
+          std::to_string(c->rank) + ": Connection refused";
     } else if (c->init_failed) {
       c->error = kNcclSystemError;
       g_last_error =

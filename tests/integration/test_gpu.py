@@ -810,6 +810,39 @@ class GpuStage(RankcheckTest):
         self.assertIn("nccl-init-failed", procs[3].out)
         self.assertEqual(self.left_behind(), [])
 
+    def test_a_log_in_the_users_nccl_debug_file_is_not_emptied(self):
+        # NCCL opens NCCL_DEBUG_FILE with fopen "w": a name without %p that holds the
+        # failed job's log (the one diagnose reads) would be emptied by the check.
+        log = os.path.join(self.fake_dir, "job-nccl.log")
+        with open(log, "w") as f:
+            f.write("h0:1:1 [0] NCCL INFO the failed job's own lines\n")
+        procs = self.two_hosts(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=log, FAKE_NCCL_NET="IB")
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        with open(log) as f:
+            self.assertEqual(f.read(), "h0:1:1 [0] NCCL INFO the failed job's own lines\n")
+        for p in procs.values():
+            self.assertIn(f"NCCL_DEBUG_FILE={log} names {log}, which holds a log already", p.err)
+        # NCCL's words still came back, from a file of rankcheck's own, gone since.
+        self.assertEqual([r["nccl_net"] for r in procs[0].report["stage_results"]], ["IB"] * 4)
+        self.assertEqual(self.left_behind(), [])
+
+    def test_a_stale_warning_in_a_file_nccl_never_opened_is_not_quoted(self):
+        # At NCCL_DEBUG=VERSION NCCL opens no file: last week's warning in the user's
+        # NCCL_DEBUG_FILE is not what this run's init failed of.
+        stale = os.path.join(self.fake_dir, "old-nccl.log")
+        with open(stale, "w") as f:
+            f.write("h0:1:1 [0] misc/ibvwrap.cc:307 NCCL WARN Call to ibv_modify_qp failed "
+                    "with 110 Connection timed out, on dev mlx5_0:1\n")
+        procs = self.two_hosts({1: {"FAKE_NCCL_INIT": "fail"}}, NCCL_DEBUG="VERSION",
+                               NCCL_DEBUG_FILE=stale)
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        f = procs[0].finding("nccl-init-failed")
+        self.assertEqual(f["ranks"], [1])
+        self.assertNotIn("ibv_modify_qp", f["message"])
+        self.assertFalse(any(r.get("nccl_warn") for r in procs[0].report["stage_results"]))
+
     def test_users_nccl_debug_file_is_kept_and_read(self):
         user_file = os.path.join(self.fake_dir, "user-nccl.%h.%p.log")
         procs = self.two_hosts(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=user_file, FAKE_NCCL_NET="IB")

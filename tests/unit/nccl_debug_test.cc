@@ -185,5 +185,53 @@ TEST_CASE("nccl debug: a file of ours is made private, named to NCCL, and never 
   }
   CHECK(exists(theirs));
   std::remove(theirs.c_str());
+
+  // A file that processes share (no %p): each reads its own lines only, even after a
+  // time stamp; another process's warning is not this one's.
+  std::string shared = std::string(dir) + "/shared.log";
+  std::ofstream(shared) << "h:32:32 [1] misc/ibvwrap.cc:307 NCCL WARN Call to ibv_modify_qp "
+                           "failed with 110 Connection timed out\n"
+                           "[2026-12-06 10:00:00] h:31:31 [0] NCCL INFO Using network IB\n"
+                           "xh:31:9 [0] NCCL INFO Using network Socket\n";
+  {
+    NcclDebugFile f(
+        nccl_debug_plan(EnvMap{{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", shared}}, "h", 31),
+        &why);
+    std::vector<std::string> lines = f.read();
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].find("Using network IB") != std::string::npos);
+    CHECK(diagnose::read_nccl_words(lines).warn.empty());
+  }
+  std::remove(shared.c_str());
   ::rmdir(dir);
+}
+
+TEST_CASE("nccl debug: the user's file only where NCCL writes it, and never a log it would empty") {
+  EnvMap env{{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", "/logs/job.log"}};
+  NcclDebugPlan p = nccl_debug_plan(env, "gpu-01", 77);
+  CHECK(p.users_file);
+  CHECK(p.own_lines == "gpu-01:77:");
+  CHECK(p.note.empty());
+
+  // A log is there already (a failed job's, which diagnose reads): NCCL's fopen "w"
+  // would empty it. Left alone; a file of our own, its lines echoed; said why.
+  NcclDebugPlan full = nccl_debug_plan(
+      env, "gpu-01", 77, [](const std::string& path) { return path == "/logs/job.log"; });
+  CHECK(!full.users_file);
+  CHECK(full.echo);
+  CHECK(full.path == "/tmp/rankcheck-nccl-77-XXXXXX.log");
+  CHECK(full.note.find("names /logs/job.log, which holds a log already") != std::string::npos);
+
+  // NCCL opens no file at VERSION, nor at a level it does not know: what is in the
+  // user's file is not this run's.
+  for (const char* level : {"VERSION", "verbose"}) {
+    NcclDebugPlan v = nccl_debug_plan(
+        EnvMap{{"NCCL_DEBUG", level}, {"NCCL_DEBUG_FILE", "/logs/job.log"}}, "gpu-01", 77);
+    CHECK(!v.users_file);
+    CHECK(v.path == "/tmp/rankcheck-nccl-77-XXXXXX.log");
+  }
+  for (const char* level : {"WARN", "abort", "TRACE"}) {
+    CHECK(nccl_debug_plan(EnvMap{{"NCCL_DEBUG", level}, {"NCCL_DEBUG_FILE", "/logs/j"}}, "h", 1)
+              .users_file);
+  }
 }
