@@ -60,15 +60,15 @@ failed=0
 # A step past its limit is sent SIGTERM, then SIGKILL KILL_AFTER s later. rankcheck's
 # own --timeout is each limit less 5 s, so that a step ends on its own first.
 KILL_AFTER=2
-LIMIT_SMI=6 LIMIT_ENV=12 LIMIT_ONE=30 LIMIT_SCALABLE=20 LIMIT_BW=20 LIMIT_DUP=15
+LIMIT_SMI=6 LIMIT_ENV=12 LIMIT_ONE=30 LIMIT_STDOUT=20 LIMIT_SCALABLE=20 LIMIT_BW=20 LIMIT_DUP=15
 LIMIT_ABORT=$(awk -v t="$ABORT_TIMEOUT" 'BEGIN { printf "%d", t + 6.999 }')
 LIMIT_NODE=20 LIMIT_LOCAL=25
 # Finding the libraries: at most MAX_PYTHONS pythons asked for pip's NCCL and one
 # asked where the loader finds the driver, LIMIT_PY s each (then SIGKILL 1 s after).
 LIMIT_PY=6 MAX_PYTHONS=3
 probes=$(((MAX_PYTHONS + 1) * (LIMIT_PY + 1)))
-one_gpu=$((probes + LIMIT_SMI + 2 * LIMIT_ENV + LIMIT_ONE + LIMIT_SCALABLE + LIMIT_BW + LIMIT_DUP +
-           LIMIT_ABORT + LIMIT_NODE + 8 * KILL_AFTER))
+one_gpu=$((probes + LIMIT_SMI + 2 * LIMIT_ENV + LIMIT_ONE + LIMIT_STDOUT + LIMIT_SCALABLE +
+           LIMIT_BW + LIMIT_DUP + LIMIT_ABORT + LIMIT_NODE + 9 * KILL_AFTER))
 several=$((one_gpu + LIMIT_LOCAL + KILL_AFTER))
 
 now() { date +%s.%N; }
@@ -156,6 +156,13 @@ if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
   for p in "${pythons[@]}"; do
     lib=$(probe "$p" -c "$nccl_from_pip" 2>/dev/null) &&
       { export RANKCHECK_NCCL_LIB=$lib; nccl_how="pip's nvidia-nccl through $p"; break; }
+  done
+fi
+# A venv whose python does not start (its interpreter link dangles outside the
+# image it was made in) still holds pip's NCCL: found by its path.
+if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
+  for c in "$ROOT"/opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib/libnccl.so.2; do
+    [[ -e $c ]] && { export RANKCHECK_NCCL_LIB=$c; nccl_how="pip's nvidia package at $c"; break; }
   done
 fi
 if [[ -z "${RANKCHECK_NCCL_LIB:-}" ]]; then
@@ -249,8 +256,22 @@ rc=$?
 init=$(json "$work/one.json" '"%.0f ms" % j["stage_results"][0]["init_ms"]')
 ar=$(json "$work/one.json" '"%.0f us" % j["stage_results"][0]["allreduce_us"]')
 got=$(json "$work/one.json" 'j["stage_results"][0]["got"]')
-row "world size 1" "$([[ $rc == 0 && $got == 1 ]] && echo ok || echo FAILED)" "$t" "$LIMIT_ONE" \
-  "$(exit_text $rc) (want 0), total ${got:-?} (want 1), init ${init:-?}, all-reduce ${ar:-?}"
+# NCCL's own words were read back: the network it chose.
+net=$(json "$work/one.json" 'j["stage_results"][0].get("nccl_net") or ""')
+row "world size 1" "$([[ $rc == 0 && $got == 1 && -n $net ]] && echo ok || echo FAILED)" "$t" \
+  "$LIMIT_ONE" "$(exit_text $rc) (want 0), total ${got:-?} (want 1), init ${init:-?}, all-reduce \
+${ar:-?}, NCCL chose ${net:-nothing it said (want its network)}"
+
+echo; echo "== one rank, the report on stdout (--json -): one JSON document whatever NCCL prints (limit $LIMIT_STDOUT s)"
+t=$(now)
+one_rank "$LIMIT_STDOUT" - >"$work/stdout.json" 2>"$work/stdout.err"
+rc=$?
+stage=$(json "$work/stdout.json" 'j["gpu_stage"]')
+row "report on stdout" \
+  "$([[ $rc == 0 && $stage == *"every algorithm connected"* ]] && echo ok || echo FAILED)" "$t" \
+  "$LIMIT_STDOUT" "$(exit_text $rc) (want 0), ${stage:-stdout is not one JSON document: \
+$(head -c 120 "$work/stdout.json" | tr '\n' ' ')}"
+grep -h "NCCL version" "$work/stdout.err" | head -1 | sed 's/^/   NCCL on stderr: /'
 
 echo; echo "== one rank, ncclCommInitRankScalable (--nccl-roots-every 0; NCCL 2.23+) (limit $LIMIT_SCALABLE s)"
 t=$(now)

@@ -115,7 +115,8 @@ class GpuCheckOnAMachineLayout(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
         rows = table(r.stdout)
         self.assertEqual(list(rows), ["libraries", "inventory", "NCCL loaded", "driver version",
-                                      "NCCL data network", "world size 1", "scalable init, 1 root",
+                                      "NCCL data network", "world size 1", "report on stdout",
+                                      "scalable init, 1 root",
                                       "bandwidth, world size 1", "two ranks, one GPU",
                                       "init aborted (world 2)", "node mode x2", "local -n 2"])
         self.assertTrue(all(v[0] == "ok" for v in rows.values()), rows)
@@ -131,6 +132,8 @@ class GpuCheckOnAMachineLayout(unittest.TestCase):
         # What rankcheck itself loaded: the driver by bare name, from the layout.
         self.assertIn(f"{DRIVER}, CUDA", rows["driver version"][3])
         self.assertIn(f"from {self.nccl}", rows["NCCL loaded"][3])
+        self.assertIn("NCCL chose Socket", rows["world size 1"][3])
+        self.assertIn("every algorithm connected", rows["report on stdout"][3])
         # The stuck rank's fake says the driver's version, so no other finding.
         self.assertIn("exit 5 nccl-init-timeout, ended", rows["init aborted (world 2)"][3])
         # Every step under its limit, and all the limits under 4 minutes.
@@ -209,6 +212,27 @@ class GpuCheckOnAMachineLayout(unittest.TestCase):
         self.assertEqual(rows["libraries"][0], "FAILED")
         self.assertIn("libcuda -", rows["libraries"][3])
         self.assertEqual(rows["inventory"][0], "FAILED")
+
+
+    def test_a_venv_whose_python_does_not_start_still_gives_its_nccl(self):
+        """The venv under /opt with its interpreter link dangling (made in another image)
+        and no python3 on PATH that sees NCCL: pip's NCCL is found by its path."""
+        if subprocess.run(["/usr/bin/python3", "-c", "import nvidia.nccl"],
+                          capture_output=True).returncode == 0:
+            self.skipTest("this machine's python3 has an nvidia-nccl of its own")
+        py = self.venv_python
+        kept = py + ".kept"
+        os.rename(py, kept)
+        os.symlink("/nonexistent/python3.99", py)
+        try:
+            r = self.run_check(1, "/usr/bin:/bin")
+        finally:
+            os.remove(py)
+            os.rename(kept, py)
+        rows = table(r.stdout)
+        self.assertIn(f"pip's nvidia package at {self.nccl}", r.stdout)
+        self.assertIn(f"nccl {self.nccl}", rows["libraries"][3])
+        self.assertEqual(rows["world size 1"][0], "ok", rows["world size 1"])
 
 
 class GpuBundleSize(unittest.TestCase):
