@@ -133,7 +133,10 @@ class RelayBounds(RankcheckTest):
         m.popen.kill()
         m.wait(10)
         print(f"peak {rss} KiB, {len(live)} of {len(socks)} relays open", file=sys.stderr)
-        self.assertLess(rss, 150 * 1024, f"the master peaked at {rss} KiB with 32 relays")
+        # Bounded, not small: the shared budget holds the outboxes to 16 MiB, and the
+        # master's read buffers for 32 busy sockets and the allocator's arenas bring its
+        # peak to ~150-160 MB here, schedule by schedule; unbounded it was ~400 MB.
+        self.assertLess(rss, 250 * 1024, f"the master peaked at {rss} KiB with 32 relays")
         self.assertIn("a relay too many", m.err)
         self.assertIn("reads none of what it is sent", m.err)
 
