@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -34,32 +36,38 @@ using dl::NcclApi;
 // before the process ends (GpuStage::wait_for_aborts).
 using timing::kRunGrace;
 using timing::kStageOverrun;
-// NCCL_COMM_BLOCKING=1 overrides config.blocking = 0 (src/init.cc envConfigOverride,
-// since 2.14; read once, at the first init): init would then block in the stage's
-// thread, and the deadline could abort nothing. The stage sets 0 in this process
-// before NCCL reads it (the record keeps the user's value; the training job keeps its
-// own). The user's value, when it was not 0, or "".
-std::string force_non_blocking() {
-  const char* v = std::getenv("NCCL_COMM_BLOCKING");
-  std::string users = v != nullptr && std::string_view(v) != "0" ? v : "";
-  ::setenv("NCCL_COMM_BLOCKING", "0", 1);
-  return users;
-}
+// The NCCL variables the stage sets to 0 in this process before NCCL reads them (the
+// record keeps the user's values; the training job keeps its own), and why, as the
+// note says it.
+struct ZeroedForTheCheck {
+  const char* name;
+  const char* why;
+};
+constexpr ZeroedForTheCheck kZeroed[] = {
+    // NCCL_COMM_BLOCKING=1 overrides config.blocking = 0 (src/init.cc envConfigOverride,
+    // since 2.14; read once, at the first init): init would then block in the stage's
+    // thread, and the deadline could abort nothing.
+    {"NCCL_COMM_BLOCKING", "whose deadline needs a non-blocking NCCL init"},
+    // NCCL 2.22 and newer connect at init only what every collective needs
+    // (src/init.cc: runtime connect, NCCL_RUNTIME_CONNECT=1 by default), and the rest at
+    // the first collective of each algorithm (enqueue.cc ncclPrepareTasks): the
+    // one-element all-reduce would set up one algorithm's connections (ring or tree,
+    // LL), and a broken path that only the tree, NVLS or CollNet uses would pass the
+    // check and stop the job at its first large collective. 0 makes init connect every
+    // algorithm, as every NCCL before 2.22 did; it also keeps the stage off 2.22's
+    // first-collective setup threads, which an abort from another thread does not wait
+    // for (2.22 only, fixed in 2.23).
+    {"NCCL_RUNTIME_CONNECT", "so that NCCL's init connects every algorithm's peers"},
+};
 
-// NCCL 2.22 and newer connect at init only what every collective needs (src/init.cc:
-// runtime connect, NCCL_RUNTIME_CONNECT=1 by default), and the rest at the first
-// collective of each algorithm (enqueue.cc ncclPrepareTasks): the one-element
-// all-reduce would set up one algorithm's connections (ring or tree, LL), and a
-// broken path that only the tree, NVLS or CollNet uses would pass the check and stop
-// the job at its first large collective. NCCL_RUNTIME_CONNECT=0 makes init connect
-// every algorithm, as every NCCL before 2.22 did; it also keeps the stage off 2.22's
-// first-collective setup threads, which an abort from another thread does not wait
-// for (2.22 only, fixed in 2.23). Set here before NCCL reads it; the user's value,
-// when it was not 0, or "".
-std::string force_init_connect() {
-  const char* v = std::getenv("NCCL_RUNTIME_CONNECT");
-  std::string users = v != nullptr && std::string_view(v) != "0" ? v : "";
-  ::setenv("NCCL_RUNTIME_CONNECT", "0", 1);
+// Sets each of kZeroed to 0; the values the user had given them, other than 0.
+std::vector<std::pair<const ZeroedForTheCheck*, std::string>> zero_for_the_check() {
+  std::vector<std::pair<const ZeroedForTheCheck*, std::string>> users;
+  for (const ZeroedForTheCheck& z : kZeroed) {
+    const char* v = std::getenv(z.name);
+    if (v != nullptr && std::string_view(v) != "0") users.emplace_back(&z, v);
+    ::setenv(z.name, "0", 1);
+  }
   return users;
 }
 
@@ -83,29 +91,17 @@ class DlStage final : public GpuStage {
   GpuFacts inventory(const GpuPlan& plan) override {
     GpuFacts f;
     f.visible_devices = plan.visible_devices.value_or("");
-    std::string blocking = force_non_blocking();
-    std::string runtime = force_init_connect();
+    auto users = zero_for_the_check();
     load_nccl(f);
     f.state = load_cuda(plan, f);
     if (f.state != GpuState::kUsable) return f;
     f.state = pick_devices(plan, f);
-    if (!blocking.empty()) {
-      f.choice = fmt::format("{}; NCCL_COMM_BLOCKING={} overridden to 0 for this check", f.choice,
-                             blocking);
+    for (const auto& [z, value] : users) {
+      f.choice = fmt::format("{}; {}={} overridden to 0 for this check", f.choice, z->name, value);
       std::fprintf(stderr,
-                   "rankcheck: note: NCCL_COMM_BLOCKING=%s in the environment: set to 0 for "
-                   "this check, whose deadline needs a non-blocking NCCL init (the training "
-                   "job keeps its own value)\n",
-                   blocking.c_str());
-    }
-    if (!runtime.empty()) {
-      f.choice = fmt::format("{}; NCCL_RUNTIME_CONNECT={} overridden to 0 for this check", f.choice,
-                             runtime);
-      std::fprintf(stderr,
-                   "rankcheck: note: NCCL_RUNTIME_CONNECT=%s in the environment: set to 0 for "
-                   "this check, so that NCCL's init connects every algorithm's peers (the "
+                   "rankcheck: note: %s=%s in the environment: set to 0 for this check, %s (the "
                    "training job keeps its own value)\n",
-                   runtime.c_str());
+                   z->name, value.c_str(), z->why);
     }
     facts_ = f;
     return f;

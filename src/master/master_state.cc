@@ -568,7 +568,7 @@ const Verdict& MasterState::finalize() {
                             [](const Finding& f) { return f.id != FindingId::kNcclNetMismatch; });
   report_.gpu_stage =
       // Every algorithm's connections: the stage's init runs with NCCL_RUNTIME_CONNECT=0
-      // (gpu/dl_stage.cc force_init_connect).
+      // (gpu/dl_stage.cc kZeroed).
       !failed ? fmt::format(
                     "passed: NCCL init {} (slowest rank, every algorithm connected), "
                     "all-reduce {:.0f} µs{}",

@@ -318,16 +318,19 @@ bool local_rank_wrapped(const Record& r) {
 void check_local_rank_wrapped(const CheckContext& ctx, std::vector<Finding>& out) {
   const JobView& v = ctx.view;
   if (!v.gpu_stage) return;
-  std::map<std::pair<std::string_view, std::string_view>, int> users;  // host, GPU
+  // A GPU on its host: by bus id (MIG slices share it), else by UUID.
+  auto gpu_of = [](const Record& r, const GpuDevice& d) {
+    return std::pair<std::string_view, std::string_view>{
+        r.host.str(), d.pci_bus_id.empty() ? d.uuid : d.pci_bus_id.str()};
+  };
+  std::map<std::pair<std::string_view, std::string_view>, int> users;
   for (const Member& m : v.members) {
     for (const GpuDevice& d : m.record.gpu.devices)
-      ++users[{m.record.host.str(), d.pci_bus_id.empty() ? d.uuid : d.pci_bus_id.str()}];
+      ++users[gpu_of(m.record, d)];
   }
   auto groups = group_by<int32_t>(v, [&](const Record& r) -> std::optional<int32_t> {
     if (!local_rank_wrapped(r) || r.gpu.devices.empty()) return std::nullopt;
-    const GpuDevice& d = r.gpu.devices.front();
-    if (users[{r.host.str(), d.pci_bus_id.empty() ? d.uuid : d.pci_bus_id.str()}] > 1)
-      return std::nullopt;
+    if (users[gpu_of(r, r.gpu.devices.front())] > 1) return std::nullopt;
     return r.gpu.device_count;
   });
   for (const auto& [count, rs] : groups) {

@@ -129,19 +129,18 @@ class Wheel(unittest.TestCase):
                 env=self.env(), cwd=self.tmp)
         self.assertEqual(r.stdout.split(), run([BIN, "--version"]).stdout.split()[1:2])
 
-    def preflight(self, code, **env):
+    def preflight(self, call, catch, show, **env):
+        """Python in the venv that runs `call` and, when it raises `catch`, prints `show`
+        (an expression of the exception e) and then e itself."""
+        code = (f"import rankcheck\ntry:\n    {call}\nexcept {catch} as e:\n"
+                f"    print({show})\n    print(e)\n")
         return run([self.python, "-c", code], env=self.env(**env), cwd=self.tmp,
                    timeout=TIMEOUT + 30)
 
     def test_preflight_raises_with_the_leading_finding(self):
-        code = ("import rankcheck\n"
-                "try:\n"
-                "    rankcheck.preflight('--no-gpu', timeout=2)\n"
-                "except rankcheck.CheckFailed as e:\n"
-                "    print('caught', e.exit_code, e.finding['id'], e.report['verdict'])\n"
-                "    print(e)\n")
-        r = self.preflight(code, RANK=5, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=free_port())
+        r = self.preflight("rankcheck.preflight('--no-gpu', timeout=2)", "rankcheck.CheckFailed",
+                           "'caught', e.exit_code, e.finding['id'], e.report['verdict']",
+                           RANK=5, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.splitlines()
         self.assertIn("caught 3 rank-out-of-range fail", lines)
@@ -150,25 +149,16 @@ class Wheel(unittest.TestCase):
         self.assertIn("rank-out-of-range", r.stderr)
 
     def test_preflight_without_a_report_says_where_the_error_is(self):
-        code = ("import rankcheck\n"
-                "try:\n"
-                "    rankcheck.preflight('--no-such-flag')\n"
-                "except rankcheck.CheckFailed as e:\n"
-                "    print('caught', e.exit_code, e.finding, e.report)\n"
-                "    print(e)\n")
-        r = self.preflight(code, RANK=0, WORLD_SIZE=1, MASTER_ADDR="127.0.0.1",
-                           MASTER_PORT=free_port())
+        r = self.preflight("rankcheck.preflight('--no-such-flag')", "rankcheck.CheckFailed",
+                           "'caught', e.exit_code, e.finding, e.report",
+                           RANK=0, WORLD_SIZE=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
         self.assertIn("caught 2 None None", r.stdout.splitlines(), r.stdout + r.stderr)
         self.assertIn("no report was written; rankcheck's error is on stderr above", r.stdout)
         self.assertIn("--no-such-flag", r.stderr)
 
     def test_preflight_names_a_missing_binary(self):
-        code = ("import rankcheck\n"
-                "try:\n"
-                "    rankcheck.preflight()\n"
-                "except FileNotFoundError as e:\n"
-                "    print('missing:', e)\n")
-        r = self.preflight(code, RANKCHECK_BIN=os.path.join(self.tmp, "nothing-here"))
+        r = self.preflight("rankcheck.preflight()", "FileNotFoundError", "'missing:', e",
+                           RANKCHECK_BIN=os.path.join(self.tmp, "nothing-here"))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("nothing-here is not an executable file", r.stdout)
 
