@@ -54,8 +54,11 @@ else
     elif [[ -n ${XDG_CACHE_HOME:-} ]]; then cache=$XDG_CACHE_HOME/rankcheck
     elif [[ -n ${HOME:-} ]]; then cache=$HOME/.cache/rankcheck
     else cache=/var/cache/rankcheck; fi
-    stamp=$(ls -d "$cache"/sysroot-*/.rankcheck-sysroot 2>/dev/null | head -1 || true)
-    sysroot=${stamp%/.rankcheck-sysroot}
+    # This machine's architecture: not the arm64 root (its recipe says foreign).
+    sysroot=
+    for stamp in "$cache"/sysroot-*/.rankcheck-sysroot; do
+      [[ -f $stamp ]] && ! grep -q ' foreign ' "$stamp" && { sysroot=${stamp%/.rankcheck-sysroot}; break; }
+    done
   fi
   flags=(-std=c++20 -O2 -fPIC -shared -pthread -static-libstdc++ -static-libgcc)
   if [[ -n $sysroot && -e $sysroot/usr/include/stdio.h ]]; then

@@ -8,10 +8,12 @@ set -euo pipefail
 profile=${1:-build}
 build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
             nlohmann-json3-dev libssl-dev zlib1g-dev)
-# The release build: clang and lld against a Debian 11 root that debootstrap makes;
+# The release build: clang and lld against a Debian 11 root that debootstrap makes
+# (clang 16 for aarch64: clang 14 miscompiles Asio's coroutines there);
 # objcopy and objdump (binutils) split the debug info and read the glibc versions;
-# ccache keeps its objects across clean clones.
-release_pkgs=(clang lld binutils debootstrap ccache)
+# qemu-user-static runs the aarch64 binary here; ccache keeps its objects across
+# clean clones.
+release_pkgs=(clang clang-16 lld binutils debootstrap qemu-user-static ccache)
 # The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
 # and parse the Kubernetes manifests (python3-yaml); the wheel is installed into a
 # fresh venv (python3-venv); the network path tests put

@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs every test: unit tests, the fuzz
 # corpus, the integration tests with real processes and real launchers; then the
 # release binaries (scripts/release.sh) inside a Debian 11 root and through the
-# integration tests again, and the container image built from them and run
+# integration tests again, the aarch64 one under qemu-user through its loopback
+# suites, and the container image built from them and run
 # (scripts/image.sh); then the unit tests, the fuzz corpus and the suites of hostile
 # input (cli, adversarial peers, diagnose's logs) again in an ASan+UBSan build
 # (build-asan/).
@@ -13,10 +14,20 @@ scripts/setup.sh test
 # makes GCC 12 warn falsely, -Wrestrict inside libstdc++, and warnings are errors.)
 scripts/build.sh -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
 jobs=${TEST_JOBS:-2}
+# The release binaries build beside the tests, at the lowest priority: the suites
+# mostly wait on sockets and processes, and pass with every core busy at nice 19
+# (scripts/test-under-load.sh). Its output follows the tests'.
+release_log=$(mktemp)
+nice -n 19 scripts/release.sh >"$release_log" 2>&1 &
+release_pid=$!
+trap 'kill "$release_pid" 2>/dev/null || true; rm -f "$release_log"' EXIT
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
 
 echo "== the release binaries (dist/, for glibc 2.28 and newer): in a Debian 11 root, then here"
-scripts/release.sh
+release_rc=0
+wait "$release_pid" || release_rc=$?
+cat "$release_log"
+((release_rc == 0)) || { echo "test: scripts/release.sh failed (exit $release_rc)" >&2; exit 1; }
 scripts/release-check.sh
 release_bins=(RANKCHECK_BIN=dist/rankcheck)
 [[ -x dist/rankcheck-mpi ]] && release_bins+=(RANKCHECK_MPI_BIN=dist/rankcheck-mpi)
@@ -28,6 +39,9 @@ release_bins=(RANKCHECK_BIN=dist/rankcheck)
 # which the binary tested above ran.
 python3 tests/release/run_integration.py build "${release_bins[@]}" -j "$jobs" \
   -E "gpu|watch|adversarial|bounds|relay|rendezvous"
+
+echo "== the aarch64 release binary (dist/aarch64/) under qemu-user: its loopback suites"
+scripts/release-check-aarch64.sh
 
 echo "== the container image (launchers/kubernetes/Dockerfile), built with podman and run"
 scripts/image.sh

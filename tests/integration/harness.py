@@ -16,6 +16,10 @@ BIN = os.environ.get("RANKCHECK_BIN", os.path.join(os.path.dirname(__file__), ".
 # Every process must end within --timeout + GRACE. A sanitizer build runs several
 # times slower and checks for leaks at its exit: its ctest tree sets a wider grace.
 GRACE = float(os.environ.get("RANKCHECK_TEST_GRACE", "2.0"))
+# Set when BIN runs under an emulator (scripts/release-check-aarch64.sh: qemu-user):
+# the few tests that cannot hold there say why and skip (a preload reaches the
+# emulator, not the process; a ratio of times measures the emulator).
+EMULATED = os.environ.get("RANKCHECK_TEST_EMULATED", "")
 # How long a test waits for a state it acts on (a log line): wide, as it only ends a
 # test that has already failed.
 STATE_WAIT = 60.0

@@ -2,9 +2,10 @@
 """Runs ctest's integration suites once more, against other binaries (the release
 ones in dist/).
 
-    tests/release/run_integration.py BUILD_DIR NAME=PATH [NAME=PATH ...] [-j N]
+    tests/release/run_integration.py BUILD_DIR NAME=PATH [NAME=PATH ...] [-j N] [-R RE] [-E RE]
 
-e.g. `run_integration.py build RANKCHECK_BIN=dist/rankcheck`. ctest's ENVIRONMENT
+e.g. `run_integration.py build RANKCHECK_BIN=dist/rankcheck` (a value with a '/' is
+taken as a path and made absolute; others are passed as they are). ctest's ENVIRONMENT
 property names build/rankcheck and would win over the caller's environment, so the
 suites are read from `ctest --show-only=json-v1` and started here with the named
 variables replaced; the rest of each suite's environment (the fake GPU library,
@@ -39,11 +40,15 @@ def main():
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("-E", dest="exclude", default="",
                     help="leave out the suites whose name matches this regex (as ctest -E)")
+    ap.add_argument("-R", dest="include", default="",
+                    help="only the suites whose name matches this regex (as ctest -R)")
     args = ap.parse_args()
     overrides = {}
     for kv in args.overrides:
         name, _, path = kv.partition("=")
-        overrides[name] = os.path.abspath(path)
+        # A path is made absolute (the suites run in their own folders); a plain
+        # value (a number, an empty string) is passed as it is.
+        overrides[name] = os.path.abspath(path) if "/" in path else path
 
     def run(suite):
         name, command, cwd, env = suite
@@ -58,7 +63,8 @@ def main():
         return name, ok, time.monotonic() - start, output
 
     found = [s for s in suites(args.build_dir)
-             if not (args.exclude and re.search(args.exclude, s[0]))]
+             if not (args.exclude and re.search(args.exclude, s[0]))
+             and (not args.include or re.search(args.include, s[0]))]
     if not found:
         print(f"run_integration: ctest in {args.build_dir} lists no integration suite",
               file=sys.stderr)
