@@ -48,12 +48,14 @@ chmod +x "$work/rankcheck"
 chmod -R a+rX "$work"
 "$work/rankcheck" --version
 
-# The suites of loopback only: the command line, the rendezvous, the relays, the
-# GPU stage (on the fake) and diagnose. The ones of launchers, namespaces and
-# containers ran against the x86_64 binary; their code is the same. Under qemu a
-# process runs several times slower: the wider grace of a sanitizer build. The real
-# NCCL here is x86_64's, which an aarch64 process cannot load.
-suites='^integration: (cli|rendezvous|relay|gpu|diagnose)$'
+# The suites of loopback only: the command line, the relays (a master, its relays
+# and members: the rendezvous end to end), the GPU stage (on the fake) and diagnose;
+# -R '^integration: rendezvous$' runs the rendezvous suite's corner cases too (1.5
+# min more). The suites of launchers, namespaces and containers ran against the
+# x86_64 binary; their code is the same. Under qemu a process runs several times
+# slower: the wider grace of a sanitizer build. The real NCCL here is x86_64's,
+# which an aarch64 process cannot load.
+suites='^integration: (cli|relay|gpu|diagnose)$'
 python3 tests/release/run_integration.py build RANKCHECK_BIN="$work/rankcheck" \
   RANKCHECK_FAKE_GPU="$work/libfakegpu.so" RANKCHECK_REAL_NCCL= RANKCHECK_TEST_GRACE=8 \
   RANKCHECK_TEST_EMULATED=qemu-aarch64 -j "${TEST_JOBS:-2}" -R "$suites" "$@"

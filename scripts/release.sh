@@ -25,10 +25,12 @@
 # $RANKCHECK_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/rankcheck);
 # cmake/release-toolchain.cmake says how. The arm64 root is made without running
 # anything of it (debootstrap --foreign, then its packages unpacked), and the
-# aarch64 binary is compiled with clang's --target; only qemu-user runs it here. The script fails when a binary needs a glibc
-# symbol version above $RANKCHECK_GLIBC_MAX (2.28, checked with objdump -T), links a
-# library it should not, lacks the real GPU stage, or when dist/rankcheck is over
-# 10 MB. scripts/release-check.sh then runs the binaries inside that Debian 11 root.
+# aarch64 binary is compiled with clang's --target; only qemu-user runs it here.
+# The script fails when a binary needs a glibc symbol version above
+# $RANKCHECK_GLIBC_MAX (2.28, checked with objdump -T), links a library it should
+# not, lacks the real GPU stage, or is over 10 MB. scripts/release-check.sh then
+# runs the x86_64 binaries inside that Debian 11 root, and
+# scripts/release-check-aarch64.sh the aarch64 one under qemu-user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$PWD

@@ -14,20 +14,10 @@ scripts/setup.sh test
 # makes GCC 12 warn falsely, -Wrestrict inside libstdc++, and warnings are errors.)
 scripts/build.sh -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG"
 jobs=${TEST_JOBS:-2}
-# The release binaries build beside the tests, at the lowest priority: the suites
-# mostly wait on sockets and processes, and pass with every core busy at nice 19
-# (scripts/test-under-load.sh). Its output follows the tests'.
-release_log=$(mktemp)
-nice -n 19 scripts/release.sh >"$release_log" 2>&1 &
-release_pid=$!
-trap 'kill "$release_pid" 2>/dev/null || true; rm -f "$release_log"' EXIT
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
 
 echo "== the release binaries (dist/, for glibc 2.28 and newer): in a Debian 11 root, then here"
-release_rc=0
-wait "$release_pid" || release_rc=$?
-cat "$release_log"
-((release_rc == 0)) || { echo "test: scripts/release.sh failed (exit $release_rc)" >&2; exit 1; }
+scripts/release.sh
 scripts/release-check.sh
 release_bins=(RANKCHECK_BIN=dist/rankcheck)
 [[ -x dist/rankcheck-mpi ]] && release_bins+=(RANKCHECK_MPI_BIN=dist/rankcheck-mpi)

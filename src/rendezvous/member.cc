@@ -142,14 +142,23 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
   std::string where =
       fmt::format("{} (through this host's relay)", endpoint(o.master_addr, o.master_port));
   // With a job token, the relay proves it first: a process that took the name
-  // without the token carries nobody (the member goes to the master directly).
+  // without the token carries nobody (the member goes to the master directly), and
+  // one that gives no proof is said, so that a squatter's name is never taken in
+  // silence: a wrong proof, or a hang-up before or after the ask.
+  auto unproven = [&](std::string_view why) {
+    o.log(
+        fmt::format("this host's relay (@{}) did not prove this job's token{}: joining the "
+                    "master directly",
+                    printable(o.relay, 120), why.empty() ? "" : fmt::format(" ({})", why)));
+    return Step::kRelayGone;
+  };
   Nonce ask{};
   bool proven = o.token == nullptr;
   if (!proven) {
     if (!fill_random(ask)) return Step::kRelayGone;
     auto sent = sock->write_all(encode_frame(MsgType::kRelayAsk, ask),
                                 Deadline::after(Millis(1000)).sooner(o.give_up));
-    if (!sent) return Step::kRelayGone;
+    if (!sent) return unproven(sent.error().message);
   }
   // The relay says why it waits every second: silence means it stopped.
   while (true) {
@@ -158,24 +167,13 @@ Step attempt_relay(Record& self, const JoinOptions& o, JoinResult& out, std::str
     if (!frame) {
       if (frame.error().fault == Fault::kInterrupted) return Step::kFatal;
       if (frame.error().fault == Fault::kTimeout && o.give_up.expired()) return Step::kRetry;
-      // A relay asked for its proof that hangs up instead gave none: said, like a
-      // wrong proof, so that a squatter's name is never taken in silence.
-      if (!proven) {
-        o.log(
-            fmt::format("this host's relay (@{}) did not prove this job's token ({}): joining "
-                        "the master directly",
-                        printable(o.relay, 120), frame.error().message));
-      }
-      return Step::kRelayGone;
+      // A relay asked for its proof that hangs up instead gave none.
+      return proven ? Step::kRelayGone : unproven(frame.error().message);
     }
     if (!proven) {
       if (frame->header.type != uint16_t(MsgType::kRelayProof) ||
           !verify_relay_proof(*o.token, frame->payload, ask, self.job_id)) {
-        o.log(
-            fmt::format("this host's relay (@{}) did not prove this job's token: joining the "
-                        "master directly",
-                        printable(o.relay, 120)));
-        return Step::kRelayGone;
+        return unproven("");
       }
       proven = true;
       continue;
