@@ -33,8 +33,9 @@ REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 
 def doc_floors():
     """Every glibc floor the docs state for the release binary: (where, figure)."""
-    places = [("README.md", r"x86_64 Linux with glibc (\d+\.\d+) or newer"),
+    places = [("README.md", r"\(Grace: GH200,\s+GB200\) Linux with glibc (\d+\.\d+) or newer"),
               ("README.md", r"manylinux_(2)_(\d+)_x86_64\.whl"),
+              ("CONTRIBUTING.md", r"manylinux_(2)_(\d+)_(?:x86_64|aarch64)\.whl"),
               ("CONTRIBUTING.md", r"\*\*Which glibc\.\*\* glibc (\d+\.\d+) or newer"),
               ("CONTRIBUTING.md", r"`rankcheck \S+ \(glibc (\d+\.\d+) or newer\)`"),
               ("CONTRIBUTING.md", r"tail -1 +# GLIBC_(\d+\.\d+)"),
