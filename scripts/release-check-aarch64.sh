@@ -7,8 +7,9 @@
 #   scripts/release.sh && scripts/build.sh && scripts/release-check-aarch64.sh [-R RE]
 # What it shows: the cross-compiled binary joins, relays, decides and reports as the
 # x86_64 one does (clang 14 once compiled an aarch64 master that accepted a member
-# and then never answered it; these suites are what caught it). Not shown: timing
-# (qemu is several times slower) or anything of a real Grace machine.
+# and then never answered it: with such a binary no member joins, and the relay
+# suite fails). Not shown: timing (qemu is several times slower) or anything of a
+# real Grace machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 die() { echo "release-check-aarch64: $*" >&2; exit 2; }
