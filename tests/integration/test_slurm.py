@@ -843,7 +843,9 @@ class Slurm(unittest.TestCase):
                 break
             if time.monotonic() > end:
                 self.cluster.cmd("scancel", str(job), check=False)
-                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s")
+                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s "
+                                     f"(Reason={fields.get('Reason')})\n"
+                                     f"{self.cluster.log_tails()}")
             time.sleep(0.1)
         with open(os.path.join(self.dir, f"job-{job}.out")) as f:
             return fields, f.read()
@@ -1200,6 +1202,28 @@ class SlurmProlog(unittest.TestCase):
             raise unittest.SkipTest(f"cannot start a test Slurm cluster: {e}")
         cls.cluster = cluster
 
+    def setUp(self):
+        # Each test from idle nodes: one that failed mid-way (and left them drained or
+        # a job held) is its own failure, not the cause of the next ones'.
+        c = self.cluster
+        end = time.monotonic() + 30
+        while True:
+            states = self.node_states()
+            if set(states.values()) == {"idle"} and not c.cmd(
+                    "squeue", "-h", "-o", "%i", check=False).stdout.strip():
+                return
+            if time.monotonic() > end:
+                raise AssertionError(f"the nodes are not idle after 30 s: {states}\n"
+                                     f"{c.log_tails()}")
+            jobs = c.cmd("squeue", "-h", "-o", "%i", check=False).stdout.split()
+            if jobs:
+                c.cmd("scancel", *jobs, check=False)
+            drained = [n for n, st in states.items() if "drain" in st or st == "down"]
+            if drained:
+                c.cmd("scontrol", "update", f"nodename={','.join(drained)}", "state=resume",
+                      check=False)
+            time.sleep(0.2)
+
     def submit(self, *sbatch_args, limit=30.0):
         """An sbatch job of `true` on both nodes; its final (or held) state."""
         c = self.cluster
@@ -1218,7 +1242,9 @@ class SlurmProlog(unittest.TestCase):
                 return job, fields
             if time.monotonic() > end:
                 c.cmd("scancel", job, check=False)
-                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s")
+                raise AssertionError(f"job {job} still {fields.get('JobState')} after {limit} s "
+                                     f"(Reason={fields.get('Reason')}); nodes "
+                                     f"{self.node_states()}\n{c.log_tails()}")
             time.sleep(0.2)
 
     def node_states(self):
@@ -1268,9 +1294,13 @@ class SlurmProlog(unittest.TestCase):
 
     def test_a_failing_task_prolog_ends_the_task_and_drains_nothing(self):
         c = self.cluster
-        r = subprocess.run([c.bins["srun"], "-N", "1", "-n", "1", "--export=ALL,FAIL_TASK_PROLOG=3",
-                            "true"], env=c.env(), cwd=self.tmp, capture_output=True, text=True,
-                           timeout=20)
+        try:
+            r = subprocess.run([c.bins["srun"], "-N", "1", "-n", "1",
+                                "--export=ALL,FAIL_TASK_PROLOG=3", "true"], env=c.env(),
+                               cwd=self.tmp, capture_output=True, text=True, timeout=30)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"srun still running after 30 s: {e.stderr!r}; nodes "
+                                 f"{self.node_states()}\n{c.log_tails()}") from None
         self.assertEqual(r.returncode, 3, r.stdout + r.stderr)  # the task ends with its status
         self.assertIn("TaskProlog failed status=3", r.stderr)
         states = self.node_states()
