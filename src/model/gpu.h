@@ -80,7 +80,9 @@ inline constexpr int kBandwidthWarmup = 5;
 inline constexpr int kBandwidthIters = 20;
 inline constexpr const char* kBandwidthMethod =
     "as nccl-tests: out of place, 5 warm-up launches, then 3 rounds of 20 separate launches "
-    "timed with CUDA events, the best round; busbw = algbw * 2(n-1)/n, undefined for one rank";
+    "timed with CUDA events, the best round; busbw = algbw * 2(n-1)/n, undefined for one rank; "
+    "on the check's non-blocking communicator, where NCCL starts a thread for each launch: "
+    "sizes whose all-reduce takes less time than that read lower than nccl-tests";
 
 /// How a member picks its devices.
 struct GpuPlan {

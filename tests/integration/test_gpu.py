@@ -614,6 +614,7 @@ class GpuStage(RankcheckTest):
         for r in procs[0].report["stage_results"]:
             self.assertLess(r["bandwidth"]["busbw_gbps"], ceiling * 1.05)
             self.assertIn("separate launches", r["bandwidth"]["method"])
+            self.assertIn("non-blocking communicator", r["bandwidth"]["method"])
 
     # ----- what the driver and NCCL say, said right -----
 
