@@ -126,6 +126,8 @@ class RankOwners {
       }
     }
     std::string reading = specific_reading(first->nccl_finding);
+    std::string fix;
+    driver_too_old(*first, reading, fix);
     if (f.message.find(first->nccl_warn) == std::string::npos) {
       f.message += fmt::format("; NCCL says on {}: {}", host_of(first->rank),
                                printable(first->nccl_warn, 320));
@@ -138,8 +140,39 @@ class RankOwners {
                                format_list(others, 3));
     }
     const FindingKind* kind = reading.empty() ? nullptr : find_finding_kind(first->nccl_finding);
-    f.fix = std::string(kind != nullptr ? kind->fix : quoted_fix(id));
+    f.fix = !fix.empty() ? fix : std::string(kind != nullptr ? kind->fix : quoted_fix(id));
     return true;
+  }
+
+  /// cudaErrorInsufficientDriver (35) in NCCL's words: the CUDA runtime that libnccl
+  /// links statically is of a newer major version than the host's driver supports
+  /// (minor versions are compatible). Not a CUDA error to debug: the library and the
+  /// driver do not go together. The reading and the fix name the driver's CUDA.
+  void driver_too_old(const RankResult& r, std::string& reading, std::string& fix) const {
+    if (r.nccl_warn.find("driver version is insufficient for CUDA runtime version") ==
+        std::string::npos) {
+      return;
+    }
+    auto it = owner_.find(r.rank);
+    const GpuFacts* gpu = it != owner_.end() ? &it->second->gpu : nullptr;
+    int32_t cuda = gpu != nullptr ? gpu->cuda_version : 0;
+    std::string where = host_of(r.rank);
+    if (cuda > 0) where = fmt::format("CUDA {} on {}", cuda_version_text(cuda), where);
+    reading = fmt::format("an NCCL built for a newer CUDA than the driver supports ({})", where);
+    std::string lib = gpu != nullptr && !gpu->nccl_path.empty()
+                          ? fmt::format(" ({})", printable(gpu->nccl_path, 160))
+                          : std::string();
+    fix = cuda > 0 ? fmt::format(
+                         "the NCCL loaded{} was built for a newer CUDA than the driver supports "
+                         "(CUDA {}): load an NCCL built for CUDA {} (pip's nvidia-nccl-cu{}, "
+                         "or --nccl-lib), or update the driver to one that supports the NCCL's "
+                         "CUDA",
+                         lib, cuda_version_text(cuda), cuda / 1000, cuda / 1000)
+                   : fmt::format(
+                         "the NCCL loaded{} was built for a newer CUDA than the driver supports "
+                         "(rankcheck env shows the driver's CUDA): load an NCCL built for that "
+                         "CUDA, or update the driver",
+                         lib);
   }
 
  private:

@@ -41,6 +41,15 @@
 //                             init connects every algorithm (before 2.22, or
 //                             NCCL_RUNTIME_CONNECT=0), never under 2.22's runtime
 //                             connect, where the one-element all-reduce uses the ring
+//   FAKE_NCCL_CUDA=12040      the CUDA runtime the fake's NCCL was built with (NCCL links
+//                             cudart statically; its banner says "+cuda12.4"). Where the
+//                             driver supports an older major version (FAKE_CUDA_VERSION),
+//                             NCCL's first CUDA call fails with cudaErrorInsufficientDriver
+//                             (35): ncclCommInitRankConfig warns "Cuda failure 'CUDA driver
+//                             version is insufficient for CUDA runtime version'" (from
+//                             misc/cudawrap.cc, then init.cc: CUDACHECK, v2.28.9) and returns
+//                             ncclUnhandledCudaError with no communicator. Default: the
+//                             driver's own version (minor versions are compatible)
 //   FAKE_NCCL_NET=Socket      the network init picks and says ("Using network Socket";
 //                             IB under fail-ib)
 //   FAKE_NCCL_ALLREDUCE=MODE  the one-element (int64) all-reduce: wrong (a total one too
@@ -163,9 +172,9 @@ struct ncclConfigHead {  // the leading fields of ncclConfig_t
 };
 constexpr CUresult kOk = 0, kInvalidValue = 1, kOutOfMemory = 2, kNotInitialized = 3,
                    kNoDevice = 100, kInvalidHandle = 400, kNotReady = 600, kDriverMismatch = 803;
-constexpr ncclResult_t kNcclOk = 0, kNcclSystemError = 2, kNcclInternalError = 3,
-                       kNcclInvalidArgument = 4, kNcclInvalidUsage = 5, kNcclRemoteError = 6,
-                       kNcclInProgress = 7;
+constexpr ncclResult_t kNcclOk = 0, kNcclUnhandledCudaError = 1, kNcclSystemError = 2,
+                       kNcclInternalError = 3, kNcclInvalidArgument = 4, kNcclInvalidUsage = 5,
+                       kNcclRemoteError = 6, kNcclInProgress = 7;
 constexpr int kInt64 = 4, kFloat = 7;
 // From ncclGroupEnd to the work on the stream, for the thread NCCL starts (2.23+).
 constexpr double kLaunchSeconds = 100e-6;
@@ -389,6 +398,16 @@ void nccl_warn(const char* file, int line, const std::string& text) {
   g_last_error = text;
   log_line(kLogWarn, 0, std::string(file) + ":" + std::to_string(line), text);
 }
+// FAKE_CUDA_VERSION: the CUDA version the driver supports.
+int driver_cuda_version() {
+  return std::atoi(env("FAKE_CUDA_VERSION", "13000").c_str());
+}
+// FAKE_NCCL_CUDA: the CUDA runtime inside the fake's NCCL (default: the driver's).
+int nccl_cuda_version() {
+  std::string v = env("FAKE_NCCL_CUDA");
+  return v.empty() ? driver_cuda_version() : std::atoi(v.c_str());
+}
+
 // NCCL's INFO(subsys, ...).
 void nccl_info(unsigned subsys, const std::string& text) {
   log_line(kLogInfo, subsys, "", text);
@@ -992,7 +1011,7 @@ CUresult cuInit(unsigned) {
   return kOk;
 }
 CUresult cuDriverGetVersion(int* v) {
-  *v = std::atoi(env("FAKE_CUDA_VERSION", "13000").c_str());
+  *v = driver_cuda_version();
   return kOk;
 }
 CUresult cuDeviceGetCount(int* n) {
@@ -1248,7 +1267,9 @@ void show_version(int rank) {
   int level = debug_out().level;
   int v = nccl_version();
   if (rank != 0 || level < kLogVersion || (v > 22105 && level > kLogWarn)) return;
-  std::printf("NCCL version %d.%d.%d+cuda12.4\n", v / 10000, v / 100 % 100, v % 100);
+  int cuda = nccl_cuda_version();
+  std::printf("NCCL version %d.%d.%d+cuda%d.%d\n", v / 10000, v / 100 % 100, v % 100, cuda / 1000,
+              cuda % 1000 / 10);
   std::fflush(stdout);
 }
 
@@ -1258,6 +1279,18 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   if (config == nullptr) {
     g_last_error = "fake NCCL expects a config";
     return kNcclInvalidArgument;
+  }
+  if (driver_cuda_version() / 1000 < nccl_cuda_version() / 1000) {
+    // cudart's first call (cudaGetDevice) finds the driver too old: NCCL's CUDACHECK
+    // warns in ncclCudaLibraryInit (misc/cudawrap.cc) and again in the init call itself
+    // (init.cc), which returns before any communicator exists (v2.28.9).
+    const std::string text =
+        "Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'";
+    nccl_warn("misc/cudawrap.cc", 271, text);
+    nccl_warn("init.cc", 2152, text);
+    *comm = nullptr;
+    if (t_group.depth > 0) t_group.error = kNcclUnhandledCudaError;
+    return kNcclUnhandledCudaError;
   }
   std::string mode = injected_for(rank) ? env("FAKE_NCCL_INIT") : "";
   if (mode == "fail-now") {  // as NCCL does for bad arguments: an error and no communicator
@@ -1466,6 +1499,8 @@ const char* ncclGetErrorString(ncclResult_t rc) {
   switch (rc) {
     case kNcclOk:
       return "no error";
+    case kNcclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case kNcclSystemError:
       return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
     case kNcclInternalError:

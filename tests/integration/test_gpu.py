@@ -240,6 +240,26 @@ class GpuStage(RankcheckTest):
         r1 = [r for r in procs[0].report["stage_results"] if r["rank"] == 1][0]
         self.assertFalse(r1["init_timed_out"])
 
+    def test_nccl_built_for_a_newer_cuda_than_the_driver(self):
+        # pip's NCCL for CUDA 13 on a host whose driver supports CUDA 12.2: cudart's first
+        # call fails with cudaErrorInsufficientDriver (35) and NCCL says "Cuda failure".
+        # Not a CUDA error to rerun with CUDA_LAUNCH_BLOCKING: the library and the driver
+        # do not go together, and the fix says which to change.
+        procs = self.job4({r: {"FAKE_CUDA_VERSION": "12020", "FAKE_NCCL_CUDA": "13000"}
+                           for r in (2, 3)})
+        self.finish()
+        self.assertExit(procs.values(), 5)
+        f = procs[0].finding("nccl-init-failed")
+        self.assertEqual(f["ranks"], [2, 3])
+        self.assertIn("Cuda failure 'CUDA driver version is insufficient for CUDA runtime "
+                      "version'", f["message"])
+        self.assertIn("unhandled cuda error", f["message"])
+        self.assertIn("reads as an NCCL built for a newer CUDA than the driver supports "
+                      f"(CUDA 12.2 on {f['hosts'][0]})", f["message"])
+        self.assertIn("load an NCCL built for CUDA 12 (pip's nvidia-nccl-cu12, or --nccl-lib), "
+                      "or update the driver", f["hint"])
+        self.assertNotIn("CUDA_LAUNCH_BLOCKING", f["hint"])
+
     def test_copy_to_gpu_fails(self):
         procs = self.job4({2: {"FAKE_CUDA_COPY": "fail"}})
         self.finish()
@@ -657,7 +677,7 @@ class GpuStage(RankcheckTest):
         for extra in (["--json", "-"], []):
             env = {**clean_env(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, MASTER_ADDR="127.0.0.1",
                                MASTER_PORT=free_port()),
-                   **self.fake(ngpus=1, FAKE_NCCL_VERSION="22105")}
+                   **self.fake(ngpus=1, FAKE_NCCL_VERSION="22105", FAKE_NCCL_CUDA="12040")}
             r = subprocess.run([BIN, "run", "--timeout", "10", *extra], env=env,
                                capture_output=True, text=True, timeout=40)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
