@@ -35,6 +35,14 @@
 //                             does: NCCL 2.28's WARN of misc/ibvwrap.cc ("Call to
 //                             ibv_modify_qp failed with 110 Connection timed out, ..."),
 //                             which is also the last error
+//   FAKE_NCCL_INIT=refused    this rank's bootstrap connection is refused (no root listens
+//                             where the id says): init never finishes for anyone; NCCL
+//                             retries as misc/socket.cc does (v2.28.9, socketConnectCheck):
+//                             attempt k sleeps k x NCCL_SOCKET_RETRY_SLEEP_MSEC (100) with an
+//                             INFO line, NCCL_SOCKET_RETRY_CNT (34) times, then a WARN and
+//                             ncclRemoteError (after 59.5 s). The sleeps do not look at the
+//                             abort flag: ncclCommAbort returns only when the sleep under
+//                             way ends (up to 3.4 s)
 //   (NCCL's version banner: printed to stdout by the communicator's rank 0 at init, as
 //   the version it is would: see show_version)
 //   FAKE_NCCL_CONNECT=fail-tree  the tree algorithm's connections fail: at init where
@@ -565,6 +573,8 @@ struct ncclComm {
   std::vector<Queued> launching;  // 2.23+: waiting for the group's thread
   ncclResult_t error = kNcclOk;   // sticky asynchronous error
   double neterr_at = 0;           // when a network error shows, 0: never
+  double refused_since = 0;       // FAKE_NCCL_INIT=refused: when the first connect was refused
+  int retries_said = 0;           // its INFO lines so far
   bool aborting = false;          // the abort flag: waits and kernels give up
   bool abort_called = false;      // ncclCommAbort was entered
   bool queued_reclaim = false;    // ncclCommAbort/Destroy inside an open group
@@ -607,6 +617,58 @@ void exit_during_abort() {
 
 // The time an abort takes inside NCCL (FAKE_NCCL_ABORT_MS, or forever under
 // FAKE_NCCL_ABORT=hang), with g_mu released.
+// FAKE_NCCL_INIT=refused: bootstrap's connect retries (misc/socket.cc at v2.28.9-1,
+// socketConnectCheck): attempt k (from 1) is refused, then sleeps k x the retry sleep,
+// up to the retry count; the sleeps end, counted from the first refusal, at
+// sleep x k(k+1)/2.
+int retry_sleep_ms() {
+  return std::atoi(env("NCCL_SOCKET_RETRY_SLEEP_MSEC", "100").c_str());
+}
+int retry_count() {
+  return std::atoi(env("NCCL_SOCKET_RETRY_CNT", "34").c_str());
+}
+double retries_end(int k) {
+  return retry_sleep_ms() / 1000.0 * k * (k + 1) / 2;
+}
+
+// Its INFO line for each retry begun by now, and past the last one its WARN.
+void refused_progress(ncclComm* c) {
+  double t = now_s() - c->refused_since;
+  const char* where = "socketPollConnect: connect to 10.0.0.1<29500> returned Connection refused";
+  while (c->retries_said < retry_count() && retries_end(c->retries_said) <= t) {
+    ++c->retries_said;
+    nccl_info(kSubInit | kSubNet, std::string(where) + ", retrying (" +
+                                      std::to_string(c->retries_said) + "/" +
+                                      std::to_string(retry_count()) + ") after sleep for " +
+                                      std::to_string(c->retries_said * retry_sleep_ms()) + " msec");
+  }
+  if (t >= retries_end(retry_count())) {
+    c->error = kNcclRemoteError;
+    nccl_warn("misc/socket.cc", 582,
+              std::string(where) + ", exceeded error retry count after " +
+                  std::to_string(retry_count() + 1) + " attempts");
+  }
+}
+
+// The abort flag is set, but the thread of init sleeps on: the abort, which joins it,
+// returns when the sleep under way ends.
+void abort_waits_for_the_retry_sleep(std::unique_lock<std::mutex>& lock, const ncclComm* c) {
+  if (c->refused_since <= 0 || c->error != kNcclOk) return;
+  double t = now_s() - c->refused_since;
+  int k = 1;
+  while (k < retry_count() && retries_end(k) <= t)
+    ++k;
+  double until = c->refused_since + retries_end(k);
+  lock.unlock();
+  ++g_aborts_inside;
+  while (now_s() < until) {
+    crash_if_exiting();
+    pause_ms(1);
+  }
+  --g_aborts_inside;
+  lock.lock();
+}
+
 void abort_takes_time(std::unique_lock<std::mutex>& lock, const ncclComm* c) {
   if (!injected_for(c->rank)) return;
   bool hang = env("FAKE_NCCL_ABORT") == "hang";
@@ -819,7 +881,9 @@ bool in_progress(const ncclComm* c) {
 // What ncclCommGetAsyncError sees: moves `c` forward first.
 ncclResult_t progress(ncclComm* c) {
   if (!c->initialized && c->error == kNcclOk) {
-    if (c->init_failed && c->init_ib_error) {
+    if (c->refused_since > 0) {
+      refused_progress(c);
+    } else if (c->init_failed && c->init_ib_error) {
       c->error = kNcclSystemError;
       // NCCL 2.28's words when a queue pair cannot reach its peer (src/misc/ibvwrap.cc:307
       // at tag v2.28.9-1, wrap_ibv_modify_qp; src/diagnose/data/nccl.tsv's "Call to
@@ -1323,6 +1387,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
   } else if (tree_broken_at_init(rank)) {
     c->init_failed = true;
     c->init_tree_error = true;
+  } else if (mode == "refused") {
+    c->init_hang = true;  // no root to meet: no rank finishes
+    c->refused_since = now_s();
   } else {
     c->init_hang = mode == "hang";
     if (!c->init_hang) write_file(c->dir + "/init-" + std::to_string(rank), "1");
@@ -1381,6 +1448,7 @@ ncclResult_t ncclCommAbort(ncclComm* c) {
     return kNcclOk;
   }
   c->abort_called = true;
+  abort_waits_for_the_retry_sleep(lock, c);
   abort_takes_time(lock, c);  // FAKE_NCCL_ABORT_MS; FAKE_NCCL_ABORT=hang: never returns
   for (int i = 0; i < 5000 && c->in_calls > 0; ++i) {  // joins what runs on it
     lock.unlock();

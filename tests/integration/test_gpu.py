@@ -529,6 +529,25 @@ class GpuStage(RankcheckTest):
             self.assertNotIn("exit() ran while ncclCommAbort", p.err)
             self.assertNotIn("watchdog", p.err)
 
+    def test_abort_during_bootstraps_connect_retries(self):
+        # A rank whose bootstrap connection is refused retries as NCCL's socket code
+        # does: attempt k sleeps k x NCCL_SOCKET_RETRY_SLEEP_MSEC, and the sleep does not
+        # look at the abort flag, so the abort returns only when the sleep under way ends
+        # (up to 3.4 s at NCCL's defaults; seconds here, at 1000 ms a step). The verdict
+        # still comes by the deadline, and the process ends with _exit, not under NCCL.
+        procs = {r: self.rank(r, 2, local=(r, 2),
+                              **self.fake(ngpus=2, NCCL_SOCKET_RETRY_SLEEP_MSEC="1000",
+                                          **({"FAKE_NCCL_INIT": "refused"} if r == 1 else {})))
+                 for r in range(2)}
+        self.finish()  # every process by --timeout + GRACE
+        self.assertExit(procs.values(), 5)
+        self.assertEqual(procs[0].ids(), ["nccl-init-timeout"])
+        self.assertEqual(procs[0].finding("nccl-init-timeout")["ranks"], [0, 1])
+        self.assertIn("nccl-init-timeout", procs[1].out)
+        for p in procs.values():
+            self.assertNotIn("exit() ran while ncclCommAbort", p.err)
+            self.assertNotIn("watchdog", p.err)
+
     def test_nccl_comm_blocking_in_the_environment_is_overridden(self):
         # NCCL_COMM_BLOCKING=1 overrides config.blocking (NCCL's envConfigOverride): init
         # would block in the stage's thread, and the deadline could abort nothing. The
