@@ -86,6 +86,11 @@
 //                             another thread kills the process with SIGABRT, as the driver
 //                             reclaiming memory under NCCL's threads does (NVIDIA/nccl#1013).
 //                             FAKE_NCCL_ABORT=hang does the same.
+//   node mode                 the communicators of one id in one process are torn down
+//                             together by the last of them destroyed or aborted (commReclaim,
+//                             intraComm0): it alone pays FAKE_NCCL_ABORT_MS (an abort that
+//                             hangs hangs wherever it is), and says on
+//                             stderr "fake NCCL: the last of N communicators ..."
 //   FAKE_NCCL_DESTROY=error   the communicator reports an asynchronous error when it is
 //                             destroyed. From 2.24, ncclCommDestroy that finds it not ready
 //                             returns with the caller's thread left inside a group: the next
@@ -583,6 +588,7 @@ struct ncclComm {
   bool blocking = false;          // config.blocking after NCCL_COMM_BLOCKING
   std::thread::id owner;          // the thread whose init (2.18: whose group job) made it
   bool destroy_error = false;     // FAKE_NCCL_DESTROY=error was applied
+  bool finalized = false;         // counted in its process's teardown (commReclaim)
 };
 
 namespace {
@@ -1436,6 +1442,27 @@ ncclResult_t ncclCommGetAsyncError(ncclComm* c, ncclResult_t* state) {
   *state = progress(c);
   return kNcclOk;
 }
+// NCCL's commReclaim (init.cc at v2.28.9-1): the communicators of one id that live in
+// one process (node mode: intraComm0 and its intraNext) are torn down together, by
+// the last of them to be destroyed or aborted; each earlier call only counts itself.
+// Whether `c` is that last one (it counts itself first).
+bool last_of_its_process(ncclComm* c) {
+  c->finalized = true;
+  int all = 0, left = 0;
+  for (const ncclComm* o : g_comms) {
+    if (o->dir != c->dir) continue;
+    ++all;
+    if (!o->finalized) ++left;
+  }
+  if (left == 0 && all > 1) {
+    std::fprintf(stderr,
+                 "fake NCCL: the last of %d communicators of this process tears them "
+                 "all down (commReclaim)\n",
+                 all);
+  }
+  return left == 0;
+}
+
 ncclResult_t ncclCommAbort(ncclComm* c) {
   if (c == nullptr) return kNcclOk;
   std::unique_lock lock(g_mu);
@@ -1449,7 +1476,10 @@ ncclResult_t ncclCommAbort(ncclComm* c) {
   }
   c->abort_called = true;
   abort_waits_for_the_retry_sleep(lock, c);
-  abort_takes_time(lock, c);  // FAKE_NCCL_ABORT_MS; FAKE_NCCL_ABORT=hang: never returns
+  // The teardown's time (FAKE_NCCL_ABORT_MS, the proxy's stop) is the last one's; an
+  // abort that hangs (FAKE_NCCL_ABORT=hang: never returns) hangs wherever it is.
+  bool last = last_of_its_process(c);
+  if (last || env("FAKE_NCCL_ABORT") == "hang") abort_takes_time(lock, c);
   for (int i = 0; i < 5000 && c->in_calls > 0; ++i) {  // joins what runs on it
     lock.unlock();
     pause_ms(1);
@@ -1485,6 +1515,7 @@ ncclResult_t ncclCommDestroy(ncclComm* c) {
     t_group.reclaims.push_back(c);
     return kNcclOk;
   }
+  last_of_its_process(c);
   c->dead = true;
   return kNcclOk;
 }
@@ -1503,6 +1534,7 @@ ncclResult_t ncclGroupEnd() {
   ThreadGroup g = std::move(t_group);
   t_group = ThreadGroup{};
   for (ncclComm* c : g.reclaims) {
+    last_of_its_process(c);
     c->queued_reclaim = false;
     c->abort_called = true;
     c->dead = true;

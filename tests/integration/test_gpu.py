@@ -595,6 +595,26 @@ class GpuStage(RankcheckTest):
         self.assertEqual(p.ids(), ["nccl-init-timeout"])
         self.assertIn("NCCL 2.18.6 cannot abort a communicator from another thread", p.err)
 
+    def test_node_mode_abort_is_one_teardown_by_the_last_communicator(self):
+        # In node mode one process holds a communicator per GPU, torn down together by
+        # the last of them to be aborted (NCCL's commReclaim: intraComm0's count): the
+        # earlier aborts return at once, the last one pays the whole teardown. Every one
+        # must be aborted for it to happen at all, and the verdict still comes in time.
+        args = ["run", "--timeout", str(self.timeout), "--nproc-per-node", "2", "--nnodes", "1",
+                "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
+                str(self.port), "--host-name", "node0"]
+        from harness import Proc
+        env = clean_env(**self.fake(ngpus=2, FAKE_NCCL_INIT="hang", FAKE_NCCL_ABORT_MS="1500"))
+        p = Proc(args, env, self.tmp.name, "node0")
+        self.procs.append(p)
+        self.finish()
+        self.assertExit([p], 5)
+        self.assertEqual(p.ids(), ["nccl-init-timeout"])
+        self.assertIn("fake NCCL: the last of 2 communicators of this process tears them all "
+                      "down", p.err)
+        self.assertNotIn("exit() ran while ncclCommAbort", p.err)
+        self.assertNotIn("watchdog", p.err)
+
     def test_failed_result_copy_still_agrees_on_the_bandwidth_test(self):
         # Rank 1's all-reduce completes but its total cannot be read back: it still
         # takes part in the round that agrees on the timed all-reduce, so rank 0 is told
