@@ -55,6 +55,30 @@ say "== the wrapper of run -- CMD: a job printing 1 GiB of log lines, on its own
 part /usr/bin/python3 scripts/bench_watch.py "${json[@]}"
 
 say
+say "== the GPU stage in node mode on the fake GPU library: 8 GPUs whose primary contexts take 300 ms each to create (FAKE_CUDA_CTX_MS), 3 runs"
+gpu_node() {
+  local uuids secs=() t0 t1
+  uuids=$(printf 'GPU-%08x-0000-0000-0000-000000000000,' 0 1 2 3 4 5 6 7)
+  [[ -e build/tests/libfakegpu.so ]] || { echo "bench: no build/tests/libfakegpu.so" >&2; return 1; }
+  for _ in 1 2 3; do
+    t0=$(date +%s%N)
+    RANKCHECK_CUDA_LIB=build/tests/libfakegpu.so RANKCHECK_NCCL_LIB=build/tests/libfakegpu.so \
+      FAKE_GPUS=${uuids%,} FAKE_CUDA_CTX_MS=300 build/rankcheck run -q --timeout 30 \
+      --nproc-per-node 8 --nnodes 1 --node-rank 0 --master-addr 127.0.0.1 \
+      --master-port $((20000 + RANDOM % 10000)) >/dev/null || return 1
+    t1=$(date +%s%N)
+    secs+=("$(awk -v ns=$((t1 - t0)) 'BEGIN {printf "%.2f", ns / 1e9}')")
+  done
+  if ((${#json[@]})); then
+    printf '{"scenario": "gpu-node-contexts", "ranks": 8, "context_ms": 300, "seconds": [%s]}\n' \
+      "$(IFS=,; echo "${secs[*]}")"
+  else
+    echo "whole run: ${secs[*]} s (the contexts one after another would take 2.4 s alone)"
+  fi
+}
+part gpu_node
+
+say
 say "== rankcheck diagnose over 1 GiB of logs (64 ranks' NCCL INFO and training lines, 1 in 100 a real failed job's line, a failure in the middle)"
 logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -241,10 +242,38 @@ bool StageRun::drain(std::vector<Slot>& slots, std::vector<bool>& waiting,
   }
 }
 
+// A device's primary context takes the driver 0.1-0.5 s to create the first time: a
+// node's eight would take seconds of the deadline one after the other. They are
+// made on a thread each (the driver API is thread-safe; contexts of different
+// devices are independent), joined before anything else; where a thread cannot be
+// started, the rest are made here.
+std::vector<CUresult> StageRun::retain_contexts(std::vector<Slot>& slots) {
+  const CudaApi& cu = in_.cuda;
+  std::vector<CUresult> rcs(n_, CUDA_SUCCESS);
+  std::vector<std::thread> threads;
+  size_t started = 0;
+  if (n_ > 1) {
+    try {
+      for (; started < n_; ++started) {
+        threads.emplace_back(
+            [&, i = started] { rcs[i] = cu.ctx_retain(&slots[i].ctx, in_.devices[i]); });
+      }
+    } catch (const std::system_error&) {
+      // No more threads: the rest below, on this one.
+    }
+  }
+  for (size_t i = started; i < n_; ++i)
+    rcs[i] = cu.ctx_retain(&slots[i].ctx, in_.devices[i]);
+  for (std::thread& t : threads)
+    t.join();
+  return rcs;
+}
+
 bool StageRun::prepare(std::vector<Slot>& slots) {
   const CudaApi& cu = in_.cuda;
+  const std::vector<CUresult> retained = retain_contexts(slots);
   for (size_t i = 0; i < n_; ++i) {
-    CUresult rc = cu.ctx_retain(&slots[i].ctx, in_.devices[i]);
+    CUresult rc = retained[i];
     if (rc == CUDA_SUCCESS) rc = cu.ctx_set_current(slots[i].ctx);
     if (rc == CUDA_SUCCESS) rc = cu.stream_create(&slots[i].stream, CU_STREAM_NON_BLOCKING);
     if (rc == CUDA_SUCCESS) rc = cu.mem_alloc(&slots[i].buf, 2 * sizeof(int64_t));

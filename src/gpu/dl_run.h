@@ -69,6 +69,7 @@ class StageRun {
 
   // Steps of work(); each returns false when the run must stop.
   bool prepare(std::vector<Slot>& slots);
+  std::vector<CUresult> retain_contexts(std::vector<Slot>& slots);
   bool init(std::vector<Slot>& slots);
   bool allreduce(std::vector<Slot>& slots);
   void bandwidth(std::vector<Slot>& slots);

@@ -17,6 +17,9 @@
 //   FAKE_CUDA_INIT=fail       cuInit fails (CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)
 //   FAKE_CUDA_INIT=hang       cuInit never returns (a GPU fallen off the bus, a driver
 //                             in recovery)
+//   FAKE_CUDA_CTX_MS=300      a device's primary context takes this long to create (its
+//                             first cuDevicePrimaryCtxRetain; 0.1-0.5 s on a real GPU),
+//                             each device's on its own
 //   FAKE_CUDA_COPY=fail       copies between host and GPU fail
 //   FAKE_NCCL_VERSION=22809   what ncclGetVersion says, and which NCCL the fake is:
 //       2.23 and later (NCCL's group.cc: every group on a non-blocking communicator
@@ -89,7 +92,7 @@
 //   node mode                 the communicators of one id in one process are torn down
 //                             together by the last of them destroyed or aborted (commReclaim,
 //                             intraComm0): it alone pays FAKE_NCCL_ABORT_MS (an abort that
-//                             hangs hangs wherever it is), and says on
+//                             hangs hangs wherever it is); an abort that is the last says on
 //                             stderr "fake NCCL: the last of N communicators ..."
 //   FAKE_NCCL_DESTROY=error   the communicator reports an asynchronous error when it is
 //                             destroyed. From 2.24, ncclCommDestroy that finds it not ready
@@ -1152,7 +1155,11 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
 }
 CUresult cuDevicePrimaryCtxRetain(CUctx_st** ctx, CUdevice d) {
   static CUctx_st primary[64];  // one per device, like the real primary contexts
+  static std::once_flag made[64];
   if (d < 0 || d >= 64) return kInvalidValue;
+  // FAKE_CUDA_CTX_MS: the first retain of a device creates its context, which takes
+  // the driver that long; devices' contexts are made independently of each other.
+  std::call_once(made[d], [] { pause_ms(std::atoi(env("FAKE_CUDA_CTX_MS", "0").c_str())); });
   primary[d].device = d;
   *ctx = &primary[d];
   return kOk;
@@ -1445,8 +1452,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm* c, ncclResult_t* state) {
 // NCCL's commReclaim (init.cc at v2.28.9-1): the communicators of one id that live in
 // one process (node mode: intraComm0 and its intraNext) are torn down together, by
 // the last of them to be destroyed or aborted; each earlier call only counts itself.
-// Whether `c` is that last one (it counts itself first).
-bool last_of_its_process(ncclComm* c) {
+// How many it tears down when `c` is that last one (it counts itself first), else 0.
+int last_of_its_process(ncclComm* c) {
   c->finalized = true;
   int all = 0, left = 0;
   for (const ncclComm* o : g_comms) {
@@ -1454,13 +1461,7 @@ bool last_of_its_process(ncclComm* c) {
     ++all;
     if (!o->finalized) ++left;
   }
-  if (left == 0 && all > 1) {
-    std::fprintf(stderr,
-                 "fake NCCL: the last of %d communicators of this process tears them "
-                 "all down (commReclaim)\n",
-                 all);
-  }
-  return left == 0;
+  return left == 0 ? all : 0;
 }
 
 ncclResult_t ncclCommAbort(ncclComm* c) {
@@ -1478,8 +1479,14 @@ ncclResult_t ncclCommAbort(ncclComm* c) {
   abort_waits_for_the_retry_sleep(lock, c);
   // The teardown's time (FAKE_NCCL_ABORT_MS, the proxy's stop) is the last one's; an
   // abort that hangs (FAKE_NCCL_ABORT=hang: never returns) hangs wherever it is.
-  bool last = last_of_its_process(c);
-  if (last || env("FAKE_NCCL_ABORT") == "hang") abort_takes_time(lock, c);
+  int torn_down = last_of_its_process(c);
+  if (torn_down > 1) {
+    std::fprintf(stderr,
+                 "fake NCCL: the last of %d communicators of this process aborted tears them "
+                 "all down (commReclaim)\n",
+                 torn_down);
+  }
+  if (torn_down > 0 || env("FAKE_NCCL_ABORT") == "hang") abort_takes_time(lock, c);
   for (int i = 0; i < 5000 && c->in_calls > 0; ++i) {  // joins what runs on it
     lock.unlock();
     pause_ms(1);
