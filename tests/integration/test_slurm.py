@@ -1218,7 +1218,7 @@ class SlurmProlog(unittest.TestCase):
             jobs = c.cmd("squeue", "-h", "-o", "%i", check=False).stdout.split()
             if jobs:
                 c.cmd("scancel", *jobs, check=False)
-            drained = [n for n, st in states.items() if "drain" in st or st == "down"]
+            drained = [n for n, st in states.items() if "drain" in st or "down" in st]
             if drained:
                 c.cmd("scontrol", "update", f"nodename={','.join(drained)}", "state=resume",
                       check=False)
