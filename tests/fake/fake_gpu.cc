@@ -1363,7 +1363,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
     // (init.cc), which returns before any communicator exists (v2.28.9).
     const std::string text =
         "Cuda failure 'CUDA driver version is insufficient for CUDA runtime version'";
-    nccl_warn("misc/cudawrap.cc", 271, text);
+    nccl_warn("misc/cudawrap.cc", 270, text);
     nccl_warn("init.cc", 2152, text);
     *comm = nullptr;
     if (t_group.depth > 0) t_group.error = kNcclUnhandledCudaError;
