@@ -162,17 +162,13 @@ class RankOwners {
     std::string lib = gpu != nullptr && !gpu->nccl_path.empty()
                           ? fmt::format(" ({})", printable(gpu->nccl_path, 160))
                           : std::string();
-    fix = cuda > 0 ? fmt::format(
-                         "the NCCL loaded{} was built for a newer CUDA than the driver supports "
-                         "(CUDA {}): load an NCCL built for CUDA {} (pip's nvidia-nccl-cu{}, "
-                         "or --nccl-lib), or update the driver to one that supports the NCCL's "
-                         "CUDA",
-                         lib, cuda_version_text(cuda), cuda / 1000, cuda / 1000)
-                   : fmt::format(
-                         "the NCCL loaded{} was built for a newer CUDA than the driver supports "
-                         "(rankcheck env shows the driver's CUDA): load an NCCL built for that "
-                         "CUDA, or update the driver",
-                         lib);
+    std::string pick =
+        cuda > 0 ? fmt::format("CUDA {0} (pip's nvidia-nccl-cu{0}, or --nccl-lib)", cuda / 1000)
+                 : std::string("the driver's CUDA (rankcheck env shows it)");
+    fix = fmt::format(
+        "the NCCL loaded{} was built for a newer CUDA than the driver supports{}: load an NCCL "
+        "built for {}, or update the driver to one that supports the NCCL's CUDA",
+        lib, cuda > 0 ? fmt::format(" (CUDA {})", cuda_version_text(cuda)) : std::string(), pick);
   }
 
  private:
