@@ -40,6 +40,14 @@ class Mpi(unittest.TestCase):
         with open(os.path.join(self.tmp, f"r{rank}.json")) as f:
             return json.load(f)
 
+    @staticmethod
+    def stdout_of(outdir, rank):
+        # mpirun forwards its processes' output in chunks, not lines: a member's "rankcheck:
+        # FAIL" can land inside the master's report. Each process's own stdout is in the
+        # file --output-filename DIR writes for it (Open MPI 4: DIR/1/rank.N/stdout).
+        with open(os.path.join(outdir, "1", f"rank.{rank}", "stdout")) as f:
+            return f.read()
+
     def test_tcp_rendezvous_with_identity_from_open_mpi(self):
         port = free_port()
         r = self.run_mpi(mpirun(4, BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--json",
@@ -102,13 +110,15 @@ class Mpi(unittest.TestCase):
         # not rehearse those connections. The report says so; paths[] alone said nothing.
         script = (f'exec "$0" run --bootstrap mpi --no-gpu --timeout {TIMEOUT} '
                   f'--host-name "h$OMPI_COMM_WORLD_RANK" --json "{self.tmp}/r$OMPI_COMM_WORLD_RANK.json"')
-        r = self.run_mpi(mpirun(2, "/bin/sh", "-c", script, BIN_MPI))
+        outdir = os.path.join(self.tmp, "out")
+        self.run_mpi(mpirun(2, "/bin/sh", "-c", script, BIN_MPI,
+                            extra=("--output-filename", outdir)))
         master = self.report(0)
         self.assertEqual(master["paths"], [])
         self.assertFalse(master["rehearsal"]["ran"], master["rehearsal"])
         self.assertIn("--bootstrap mpi does not rehearse them", master["rehearsal"]["not_run"])
         self.assertIn("NCCL's connections not rehearsed: --bootstrap mpi does not rehearse them",
-                      r.stdout)
+                      self.stdout_of(outdir, 0))
 
     @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
     def test_mpi_bootstrap_healthy(self):
@@ -141,10 +151,13 @@ class Mpi(unittest.TestCase):
     @unittest.skipUnless(os.path.exists(BIN_MPI), "rankcheck-mpi not built (no MPI headers)")
     def test_mpi_bootstrap_user_rank_disagrees_with_mpi(self):
         # RANK=2 exported to every process: MPI says 0..3, the training job would read 2.
+        outdir = os.path.join(self.tmp, "out")
         r = self.run_mpi(mpirun(4, BIN_MPI, "run", "--bootstrap", "mpi", "--no-gpu", "--timeout",
-                                str(TIMEOUT), "--color", "never", extra=("-x", "RANK=2")))
+                                str(TIMEOUT), "--color", "never",
+                                extra=("-x", "RANK=2", "--output-filename", outdir)))
         self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
-        out = r.stdout
+        stdouts = [self.stdout_of(outdir, n) for n in range(4)]
+        out = stdouts[0]  # MPI rank 0 is the master: the report is its
         # Three processes got RANK=2 against their MPI rank (the fourth is MPI rank 2 itself).
         self.assertIn("FAIL — 3 errors. First: 3 members have conflicting rank", out)
         self.assertIn("✗ launcher-env-conflict", out)
@@ -158,8 +171,10 @@ class Mpi(unittest.TestCase):
                          r"processes for a world size of 4: some of them claimed another rank "
                          r"fix: drop the RANK")
         self.assertNotIn("mpirun -np", words)
-        # Every process exits with the job's verdict, and says so.
-        self.assertEqual(out.count("rankcheck: FAIL"), 3)
+        # Every member exits with the job's verdict, and says so.
+        for n in (1, 2, 3):
+            self.assertEqual(stdouts[n].count("rankcheck: FAIL"), 1, stdouts[n])
+        self.assertNotIn("rankcheck: FAIL", out)
 
     def test_plain_binary_says_where_mpi_is(self):
         r = self.run_mpi([BIN, "run", "--bootstrap", "mpi", "--rank", "0", "--world-size", "1"])
