@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -110,6 +112,39 @@ IbPortView read_port(const std::string& dir, int port) {
   return p;
 }
 
+// CAP_IPC_LOCK (14) in this process's effective set: /proc/self/status CapEff.
+bool has_ipc_lock() {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return false;
+  char line[256];
+  bool cap = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "CapEff:", 7) != 0) continue;
+    unsigned long long eff = std::strtoull(line + 7, nullptr, 16);
+    cap = ((eff >> 14) & 1) != 0;
+    break;
+  }
+  std::fclose(f);
+  return cap;
+}
+
+// The uverbs character device of RDMA device `name`, as rdma-core finds it
+// (libibverbs/ibdev_nl.c find_uverbs_sysfs, init.c setup_sysfs_dev): the entry of
+// <dev>/device/infiniband_verbs/, else the /sys/class/infiniband_verbs/uverbsN whose
+// `ibdev` names it. "" when sysfs names none.
+std::string uverbs_of(const SysFs& sys, const std::string& name) {
+  std::vector<std::string> own =
+      entries(sys.path("/sys/class/infiniband/" + name + "/device/infiniband_verbs"));
+  for (const std::string& e : own) {
+    if (e.starts_with("uverbs")) return e;
+  }
+  const std::string cls = sys.path("/sys/class/infiniband_verbs");
+  for (const std::string& e : entries(cls)) {
+    if (e.starts_with("uverbs") && read_line(cls + "/" + e + "/ibdev") == name) return e;
+  }
+  return "";
+}
+
 int64_t memlock_limit() {
   rlimit rl{};
   if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return -2;
@@ -175,6 +210,15 @@ IbHostView SysFs::read_ib() const {
     std::sort(ports.begin(), ports.end());
     for (int p : ports)
       d.ports.push_back(read_port(cls + "/" + name + "/ports/" + std::to_string(p), p));
+    d.uverbs = uverbs_of(*this, name);
+    if (!d.uverbs.empty()) {
+      // libibverbs stat()s the device's own node, and NCCL's ibv_open_device opens it.
+      std::string node = path("/dev/infiniband/" + d.uverbs);
+      d.cdev = exists(node);
+      int fd = d.cdev ? ::open(node.c_str(), O_RDWR | O_CLOEXEC) : -1;
+      d.openable = fd >= 0;
+      if (fd >= 0) ::close(fd);
+    }
     v.devices.push_back(std::move(d));
   }
   for (const std::string& name : entries(path("/dev/infiniband"))) {
@@ -196,6 +240,7 @@ IbHostView SysFs::read_ib() const {
               exists(path("/sys/kernel/mm/memory_peers/nvidia-peermem/version"));
   v.container = exists(path("/.dockerenv")) || exists(path("/run/.containerenv"));
   v.memlock = memlock_limit();
+  v.ipc_lock = has_ipc_lock();
   return v;
 }
 

@@ -24,6 +24,7 @@ struct IbPortFacts {
     kSelected = 1,      ///< NCCL_IB_HCA (or its absence) selects it
     kUsed = 2,          ///< selected, ACTIVE, IB or Ethernet: NCCL opens it
     kGidLinkLocal = 4,  ///< the GID NCCL picks is link-local (fe80::/64) or unset
+    kNoCdev = 8,        ///< its device's /dev/infiniband/uverbsN is missing or does not open
   };
   SharedString device;  ///< "mlx5_0"
   uint8_t port = 1;
@@ -59,23 +60,31 @@ struct NcclNetFacts {
     kNetMissing = 8,  ///< NCCL_NET names a network this host does not have
   };
   enum Gdr : uint8_t { kGdrUnknown = 0, kGdrNone = 1, kGdrPeermem = 2 };
-  enum Flags : uint8_t { kContainer = 1, kUverbs = 2, kUverbsOpen = 4, kFromRoot = 8 };
+  enum Flags : uint8_t {
+    kContainer = 1,
+    kUverbs = 2,
+    kUverbsOpen = 4,
+    kFromRoot = 8,
+    kIpcLock = 16,  ///< CAP_IPC_LOCK: RLIMIT_MEMLOCK does not bound RDMA registrations
+  };
   uint8_t transport = kUnknown;  ///< kUnknown: not collected
   uint8_t reason = kNone;
   uint8_t gdr = kGdrUnknown;
   uint8_t flags = 0;
-  uint8_t ib_devices = 0;          ///< RDMA devices in sysfs
-  uint8_t nics = 0;                ///< NICs NCCL counts, after NCCL_IB_MERGE_NICS
-  int64_t memlock = -2;            ///< RLIMIT_MEMLOCK bytes; -1 unlimited, -2 unknown
-  int64_t memlock_need = 0;        ///< what NCCL's registrations need, estimated
-  SharedString rule;               ///< how: "NCCL_IB_HCA=mlx5_0 (environment)", "default"
-  SharedString plugin;             ///< the plugin library the loader finds, or ""
-  SharedString plugin_tried;       ///< the names NCCL would try, "libnccl-net.so"
-  SharedString net_name;           ///< NCCL_NET, "" when unset
-  SharedString gid_rule;           ///< how the RoCE GID was chosen (choose_roce_gid's rule)
-  SharedString root;               ///< RANKCHECK_SYSFS_ROOT when the facts came from a copy
-  int32_t rules_version = 0;       ///< the NCCL version whose rules applied; 0: the newest
-  std::vector<IbPortFacts> ports;  ///< every port of every device, up to kMaxIbPorts
+  uint8_t ib_devices = 0;     ///< RDMA devices in sysfs
+  uint8_t nics = 0;           ///< NICs NCCL counts, after NCCL_IB_MERGE_NICS
+  int64_t memlock = -2;       ///< RLIMIT_MEMLOCK bytes; -1 unlimited, -2 unknown
+  int64_t memlock_need = 0;   ///< what NCCL's registrations need, estimated
+  SharedString rule;          ///< how: "NCCL_IB_HCA=mlx5_0 (environment)", "default"
+  SharedString plugin;        ///< the plugin library the loader finds, or ""
+  SharedString plugin_tried;  ///< the names NCCL would try, "libnccl-net.so"
+  SharedString net_name;      ///< NCCL_NET, "" when unset
+  SharedString gid_rule;      ///< how the RoCE GID was chosen (choose_roce_gid's rule)
+  SharedString root;          ///< RANKCHECK_SYSFS_ROOT when the facts came from a copy
+  int32_t rules_version = 0;  ///< the NCCL version whose rules applied; 0: the newest
+  /// Every port of every device; beyond kMaxIbPorts, the ones NCCL does not open go
+  /// from the end first.
+  std::vector<IbPortFacts> ports;
 
   bool known() const { return transport != kUnknown; }
   /// The ports NCCL opens.

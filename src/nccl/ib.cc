@@ -88,13 +88,21 @@ uint8_t link_of(const std::string& layer) {
 
 // The ports of every device, in libibverbs' order, with NCCL_IB_HCA's and the
 // port's own verdict, and on used RoCE ports the GID NCCL picks.
+// Whether libibverbs lists the device and NCCL opens it. When sysfs names no
+// device's uverbs, the host-wide answer stands for every device.
+bool device_opens(const IbHostView& host, const IbDeviceView& d) {
+  bool any_named = std::any_of(host.devices.begin(), host.devices.end(),
+                               [](const IbDeviceView& x) { return !x.uverbs.empty(); });
+  return any_named ? d.cdev && d.openable : host.uverbs_openable;
+}
+
 std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& spec,
                                     const EnvMap& env, int32_t version, std::string& gid_rule) {
   std::vector<IbPortFacts> out;
   size_t used = 0;
   for (const IbDeviceView& d : host.devices) {
+    bool opens = device_opens(host, d);
     for (const IbPortView& p : d.ports) {
-      if (out.size() >= kMaxIbPorts) return out;
       IbPortFacts f;
       f.device = d.name;
       f.port = static_cast<uint8_t>(std::clamp(p.port, 0, 255));
@@ -102,7 +110,8 @@ std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& sp
       f.link = link_of(p.link_layer);
       f.rate_gbps = p.rate_gbps;
       if (nccl::list_matches(spec, d.name, p.port)) f.flags |= IbPortFacts::kSelected;
-      if ((f.flags & IbPortFacts::kSelected) != 0 && f.state == IbPortFacts::kActive &&
+      if (!opens) f.flags |= IbPortFacts::kNoCdev;
+      if (opens && (f.flags & IbPortFacts::kSelected) != 0 && f.state == IbPortFacts::kActive &&
           f.link != IbPortFacts::kLinkUnknown && used < kMaxIbDevs) {
         f.flags |= IbPortFacts::kUsed;
         ++used;
@@ -122,6 +131,11 @@ std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& sp
       }
       out.push_back(std::move(f));
     }
+  }
+  // The record keeps kMaxIbPorts: the ports NCCL does not open go first, from the end
+  // (NCCL's own cap is on the ports it opens, above).
+  for (size_t i = out.size(); i-- > 0 && out.size() > kMaxIbPorts;) {
+    if (!out[i].used()) out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
   }
   return out;
 }
@@ -231,7 +245,7 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   if (set == nullptr || set->empty()) return {"libnccl-net.so"};
   std::vector<std::string> names;
   if (rules_since(version, nccl::kPluginList)) {
-    if (strcasecmp(set->c_str(), "none") == 0) return {};
+    if (rules_since(version, nccl::kPluginNone) && strcasecmp(set->c_str(), "none") == 0) return {};
     for (size_t start = 0; start < set->size();) {
       size_t comma = set->find(',', start);
       if (comma == std::string::npos) comma = set->size();
@@ -243,12 +257,19 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   }
   std::vector<std::string> out;
   for (const std::string& n : names) {
-    if (rules_since(version, nccl::kPluginAsIs)) out.push_back(n);
-    bool library_like =
-        n.find('/') != std::string::npos || (n.starts_with("lib") && n.ends_with(".so"));
-    if (!rules_since(version, nccl::kPluginAsIs) || !rules_since(version, nccl::kPluginNoPrefix) ||
-        !library_like)
-      out.push_back("libnccl-net-" + n + ".so");
+    std::string prefixed = "libnccl-net-" + n + ".so";
+    bool lib_so = n.starts_with("lib") && n.ends_with(".so");
+    if (!rules_since(version, nccl::kPluginAsIs)) {
+      out.push_back(prefixed);
+    } else if (rules_since(version, nccl::kPluginNoPrefix)) {
+      out.push_back(n);
+      if (n.find('/') == std::string::npos && !lib_so) out.push_back(prefixed);
+    } else if (rules_since(version, nccl::kPluginList)) {  // 2.27.3, 2.27.4
+      out.push_back(lib_so && n.size() >= 7 ? n : prefixed);
+    } else {
+      out.push_back(n);
+      out.push_back(prefixed);
+    }
   }
   return out;
 }
@@ -272,7 +293,8 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   f.flags = (host.container ? NcclNetFacts::kContainer : 0) |
             (host.uverbs.empty() ? 0 : NcclNetFacts::kUverbs) |
             (host.uverbs_openable ? NcclNetFacts::kUverbsOpen : 0) |
-            (host.root.empty() ? 0 : NcclNetFacts::kFromRoot);
+            (host.root.empty() ? 0 : NcclNetFacts::kFromRoot) |
+            (host.ipc_lock ? NcclNetFacts::kIpcLock : 0);
   f.plugin = in.plugin;
   std::string tried;
   for (const std::string& t : in.plugin_tried)
@@ -290,15 +312,17 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   // Why the IB transport would have no port, in the order ncclIbInit meets them.
   uint8_t ib_reason = NcclNetFacts::kNone;
   bool selected = std::any_of(f.ports.begin(), f.ports.end(), [](const IbPortFacts& p) {
-    return (p.flags & IbPortFacts::kSelected) != 0;
+    return (p.flags & IbPortFacts::kSelected) != 0 && (p.flags & IbPortFacts::kNoCdev) == 0;
   });
+  bool any_opens = std::any_of(host.devices.begin(), host.devices.end(),
+                               [&host](const IbDeviceView& d) { return device_opens(host, d); });
   if (nccl::param(env, "NCCL_IB_DISABLE", 0) != 0) {
     ib_reason = NcclNetFacts::kDisabled;
   } else if (!host.verbs_library) {
     ib_reason = NcclNetFacts::kNoVerbs;
   } else if (host.devices.empty()) {
     ib_reason = NcclNetFacts::kNoDevice;
-  } else if (!host.uverbs_openable) {
+  } else if (!any_opens) {
     ib_reason = NcclNetFacts::kNoUverbs;
   } else if (!selected) {
     ib_reason = NcclNetFacts::kHcaNone;

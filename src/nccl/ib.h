@@ -40,6 +40,11 @@ struct IbDeviceView {
   std::string pci_path;        ///< realpath of the device link, as NCCL merges by it
   std::string sys_image_guid;  ///< NCCL merges ports of one NIC by it too
   std::vector<IbPortView> ports;
+  /// Its uverbs character device ("uverbs3", from device/infiniband_verbs/ or
+  /// /sys/class/infiniband_verbs/*/ibdev), "" when sysfs names none.
+  std::string uverbs;
+  bool cdev = false;      ///< /dev/infiniband/<uverbs> exists (libibverbs lists the device)
+  bool openable = false;  ///< and opens read-write (NCCL's ibv_open_device)
 };
 
 /// This host's view, as NCCL's IB transport would find it.
@@ -51,7 +56,10 @@ struct IbHostView {
   bool container = false;             ///< /.dockerenv or /run/.containerenv
   bool verbs_library = false;         ///< the loader finds libibverbs.so.1
   int64_t memlock = -2;               ///< RLIMIT_MEMLOCK soft limit; -1 unlimited, -2 unknown
-  std::string root;                   ///< the root read ("" for "/")
+  /// CAP_IPC_LOCK in this process's effective set: the kernel does not hold its RDMA
+  /// registrations to RLIMIT_MEMLOCK (ib_umem_get, drivers/infiniband/core/umem.c).
+  bool ipc_lock = false;
+  std::string root;  ///< the root read ("" for "/")
 };
 
 /// NCCL_IB_HCA is read with NCCL's list grammar (nccl/list.h: '^', '=', prefixes,
@@ -77,9 +85,8 @@ bool gid_link_local(const std::array<uint8_t, 16>& raw);
 std::string gid_text(const std::array<uint8_t, 16>& raw);
 
 /// The network plugin libraries NCCL would try, in order, for NCCL_NET_PLUGIN at
-/// `nccl_version`: unset: "libnccl-net.so"; set (before 2.21): "libnccl-net-NAME.so";
-/// 2.21+: NAME as given, then "libnccl-net-NAME.so" (2.26+: not for a path or a
-/// "lib*.so" name); 2.28+: a comma list, and "none" for no plugin at all.
+/// `nccl_version`: unset: "libnccl-net.so"; set, by the versions of nccl/version.h's
+/// kPlugin* gates (a comma list from 2.27.3, "none" for no plugin from 2.28).
 std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t nccl_version);
 
 /// What the choice reads besides the host view.
@@ -97,9 +104,14 @@ struct NcclNetInput {
 /// - NCCL_NET, when set, names the one network NCCL may use ("IB", "Socket" or a
 ///   plugin's); a plugin the loader finds wins otherwise;
 /// - the IB transport is off with NCCL_IB_DISABLE, without libibverbs, and finds no
-///   device it can open without /dev/infiniband;
-/// - it opens every port that NCCL_IB_HCA selects, that is ACTIVE, and whose link
-///   layer is InfiniBand or Ethernet, up to 32; none left: NET/Socket;
+///   device it can open without /dev/infiniband; libibverbs (rdma-core v20+,
+///   try_access_device) lists only the devices whose own uverbs character device
+///   exists, and NCCL skips one that does not open; when sysfs names no device's
+///   uverbs (a copy of sysfs without /sys/class/infiniband_verbs), any uverbs that
+///   opens stands for all of them;
+/// - it opens every port of those that NCCL_IB_HCA selects, that is ACTIVE, and whose
+///   link layer is InfiniBand or Ethernet, up to 32 (the cap counts opened ports, not
+///   the ports before them); none left: NET/Socket;
 /// - NICs: from 2.20 NCCL_IB_MERGE_NICS (default 1) counts the ports of one PCI
 ///   device with one system image GUID and one link layer as one NIC (2 ports at
 ///   most, 4 from 2.24);

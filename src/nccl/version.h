@@ -38,9 +38,15 @@ inline constexpr Version kInvertedSubnetUntil = 23000;
 inline constexpr Version kMergeNics = 22000;       // NCCL_IB_MERGE_NICS
 inline constexpr Version kGidChoice = 22100;       // NCCL picks the RoCE GID itself
 inline constexpr Version kFourDevsPerNic = 22400;  // NCCL_IB_MAX_DEVS_PER_NIC 4, was 2
-inline constexpr Version kPluginAsIs = 22100;      // NCCL_NET_PLUGIN tried as given first
-inline constexpr Version kPluginNoPrefix = 22600;  // no prefixed try for a path or lib*.so
-inline constexpr Version kPluginList = 22800;      // a comma list, and "none"
+// NCCL_NET_PLUGIN (src/net.cc, from 2.26 src/plugin/plugin_open.cc openPluginLib):
+// before 2.21 only "libnccl-net-NAME.so"; 2.21 to 2.27.2 NAME as given, then the
+// prefixed name; 2.27.3 and 2.27.4 a "lib*.so" name (7 characters or more) as given,
+// any other the prefixed name only (a full path is never loaded); from 2.27.5 NAME as
+// given, then the prefixed name unless NAME has a '/' or is "lib*.so".
+inline constexpr Version kPluginAsIs = 22100;
+inline constexpr Version kPluginList = 22703;      // a comma list (strtok_r: no empty names)
+inline constexpr Version kPluginNoPrefix = 22705;  // as given, prefixed unless a path or lib*.so
+inline constexpr Version kPluginNone = 22800;      // "none" (any case): no plugin at all
 
 // Communicators (src/init.cc, src/group.cc):
 // ncclCommAbort may be called from another thread than the one whose non-blocking

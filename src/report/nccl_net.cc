@@ -62,6 +62,7 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
   j["memlock_bytes"] = f.memlock >= 0 ? nlohmann::json(f.memlock) : nlohmann::json();
   j["memlock_unlimited"] = f.memlock == -1;
   j["memlock_need_bytes"] = f.memlock_need;
+  j["cap_ipc_lock"] = (f.flags & NcclNetFacts::kIpcLock) != 0;
   j["gid_rule"] = f.gid_rule.empty() ? nlohmann::json() : nlohmann::json(f.gid_rule.str());
   j["sysfs_root"] = f.root.empty() ? nlohmann::json() : nlohmann::json(f.root.str());
   j["ports"] = nlohmann::json::array();
@@ -74,6 +75,7 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
                                                                              : "unknown"},
                            {"rate_gbps", p.rate_gbps},
                            {"selected", (p.flags & IbPortFacts::kSelected) != 0},
+                           {"listed", (p.flags & IbPortFacts::kNoCdev) == 0},
                            {"used", p.used()}};
     if (p.gid_index >= 0) {
       port["gid"] = {
@@ -108,7 +110,11 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
                                    : p.link == IbPortFacts::kEthernet ? "RoCE"
                                                                       : "?",
                                    p.rate_gbps);
-    std::string note = p.used()                                  ? std::string("used")
+    std::string note = p.used() ? std::string("used")
+                       : (p.flags & IbPortFacts::kNoCdev) != 0
+                           ? std::string(
+                                 "not listed: its /dev/infiniband/uverbs node is missing "
+                                 "or does not open")
                        : (p.flags & IbPortFacts::kSelected) == 0 ? std::string("not selected")
                        : p.state != IbPortFacts::kActive ? std::string("skipped: not ACTIVE")
                        : f.transport == NcclNetFacts::kPlugin
@@ -123,7 +129,10 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
     row("  ib port", printable(p.name(), 24) + " " + what, note);
   }
   row("  memlock", memlock_text(f.memlock),
-      fmt::format("RLIMIT_MEMLOCK · NCCL registers about {}", memlock_text(f.memlock_need)));
+      fmt::format("RLIMIT_MEMLOCK · NCCL registers about {}{}", memlock_text(f.memlock_need),
+                  (f.flags & NcclNetFacts::kIpcLock) != 0
+                      ? " · CAP_IPC_LOCK: the kernel does not hold RDMA registrations to it"
+                      : ""));
   row("  gpudirect", f.gdr == NcclNetFacts::kGdrPeermem ? "nvidia_peermem" : "no peermem",
       "/sys/module/nvidia_peermem, /sys/kernel/mm/memory_peers (dma-buf not probed)");
 }

@@ -92,6 +92,32 @@ std::string memlock_text(int64_t v) {
   return v >= (int64_t{1} << 20) ? fmt::format("{} MiB", v >> 20) : fmt::format("{} KiB", v >> 10);
 }
 
+// The address families of every used RoCE port's GID: "IPv4 GIDs", or, when a host's
+// rails differ, "IPv4 GIDs but IPv6 on mlx5_1:1"; "" when none is known.
+std::string gid_families(const std::vector<const IbPortFacts*>& ps) {
+  std::map<int, std::vector<std::string>> by_family;
+  for (const IbPortFacts* p : ps) {
+    if (p->gid_family != 0) by_family[p->gid_family].push_back(p->name());
+  }
+  if (by_family.empty()) return "";
+  if (by_family.size() == 1) return fmt::format("IPv{} GIDs", by_family.begin()->first);
+  // The family of most ports first; the others by their ports.
+  auto most = std::max_element(
+      by_family.begin(), by_family.end(),
+      [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  std::string text = fmt::format("IPv{} GIDs", most->first);
+  for (const auto& [family, names] : by_family) {
+    if (family != most->first)
+      text += fmt::format(" but IPv{} on {}", family, format_list(names, 4));
+  }
+  return text;
+}
+
+// Whether a record's registrations are held to its RLIMIT_MEMLOCK, and it is too low.
+bool memlock_low(const NcclNetFacts& f) {
+  return (f.flags & NcclNetFacts::kIpcLock) == 0 && f.memlock >= 0 && f.memlock < f.memlock_need;
+}
+
 }  // namespace
 
 void check_nccl_net_mismatch(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -156,12 +182,26 @@ void check_nccl_ib_hca_none(const CheckContext& ctx, std::vector<Finding>& out) 
   for (const HostNet& h : host_nets(ctx)) {
     const NcclNetFacts& f = h.first->nccl_net;
     if (f.reason != NcclNetFacts::kHcaNone) continue;
-    out.push_back(make(FindingId::kNcclIbHcaNone,
-                       fmt::format("{} matches none of {}'s ports ({}): NCCL's IB transport finds "
-                                   "no device (\"NET/IB : No device found.\") and NCCL falls back "
-                                   "to sockets there",
-                                   printable(f.rule, 120), printable(h.host, 40), ports_text(f, 8)),
-                       {}, h.members));
+    // Ports it names whose device libibverbs does not list (no uverbs node that opens).
+    std::vector<std::string> hidden;
+    for (const IbPortFacts& p : f.ports) {
+      if ((p.flags & IbPortFacts::kSelected) != 0 && (p.flags & IbPortFacts::kNoCdev) != 0)
+        hidden.push_back(p.name());
+    }
+    std::string unmapped = hidden.empty()
+                               ? std::string()
+                               : fmt::format(
+                                     " ({} {} no /dev/infiniband/uverbs node that opens here, so "
+                                     "libibverbs does not list {})",
+                                     format_list(hidden, 4), hidden.size() == 1 ? "has" : "have",
+                                     hidden.size() == 1 ? "it" : "them");
+    out.push_back(
+        make(FindingId::kNcclIbHcaNone,
+             fmt::format("{} matches none of {}'s ports ({}){}: NCCL's IB transport finds "
+                         "no device (\"NET/IB : No device found.\") and NCCL falls back "
+                         "to sockets there",
+                         printable(f.rule, 120), printable(h.host, 40), ports_text(f, 8), unmapped),
+             {}, h.members));
   }
 }
 
@@ -179,7 +219,8 @@ void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>
     std::vector<std::string> idle;
     for (const IbPortFacts& p : f.ports) {
       bool selected = (p.flags & IbPortFacts::kSelected) != 0;
-      if (!selected || p.state == IbPortFacts::kActive) continue;
+      if (!selected || p.state == IbPortFacts::kActive || (p.flags & IbPortFacts::kNoCdev) != 0)
+        continue;
       // Unnamed, an idle port is only news when other hosts use the same port.
       if (named || used_elsewhere.count(p.name()) > 0) {
         static constexpr const char* kStates[] = {"NOP",   "DOWN",   "INIT",
@@ -269,12 +310,7 @@ void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out) {
                        {}, members_of(group),
                        others_routable ? Severity::kError : Severity::kWarning));
   }
-  auto family = by(hs, [&](const NcclNetFacts& f) {
-    auto ps = roce_used(f);
-    return ps.empty() || ps.front()->gid_family == 0
-               ? std::string()
-               : fmt::format("IPv{} GIDs", ps.front()->gid_family);
-  });
+  auto family = by(hs, [&](const NcclNetFacts& f) { return gid_families(roce_used(f)); });
   if (family.size() < 2) return;
   auto [text, odd] = describe(family);
   out.push_back(make(FindingId::kNcclRoceGidFamilyMismatch,
@@ -288,7 +324,7 @@ void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out) {
   for (const HostNet& h : host_nets(ctx)) {
     const NcclNetFacts& f = h.first->nccl_net;
     if (f.transport != NcclNetFacts::kIb && f.transport != NcclNetFacts::kPlugin) continue;
-    if (f.memlock < 0 || f.memlock >= f.memlock_need) continue;
+    if (!memlock_low(f)) continue;
     out.push_back(make(
         FindingId::kIbMemlockLow,
         fmt::format("The locked-memory limit (RLIMIT_MEMLOCK) on {} is {}; NCCL's "
@@ -331,9 +367,13 @@ std::string nccl_net_signature(const NcclNetFacts& f) {
   std::string names;
   for (const std::string& n : used_names)
     names += n + ",";
+  std::vector<const IbPortFacts*> roce;
+  for (const IbPortFacts* p : used) {
+    if (p->link == IbPortFacts::kEthernet && p->gid_index >= 0) roce.push_back(p);
+  }
   return fmt::format("{}\n{}\n{}\n{}\n{}\n{}\n{}", f.transport,
                      f.plugin.empty() ? "" : nccl_plugin_short_name(f.plugin.str()), f.link_text(),
-                     used.size(), used.empty() ? 0 : used.front()->gid_family, link_local, names);
+                     used.size(), gid_families(roce), link_local, names);
 }
 
 bool nccl_net_alone_ok(const NcclNetFacts& f) {
@@ -342,10 +382,11 @@ bool nccl_net_alone_ok(const NcclNetFacts& f) {
       f.reason == NcclNetFacts::kNoUverbs)
     return false;
   bool registers = f.transport == NcclNetFacts::kIb || f.transport == NcclNetFacts::kPlugin;
-  if (registers && f.memlock >= 0 && f.memlock < f.memlock_need) return false;
+  if (registers && memlock_low(f)) return false;
   bool named = f.rule.str().starts_with("NCCL_IB_HCA=");
   for (const IbPortFacts& p : f.ports) {
-    if (named && (p.flags & IbPortFacts::kSelected) != 0 && p.state != IbPortFacts::kActive)
+    if (named && (p.flags & IbPortFacts::kSelected) != 0 && (p.flags & IbPortFacts::kNoCdev) == 0 &&
+        p.state != IbPortFacts::kActive)
       return false;
   }
   return true;

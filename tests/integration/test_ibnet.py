@@ -23,17 +23,21 @@ def root(name):
     return os.path.realpath(os.path.join(FIXTURES, name))
 
 
-def with_memlock(limit_bytes, argv):
-    """argv run under a lower RLIMIT_MEMLOCK (None: as it is)."""
+def with_memlock(limit_bytes, argv, ipc_lock=False):
+    """argv run under a lower RLIMIT_MEMLOCK (None: as it is), without CAP_IPC_LOCK
+    unless `ipc_lock` (the tests run as root, and the kernel does not hold a process
+    with it to the limit: setpriv drops it from the bounding set, so the exec'd
+    process does not get it)."""
     if limit_bytes is None:
         return argv
-    return ["sh", "-c", f'ulimit -l {limit_bytes // 1024} && exec "$@"', "sh", *argv]
+    drop = [] if ipc_lock else ["setpriv", "--bounding-set", "-ipc_lock", "--"]
+    return [*drop, "sh", "-c", f'ulimit -l {limit_bytes // 1024} && exec "$@"', "sh", *argv]
 
 
 class IbNet(ClusterCase):
     HOSTS, PER_HOST = 3, 1
 
-    def run_job(self, fixtures, memlock=None, env=None):
+    def run_job(self, fixtures, memlock=None, env=None, ipc_lock=False):
         """One rank per host, host i reading fixtures[i]; {rank: (rc, report, out, err)}."""
         memlock = memlock or {}
         self.cluster.up()
@@ -42,7 +46,7 @@ class IbNet(ClusterCase):
             argv = [BIN, "run", "--no-gpu", "--timeout", str(TIMEOUT), "--host-name", f"h{r}",
                     "--json", self.json(r)]
             e = self.slurm_env(r, RANKCHECK_SYSFS_ROOT=root(name), **SMALL_BUFFERS, **(env or {}))
-            procs[r] = (self.cluster.spawn(r, with_memlock(memlock.get(r), argv), e),
+            procs[r] = (self.cluster.spawn(r, with_memlock(memlock.get(r), argv, ipc_lock), e),
                         time.monotonic())
         return self.wait_all(procs, TIMEOUT)
 
@@ -73,6 +77,26 @@ class IbNet(ClusterCase):
         self.assertEqual(f["ib-memlock-low"]["hosts"], ["h1"])
         self.assertIn("is 64 KiB; NCCL's RDMA buffers pin about 1 MiB",
                       f["ib-memlock-low"]["message"])
+
+    def test_a_low_memlock_limit_with_cap_ipc_lock_is_no_error(self):
+        # Root on bare metal, a Kubernetes RDMA pod with IPC_LOCK added: ib_umem_get does
+        # not apply RLIMIT_MEMLOCK to a process holding CAP_IPC_LOCK.
+        res = self.run_job(["ib-cx7", "ib-cx7", "ib-cx7"], memlock={1: 64 << 10}, ipc_lock=True)
+        self.assertEqual(res[0][0], 0, res[0][2] + res[0][3])
+        self.assertNotIn("ib-memlock-low", self.findings(res))
+        h1 = [m for m in res[0][1]["members"] if m["host"] == "h1"][0]["nccl_net"]
+        self.assertEqual(h1["memlock_bytes"], 64 << 10)
+        self.assertTrue(h1["cap_ipc_lock"])
+
+    def test_a_plugin_mapped_share_of_the_nics(self):
+        # A pod given two of eight NICs' uverbs nodes: NCCL opens those two, as many as
+        # the other hosts' two; nothing is wrong.
+        res = self.run_job(["ib-cx7", "ib-cx7-pod-2of8", "ib-cx7"])
+        for r, (rc, _, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        h1 = [m for m in res[0][1]["members"] if m["host"] == "h1"][0]["nccl_net"]
+        self.assertEqual(h1["text"], "IB mlx5_2:1,mlx5_5:1 800G")
+        self.assertEqual([p["listed"] for p in h1["ports"]].count(True), 2)
 
     def test_roce_with_a_link_local_gid_on_one_host(self):
         res = self.run_job(["roce-cx6", "roce-cx6-b", "roce-linklocal"])

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "helpers.h"
 #include "host/sysfs_ib.h"
@@ -23,7 +24,8 @@ IbHostView fixture(const std::string& name) {
   SysFs sys{std::string(RANKCHECK_FIXTURES) + "/sysfs/" + name};
   IbHostView v = sys.read_ib();
   v.verbs_library = sys.find_library("libibverbs.so.1", "").has_value();
-  v.memlock = -1;  // the limit is this process's: the tests set it themselves
+  v.memlock = -1;      // the limit is this process's: the tests set it themselves
+  v.ipc_lock = false;  // and so is the capability
   return v;
 }
 
@@ -101,6 +103,27 @@ TEST_CASE("network plugin: the library names NCCL tries, by version", "[nccl_ib]
   CHECK(nccl_plugin_candidates(path, k228) == std::vector<std::string>{"/opt/x/libnccl-net.so"});
   CHECK(nccl_plugin_candidates({{"NCCL_NET_PLUGIN", "none"}}, k228).empty());
   CHECK(nccl_plugin_candidates({{"NCCL_NET_PLUGIN", "a,b"}}, k228).size() == 4);
+  // The loader's versions (src/plugin/plugin_open.cc): 2.26.6 tries a path as given and
+  // prefixed; 2.27.3 a lib*.so name only as given, a path only prefixed (so never);
+  // 2.27.5 a path only as given; "none" is a name before 2.28 and a comma list a name
+  // before 2.27.3.
+  constexpr int32_t k2266 = 22606, k2273 = 22703, k2275 = 22705, k2277 = 22707;
+  CHECK(nccl_plugin_candidates(path, k2266) ==
+        std::vector<std::string>{"/opt/x/libnccl-net.so", "libnccl-net-/opt/x/libnccl-net.so.so"});
+  CHECK(nccl_plugin_candidates(path, k2273) ==
+        std::vector<std::string>{"libnccl-net-/opt/x/libnccl-net.so.so"});
+  EnvMap lib{{"NCCL_NET_PLUGIN", "libnccl-net-ofi.so"}};
+  CHECK(nccl_plugin_candidates(lib, k2273) == std::vector<std::string>{"libnccl-net-ofi.so"});
+  CHECK(nccl_plugin_candidates(aws, k2273) == std::vector<std::string>{"libnccl-net-aws-ofi.so"});
+  CHECK(nccl_plugin_candidates(path, k2275) == std::vector<std::string>{"/opt/x/libnccl-net.so"});
+  CHECK(nccl_plugin_candidates(aws, k2275) ==
+        std::vector<std::string>{"aws-ofi", "libnccl-net-aws-ofi.so"});
+  CHECK(nccl_plugin_candidates({{"NCCL_NET_PLUGIN", "none"}}, k2277) ==
+        std::vector<std::string>{"none", "libnccl-net-none.so"});
+  CHECK(nccl_plugin_candidates({{"NCCL_NET_PLUGIN", "a,,b"}}, k2273) ==
+        std::vector<std::string>{"libnccl-net-a.so", "libnccl-net-b.so"});
+  CHECK(nccl_plugin_candidates({{"NCCL_NET_PLUGIN", "a,b"}}, k2266) ==
+        std::vector<std::string>{"a,b", "libnccl-net-a,b.so"});
   CHECK(nccl_plugin_short_name("/usr/lib/libnccl-net-aws-ofi.so") == "aws-ofi");
 }
 
@@ -305,6 +328,94 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
         "about 64 MiB: ibv_reg_mr fails with \"Cannot allocate memory\" and NCCL's init fails");
   // And alone, as `rankcheck env` sees it.
   CHECK(test::find(local_checks(lock.members[1].record), "ib-memlock-low") != nullptr);
+  // With CAP_IPC_LOCK (root on bare metal, the RDMA pod's IPC_LOCK) the kernel does not
+  // hold registrations to the limit (ib_umem_get): no finding, however low.
+  lock.members[1].record.nccl_net.flags |= NcclNetFacts::kIpcLock;
+  CHECK(test::clean_and_silent(lock));
+  CHECK(test::find(local_checks(lock.members[1].record), "ib-memlock-low") == nullptr);
+}
+
+TEST_CASE("a device plugin's share of the NICs: per-device uverbs nodes", "[nccl_ib][rules]") {
+  // Eight devices in sysfs, two uverbs nodes mapped (uverbs2, uverbs5): libibverbs
+  // lists mlx5_2 and mlx5_5 only (rdma-core's try_access_device), and NCCL opens those.
+  IbHostView v = fixture("ib-cx7-pod-2of8");
+  REQUIRE(v.devices.size() == 8);
+  CHECK(v.devices[2].uverbs == "uverbs2");
+  CHECK(v.devices[2].cdev);
+  CHECK_FALSE(v.devices[0].cdev);
+  NcclNetFacts f = choose(v, {});
+  CHECK(f.transport == NcclNetFacts::kIb);
+  std::vector<std::string> used;
+  for (const IbPortFacts* p : f.used_ports())
+    used.push_back(p->name());
+  CHECK(used == std::vector<std::string>{"mlx5_2:1", "mlx5_5:1"});
+  CHECK(f.nics == 2);
+  CHECK((f.ports[0].flags & IbPortFacts::kNoCdev) != 0);
+  // Beside hosts whose two NICs are mapped: the same count, nothing to say (the fast
+  // path hands the other port names to the full rules, which find nothing).
+  JobView two = job_of({"ib-cx7", "ib-cx7-pod-2of8"});
+  CHECK(test::checks(two).size() == run_always(two).size());
+  // A host whose plugin mapped one NIC fewer: a port count that differs.
+  IbHostView one = fixture("ib-cx7-pod-2of8");
+  one.devices[5].cdev = false;
+  JobView fewer = job_of({"ib-cx7", "ib-cx7"});
+  fewer.members[1].record.nccl_net = choose(one, {});
+  const Finding* pc = test::find(test::checks(fewer), "nccl-ib-port-count-mismatch");
+  REQUIRE(pc != nullptr);
+  CHECK(pc->message.find("2 ports on gpu-01; 1 port on gpu-02") != std::string::npos);
+  // NCCL_IB_HCA naming an unmapped device: NCCL finds none, and the finding says why.
+  auto hca = test::checks(job_of({"ib-cx7-pod-2of8"}, {{"NCCL_IB_HCA", "=mlx5_0"}}));
+  const Finding* h = test::find(hca, "nccl-ib-hca-none");
+  REQUIRE(h != nullptr);
+  CHECK(h->message.find("(mlx5_0:1 has no /dev/infiniband/uverbs node that opens here, so "
+                        "libibverbs does not list it)") != std::string::npos);
+  // No node at all: the container finding, as before.
+  CHECK(choose(fixture("ib-cx7-container"), {}).reason == NcclNetFacts::kNoUverbs);
+}
+
+TEST_CASE("NCCL's 32-device cap counts the ports it opens", "[nccl_ib]") {
+  // 40 single-port devices, NCCL_IB_HCA naming the 40th: NCCL opens it (its loop stops
+  // at 32 opened devices, not at the 32nd listed), and the record keeps it.
+  IbHostView v;
+  v.verbs_library = true;
+  v.uverbs_openable = true;
+  v.memlock = -1;
+  for (int i = 0; i < 40; ++i) {
+    IbDeviceView d;
+    d.name = fmt::format("mlx5_{}", i);
+    d.pci_path = fmt::format("/sys/devices/pci0000:00/0000:{:02x}:00.0", i);
+    IbPortView p;
+    p.state = 4;
+    p.link_layer = "InfiniBand";
+    p.rate_gbps = 400;
+    d.ports.push_back(p);
+    v.devices.push_back(d);
+  }
+  NcclNetFacts f = choose(v, {{"NCCL_IB_HCA", "=mlx5_39"}});
+  CHECK(f.transport == NcclNetFacts::kIb);
+  REQUIRE(f.used_ports().size() == 1);
+  CHECK(f.used_ports()[0]->name() == "mlx5_39:1");
+  CHECK(f.ports.size() == kMaxIbPorts);
+  // Every device selected: the first 32 are opened, the record holds those 32.
+  NcclNetFacts all = choose(v, {});
+  CHECK(all.used_ports().size() == 32);
+  CHECK(all.ports.size() == kMaxIbPorts);
+  CHECK(all.ports.back().name() == "mlx5_31:1");
+}
+
+TEST_CASE("findings: RoCE GID families compared on every rail", "[nccl_ib][rules]") {
+  // Two hosts alike on their first rail; the second host's second rail has an IPv6 GID.
+  JobView j = job_of({"roce-cx6", "roce-cx6-b"});
+  IbPortFacts& rail = j.members[1].record.nccl_net.ports[1];
+  REQUIRE(rail.used());
+  rail.gid_family = 6;
+  auto fs = test::checks(j);
+  const Finding* fm = test::find(fs, "nccl-roce-gid-family-mismatch");
+  REQUIRE(fm != nullptr);
+  CHECK(fm->message.find("IPv4 GIDs on gpu-01; IPv4 GIDs but IPv6 on mlx5_1:1 on gpu-02") !=
+        std::string::npos);
+  CHECK(fm->hosts == std::vector<std::string>{"gpu-02"});
+  CHECK_FALSE(test::tracker_clean(j));
 }
 
 TEST_CASE("report: the nccl net column, with what the stage's NCCL said beside it", "[nccl_ib]") {
