@@ -9,6 +9,7 @@
 
 #include "host/interfaces.h"
 #include "host/resolve.h"
+#include "host/shm.h"
 #include "host/sysfs_ib.h"
 #include "nccl/param.h"
 #include "nccl/socket_if.h"
@@ -77,7 +78,10 @@ Record self_record(const Identity& id, const std::optional<std::string>& host_na
   facts.nccl_if = collect_nccl_if(ifs, conf.env, gpu.nccl_version, resolve_by);
   facts.nccl_if.netns = view->netns;
   // And the data network NCCL's IB transport or a plugin would carry the job over.
-  facts.nccl_net = collect_nccl_net(sysfs_from_env(env), conf.env, gpu.nccl_version, conf.from);
+  SysFs sys = sysfs_from_env(env);
+  facts.nccl_net = collect_nccl_net(sys, conf.env, gpu.nccl_version, conf.from);
+  // And the /dev/shm its SHM transport would map the host's connections in.
+  facts.shm = read_shm(sys, conf.env);
   return make_record(id, facts, conf.env, std::move(gpu));
 }
 

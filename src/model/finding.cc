@@ -119,6 +119,11 @@ constexpr FindingKind kCatalog[] = {
      "map the RDMA devices into the container (--device=/dev/infiniband, the RDMA device "
      "plugin's rdma/ resource), or NCCL falls back to sockets",
      kHostCfg},
+    {kShmTooSmall, "shm-too-small", kW, ec::kMismatch,
+     "give the container more /dev/shm: docker run --shm-size=1g (or --ipc=host), in "
+     "Kubernetes an emptyDir of medium Memory mounted at /dev/shm; remove stale "
+     "/dev/shm/nccl-* files of killed jobs",
+     kHostCfg},
     {kNcclPathFlooded, "nccl-path-flooded", kE, ec::kMismatch,
      "find what opens connections to that host's ephemeral ports (ss -tn on it) and stop or "
      "firewall it, then run the job again: the path itself was reached",
@@ -375,6 +380,7 @@ constexpr FindingId kLeadOrder[] = {
     kNcclNetUnavailable,
     kIbMemlockLow,
     kIbUverbsMissing,
+    kShmTooSmall,
     kNcclIbHcaNone,
     kNcclIbPortNotActive,
     kNcclNetMismatch,

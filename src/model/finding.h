@@ -58,6 +58,7 @@ enum class FindingId {
   kNcclRoceGidFamilyMismatch,
   kIbMemlockLow,
   kIbUverbsMissing,
+  kShmTooSmall,
   kNcclPathFlooded,
   kNcclPathUnproven,
   kDuplicateGpu,

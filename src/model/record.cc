@@ -74,6 +74,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.started_unix_ms = host.started_unix_ms;
   r.nccl_if = host.nccl_if;
   r.nccl_net = host.nccl_net;
+  r.shm = host.shm;
   std::vector<EnvVar> sources;
   for (const EnvVar& e : host.env_sources) {
     if (!is_tracked_env(e.name) || e.name.size() > 64) continue;

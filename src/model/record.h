@@ -11,6 +11,7 @@
 #include "model/gpu.h"
 #include "model/identity.h"
 #include "model/nccl_net.h"
+#include "model/shm.h"
 
 namespace rankcheck {
 
@@ -94,6 +95,7 @@ struct Record {
   /// Where tracked variables not from the environment came from: value = the file
   /// ("/etc/nccl.conf"); `env` holds the effective values NCCL sees.
   SharedList<EnvVar> env_sources;
+  ShmFacts shm;  ///< /dev/shm, for NCCL's SHM transport
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -117,6 +119,7 @@ struct HostFacts {
   NcclIfFacts nccl_if;           ///< unknown unless collected
   NcclNetFacts nccl_net;         ///< unknown unless collected
   std::vector<EnvVar> env_sources;
+  ShmFacts shm;  ///< unknown unless collected
 };
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});

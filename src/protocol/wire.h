@@ -21,8 +21,9 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // master-issued ticket for the listener, and a relay proves the job token to each
 // member (kRelayProof). 4: a verdict carries the port of rank 0's watch server, and the
 // watch's own messages (kWatchHello, kWatchEvent, kWatchOrder) exist. 5: a record's GPU
-// state may be kStuck (6): an older master would call it malformed.
-inline constexpr uint16_t kProtocolVersion = 5;
+// state may be kStuck (6): an older master would call it malformed. 6: a record ends
+// with its host's /dev/shm (ShmFacts).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
 enum class MsgType : uint16_t {

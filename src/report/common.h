@@ -49,6 +49,8 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f);
 std::string nccl_net_cell(const Record& r, const std::string* stage_net);
 using EnvRowFn = std::function<void(std::string_view, const std::string&, const std::string&)>;
 void nccl_net_env_rows(const Record& self, const EnvRowFn& row);
+/// /dev/shm for NCCL's SHM transport: null when it could not be read.
+nlohmann::json shm_json(const ShmFacts& f);
 /// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
 /// Appends `text` with `indent` after each of its line breaks: a JSON text nested

@@ -135,6 +135,29 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
                       : ""));
   row("  gpudirect", f.gdr == NcclNetFacts::kGdrPeermem ? "nvidia_peermem" : "no peermem",
       "/sys/module/nvidia_peermem, /sys/kernel/mm/memory_peers (dma-buf not probed)");
+  const ShmFacts& shm = self.shm;
+  if (!shm.known()) {
+    row("/dev/shm", "unreadable", "statvfs failed: NCCL's SHM transport cannot map segments");
+  } else {
+    std::string flags = (shm.flags & ShmFacts::kShmDisabled) != 0   ? " · NCCL_SHM_DISABLE=1"
+                        : (shm.flags & ShmFacts::kP2pDisabled) != 0 ? " · NCCL_P2P_DISABLE=1"
+                                                                    : "";
+    auto mib = [](int64_t v) {
+      return fmt::format("{:.1f} MiB", static_cast<double>(v) / (1 << 20));
+    };
+    row("/dev/shm", fmt::format("{} free of {}", mib(shm.avail), mib(shm.size)),
+        fmt::format("NCCL's SHM transport maps {} per connection, 2 channels per local rank{}",
+                    mib(shm.segment), flags));
+  }
+}
+
+nlohmann::json shm_json(const ShmFacts& f) {
+  if (!f.known()) return nullptr;
+  return {{"size_bytes", f.size},
+          {"available_bytes", f.avail},
+          {"segment_bytes", f.segment},
+          {"shm_disabled", (f.flags & ShmFacts::kShmDisabled) != 0},
+          {"p2p_disabled", (f.flags & ShmFacts::kP2pDisabled) != 0}};
 }
 
 }  // namespace rankcheck

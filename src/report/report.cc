@@ -203,6 +203,7 @@ nlohmann::json record_json(const Record& r) {
           {"env_sources", env_sources},
           {"nccl_if", nccl_if_json(r.nccl_if)},
           {"nccl_net", nccl_net_json(r.nccl_net)},
+          {"shm", shm_json(r.shm)},
           {"gpu", gpu_json(r.gpu)}};
 }
 

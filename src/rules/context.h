@@ -106,6 +106,12 @@ void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out
 void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out);
+
+// /dev/shm against what NCCL's SHM transport maps for a host's ranks (shm.cc).
+void check_shm(const CheckContext& ctx, std::vector<Finding>& out);
+/// Whether a host's /dev/shm (`avail` bytes free, -1 unknown) is short of what the SHM
+/// transport maps for `ranks` ranks of `segment` bytes each, when it is `on`.
+bool shm_short(bool on, int64_t avail, int64_t segment, int64_t ranks);
 /// For the join tracker: what must agree between hosts ("" when unknown), and
 /// whether one host's facts alone raise nothing.
 std::string nccl_net_signature(const NcclNetFacts& f);

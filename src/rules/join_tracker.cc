@@ -16,7 +16,7 @@ namespace rankcheck {
 JoinWatch::Host& JoinWatch::host(const Record& r) {
   auto it = hosts.find(r.host);
   if (it == hosts.end()) {
-    it = hosts.emplace(r.host, Host{r.local_world_size, 0, {}}).first;
+    it = hosts.emplace(r.host, Host{r.local_world_size, 0, {}, 0, -1, 0, false}).first;
     if (r.local_world_size > 0) it->second.locals.assign(size_t(r.local_world_size), false);
   }
   return it->second;
@@ -106,6 +106,18 @@ bool watch_nccl_if_stacks(JoinWatch& w, const Record& r, std::string_view) {
 
 bool watch_nccl_net_alone(JoinWatch&, const Record& r, std::string_view) {
   return nccl_net_alone_ok(r.nccl_net);
+}
+
+// What check_shm reads, kept per host as members join: its need only grows.
+bool watch_shm(JoinWatch& w, const Record& r, std::string_view) {
+  JoinWatch::Host& h = w.host(r);
+  h.shm_ranks += r.nranks;
+  if (r.shm.known()) {
+    h.shm_avail = h.shm_avail < 0 ? r.shm.avail : std::min(h.shm_avail, r.shm.avail);
+    h.shm_segment = std::max(h.shm_segment, r.shm.segment);
+    h.shm_on = h.shm_on || (r.shm.flags & ShmFacts::kShmDisabled) == 0;
+  }
+  return !shm_short(h.shm_on, h.shm_avail, h.shm_segment, h.shm_ranks);
 }
 
 bool watch_nccl_net_same(JoinWatch& w, const Record& r, std::string_view) {

@@ -31,6 +31,12 @@ struct JoinWatch {
     int32_t local_world_size = -1;
     int32_t ranks = 0;         ///< watch_local_world
     std::vector<bool> locals;  ///< watch_local_ranks
+    // watch_shm: the host's ranks, its least /dev/shm free, its largest segment, and
+    // whether every record that read /dev/shm has NCCL's SHM transport off.
+    int32_t shm_ranks = 0;
+    int64_t shm_avail = -1;
+    int64_t shm_segment = 0;
+    bool shm_on = false;
   };
   std::map<std::string, Host, std::less<>> hosts;
   // What every member must share with the first (watch_env, watch_master_addr,
@@ -64,6 +70,7 @@ bool watch_nccl_if_found(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_if_scope(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_if_stacks(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_net_alone(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_shm(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_net_same(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_roce_gid(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_devices(JoinWatch& w, const Record& r, std::string_view peer);

@@ -41,6 +41,7 @@ constexpr Rule kRules[] = {
     {FindingId::kNcclNetUnavailable, check_nccl_net_unavailable, kWatch, watch_nccl_net_alone},
     {FindingId::kIbMemlockLow, check_ib_memlock, kWatch, watch_nccl_net_alone},
     {FindingId::kIbUverbsMissing, check_ib_uverbs_missing, kWatch, watch_nccl_net_alone},
+    {FindingId::kShmTooSmall, check_shm, kWatch, watch_shm},
     {FindingId::kNcclIbHcaNone, check_nccl_ib_hca_none, kWatch, watch_nccl_net_alone},
     {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active, kWatch, watch_nccl_net_alone},
     {FindingId::kNcclNetMismatch, check_nccl_net_mismatch, kWatch, watch_nccl_net_same},

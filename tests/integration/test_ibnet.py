@@ -1,4 +1,5 @@
-"""NCCL's data network per host (InfiniBand/RoCE, plugins, memlock), read from sysfs:
+"""NCCL's data network per host (InfiniBand/RoCE, plugins, memlock), read from sysfs,
+and /dev/shm for its SHM transport:
 each namespace "host" reads its own fixture tree (tests/fixtures/sysfs, through
 RANKCHECK_SYSFS_ROOT) and the master compares them. No IB device is needed: what
 these tests show holds for the fixtures' layouts, which README.md there names."""
@@ -6,6 +7,7 @@ these tests show holds for the fixtures' layouts, which README.md there names.""
 import json
 import os
 import subprocess
+import tempfile
 import time
 import unittest
 
@@ -103,6 +105,53 @@ class IbNet(ClusterCase):
         f = self.findings(res)
         self.assertEqual(f["nccl-roce-gid-link-local"]["hosts"], ["h2"])
         self.assertEqual(f["nccl-roce-gid-link-local"]["severity"], "error")
+
+
+def with_shm(size, argv):
+    """argv in a mount namespace of its own whose /dev/shm is a tmpfs of `size` ("64m",
+    a container's default): the namespace, and the mount with it, ends with the process."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"', "sh", *argv]
+
+
+class DevShm(unittest.TestCase):
+    """/dev/shm against what NCCL's SHM transport maps for a host's ranks, read by every
+    process in its own mount namespace."""
+
+    def local(self, n, size, **extra):
+        with tempfile.TemporaryDirectory() as tmp:
+            report = os.path.join(tmp, "r.json")
+            p = subprocess.run(with_shm(size, [BIN, "local", "-n", str(n), "--no-gpu", "--timeout",
+                                               "20", "--json", report]),
+                               env=clean_env(**extra), capture_output=True, text=True, timeout=60)
+            with open(report) as f:
+                return p, json.load(f)
+
+    def test_four_ranks_in_a_containers_64_mb(self):
+        p, r = self.local(4, "64m")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)  # a warning
+        f = {x["id"]: x for x in r["findings"]}["shm-too-small"]
+        self.assertEqual(f["severity"], "warning")
+        self.assertIn("(64.0 MiB free of 64.0 MiB; 4 ranks need 73.5 MiB)", f["message"])
+        shm = r["members"][0]["shm"]
+        self.assertEqual(shm["size_bytes"], 64 << 20)
+        self.assertEqual(shm["segment_bytes"], 9637888)
+
+    def test_two_ranks_fit_and_p2p_disabled_is_an_error(self):
+        p, r = self.local(2, "64m")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertNotIn("shm-too-small", [x["id"] for x in r["findings"]])
+        # 16 MiB and NCCL_P2P_DISABLE=1: the GPUs certainly go through SHM.
+        p, r = self.local(2, "16m", NCCL_P2P_DISABLE="1")
+        self.assertEqual(p.returncode, 3, p.stdout + p.stderr)
+        f = {x["id"]: x for x in r["findings"]}["shm-too-small"]
+        self.assertEqual(f["severity"], "error")
+        self.assertIn("NCCL_P2P_DISABLE=1", f["message"])
+
+    def test_shm_disabled_says_nothing(self):
+        _, r = self.local(4, "16m", NCCL_SHM_DISABLE="1")
+        self.assertNotIn("shm-too-small", [x["id"] for x in r["findings"]])
+        self.assertTrue(r["members"][0]["shm"]["shm_disabled"])
 
 
 class EnvView(unittest.TestCase):

@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 5  # src/protocol/wire.h kProtocolVersion (5: a record's GPU state may be "stuck")
+VERSION = 6  # src/protocol/wire.h kProtocolVersion (6: a record ends with its /dev/shm)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
@@ -73,6 +73,8 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     # root, rules version, no port)
     out += struct.pack("<BBBBBBqq", 0, 0, 0, 0, 0, 0, -2, 0) + s(b"") * 6
     out += struct.pack("<iI", 0, 0)
+    # /dev/shm: unknown (size, available, one SHM segment, flags)
+    out += struct.pack("<qqqB", -1, -1, 0, 0)
     return out
 
 

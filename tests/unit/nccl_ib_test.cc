@@ -360,7 +360,8 @@ TEST_CASE("a device plugin's share of the NICs: per-device uverbs nodes", "[nccl
   one.devices[5].cdev = false;
   JobView fewer = job_of({"ib-cx7", "ib-cx7"});
   fewer.members[1].record.nccl_net = choose(one, {});
-  const Finding* pc = test::find(test::checks(fewer), "nccl-ib-port-count-mismatch");
+  auto ff = test::checks(fewer);
+  const Finding* pc = test::find(ff, "nccl-ib-port-count-mismatch");
   REQUIRE(pc != nullptr);
   CHECK(pc->message.find("2 ports on gpu-01; 1 port on gpu-02") != std::string::npos);
   // NCCL_IB_HCA naming an unmapped device: NCCL finds none, and the finding says why.
