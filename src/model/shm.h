@@ -11,7 +11,7 @@ struct ShmFacts {
     kShmDisabled = 1,  ///< NCCL_SHM_DISABLE=1: NCCL's SHM transport is off
     kP2pDisabled = 2,  ///< NCCL_P2P_DISABLE=1: the host's GPUs talk through SHM
   };
-  int64_t size = -1;    ///< the filesystem's size in bytes; -1: /dev/shm unreadable
+  int64_t size = -1;    ///< the filesystem's size in bytes; -1: unreadable, or no limit
   int64_t avail = -1;   ///< what an unprivileged process may still write there
   int64_t segment = 0;  ///< the bytes of one SHM connection's buffers (nccl/shm.h)
   uint8_t flags = 0;

@@ -137,7 +137,7 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
       "/sys/module/nvidia_peermem, /sys/kernel/mm/memory_peers (dma-buf not probed)");
   const ShmFacts& shm = self.shm;
   if (!shm.known()) {
-    row("/dev/shm", "unreadable", "statvfs failed: NCCL's SHM transport cannot map segments");
+    row("/dev/shm", "no size", "statvfs failed, or a tmpfs without a size limit: not compared");
   } else {
     std::string flags = (shm.flags & ShmFacts::kShmDisabled) != 0   ? " · NCCL_SHM_DISABLE=1"
                         : (shm.flags & ShmFacts::kP2pDisabled) != 0 ? " · NCCL_P2P_DISABLE=1"

@@ -27,6 +27,7 @@ void check_shm(const CheckContext& ctx, std::vector<Finding>& out) {
   std::vector<std::string> parts;
   Records about;
   bool certain = false;
+  int64_t largest = 0;  // the segment the message names
   for (const auto& [host, rs] : ctx.hosts) {
     int64_t ranks = 0, avail = -1, size = -1, segment = 0;
     bool on = false, p2p_off = false;
@@ -43,6 +44,7 @@ void check_shm(const CheckContext& ctx, std::vector<Finding>& out) {
     }
     if (!shm_short(on, avail, segment, ranks)) continue;
     certain = certain || p2p_off;
+    largest = std::max(largest, segment);
     parts.push_back(fmt::format(
         "{} ({} free of {}; {} ranks need {}{})", printable(host, 40), mib(avail), mib(size), ranks,
         mib(nccl::shm_need_bytes(segment, ranks)), p2p_off ? ", NCCL_P2P_DISABLE=1" : ""));
@@ -56,7 +58,7 @@ void check_shm(const CheckContext& ctx, std::vector<Finding>& out) {
                        "rank); where that transport carries them (GPUs without peer access, "
                        "NCCL_P2P_DISABLE=1), NCCL's init fails with \"Error while creating shared "
                        "memory segment\"",
-                       format_list(parts, 4), mib(about.front()->shm.segment)),
+                       format_list(parts, 4), mib(largest)),
            {}, about, certain ? std::optional(Severity::kError) : std::nullopt));
 }
 

@@ -148,6 +148,12 @@ class DevShm(unittest.TestCase):
         self.assertEqual(f["severity"], "error")
         self.assertIn("NCCL_P2P_DISABLE=1", f["message"])
 
+    def test_a_tmpfs_without_a_size_limit_is_not_compared(self):
+        # size=0: no limit, and statvfs says 0 blocks.
+        p, r = self.local(4, "0")
+        self.assertNotIn("shm-too-small", [x["id"] for x in r["findings"]], p.stdout)
+        self.assertIsNone(r["members"][0]["shm"])
+
     def test_shm_disabled_says_nothing(self):
         _, r = self.local(4, "16m", NCCL_SHM_DISABLE="1")
         self.assertNotIn("shm-too-small", [x["id"] for x in r["findings"]])
