@@ -26,7 +26,8 @@ struct SysFs {
   /// `abs` ("/sys/class/infiniband") under the root.
   std::string path(std::string_view abs) const;
   /// The devices, their ports and GID tables, /dev/infiniband, the modules and the
-  /// container markers. The memlock limit is this process's own.
+  /// container markers. The memlock limit and CAP_IPC_LOCK are this process's own
+  /// (under a root too).
   IbHostView read_ib() const;
   /// Where the dynamic loader would find `name` (a file name, or a path when it has
   /// a '/'): LD_LIBRARY_PATH's folders as given, then /etc/ld.so.conf's folders and

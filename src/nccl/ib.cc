@@ -86,8 +86,6 @@ uint8_t link_of(const std::string& layer) {
                                : IbPortFacts::kLinkUnknown;
 }
 
-// The ports of every device, in libibverbs' order, with NCCL_IB_HCA's and the
-// port's own verdict, and on used RoCE ports the GID NCCL picks.
 // Whether libibverbs lists the device and NCCL opens it. When sysfs names no
 // device's uverbs, the host-wide answer stands for every device.
 bool device_opens(const IbHostView& host, const IbDeviceView& d) {
@@ -96,6 +94,8 @@ bool device_opens(const IbHostView& host, const IbDeviceView& d) {
   return any_named ? d.cdev && d.openable : host.uverbs_openable;
 }
 
+// The ports of every device, in libibverbs' order, with NCCL_IB_HCA's and the
+// port's own verdict, and on used RoCE ports the GID NCCL picks.
 std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& spec,
                                     const EnvMap& env, int32_t version, std::string& gid_rule) {
   std::vector<IbPortFacts> out;

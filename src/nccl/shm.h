@@ -7,7 +7,9 @@
 // (512 KiB: 8 lines x 512 threads x 8 steps x 16 bytes) + NCCL_LL128_BUFFSIZE
 // (4,800 KiB: 120 x 640 x 8 x 8 bytes) + NCCL_BUFFSIZE (4 MiB): 9,637,888 bytes, the
 // size NCCL's "Error while creating shared memory segment ... (size 9637888)" prints
-// (NVIDIA/nccl#1518). A ring's edge into each local rank is one connection per
+// (NVIDIA/nccl#1518; the 4 KiB header is what that figure leaves after the buffers,
+// not read from the struct). How many segments a host maps is rankcheck's reading, not
+// a formula of NCCL's: a ring's edge into each local rank is one connection per
 // channel, and NCCL runs 2 channels at least: 4 ranks need 73.5 MiB, more than a
 // container's default 64 MB, where 2 ranks (36.8 MiB) fit, as #1518 reports.
 // A lower bound: trees, more channels and the proxy's shared pools add to it; NCCL
@@ -20,7 +22,7 @@
 
 namespace rankcheck::nccl {
 
-inline constexpr int64_t kShmHeader = 4096;          // sizeof(struct ncclRecvMem)
+inline constexpr int64_t kShmHeader = 4096;          // sizeof(struct ncclRecvMem), by #1518
 inline constexpr int64_t kLlBuffSize = 524288;       // DEFAULT_LL_BUFFSIZE
 inline constexpr int64_t kLl128BuffSize = 4915200;   // DEFAULT_LL128_BUFFSIZE
 inline constexpr int64_t kSimpleBuffSize = 4194304;  // DEFAULT_BUFFSIZE
