@@ -131,18 +131,24 @@ bool has_ipc_lock() {
 // The uverbs character device of RDMA device `name`, as rdma-core finds it
 // (libibverbs/ibdev_nl.c find_uverbs_sysfs, init.c setup_sysfs_dev): the entry of
 // <dev>/device/infiniband_verbs/, else the /sys/class/infiniband_verbs/uverbsN whose
-// `ibdev` names it. "" when sysfs names none.
-std::string uverbs_of(const SysFs& sys, const std::string& name) {
-  std::vector<std::string> own =
-      entries(sys.path("/sys/class/infiniband/" + name + "/device/infiniband_verbs"));
-  for (const std::string& e : own) {
+// `ibdev` names it (`by_ibdev`, that class read once, on the first device that needs
+// it). "" when sysfs names none.
+std::string uverbs_of(const SysFs& sys, const std::string& name,
+                      std::optional<std::map<std::string, std::string>>& by_ibdev) {
+  for (const std::string& e :
+       entries(sys.path("/sys/class/infiniband/" + name + "/device/infiniband_verbs"))) {
     if (e.starts_with("uverbs")) return e;
   }
-  const std::string cls = sys.path("/sys/class/infiniband_verbs");
-  for (const std::string& e : entries(cls)) {
-    if (e.starts_with("uverbs") && read_line(cls + "/" + e + "/ibdev") == name) return e;
+  if (!by_ibdev) {
+    by_ibdev.emplace();
+    const std::string cls = sys.path("/sys/class/infiniband_verbs");
+    for (const std::string& e : entries(cls)) {
+      std::optional<std::string> ibdev = read_line(cls + "/" + e + "/ibdev");
+      if (e.starts_with("uverbs") && ibdev) by_ibdev->emplace(*ibdev, e);
+    }
   }
-  return "";
+  auto it = by_ibdev->find(name);
+  return it == by_ibdev->end() ? std::string() : it->second;
 }
 
 int64_t memlock_limit() {
@@ -197,6 +203,7 @@ IbHostView SysFs::read_ib() const {
   const std::string cls = path("/sys/class/infiniband");
   std::vector<std::string> names = entries(cls);
   std::sort(names.begin(), names.end(), natural_less);
+  std::optional<std::map<std::string, std::string>> uverbs_by_ibdev;
   for (const std::string& name : names) {
     IbDeviceView d;
     d.name = name;
@@ -210,7 +217,7 @@ IbHostView SysFs::read_ib() const {
     std::sort(ports.begin(), ports.end());
     for (int p : ports)
       d.ports.push_back(read_port(cls + "/" + name + "/ports/" + std::to_string(p), p));
-    d.uverbs = uverbs_of(*this, name);
+    d.uverbs = uverbs_of(*this, name, uverbs_by_ibdev);
     if (!d.uverbs.empty()) {
       // libibverbs stat()s the device's own node, and NCCL's ibv_open_device opens it.
       std::string node = path("/dev/infiniband/" + d.uverbs);

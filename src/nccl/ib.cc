@@ -86,22 +86,27 @@ uint8_t link_of(const std::string& layer) {
                                : IbPortFacts::kLinkUnknown;
 }
 
-// Whether libibverbs lists the device and NCCL opens it. When sysfs names no
-// device's uverbs, the host-wide answer stands for every device.
-bool device_opens(const IbHostView& host, const IbDeviceView& d) {
+// Whether libibverbs lists each device and NCCL opens it, in the host's order. When
+// sysfs names no device's uverbs, the host-wide answer stands for every device.
+std::vector<bool> devices_open(const IbHostView& host) {
   bool any_named = std::any_of(host.devices.begin(), host.devices.end(),
                                [](const IbDeviceView& x) { return !x.uverbs.empty(); });
-  return any_named ? d.cdev && d.openable : host.uverbs_openable;
+  std::vector<bool> out;
+  for (const IbDeviceView& d : host.devices)
+    out.push_back(any_named ? d.cdev && d.openable : host.uverbs_openable);
+  return out;
 }
 
 // The ports of every device, in libibverbs' order, with NCCL_IB_HCA's and the
 // port's own verdict, and on used RoCE ports the GID NCCL picks.
-std::vector<IbPortFacts> port_facts(const IbHostView& host, const nccl::List& spec,
-                                    const EnvMap& env, int32_t version, std::string& gid_rule) {
+std::vector<IbPortFacts> port_facts(const IbHostView& host, const std::vector<bool>& listed,
+                                    const nccl::List& spec, const EnvMap& env, int32_t version,
+                                    std::string& gid_rule) {
   std::vector<IbPortFacts> out;
   size_t used = 0;
-  for (const IbDeviceView& d : host.devices) {
-    bool opens = device_opens(host, d);
+  for (size_t i = 0; i < host.devices.size(); ++i) {
+    const IbDeviceView& d = host.devices[i];
+    bool opens = listed[i];
     for (const IbPortView& p : d.ports) {
       IbPortFacts f;
       f.device = d.name;
@@ -303,7 +308,8 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   f.net_name = env_or(env, "NCCL_NET");
   nccl::List spec = nccl::parse_list(env_or(env, "NCCL_IB_HCA"), nccl::kMaxHcas, in.nccl_version);
   std::string gid_rule;
-  f.ports = port_facts(host, spec, env, in.nccl_version, gid_rule);
+  std::vector<bool> listed = devices_open(host);
+  f.ports = port_facts(host, listed, spec, env, in.nccl_version, gid_rule);
   f.gid_rule = gid_rule;
   f.root = host.root;
   f.nics = nic_count(host, f.ports, env, in.nccl_version);
@@ -314,8 +320,7 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   bool selected = std::any_of(f.ports.begin(), f.ports.end(), [](const IbPortFacts& p) {
     return (p.flags & IbPortFacts::kSelected) != 0 && (p.flags & IbPortFacts::kNoCdev) == 0;
   });
-  bool any_opens = std::any_of(host.devices.begin(), host.devices.end(),
-                               [&host](const IbDeviceView& d) { return device_opens(host, d); });
+  bool any_opens = std::find(listed.begin(), listed.end(), true) != listed.end();
   if (nccl::param(env, "NCCL_IB_DISABLE", 0) != 0) {
     ib_reason = NcclNetFacts::kDisabled;
   } else if (!host.verbs_library) {
