@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "host/interfaces.h"
@@ -82,6 +83,8 @@ Record self_record(const Identity& id, const std::optional<std::string>& host_na
   facts.nccl_net = collect_nccl_net(sys, conf.env, gpu.nccl_version, conf.from);
   // And the /dev/shm its SHM transport would map the host's connections in.
   facts.shm = read_shm(sys, conf.env);
+  // And the machine, which some NCCL releases' faults depend on (nccl/known_bad.h).
+  if (struct utsname u{}; ::uname(&u) == 0) facts.arch = u.machine;
   return make_record(id, facts, conf.env, std::move(gpu));
 }
 

@@ -87,6 +87,11 @@ constexpr FindingKind kCatalog[] = {
      "install the same network plugin (libnccl-net*.so) on every host and on the loader's path "
      "(LD_LIBRARY_PATH), or set NCCL_NET_PLUGIN the same way everywhere",
      kHostCfg},
+    {kNcclNetPluginUnsupported, "nccl-net-plugin-unsupported", kW, ec::kMismatch,
+     "install the plugin's build for the NCCL release the job loads (aws-ofi-nccl, "
+     "nccl-rdma-sharp-plugins and the like name the NCCL they are built against), or unset "
+     "NCCL_NET_PLUGIN where NCCL's own transports are meant",
+     kHostCfg},
     {kNcclIbHcaNone, "nccl-ib-hca-none", kW, ec::kMismatch,
      "set NCCL_IB_HCA to devices the host has (a prefix, '=' for exact names, '^' to exclude, "
      "':port' for one port), or unset it; `rankcheck env` lists the host's ports",
@@ -141,6 +146,14 @@ constexpr FindingKind kCatalog[] = {
      "every rank must load the same NCCL: install one version everywhere, or point --nccl-lib "
      "(RANKCHECK_NCCL_LIB) at the library the training job loads, e.g. the one inside its "
      "PyTorch",
+     kHostCfg},
+    {kUnevenRanksPerHost, "uneven-ranks-per-host", kW, ec::kMismatch,
+     "start the same number of ranks on every host (srun --ntasks-per-node, torchrun "
+     "--nproc-per-node, the pods' GPU requests); where the job means its hosts to differ, "
+     "load an NCCL release without the fault named"},
+    {kNcclKnownFault, "nccl-known-fault", kW, ec::kMismatch,
+     "load another NCCL release (the training job's own: --nccl-lib), or set the variable the "
+     "finding names where one avoids the fault",
      kHostCfg},
     {kCudaDriverMissing, "cuda-driver-missing", kE, ec::kGpu,
      "install or load the NVIDIA driver on that host (and in the container: the NVIDIA "
@@ -385,12 +398,15 @@ constexpr FindingId kLeadOrder[] = {
     kNcclIbPortNotActive,
     kNcclNetMismatch,
     kNcclNetPluginMismatch,
+    kNcclNetPluginUnsupported,
     kNcclIbLinkLayerMismatch,
     kNcclIbPortCountMismatch,
     kNcclRoceGidLinkLocal,
     kNcclRoceGidFamilyMismatch,
     kDuplicateGpu,
     kNcclVersionMismatch,
+    kUnevenRanksPerHost,
+    kNcclKnownFault,
     kCudaDriverMissing,
     kGpuCountMismatch,
     kGpuMissing,

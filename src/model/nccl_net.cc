@@ -50,6 +50,20 @@ std::string nccl_net_reason_text(const NcclNetFacts& f) {
   }
 }
 
+std::string nccl_plugin_abi_text(uint16_t abi) {
+  std::vector<int> v;
+  for (int n = 0; n < 16; ++n) {
+    if ((abi & (1u << n)) != 0) v.push_back(n);
+  }
+  if (v.empty()) return "no ncclNetPlugin_v symbol";
+  if (v.size() > 2 && v.back() - v.front() + 1 == int(v.size()))
+    return fmt::format("v{}-v{}", v.front(), v.back());
+  std::string out;
+  for (int n : v)
+    out += fmt::format("{}v{}", out.empty() ? "" : ", ", n);
+  return out;
+}
+
 std::string nccl_plugin_short_name(std::string_view library) {
   size_t slash = library.rfind('/');
   if (slash != std::string_view::npos) library.remove_prefix(slash + 1);

@@ -65,7 +65,10 @@ struct NcclNetFacts {
     kUverbs = 2,
     kUverbsOpen = 4,
     kFromRoot = 8,
-    kIpcLock = 16,  ///< CAP_IPC_LOCK: RLIMIT_MEMLOCK does not bound RDMA registrations
+    kIpcLock = 16,     ///< CAP_IPC_LOCK: RLIMIT_MEMLOCK does not bound RDMA registrations
+    kPluginRead = 32,  ///< the plugin's exported symbols were read (plugin_abi)
+    /// It exports no ncclNetPlugin_vN the release reads: NCCL unloads it, as if not found.
+    kPluginUnsupported = 64,
   };
   uint8_t transport = kUnknown;  ///< kUnknown: not collected
   uint8_t reason = kNone;
@@ -78,6 +81,8 @@ struct NcclNetFacts {
   SharedString rule;          ///< how: "NCCL_IB_HCA=mlx5_0 (environment)", "default"
   SharedString plugin;        ///< the plugin library the loader finds, or ""
   SharedString plugin_tried;  ///< the names NCCL would try, "libnccl-net.so"
+  /// Bit N: the plugin exports ncclNetPlugin_vN (with kPluginRead; 0 then: none).
+  uint16_t plugin_abi = 0;
   SharedString net_name;      ///< NCCL_NET, "" when unset
   SharedString gid_rule;      ///< how the RoCE GID was chosen (choose_roce_gid's rule)
   SharedString root;          ///< RANKCHECK_SYSFS_ROOT when the facts came from a copy
@@ -99,6 +104,8 @@ struct NcclNetFacts {
 
 /// Why NCCL's IB transport has no port, in words: "no IB device", "NCCL_IB_DISABLE=1".
 std::string nccl_net_reason_text(const NcclNetFacts& f);
+/// Plugin ABI versions, bit N each: "v5", "v5, v8", "v6-v11"; "no ncclNetPlugin_v symbol".
+std::string nccl_plugin_abi_text(uint16_t abi);
 /// A plugin library's short name: "libnccl-net-aws-ofi.so" -> "aws-ofi".
 std::string nccl_plugin_short_name(std::string_view library);
 

@@ -75,6 +75,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.nccl_if = host.nccl_if;
   r.nccl_net = host.nccl_net;
   r.shm = host.shm;
+  r.arch = host.arch;
   std::vector<EnvVar> sources;
   for (const EnvVar& e : host.env_sources) {
     if (!is_tracked_env(e.name) || e.name.size() > 64) continue;

@@ -95,7 +95,8 @@ struct Record {
   /// Where tracked variables not from the environment came from: value = the file
   /// ("/etc/nccl.conf"); `env` holds the effective values NCCL sees.
   SharedList<EnvVar> env_sources;
-  ShmFacts shm;  ///< /dev/shm, for NCCL's SHM transport
+  ShmFacts shm;       ///< /dev/shm, for NCCL's SHM transport
+  SharedString arch;  ///< the host's machine as uname(2) gives it ("x86_64", "aarch64")
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -119,7 +120,8 @@ struct HostFacts {
   NcclIfFacts nccl_if;           ///< unknown unless collected
   NcclNetFacts nccl_net;         ///< unknown unless collected
   std::vector<EnvVar> env_sources;
-  ShmFacts shm;  ///< unknown unless collected
+  ShmFacts shm;      ///< unknown unless collected
+  std::string arch;  ///< uname(2)'s machine; "" unless collected
 };
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});

@@ -279,6 +279,21 @@ std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t versi
   return out;
 }
 
+uint16_t nccl_plugin_abi_read(int32_t version) {
+  auto range = [](int from, int to) {
+    return static_cast<uint16_t>(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+  };
+  int minor = version == 0 ? 99 : version >= 10000 ? version / 100 % 100 : 0;
+  if (minor < 18) return 0xffff;
+  if (minor == 18) return range(4, 6);
+  if (minor == 19) return range(5, 7);
+  if (minor <= 23) return range(5, 8);
+  if (minor <= 25) return range(5, 9);
+  if (minor <= 27) return range(6, 10);
+  if (minor <= 29) return range(6, 11);
+  return range(6, 12);
+}
+
 int64_t nccl_memlock_need(const EnvMap& env) {
   constexpr int64_t kDefaultBuffSize = int64_t{4} << 20;
   int64_t buff = nccl::param(env, "NCCL_BUFFSIZE", kDefaultBuffSize);
@@ -301,6 +316,17 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
             (host.root.empty() ? 0 : NcclNetFacts::kFromRoot) |
             (host.ipc_lock ? NcclNetFacts::kIpcLock : 0);
   f.plugin = in.plugin;
+  // A plugin without an ncclNetPlugin_vN the release reads is unloaded ("External
+  // network plugin %s is unsupported"): NCCL goes on with its own transports.
+  bool plugin_kept = !in.plugin.empty();
+  if (plugin_kept && in.plugin_abi.has_value()) {
+    f.flags |= NcclNetFacts::kPluginRead;
+    f.plugin_abi = *in.plugin_abi;
+    if ((f.plugin_abi & nccl_plugin_abi_read(in.nccl_version)) == 0) {
+      f.flags |= NcclNetFacts::kPluginUnsupported;
+      plugin_kept = false;
+    }
+  }
   std::string tried;
   for (const std::string& t : in.plugin_tried)
     tried += (tried.empty() ? "" : " ") + t;
@@ -337,7 +363,7 @@ NcclNetFacts choose_nccl_net(const IbHostView& host, const NcclNetInput& in) {
   std::string net = f.net_name.str();
   bool wants_ib = strcasecmp(net.c_str(), "IB") == 0;
   bool wants_socket = strcasecmp(net.c_str(), "Socket") == 0;
-  if (!in.plugin.empty() && !wants_ib && !wants_socket) {
+  if (plugin_kept && !wants_ib && !wants_socket) {
     f.transport = NcclNetFacts::kPlugin;
   } else if (wants_socket) {
     f.transport = NcclNetFacts::kSocket;

@@ -89,6 +89,12 @@ std::string gid_text(const std::array<uint8_t, 16>& raw);
 /// kPlugin* gates (a comma list from 2.27.3, "none" for no plugin from 2.28).
 std::vector<std::string> nccl_plugin_candidates(const EnvMap& env, int32_t nccl_version);
 
+/// The ncclNetPlugin_vN symbols release `nccl_version` looks for in a plugin, bit N
+/// each (its src/plugin/net.cc and net_v*.cc, read at every tag from 2.18.1 to 2.30.7):
+/// 2.18 v4-v6, 2.19 v5-v7, 2.20-2.23 v5-v8, 2.24-2.25 v5-v9, 2.26-2.27 v6-v10, 2.28-2.29
+/// v6-v11, 2.30 v6-v12; 0 (unknown) the newest; before 2.18, not read: every bit.
+uint16_t nccl_plugin_abi_read(int32_t nccl_version);
+
 /// What the choice reads besides the host view.
 struct NcclNetInput {
   const EnvMap* env = nullptr;  ///< the effective NCCL_* values (environment, then conf files)
@@ -96,6 +102,9 @@ struct NcclNetInput {
   /// The first plugin library the loader finds among nccl_plugin_candidates, or "".
   std::string plugin;
   std::vector<std::string> plugin_tried;
+  /// The plugin's ncclNetPlugin_vN exports, bit N each; nullopt where its ELF could
+  /// not be read (it is then taken as NCCL takes a plugin that loads).
+  std::optional<uint16_t> plugin_abi;
   /// "NCCL_IB_HCA" -> " (from /etc/nccl.conf)": where a value came from, for `rule`.
   std::string hca_source;
 };

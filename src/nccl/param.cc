@@ -10,10 +10,14 @@ namespace rankcheck::nccl {
 
 int64_t param(const EnvMap& env, std::string_view name, int64_t dflt) {
   const std::string* v = env_get(env, name);
-  if (v == nullptr || v->empty()) return dflt;
+  return v == nullptr ? dflt : param_value(*v).value_or(dflt);
+}
+
+std::optional<int64_t> param_value(const std::string& value) {
+  if (value.empty()) return std::nullopt;
   errno = 0;
-  long long n = std::strtoll(v->c_str(), nullptr, 0);
-  return errno != 0 ? dflt : n;
+  long long n = std::strtoll(value.c_str(), nullptr, 0);
+  return errno != 0 ? std::nullopt : std::optional<int64_t>(n);
 }
 
 Conf apply_conf(const EnvMap& env, const ReadFileFn& read) {

@@ -19,6 +19,8 @@ namespace rankcheck::nccl {
 /// reads the leading number and ignores the rest ("1 ", "3\r" and "1abc" are numbers,
 /// "abc" is 0, "0x10" 16); out of range (ERANGE), the default.
 int64_t param(const EnvMap& env, std::string_view name, int64_t dflt);
+/// The same reading of one value: nullopt where ncclLoadParam would keep the default.
+std::optional<int64_t> param_value(const std::string& value);
 
 /// Reads a file whole; nullopt when it cannot be opened.
 using ReadFileFn = std::function<std::optional<std::string>(const std::string& path)>;

@@ -17,6 +17,7 @@ void encode_nccl_net(Writer& w, const NcclNetFacts& f) {
   w.str(f.rule.str().substr(0, kMaxShortString));
   w.str(f.plugin.str().substr(0, kMaxShortString));
   w.str(f.plugin_tried.str().substr(0, kMaxShortString));
+  w.u16(f.plugin_abi);
   w.str(f.net_name.str().substr(0, 64));
   w.str(f.gid_rule.str().substr(0, kMaxShortString));
   w.str(f.root.str().substr(0, kMaxShortString));
@@ -56,6 +57,7 @@ NcclNetFacts decode_nccl_net(Reader& r) {
   f.rule = r.str(kMaxShortString, "NCCL network rule");
   f.plugin = r.str(kMaxShortString, "NCCL network plugin");
   f.plugin_tried = r.str(kMaxShortString, "NCCL network plugins tried");
+  f.plugin_abi = r.u16();
   f.net_name = r.str(64, "NCCL_NET");
   f.gid_rule = r.str(kMaxShortString, "GID rule");
   f.root = r.str(kMaxShortString, "sysfs root");

@@ -22,8 +22,10 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // member (kRelayProof). 4: a verdict carries the port of rank 0's watch server, and the
 // watch's own messages (kWatchHello, kWatchEvent, kWatchOrder) exist. 5: a record's GPU
 // state may be kStuck (6): an older master would call it malformed. 6: a record ends
-// with its host's /dev/shm (ShmFacts).
-inline constexpr uint16_t kProtocolVersion = 6;
+// with its host's /dev/shm (ShmFacts). 7: and then with its host's machine (uname's
+// "x86_64"), for the NCCL releases whose faults depend on it; its data network carries
+// the ncclNetPlugin_vN versions its plugin exports.
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
 enum class MsgType : uint16_t {

@@ -96,6 +96,7 @@ std::string render_env_text(const Identity& id, const Record& self,
   row("job", id.job_id.empty() ? "-" : printable(id.job_id, 24), source_of(id, Field::kJobId));
   row("host", fmt::format("{} (pid {})", printable(self.host, 40), self.pid),
       self.interfaces.empty() ? "" : "interfaces: " + format_list(self.interfaces.get(), 8));
+  row("machine", self.arch.empty() ? "-" : printable(self.arch, 32), "uname(2)");
   row("launchers", id.launchers.empty() ? "none" : format_list(id.launchers, 8),
       id.launcher.empty() ? "" : fmt::format("rank from {}", id.launcher));
   const GpuFacts& g = self.gpu;

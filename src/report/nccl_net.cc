@@ -52,6 +52,12 @@ nlohmann::json nccl_net_json(const NcclNetFacts& f) {
   j["net"] = f.net_name.empty() ? nlohmann::json() : nlohmann::json(f.net_name.str());
   j["plugin"] = f.plugin.empty() ? nlohmann::json() : nlohmann::json(f.plugin.str());
   j["plugin_tried"] = f.plugin_tried;
+  nlohmann::json abi = nlohmann::json::array();
+  for (int n = 0; n < 16; ++n) {
+    if ((f.plugin_abi & (1u << n)) != 0) abi.push_back(n);
+  }
+  j["plugin_abi"] = (f.flags & NcclNetFacts::kPluginRead) != 0 ? abi : nlohmann::json();
+  j["plugin_unsupported"] = (f.flags & NcclNetFacts::kPluginUnsupported) != 0;
   j["ib_devices"] = f.ib_devices;
   j["nics"] = f.nics;
   j["uverbs"] = (f.flags & NcclNetFacts::kUverbs) != 0;
@@ -100,6 +106,10 @@ void nccl_net_env_rows(const Record& self, const EnvRowFn& row) {
                       printable(f.plugin_tried, 80), how);
   } else {
     how = printable(f.rule, 80) + " · " + how;
+  }
+  if ((f.flags & NcclNetFacts::kPluginUnsupported) != 0) {
+    how += fmt::format(" · plugin {} unloaded: it exports {}, which this NCCL does not read",
+                       printable(f.plugin, 80), nccl_plugin_abi_text(f.plugin_abi));
   }
   if (!f.net_name.empty()) how += " · NCCL_NET=" + printable(f.net_name, 32);
   if (!f.root.empty()) how += " · RANKCHECK_SYSFS_ROOT=" + printable(f.root, 80);

@@ -204,6 +204,7 @@ nlohmann::json record_json(const Record& r) {
           {"nccl_if", nccl_if_json(r.nccl_if)},
           {"nccl_net", nccl_net_json(r.nccl_net)},
           {"shm", shm_json(r.shm)},
+          {"arch", or_null(r.arch.str())},
           {"gpu", gpu_json(r.gpu)}};
 }
 

@@ -98,6 +98,7 @@ void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Findin
 void check_nccl_net_mismatch(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_net_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nccl_net_plugin_unsupported(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_ib_hca_none(const CheckContext& ctx, std::vector<Finding>& out);
 void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>& out);
 /// Also nccl-ib-port-count-mismatch, when the link layers agree.
@@ -106,6 +107,17 @@ void check_nccl_ib_link_layer(const CheckContext& ctx, std::vector<Finding>& out
 void check_nccl_roce_gid(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_memlock(const CheckContext& ctx, std::vector<Finding>& out);
 void check_ib_uverbs_missing(const CheckContext& ctx, std::vector<Finding>& out);
+
+// The NCCL releases' known faults, and hosts with different numbers of ranks
+// (nccl_faults.cc).
+namespace nccl {
+struct KnownFault;
+}
+/// `f` is a fault of the release `r` loads, on its host, not avoided by its variables
+/// (the uneven-hosts faults are the job's: check_uneven_hosts).
+bool known_fault_here(const nccl::KnownFault& f, const Record& r);
+void check_nccl_known_fault(const CheckContext& ctx, std::vector<Finding>& out);
+void check_uneven_hosts(const CheckContext& ctx, std::vector<Finding>& out);
 
 // /dev/shm against what NCCL's SHM transport maps for a host's ranks (shm.cc).
 void check_shm(const CheckContext& ctx, std::vector<Finding>& out);

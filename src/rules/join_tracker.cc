@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 
+#include "nccl/known_faults.h"
 #include "nccl/list.h"
 #include "rules/context.h"
 #include "rules/rules.h"
@@ -156,6 +157,21 @@ bool watch_gpu_same(JoinWatch& w, const Record& r, std::string_view) {
   return !w.gpu_stage ||
          (g.nccl_version == w.first_gpu.nccl_version &&
           g.cuda_version == w.first_gpu.cuda_version && g.driver == w.first_gpu.driver);
+}
+
+bool watch_nccl_known_fault(JoinWatch& w, const Record& r, std::string_view) {
+  const auto faults = nccl::known_faults();
+  return !w.gpu_stage || std::none_of(faults.begin(), faults.end(),
+                                      [&r](const auto& f) { return known_fault_here(f, r); });
+}
+
+// Hosts with different numbers of ranks: known once every rank has joined, from the
+// counts watch_local_world keeps (its row runs first).
+bool watch_uneven_hosts(JoinWatch& w, const Record&, std::string_view) {
+  if (w.distinct < w.world_size || w.hosts.size() < 2) return true;
+  int32_t first = w.hosts.begin()->second.ranks;
+  return std::all_of(w.hosts.begin(), w.hosts.end(),
+                     [first](const auto& h) { return h.second.ranks == first; });
 }
 
 bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view) {

@@ -29,7 +29,7 @@ struct JoinWatch {
   long distinct = 0;             ///< of them, claimed exactly once
   struct Host {
     int32_t local_world_size = -1;
-    int32_t ranks = 0;         ///< watch_local_world
+    int32_t ranks = 0;         ///< watch_local_world (watch_uneven_hosts reads it)
     std::vector<bool> locals;  ///< watch_local_ranks
     // watch_shm: the host's ranks, its least /dev/shm free, its largest segment, and
     // whether every record that read /dev/shm has NCCL's SHM transport off.
@@ -75,6 +75,8 @@ bool watch_nccl_net_same(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_roce_gid(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_devices(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_same(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_nccl_known_fault(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_uneven_hosts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view peer);

@@ -13,6 +13,7 @@
 #include "base/odd_ones_out.h"
 #include "base/text.h"
 #include "model/gpu.h"
+#include "nccl/ib.h"
 #include "rules/context.h"
 
 namespace rankcheck {
@@ -145,9 +146,12 @@ void check_nccl_net_unavailable(const CheckContext& ctx, std::vector<Finding>& o
     const NcclNetFacts& f = h.first->nccl_net;
     if (f.transport != NcclNetFacts::kNoNet) continue;
     std::string why =
-        f.reason == NcclNetFacts::kNetMissing
-            ? fmt::format("no plugin library found (tried {})", printable(f.plugin_tried, 120))
-            : "its IB transport has no port: " + nccl_net_reason_text(f);
+        f.reason != NcclNetFacts::kNetMissing
+            ? "its IB transport has no port: " + nccl_net_reason_text(f)
+        : (f.flags & NcclNetFacts::kPluginUnsupported) != 0
+            ? fmt::format("its plugin {} exports {}, which NCCL does not read",
+                          printable(f.plugin, 120), nccl_plugin_abi_text(f.plugin_abi))
+            : fmt::format("no plugin library found (tried {})", printable(f.plugin_tried, 120));
     out.push_back(make(FindingId::kNcclNetUnavailable,
                        fmt::format("NCCL_NET={} names a network {} does not have ({}): NCCL's "
                                    "init fails there with \"Error: network {} not found.\"",
@@ -161,7 +165,7 @@ void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out) {
   std::vector<HostNet> hs = host_nets(ctx);
   auto groups = by(hs, [](const NcclNetFacts& f) -> std::string {
     if (f.transport == NcclNetFacts::kNoNet) return "";
-    return f.plugin.empty()
+    return f.plugin.empty() || (f.flags & NcclNetFacts::kPluginUnsupported) != 0
                ? fmt::format("no plugin ({})", f.transport == NcclNetFacts::kIb ? "IB" : "Socket")
                : "plugin " + nccl_plugin_short_name(f.plugin.str());
   });
@@ -176,6 +180,32 @@ void check_nccl_net_plugin(const CheckContext& ctx, std::vector<Finding>& out) {
                                  "hosts' networks cannot connect",
                                  text),
                      {}, odd));
+}
+
+// A plugin NCCL unloads: its release reads none of the ncclNetPlugin_vN it exports.
+// One finding per plugin, release and fallback, naming its hosts.
+void check_nccl_net_plugin_unsupported(const CheckContext& ctx, std::vector<Finding>& out) {
+  std::vector<HostNet> hs = host_nets(ctx);
+  std::map<std::string, std::vector<const HostNet*>> groups;
+  for (const HostNet& h : hs) {
+    const NcclNetFacts& f = h.first->nccl_net;
+    if ((f.flags & NcclNetFacts::kPluginUnsupported) == 0) continue;
+    groups[fmt::format("{}\n{}\n{}\n{}", f.plugin.str(), f.plugin_abi, f.rules_version, f.text())]
+        .push_back(&h);
+  }
+  for (const auto& [key, group] : groups) {
+    const NcclNetFacts& f = group.front()->first->nccl_net;
+    std::string release = f.rules_version == 0 ? std::string("the newest NCCL")
+                                               : "NCCL " + nccl_version_text(f.rules_version);
+    out.push_back(make(
+        FindingId::kNcclNetPluginUnsupported,
+        fmt::format("the network plugin the loader finds on {} ({}) exports {}, and {} reads {}: "
+                    "NCCL unloads it (\"External network plugin ... is unsupported\", an INFO "
+                    "line) and carries the job over {}",
+                    host_list(group), printable(f.plugin, 120), nccl_plugin_abi_text(f.plugin_abi),
+                    release, nccl_plugin_abi_text(nccl_plugin_abi_read(f.rules_version)), f.text()),
+        {}, members_of(group)));
+  }
 }
 
 void check_nccl_ib_hca_none(const CheckContext& ctx, std::vector<Finding>& out) {
@@ -378,6 +408,7 @@ std::string nccl_net_signature(const NcclNetFacts& f) {
 
 bool nccl_net_alone_ok(const NcclNetFacts& f) {
   if (!f.known()) return true;
+  if ((f.flags & NcclNetFacts::kPluginUnsupported) != 0) return false;
   if (f.transport == NcclNetFacts::kNoNet || f.reason == NcclNetFacts::kHcaNone ||
       f.reason == NcclNetFacts::kNoUverbs)
     return false;

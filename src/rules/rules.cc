@@ -46,10 +46,14 @@ constexpr Rule kRules[] = {
     {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active, kWatch, watch_nccl_net_alone},
     {FindingId::kNcclNetMismatch, check_nccl_net_mismatch, kWatch, watch_nccl_net_same},
     {FindingId::kNcclNetPluginMismatch, check_nccl_net_plugin, kWatch, watch_nccl_net_same},
+    {FindingId::kNcclNetPluginUnsupported, check_nccl_net_plugin_unsupported, kWatch,
+     watch_nccl_net_alone},
     {FindingId::kNcclIbLinkLayerMismatch, check_nccl_ib_link_layer, kWatch, watch_nccl_net_same},
     {FindingId::kNcclRoceGidLinkLocal, check_nccl_roce_gid, kWatch, watch_roce_gid},
     {FindingId::kDuplicateGpu, check_duplicate_gpu, kWatch, watch_gpu_devices},
     {FindingId::kNcclVersionMismatch, check_nccl_version, kWatch, watch_gpu_same},
+    {FindingId::kNcclKnownFault, check_nccl_known_fault, kWatch, watch_nccl_known_fault},
+    {FindingId::kUnevenRanksPerHost, check_uneven_hosts, kWatch, watch_uneven_hosts},
     {FindingId::kCudaDriverMissing, check_gpu_usable, kWatch, watch_gpu_usable},
     {FindingId::kNcclMissing, check_nccl_missing, kWatch, watch_gpu_usable},
     {FindingId::kMasterAddrMismatch, check_master_addr_mismatch, kWatch, watch_master_addr},
@@ -120,6 +124,7 @@ std::vector<Finding> local_checks(const Record& self) {
   check_ifname(ctx, findings);
   check_nccl_no_interface(ctx, findings);
   check_nccl_net_unavailable(ctx, findings);
+  check_nccl_net_plugin_unsupported(ctx, findings);
   check_ib_memlock(ctx, findings);
   check_ib_uverbs_missing(ctx, findings);
   check_nccl_ib_hca_none(ctx, findings);

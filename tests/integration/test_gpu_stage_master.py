@@ -8,6 +8,7 @@ part: every other rank's completes at once. A rank that is still connected has u
 the stage's deadline; a late result is a result, not silence.
 """
 
+import os
 import shutil
 import tempfile
 import unittest
@@ -16,8 +17,8 @@ from harness import RankcheckTest, free_port, job_findings
 from test_gpu import FAKE, gpus, stage_built
 
 
-@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
-class StageMaster(RankcheckTest):
+class FakeGpuTest(RankcheckTest):
+    """Ranks on the fake GPU libraries, with a folder of their own for its files."""
     gpu = True
     timeout = 10.0
 
@@ -28,6 +29,10 @@ class StageMaster(RankcheckTest):
     def tearDown(self):
         super().tearDown()
         shutil.rmtree(self.fake_dir, ignore_errors=True)
+
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class StageMaster(FakeGpuTest):
 
     def two_hosts(self, late, extra=()):
         """Ranks 0-3, two to a host; rank 2's all-reduce completes `late` ("never", or seconds)."""
@@ -95,6 +100,63 @@ class StageMaster(RankcheckTest):
                 self.assertGreater(results[2]["allreduce_us"], 2.5e6)
                 for r in (1, 2, 3):
                     self.assertIn("PASS", procs[r].out)
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class NcclKnownFaults(FakeGpuTest):
+    """The NCCL release each host loads (the fake's FAKE_NCCL_VERSION) against the known
+    faults' table (src/nccl/known_faults.cc), and hosts with different numbers of ranks."""
+
+    def job(self, layout, version, **env):
+        """Ranks on hosts h0, h1, ... as `layout` gives them per host (2, 1: ranks 0-1 on
+        h0, rank 2 on h1), each loading the fake NCCL as release `version`."""
+        world, first, procs = sum(layout), 0, {}
+        for h, n in enumerate(layout):
+            for local in range(n):
+                r = first + local
+                e = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(h, n),
+                         TMPDIR=self.fake_dir, FAKE_NCCL_VERSION=str(version), **env)
+                procs[r] = self.rank(r, world, host=f"h{h}", local=(local, n), **e)
+            first += n
+        self.finish()
+        return procs
+
+    def test_uneven_hosts_with_2_31_2_fail_before_the_stage(self):
+        # NCCL 2.31.2 deadlocks in ncclCommInitRank with 7+8 ranks (NVIDIA/nccl#2385): with
+        # 2+1 here it is an error, and the GPU stage, which would hang on it, is not run.
+        procs = self.job((2, 1), 23102)
+        self.assertExit(procs.values(), 3)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["uneven-ranks-per-host"], master.out)
+        f = master.finding("uneven-ranks-per-host")
+        self.assertEqual((f["severity"], f["hosts"], f["ranks"]), ("error", ["h1"], [2]))
+        self.assertIn("2 ranks on h0, 1 rank on h1", f["message"])
+        self.assertIn("NVIDIA/nccl#2385", f["message"])
+        self.assertEqual(master.report["stage_results"], [])
+        self.assertIn("[uneven-ranks-per-host]", procs[2].out)
+
+    def test_uneven_hosts_elsewhere_warn_and_run_the_stage(self):
+        procs = self.job((2, 1), 22809)
+        self.assertExit(procs.values(), 0)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["uneven-ranks-per-host"], master.out)
+        self.assertEqual(master.finding("uneven-ranks-per-host")["severity"], "warning")
+        self.assertEqual(len(master.report["stage_results"]), 3)
+
+    def test_2_27_7_warns_of_its_ras_segfault_unless_ras_is_off(self):
+        procs = self.job((2, 2), 22707)
+        self.assertExit(procs.values(), 0)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["nccl-known-fault"], master.out)
+        f = master.finding("nccl-known-fault")
+        self.assertEqual((f["severity"], f["ranks"]), ("warning", [0, 1, 2, 3]))
+        self.assertIn("NVIDIA/nccl#1996", f["message"])
+        # Each member says its machine; x86_64 is no Arm host, so 2.28.9's row is silent.
+        self.assertEqual({m["arch"] for m in master.report["members"]}, {os.uname().machine})
+        self.procs.clear()
+        self.port = free_port()
+        procs = self.job((2, 2), 22707, NCCL_RAS_ENABLE="0")
+        self.assertExit(procs.values(), 0)
+        self.assertEqual(procs[0].ids(), [], procs[0].out)
 
 
 if __name__ == "__main__":

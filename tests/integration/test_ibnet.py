@@ -12,6 +12,7 @@ import time
 import unittest
 
 from harness import BIN, clean_env
+from test_gpu import FAKE
 from netns import ClusterCase
 
 TIMEOUT = 4.0
@@ -100,6 +101,21 @@ class IbNet(ClusterCase):
         self.assertEqual(h1["text"], "IB mlx5_2:1,mlx5_5:1 800G")
         self.assertEqual([p["listed"] for p in h1["ports"]].count(True), 2)
 
+    def test_a_plugin_nccl_does_not_read_is_named_and_not_used(self):
+        # libnccl-net-v5.so exports ncclNetPlugin_v5 only (tests/fake/fake_net_plugin.cc),
+        # which NCCL reads up to 2.25: the newest rules (no NCCL loaded, --no-gpu) unload
+        # it and keep IB on every host. libnccl-net-v8.so is used.
+        plugins = {"LD_LIBRARY_PATH": os.path.dirname(FAKE)}
+        res = self.run_job(["ib-cx7", "ib-cx7", "ib-cx7"], env={**plugins, "NCCL_NET_PLUGIN": "v5"})
+        for r, (rc, _, out, err) in res.items():
+            self.assertEqual(rc, 0, f"rank {r}: {out}{err}")
+        f = self.findings(res)["nccl-net-plugin-unsupported"]
+        self.assertEqual(f["severity"], "warning")
+        self.assertIn("libnccl-net-v5.so) exports v5, and the newest NCCL reads v6-v12", f["message"])
+        net = res[0][1]["members"][0]["nccl_net"]
+        self.assertEqual((net["text"], net["plugin_abi"], net["plugin_unsupported"]),
+                         ("IB mlx5_0:1,mlx5_1:1 800G", [5], True))
+
     def test_roce_with_a_link_local_gid_on_one_host(self):
         res = self.run_job(["roce-cx6", "roce-cx6-b", "roce-linklocal"])
         f = self.findings(res)
@@ -178,6 +194,16 @@ class EnvView(unittest.TestCase):
         self.assertEqual(net["ports"][0]["gid"]["address"], "::ffff:198.18.0.11")
         self.assertEqual(net["ports"][0]["gid"]["netdev"], "ens1f0np0")
         self.assertTrue(net["gid_rule"].startswith("NCCL's own choice: RoCE v2, AF_INET"))
+
+    def test_a_plugin_nccl_does_not_read_in_env(self):
+        plugins = {"LD_LIBRARY_PATH": os.path.dirname(FAKE)}
+        p = self.env("ib-cx7", json_out=False, NCCL_NET_PLUGIN="v5", **plugins)
+        self.assertIn("nccl-net-plugin-unsupported", p.stdout)  # a process alone sees it too
+        self.assertIn("libnccl-net-v5.so unloaded: it exports v5", p.stdout)
+        p = self.env("ib-cx7", json_out=False, NCCL_NET_PLUGIN="v8", **plugins)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("plugin v8", p.stdout)
+        self.assertNotIn("nccl-net-plugin-unsupported", p.stdout)
 
     def test_text_with_nccl_ib_hca_matching_nothing(self):
         p = self.env("ib-cx7", json_out=False, NCCL_IB_HCA="=mlx5_9")

@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 6  # src/protocol/wire.h kProtocolVersion (6: a record ends with its /dev/shm)
+VERSION = 7  # src/protocol/wire.h kProtocolVersion (7: a plugin's ABI versions; the machine)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
@@ -69,12 +69,15 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<i", 0) + s(b"") + struct.pack("<HHH", 0, 0, 0)
     out += struct.pack("<I", 0)
     # NCCL's data network: unknown (transport, reason, GPUDirect, flags, devices, NICs,
-    # memlock and its need, rule, plugin, plugins tried, NCCL_NET, GID rule, sysfs
-    # root, rules version, no port)
-    out += struct.pack("<BBBBBBqq", 0, 0, 0, 0, 0, 0, -2, 0) + s(b"") * 6
+    # memlock and its need, rule, plugin, plugins tried, the plugin's ABI versions,
+    # NCCL_NET, GID rule, sysfs root, rules version, no port)
+    out += struct.pack("<BBBBBBqq", 0, 0, 0, 0, 0, 0, -2, 0) + s(b"") * 3
+    out += struct.pack("<H", 0) + s(b"") * 3
     out += struct.pack("<iI", 0, 0)
     # /dev/shm: unknown (size, available, one SHM segment, flags)
     out += struct.pack("<qqqB", -1, -1, 0, 0)
+    # the machine (uname's): unknown
+    out += s(b"")
     return out
 
 

@@ -46,6 +46,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   r.distribution = 1;
   r.started_unix_ms = uint64_t{1'700'000'000'123};
   r.shm = {67108864, 1048576, 9637888, ShmFacts::kP2pDisabled};
+  r.arch = "aarch64";
   auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(payload_of(frame));
   REQUIRE(back.ok());
@@ -67,6 +68,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   CHECK(d.shm.avail == 1048576);
   CHECK(d.shm.segment == 9637888);
   CHECK(d.shm.flags == ShmFacts::kP2pDisabled);
+  CHECK(d.arch == "aarch64");
 }
 
 TEST_CASE("protocol: a block leader's NCCL root rides in its hello, and the roots in a frame") {

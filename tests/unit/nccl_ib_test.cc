@@ -196,6 +196,7 @@ TEST_CASE("the record carries NCCL's data network through the codec", "[nccl_ib]
   Record r = test::member(0, 1, "gpu-01");
   r.nccl_net = choose(fixture("roce-cx6"), {}, k221);
   r.nccl_net.memlock = 64 << 10;
+  r.nccl_net.plugin_abi = 1u << 8 | 1u << 5;
   Writer w;
   encode_record(w, r);
   Reader rd(w.data());
@@ -206,6 +207,7 @@ TEST_CASE("the record carries NCCL's data network through the codec", "[nccl_ib]
   CHECK(back.nccl_net.ports.size() == 2);
   CHECK(back.nccl_net.ports[1].gid == "::ffff:198.18.1.11");
   CHECK(back.nccl_net.gid_rule == r.nccl_net.gid_rule);
+  CHECK(back.nccl_net.plugin_abi == (1u << 8 | 1u << 5));
 }
 
 TEST_CASE("a record's data network with an unknown transport or port state is refused",
