@@ -55,7 +55,7 @@ sudo=()
 # What differs between the two: Debian's name for the architecture, the build
 # folder, where in dist/ the binaries go, the dynamic loader they may need, and
 # the objcopy that reads them (binutils' knows only this machine's; LLVM's, from
-# clang 16's packages, reads any).
+# the llvm-16 package, reads any).
 set_arch() {
   arch=$1
   case $arch in

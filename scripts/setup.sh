@@ -9,11 +9,13 @@ profile=${1:-build}
 build_pkgs=(cmake ninja-build g++ pkg-config libcli11-dev libfmt-dev catch2 libasio-dev
             nlohmann-json3-dev libssl-dev zlib1g-dev)
 # The release build: clang and lld against a Debian 11 root that debootstrap makes
-# (clang 16 for aarch64: clang 14 miscompiles Asio's coroutines there);
+# (clang 16 for aarch64: clang 14 miscompiles Asio's coroutines there; llvm-16 for its
+# llvm-objcopy-16, which reads the aarch64 binary: clang-16 only recommends it, and
+# recommends are not installed);
 # objcopy and objdump (binutils) split the debug info and read the glibc versions;
 # qemu-user-static runs the aarch64 binary here; ccache keeps its objects across
 # clean clones.
-release_pkgs=(clang clang-16 lld binutils debootstrap qemu-user-static ccache)
+release_pkgs=(clang clang-16 llvm-16 lld binutils debootstrap qemu-user-static ccache)
 # The tests run real launchers: Slurm (with munge), Open MPI, torchrun (python3-torch),
 # and parse the Kubernetes manifests (python3-yaml); the wheel is installed into a
 # fresh venv (python3-venv); the network path tests put
