@@ -108,11 +108,20 @@ def schema_errors(value, schema=None, where="$", root=None):
     return errors
 
 
+def arm_fault(finding):
+    """The known fault of NCCL 2.28.9-2.29.2 on Arm hosts (src/nccl/known_faults.cc): under
+    qemu-aarch64 every process of the suites is such a host, and the fake NCCL is 2.28.9
+    unless a test says otherwise, so every GPU test there carries it."""
+    return (EMULATED == "qemu-aarch64" and finding["id"] == "nccl-known-fault"
+            and "on Arm" in finding["message"])
+
+
 def job_findings(report):
     """A report's findings less the `no-job-token` warning, which every run without a
-    token that spans hosts carries: what a test of something else compares. The
-    tests of that warning read report["findings"] itself."""
-    return [f for f in report["findings"] if f["id"] != "no-job-token"]
+    token that spans hosts carries, and under qemu-aarch64 the Arm fault of the fake
+    NCCL's release (arm_fault): what a test of something else compares. The tests of
+    those warnings read report["findings"] itself."""
+    return [f for f in report["findings"] if f["id"] != "no-job-token" and not arm_fault(f)]
 
 
 def check_report(report, name="report"):
