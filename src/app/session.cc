@@ -118,6 +118,12 @@ void Session::open(const Identity& id, const EnvMap& env, const EnvMap& job_env,
   plan = gpu_plan(id, o, job_env);
   token = std::move(job_token);
   capture_nccl_words(env);
+  // The IB ports' error counters, against which the stage's end compares (none read
+  // under --no-gpu: no stage, no second reading).
+  if (!o.no_gpu) {
+    ib_sys_ = sysfs_from_env(env);
+    ib_start_ = ib_sys_.read_ib_counters();
+  }
 }
 
 void Session::capture_nccl_words(const EnvMap& env) {
@@ -180,8 +186,11 @@ StageReport Session::run_gpu_stage(const Verdict& go, long world_size) {
   s.log.progress(fmt::format("go: NCCL init and all-reduce ({} s left)", by.seconds_left()));
   NcclInit init = go.nccl_roots > 0 ? NcclInit{go.roots, true} : NcclInit{{*go.nccl_id}, false};
   StageReport report{s.stage->run(init, world_size, s.plan, by)};
+  // One process: its IB ports, and its NCCL_DEBUG_FILE, go with each of its ranks.
+  std::string moved = ib_counters_moved(ib_start_, ib_sys_.read_ib_counters());
+  for (RankResult& r : report.ranks)
+    r.ib_moved = moved;
   if (!s.nccl_debug) return report;
-  // One process, one file: its words go with each of its ranks.
   diagnose::NcclWords words = diagnose::read_nccl_words(s.nccl_debug->read());
   for (RankResult& r : report.ranks) {
     r.nccl_warn = words.warn;

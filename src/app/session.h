@@ -19,6 +19,7 @@
 #include "base/result.h"
 #include "gpu/nccl_debug_file.h"
 #include "gpu/stage.h"
+#include "host/sysfs_ib.h"
 #include "identity/identity.h"
 #include "model/gpu.h"
 #include "model/record.h"
@@ -83,6 +84,9 @@ struct Session {
  private:
   void capture_nccl_words(const EnvMap& env);
   bool probe_stuck_ = false;  // the inventory's thread never came back from the driver
+  // The IB ports' error counters at open(), against which the stage's end compares.
+  SysFs ib_sys_;
+  IbCounters ib_start_;
 };
 
 /// The job token from --token-fd, --token-file or RANKCHECK_TOKEN_FILE, if one is given.

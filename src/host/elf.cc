@@ -66,12 +66,8 @@ std::optional<ElfExports> elf_exports(const std::string& path, std::string_view 
   f.size = uint64_t(st.st_size);
   std::vector<uint8_t> eh;
   // e_ident: magic, ELFCLASS64 (2), ELFDATA2LSB (1).
-  if (!f.read(0, 64, eh) ||
-      std::memcmp(eh.data(),
-                  "\x7f"
-                  "ELF",
-                  4) != 0 ||
-      eh[4] != 2 || eh[5] != 1)
+  constexpr uint8_t kMagic[4] = {0x7f, 'E', 'L', 'F'};
+  if (!f.read(0, 64, eh) || std::memcmp(eh.data(), kMagic, 4) != 0 || eh[4] != 2 || eh[5] != 1)
     return std::nullopt;
   ElfExports out;
   out.this_machine = le(&eh[18], 2) == kThisMachine;  // e_machine

@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <glob.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -249,6 +250,25 @@ IbHostView SysFs::read_ib() const {
   v.memlock = memlock_limit();
   v.ipc_lock = has_ipc_lock();
   return v;
+}
+
+IbCounters SysFs::read_ib_counters() const {
+  IbCounters out;
+  const std::string cls = path("/sys/class/infiniband");
+  for (const std::string& name : entries(cls)) {
+    for (const std::string& p : entries(cls + "/" + name + "/ports")) {
+      std::array<int64_t, 4> values{};
+      for (size_t i = 0; i < kIbErrorCounters.size(); ++i) {
+        auto line =
+            read_line(fmt::format("{}/{}/ports/{}/counters/{}", cls, name, p, kIbErrorCounters[i]));
+        char* end = nullptr;
+        long long v = line ? std::strtoll(line->c_str(), &end, 10) : -1;
+        values[i] = line && end != line->c_str() && v >= 0 ? v : -1;
+      }
+      out[fmt::format("{}:{}", name, std::atoi(p.c_str()))] = values;
+    }
+  }
+  return out;
 }
 
 std::optional<std::string> SysFs::find_library(const std::string& name,

@@ -29,6 +29,8 @@ struct SysFs {
   /// container markers. The memlock limit and CAP_IPC_LOCK are this process's own
   /// (under a root too).
   IbHostView read_ib() const;
+  /// The error counters of every port (model/nccl_net.h's kIbErrorCounters).
+  IbCounters read_ib_counters() const;
   /// Where the dynamic loader would find `name` (a file name, or a path when it has
   /// a '/'): LD_LIBRARY_PATH's folders as given, then /etc/ld.so.conf's folders and
   /// the default ones under the root. nullopt when it finds none.

@@ -222,6 +222,11 @@ constexpr FindingKind kCatalog[] = {
      "compare with nccl-tests on the same hosts; a slow link or a fallback to TCP "
      "(NCCL_DEBUG=INFO says NET/Socket) is the usual cause",
      kNet},
+    {kIbPortErrors, "ib-port-errors", kW, ec::kGpu,
+     "look at the port's link: its counters (perfquery, or the files named under "
+     "/sys/class/infiniband/DEV/ports/N/counters), its cable and transceiver (mlxlink -d DEV "
+     "-p N, ibdiagnet); keep the host out of jobs while the counters keep moving",
+     kNet},
     {kStrayConnection, "stray-connection", kW, ec::kRejected,
      "something else on the network talks to MASTER_PORT: a port scanner, a health check, or a "
      "process of another run; harmless to this check unless it repeats"},
@@ -424,6 +429,7 @@ constexpr FindingId kLeadOrder[] = {
     kAllreduceFailed,
     kAllreduceTimeout,
     kBandwidthLow,
+    kIbPortErrors,
     kEnvMismatch,
     kCudaDriverMismatch,
     kLocalRankWrapped,

@@ -84,6 +84,7 @@ enum class FindingId {
   kAllreduceFailed,
   kAllreduceTimeout,
   kBandwidthLow,
+  kIbPortErrors,
   kStrayConnection,
   kMasterInterrupted,
   kMasterUnreachable,

@@ -115,6 +115,9 @@ struct RankResult {
   std::string nccl_warn;     ///< the first warning that reads as a cause ("Call to ibv_...")
   std::string nccl_finding;  ///< what that warning reads as ("nccl-network-error"), or ""
   std::string nccl_net;      ///< the network NCCL chose ("IB", "Socket", a plugin's name)
+  /// The IB ports' error counters that moved in this rank's process from the check's
+  /// start to the end of its stage (ib_counters_moved), "" when none did.
+  std::string ib_moved;
 };
 
 }  // namespace rankcheck

@@ -50,6 +50,22 @@ std::string nccl_net_reason_text(const NcclNetFacts& f) {
   }
 }
 
+std::string ib_counters_moved(const IbCounters& before, const IbCounters& after) {
+  std::string out;
+  for (const auto& [port, now] : after) {
+    auto was = before.find(port);
+    if (was == before.end()) continue;
+    std::string moved;
+    for (size_t i = 0; i < kIbErrorCounters.size(); ++i) {
+      if (was->second[i] < 0 || now[i] <= was->second[i]) continue;
+      moved += fmt::format("{}{} +{}", moved.empty() ? "" : ", ", kIbErrorCounters[i],
+                           now[i] - was->second[i]);
+    }
+    if (!moved.empty()) out += fmt::format("{}{} {}", out.empty() ? "" : "; ", port, moved);
+  }
+  return out;
+}
+
 std::string nccl_plugin_abi_text(uint16_t abi) {
   std::vector<int> v;
   for (int n = 0; n < 16; ++n) {

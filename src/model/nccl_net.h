@@ -5,8 +5,11 @@
 // memory registration needs (see nccl/ib.h for the rules, host/sysfs_ib.h for
 // the facts they read).
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/shared_string.h"
@@ -104,6 +107,18 @@ struct NcclNetFacts {
 
 /// Why NCCL's IB transport has no port, in words: "no IB device", "NCCL_IB_DISABLE=1".
 std::string nccl_net_reason_text(const NcclNetFacts& f);
+/// The error counters of the IB ports, read at the check's start and after its GPU
+/// stage (sysfs ports/N/counters/): a port whose counters moved while NCCL's init and
+/// all-reduce ran has a flapping or noisy link.
+inline constexpr std::array<std::string_view, 4> kIbErrorCounters = {
+    "link_downed", "symbol_error", "link_error_recovery", "port_rcv_errors"};
+/// "mlx5_0:1" -> each of kIbErrorCounters' values (-1: not readable).
+using IbCounters = std::map<std::string, std::array<int64_t, 4>, std::less<>>;
+/// What moved from `before` to `after`: "mlx5_0:1 symbol_error +12, link_downed +1;
+/// mlx5_1:1 port_rcv_errors +3"; "" when nothing did (a port or a value missing from
+/// either reading is not compared; a counter that went down was reset, not moved).
+std::string ib_counters_moved(const IbCounters& before, const IbCounters& after);
+
 /// Plugin ABI versions, bit N each: "v5", "v5, v8", "v6-v11"; "no ncclNetPlugin_v symbol".
 std::string nccl_plugin_abi_text(uint16_t abi);
 /// A plugin library's short name: "libnccl-net-aws-ofi.so" -> "aws-ofi".

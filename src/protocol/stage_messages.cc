@@ -15,17 +15,20 @@ constexpr size_t kStageErrorMax = 256;
 // NCCL's words (diagnose::read_nccl_words cuts the warning to 300 printable bytes).
 constexpr size_t kNcclWarnMax = 320;
 constexpr size_t kNcclNameMax = 64;  // the finding id, the network's name
+constexpr size_t kIbMovedMax = 200;  // the IB counters that moved
 
 // How a rank's NCCL words travel: none, its own, or the same as the rank before it
 // (a member's ranks share one process and so one NCCL_DEBUG_FILE: said once).
 enum class Words : uint8_t { kNone = 0, kOwn = 1, kSameAsPrevious = 2 };
 
 bool has_words(const RankResult& r) {
-  return !r.nccl_warn.empty() || !r.nccl_finding.empty() || !r.nccl_net.empty();
+  return !r.nccl_warn.empty() || !r.nccl_finding.empty() || !r.nccl_net.empty() ||
+         !r.ib_moved.empty();
 }
 
 bool same_words(const RankResult& a, const RankResult& b) {
-  return a.nccl_warn == b.nccl_warn && a.nccl_finding == b.nccl_finding && a.nccl_net == b.nccl_net;
+  return a.nccl_warn == b.nccl_warn && a.nccl_finding == b.nccl_finding &&
+         a.nccl_net == b.nccl_net && a.ib_moved == b.ib_moved;
 }
 
 Words words_of(const StageReport& m, size_t i) {
@@ -53,6 +56,7 @@ void put_result(Writer& w, const RankResult& r, Words words, size_t text_len) {
   w.str(cut(r.nccl_warn, std::min(text_len, kNcclWarnMax)));
   w.str(cut(r.nccl_finding, kNcclNameMax));
   w.str(cut(r.nccl_net, kNcclNameMax));
+  w.str(cut(r.ib_moved, std::min(text_len, kIbMovedMax)));
 }
 
 }  // namespace
@@ -70,7 +74,10 @@ std::vector<uint8_t> encode(const StageReport& m) {
     put_result(fixed, r, words, 0);
     lens.push_back(std::min(r.init_error.size(), kStageErrorMax));
     lens.push_back(std::min(r.allreduce_error.size(), kStageErrorMax));
-    if (words == Words::kOwn) lens.push_back(std::min(r.nccl_warn.size(), kNcclWarnMax));
+    if (words == Words::kOwn) {
+      lens.push_back(std::min(r.nccl_warn.size(), kNcclWarnMax));
+      lens.push_back(std::min(r.ib_moved.size(), kIbMovedMax));
+    }
   }
   size_t cap = payload_cap(uint16_t(MsgType::kStageResult));
   size_t level = std::min(kNcclWarnMax, water_level(lens, cap - fixed.data().size() - kMacSize));
@@ -110,10 +117,12 @@ Result<StageReport> decode_stage_report(std::span<const uint8_t> payload) {
       x.nccl_warn = r.str(kNcclWarnMax, "NCCL warning");
       x.nccl_finding = r.str(kNcclNameMax, "NCCL warning's finding");
       x.nccl_net = r.str(kNcclNameMax, "NCCL network");
+      x.ib_moved = r.str(kIbMovedMax, "IB counters moved");
     } else if (words == Words::kSameAsPrevious && i > 0) {
       x.nccl_warn = m.ranks[i - 1].nccl_warn;
       x.nccl_finding = m.ranks[i - 1].nccl_finding;
       x.nccl_net = m.ranks[i - 1].nccl_net;
+      x.ib_moved = m.ranks[i - 1].ib_moved;
     } else if (words != Words::kNone) {
       r.fail("a rank result's NCCL words are neither its own nor the previous rank's");
     }

@@ -134,6 +134,7 @@ nlohmann::json stage_json(const RankResult& r) {
   if (!r.nccl_warn.empty()) j["nccl_warn"] = r.nccl_warn;
   if (!r.nccl_finding.empty()) j["nccl_finding"] = r.nccl_finding;
   if (!r.nccl_net.empty()) j["nccl_net"] = r.nccl_net;
+  if (!r.ib_moved.empty()) j["ib_counters_moved"] = r.ib_moved;
   return j;
 }
 

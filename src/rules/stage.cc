@@ -383,6 +383,33 @@ void network_findings(const StageView& sv, const RankOwners& owners, std::vector
   out.push_back(std::move(f));
 }
 
+// IB ports whose error counters moved while the check ran (from the process's start
+// to the end of its stage, NCCL's init and all-reduce on them): a flapping or noisy
+// link, which NCCL meets later as timeouts or "Got completion ... with error".
+void ib_counter_findings(const StageView& sv, const RankOwners& owners, std::vector<Finding>& out) {
+  std::map<std::string, std::vector<long>> by_text;  // what moved -> its ranks
+  for (const RankResult& r : sv.results) {
+    if (!r.ib_moved.empty()) by_text[r.ib_moved].push_back(r.rank);
+  }
+  if (by_text.empty()) return;
+  std::vector<std::string> parts;
+  std::vector<long> all;
+  for (auto& [text, ranks] : by_text) {
+    std::sort(ranks.begin(), ranks.end());
+    parts.push_back(
+        fmt::format("{} on {}", printable(text, 200),
+                    format_list(owners.finding(FindingId::kIbPortErrors, ranks).hosts, 3)));
+    all.insert(all.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(all.begin(), all.end());
+  Finding f = owners.finding(FindingId::kIbPortErrors, all);
+  f.message = fmt::format(
+      "IB error counters moved during the check (its start to the end of NCCL's init and "
+      "all-reduce): {}: a link that goes down, retrains or corrupts packets",
+      join(parts, "; ", 4));
+  out.push_back(std::move(f));
+}
+
 }  // namespace
 
 std::vector<Finding> stage_checks(const StageView& sv) {
@@ -391,6 +418,7 @@ std::vector<Finding> stage_checks(const StageView& sv) {
   init_findings(sv, init_outcomes(sv), owners, out);
   allreduce_findings(sv, allreduce_outcomes(sv), owners, out);
   network_findings(sv, owners, out);
+  ib_counter_findings(sv, owners, out);
   if (sv.members != nullptr) name_no_host_when_every_host(out, job_hosts(*sv.members));
   return out;
 }

@@ -108,6 +108,9 @@
 //                             20 pays it once and separate launches pay it each.
 //   FAKE_NCCL_STALE_WARN=txt  a WARN at the first NCCL call, left in ncclGetLastError's
 //                             buffer, which NCCL never clears.
+//   FAKE_NCCL_INIT_WRITE=PATH=TEXT  init writes TEXT into the file PATH (on the ranks of
+//                             FAKE_NCCL_RANKS): what the job's traffic does to a flapping
+//                             port's error counters, in a copy of sysfs
 //   FAKE_NCCL_ALLREDUCE=fail-silent  the call fails without a WARN (the last error stays
 //                             what it was), as NCCL's many NCCLCHECK returns do.
 //   FAKE_CUDA_COPY=fail-to-host  only copies from the GPU to the host fail
@@ -1368,6 +1371,13 @@ ncclResult_t ncclCommInitRankConfig(ncclComm** comm, int nranks, ncclUniqueId id
     *comm = nullptr;
     if (t_group.depth > 0) t_group.error = kNcclUnhandledCudaError;
     return kNcclUnhandledCudaError;
+  }
+  if (std::string w = env("FAKE_NCCL_INIT_WRITE"); !w.empty() && injected_for(rank)) {
+    size_t eq = w.find('=');
+    if (std::FILE* f = std::fopen(w.substr(0, eq).c_str(), "w")) {
+      std::fputs(eq == std::string::npos ? "" : w.c_str() + eq + 1, f);
+      std::fclose(f);
+    }
   }
   std::string mode = injected_for(rank) ? env("FAKE_NCCL_INIT") : "";
   if (mode == "fail-now") {  // as NCCL does for bad arguments: an error and no communicator

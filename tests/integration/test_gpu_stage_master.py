@@ -159,5 +159,44 @@ class NcclKnownFaults(FakeGpuTest):
         self.assertEqual(procs[0].ids(), [], procs[0].out)
 
 
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class IbCounters(FakeGpuTest):
+    """The IB ports' error counters, read at each process's start and after its GPU
+    stage: each host reads its own copy of the ib-cx7 fixture (RANKCHECK_SYSFS_ROOT),
+    and the fake NCCL's init writes a counter on one host's copy, as a flapping link's
+    traffic would (FAKE_NCCL_INIT_WRITE)."""
+
+    def test_a_counter_that_moves_during_the_stage_is_named_with_its_host(self):
+        fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                               "sysfs", "ib-cx7")
+        roots = []
+        for h in range(2):
+            root = os.path.join(self.fake_dir, f"root{h}")
+            shutil.copytree(fixture, root, symlinks=True)
+            counters = os.path.join(root, "sys/class/infiniband/mlx5_0/ports/1/counters")
+            os.makedirs(counters, exist_ok=True)
+            for name in ("link_downed", "symbol_error", "link_error_recovery", "port_rcv_errors"):
+                with open(os.path.join(counters, name), "w") as f:
+                    f.write("0\n")
+            roots.append(root)
+        moved = os.path.join(roots[1], "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error")
+        procs = {}
+        for r in range(4):
+            env = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(r // 2, 2),
+                       TMPDIR=self.fake_dir, RANKCHECK_SYSFS_ROOT=roots[r // 2],
+                       FAKE_NCCL_INIT_WRITE=f"{moved}=12\n", FAKE_NCCL_RANKS="2")
+            procs[r] = self.rank(r, 4, host=f"h{r // 2}", local=(r % 2, 2), **env)
+        self.finish()
+        self.assertExit(procs.values(), 0)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["ib-port-errors"], master.out)
+        f = master.finding("ib-port-errors")
+        self.assertEqual((f["severity"], f["hosts"], f["ranks"]), ("warning", ["h1"], [2, 3]))
+        self.assertIn("mlx5_0:1 symbol_error +12 on h1", f["message"])
+        results = {x["rank"]: x for x in master.report["stage_results"]}
+        self.assertEqual(results[3]["ib_counters_moved"], "mlx5_0:1 symbol_error +12")
+        self.assertNotIn("ib_counters_moved", results[0])
+
 if __name__ == "__main__":
     unittest.main()

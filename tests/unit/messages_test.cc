@@ -439,6 +439,7 @@ TEST_CASE("protocol: a stage report carries NCCL's own words, once per process")
       "::ffff:10.0.0.2";
   r.nccl_finding = "nccl-network-error";
   r.nccl_net = "IB";
+  r.ib_moved = "mlx5_0:1 symbol_error +12, link_downed +1";
   RankResult quiet;
   quiet.rank = 5;
   quiet.init_ok = quiet.allreduce_ok = quiet.allreduce_done = true;
@@ -454,7 +455,9 @@ TEST_CASE("protocol: a stage report carries NCCL's own words, once per process")
     CHECK(back->ranks[i].nccl_warn == r.nccl_warn);
     CHECK(back->ranks[i].nccl_finding == "nccl-network-error");
     CHECK(back->ranks[i].nccl_net == "IB");
+    CHECK(back->ranks[i].ib_moved == r.ib_moved);
   }
+  CHECK(back->ranks[2].ib_moved.empty());
   CHECK(back->ranks[1].rank == 6);
   CHECK(back->ranks[2].nccl_warn.empty());
   CHECK(back->ranks[2].nccl_net.empty());
@@ -501,6 +504,7 @@ TEST_CASE("protocol: a stage report of 64 ranks with long errors and NCCL's word
     r.nccl_warn = std::string(400, char('A' + k % 26));  // each rank's own
     r.nccl_finding = std::string(100, 'f');
     r.nccl_net = std::string(100, 'n');
+    r.ib_moved = std::string(300, 'm');
     m.ranks.push_back(r);
   }
   auto frame = encode(m);
@@ -510,11 +514,13 @@ TEST_CASE("protocol: a stage report of 64 ranks with long errors and NCCL's word
   CHECK(back->ranks[7].nccl_warn.size() == back->ranks[7].init_error.size());
   CHECK(back->ranks[7].nccl_finding.size() == 64);
   CHECK(back->ranks[7].nccl_net.size() == 64);
+  CHECK(back->ranks[7].ib_moved.size() == back->ranks[7].init_error.size());
   // Alone, a warning travels to its own cap.
   auto one = decode_stage_report(payload_of(encode(StageReport{{m.ranks[3]}, {}})));
   REQUIRE(one.ok());
   CHECK(one->ranks[0].nccl_warn == std::string(320, 'D'));
   CHECK(one->ranks[0].init_error == std::string(256, 'i'));
+  CHECK(one->ranks[0].ib_moved == std::string(200, 'm'));
 }
 
 TEST_CASE("protocol: a stage result of an older version is told apart from a malformed one") {
