@@ -24,7 +24,8 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // state may be kStuck (6): an older master would call it malformed. 6: a record ends
 // with its host's /dev/shm (ShmFacts). 7: and then with its host's machine (uname's
 // "x86_64"), for the NCCL releases whose faults depend on it; its data network carries
-// the ncclNetPlugin_vN versions its plugin exports.
+// the ncclNetPlugin_vN versions its plugin exports; a stage result's words carry the IB
+// error counters that moved.
 inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
