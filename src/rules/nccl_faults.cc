@@ -109,9 +109,9 @@ void check_uneven_hosts(const CheckContext& ctx, std::vector<Finding>& out) {
         names.size() <= 3 ? format_list(names) : plural(names.size(), "host", "hosts")));
   }
   std::string message = fmt::format(
-      "hosts carry different numbers of ranks: {}. NCCL runs such a job, but a host with fewer "
-      "ranks than the others is most often one the launcher placed short (a GPU fewer, tasks "
-      "packed without --ntasks-per-node)",
+      "hosts carry different numbers of ranks: {}. NCCL runs such a job, but a host whose "
+      "count differs from the others' is most often one the launcher placed unevenly (a GPU "
+      "fewer, tasks packed without --ntasks-per-node)",
       join(parts, ", ", 4));
   const nccl::KnownFault* fault = uneven_fault(all);
   if (fault != nullptr) {
