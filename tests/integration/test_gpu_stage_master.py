@@ -30,6 +30,22 @@ class FakeGpuTest(RankcheckTest):
         super().tearDown()
         shutil.rmtree(self.fake_dir, ignore_errors=True)
 
+    def job(self, layout, version, host_env=None, **env):
+        """Ranks on hosts h0, h1, ... as `layout` gives them per host (2, 1: ranks 0-1 on
+        h0, rank 2 on h1), each loading the fake NCCL as release `version`, with `env`
+        and what host_env(h) adds for its host."""
+        world, first, procs = sum(layout), 0, {}
+        for h, n in enumerate(layout):
+            for local in range(n):
+                r = first + local
+                e = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(h, n),
+                         TMPDIR=self.fake_dir, FAKE_NCCL_VERSION=str(version), **env,
+                         **(host_env(h) if host_env else {}))
+                procs[r] = self.rank(r, world, host=f"h{h}", local=(local, n), **e)
+            first += n
+        self.finish()
+        return procs
+
 
 @unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
 class StageMaster(FakeGpuTest):
@@ -101,24 +117,11 @@ class StageMaster(FakeGpuTest):
                 for r in (1, 2, 3):
                     self.assertIn("PASS", procs[r].out)
 
+
 @unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
 class NcclKnownFaults(FakeGpuTest):
     """The NCCL release each host loads (the fake's FAKE_NCCL_VERSION) against the known
     faults' table (src/nccl/known_faults.cc), and hosts with different numbers of ranks."""
-
-    def job(self, layout, version, **env):
-        """Ranks on hosts h0, h1, ... as `layout` gives them per host (2, 1: ranks 0-1 on
-        h0, rank 2 on h1), each loading the fake NCCL as release `version`."""
-        world, first, procs = sum(layout), 0, {}
-        for h, n in enumerate(layout):
-            for local in range(n):
-                r = first + local
-                e = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(h, n),
-                         TMPDIR=self.fake_dir, FAKE_NCCL_VERSION=str(version), **env)
-                procs[r] = self.rank(r, world, host=f"h{h}", local=(local, n), **e)
-            first += n
-        self.finish()
-        return procs
 
     def test_uneven_hosts_with_2_31_2_fail_before_the_stage(self):
         # NCCL 2.31.2 deadlocks in ncclCommInitRank with 7+8 ranks (NVIDIA/nccl#2385): with
@@ -181,13 +184,8 @@ class IbCounters(FakeGpuTest):
                     f.write("0\n")
             roots.append(root)
         moved = os.path.join(roots[1], "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error")
-        procs = {}
-        for r in range(4):
-            env = dict(RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(r // 2, 2),
-                       TMPDIR=self.fake_dir, RANKCHECK_SYSFS_ROOT=roots[r // 2],
-                       FAKE_NCCL_INIT_WRITE=f"{moved}=12\n", FAKE_NCCL_RANKS="2")
-            procs[r] = self.rank(r, 4, host=f"h{r // 2}", local=(r % 2, 2), **env)
-        self.finish()
+        procs = self.job((2, 2), 22809, host_env=lambda h: {"RANKCHECK_SYSFS_ROOT": roots[h]},
+                         FAKE_NCCL_INIT_WRITE=f"{moved}=12\n", FAKE_NCCL_RANKS="2")
         self.assertExit(procs.values(), 0)
         master = procs[0]
         self.assertEqual(master.ids(), ["ib-port-errors"], master.out)
