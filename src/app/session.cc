@@ -109,6 +109,7 @@ GpuPlan gpu_plan(const Identity& id, const RunOptions& o, const EnvMap& env) {
   plan.local_rank = id.local_rank;
   plan.device = o.device;
   if (const std::string* cvd = env_get(env, "CUDA_VISIBLE_DEVICES")) plan.visible_devices = *cvd;
+  plan.grant = gpu_grant(env);
   return plan;
 }
 
@@ -164,6 +165,8 @@ GpuFacts Session::probe_gpus() {
         "(a GPU fallen off the bus, a driver in recovery: nvidia-smi, dmesg | grep -i xid)",
         format_seconds(ms_between(t0, Clock::now())));
     log.error(std::string(stuck.error.str()));
+    stuck.granted = plan.grant.count;
+    stuck.granted_by = plan.grant.by;
     return stuck;
   }
   GpuFacts gpu = got.get();

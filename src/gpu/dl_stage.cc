@@ -91,6 +91,8 @@ class DlStage final : public GpuStage {
   GpuFacts inventory(const GpuPlan& plan) override {
     GpuFacts f;
     f.visible_devices = plan.visible_devices.value_or("");
+    f.granted = plan.grant.count;
+    f.granted_by = plan.grant.by;
     auto users = zero_for_the_check();
     load_nccl(f);
     f.state = load_cuda(plan, f);

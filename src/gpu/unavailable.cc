@@ -17,6 +17,8 @@ class Unavailable final : public GpuStage {
     f.error = kWhy;
     f.nccl_error = kWhy;
     f.visible_devices = plan.visible_devices.value_or("");
+    f.granted = plan.grant.count;
+    f.granted_by = plan.grant.by;
     return f;
   }
   Result<NcclId> unique_id() override { return Error{kWhy}; }

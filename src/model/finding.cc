@@ -167,6 +167,11 @@ constexpr FindingKind kCatalog[] = {
      "give the node as many GPUs as --nproc-per-node (the pod's nvidia.com/gpu limit, Slurm's "
      "--gpus-per-node), or lower --nproc-per-node",
      kHw},
+    {kGpuLost, "gpu-lost", kW, ec::kGpu,
+     "look at the host's GPUs (nvidia-smi -L; dmesg for Xid 79, 'fallen off the bus') and keep "
+     "it out of the job until all are back; where the list names a GPU the host never had (a "
+     "UUID of another host's), correct the list",
+     kHw},
     {kNcclMissing, "nccl-missing", kE, ec::kGpu,
      "install NCCL on that host, or point --nccl-lib (RANKCHECK_NCCL_LIB) at the libnccl.so.2 "
      "the training job loads",
@@ -414,6 +419,7 @@ constexpr FindingId kLeadOrder[] = {
     kNcclKnownFault,
     kCudaDriverMissing,
     kGpuCountMismatch,
+    kGpuLost,
     kGpuMissing,
     kNcclMissing,
     kMasterAddrMismatch,

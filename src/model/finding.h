@@ -69,6 +69,7 @@ enum class FindingId {
   kCudaDriverMissing,
   kGpuMissing,
   kGpuCountMismatch,
+  kGpuLost,
   kNcclMissing,
   kMasterAddrMismatch,
   kProtocolMismatch,

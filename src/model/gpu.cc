@@ -1,8 +1,12 @@
 #include "model/gpu.h"
 
+#include <algorithm>
 #include <iterator>
+#include <set>
 
 #include <fmt/format.h>
+
+#include "base/text.h"
 
 namespace rankcheck {
 
@@ -37,7 +41,59 @@ bool looks_like_version(std::string_view w) {
   return dots > 0 && digit;
 }
 
+// The entries of a GPU list, split at commas, blanks around each dropped.
+std::vector<std::string_view> gpu_list(std::string_view list) {
+  std::vector<std::string_view> out;
+  while (true) {
+    size_t comma = list.find(',');
+    out.push_back(trim_blanks(list.substr(0, comma)));
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+// An entry that can name a GPU: an index, or a GPU-/MIG- UUID or its prefix.
+bool names_gpu(std::string_view e) {
+  if (e.starts_with("GPU-") || e.starts_with("MIG-")) return e.size() > 4;
+  return !e.empty() && e.size() <= 9 && std::all_of(e.begin(), e.end(), is_digit);
+}
+
+std::string shown_list(std::string_view list) {
+  return printable(list, 48);
+}
+
 }  // namespace
+
+GpuGrant gpu_grant(const EnvMap& env) {
+  GpuGrant g;
+  if (const std::string* cvd = env_get(env, "CUDA_VISIBLE_DEVICES")) {
+    std::set<std::string_view> seen;
+    int32_t n = 0;
+    for (std::string_view e : gpu_list(*cvd)) {
+      if (!names_gpu(e)) break;
+      if (!seen.insert(e).second) return {};
+      ++n;
+    }
+    g.count = n;
+    g.by = fmt::format("CUDA_VISIBLE_DEVICES lists {} ({})", n, shown_list(*cvd));
+    return g;
+  }
+  if (const std::string* nvd = env_get(env, "NVIDIA_VISIBLE_DEVICES")) {
+    std::vector<std::string_view> items = gpu_list(*nvd);
+    if (!std::all_of(items.begin(), items.end(), names_gpu)) return {};
+    if (std::set<std::string_view>(items.begin(), items.end()).size() != items.size()) return {};
+    g.count = static_cast<int32_t>(items.size());
+    g.by = fmt::format("NVIDIA_VISIBLE_DEVICES lists {} ({})", g.count, shown_list(*nvd));
+    return g;
+  }
+  if (const std::string* on = env_get(env, "SLURM_GPUS_ON_NODE")) {
+    long n = 0;
+    if (on->empty() || read_digits(*on, 0, 6, n) != on->size() || n <= 0) return {};
+    g.count = static_cast<int32_t>(n);
+    g.by = fmt::format("SLURM_GPUS_ON_NODE={}", n);
+  }
+  return g;
+}
 
 std::string driver_version_from_banner(std::string_view line) {
   auto at = line.find("Kernel Module");

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/env.h"
 #include "base/shared_string.h"
 
 namespace rankcheck {
@@ -52,10 +53,31 @@ struct GpuFacts {
   SharedString nccl_path;          ///< the library loaded
   int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
   SharedString nccl_error;         ///< why NCCL could not be loaded
+  int32_t granted = -1;            ///< GPUs the launcher or container gave this process (gpu_grant)
+  SharedString granted_by;         ///< who says so: "CUDA_VISIBLE_DEVICES lists 8", "" when none
 
   bool usable() const { return state == GpuState::kUsable; }
   bool nccl_loaded() const { return nccl_version > 0; }
 };
+
+/// How many GPUs this process was given, and who says so; count -1 where nothing
+/// does. In the order the GPUs are narrowed down to the process:
+/// - CUDA_VISIBLE_DEVICES: its entries, each an index or a GPU-/MIG- UUID (or its
+///   prefix). The driver shows them in order and stops at the first that names no
+///   GPU (the CUDA Programming Guide's "CUDA Environment Variables"), so an entry that
+///   cannot name one ("-1", "") ends the count as it ends the list; a list that
+///   repeats an entry is not counted (what the driver then shows is not documented).
+/// - NVIDIA_VISIBLE_DEVICES, where CUDA_VISIBLE_DEVICES is unset: the GPUs the NVIDIA
+///   container runtime put in the container (the Kubernetes device plugin's envvar
+///   strategy names each by UUID); "all", "none", "void" and a path (the
+///   volume-mounts strategy) say no count.
+/// - SLURM_GPUS_ON_NODE, where neither is set: the GPUs Slurm allocated to the step on
+///   this node (gres_common.c: the allocation's bit count).
+struct GpuGrant {
+  int32_t count = -1;
+  std::string by;  ///< "CUDA_VISIBLE_DEVICES lists 8 (0,1,2,3,4,5,6,7)", "SLURM_GPUS_ON_NODE=8"
+};
+GpuGrant gpu_grant(const EnvMap& env);
 
 /// "2.28.9" from 22809 (and the old 2.x scheme, 2703 -> 2.7.3).
 std::string nccl_version_text(int32_t v);
@@ -91,6 +113,7 @@ struct GpuPlan {
   long local_rank = -1;                        ///< rank mode: LOCAL_RANK picks the device...
   std::optional<int> device;                   ///< ...unless --device says which
   std::optional<std::string> visible_devices;  ///< CUDA_VISIBLE_DEVICES; set but empty hides all
+  GpuGrant grant;                              ///< what the launcher gave, for the record
 };
 
 /// One rank's GPU stage, as it reports it to the master.

@@ -131,6 +131,8 @@ void encode_gpu(Writer& w, const GpuFacts& g) {
   w.str(g.nccl_path.substr(0, kMaxShortString));
   w.i32(g.nccl_version);
   w.str(g.nccl_error.substr(0, kMaxShortString));
+  w.i32(g.granted);
+  w.str(g.granted_by.substr(0, 128));
 }
 
 GpuFacts decode_gpu(Reader& r) {
@@ -156,6 +158,8 @@ GpuFacts decode_gpu(Reader& r) {
   g.nccl_path = r.str(kMaxShortString, "NCCL path");
   g.nccl_version = r.i32();
   g.nccl_error = r.str(kMaxShortString, "NCCL error");
+  g.granted = r.i32();
+  g.granted_by = r.str(128, "GPU grant");
   return g;
 }
 

@@ -25,8 +25,9 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // with its host's /dev/shm (ShmFacts). 7: and then with its host's machine (uname's
 // "x86_64"), for the NCCL releases whose faults depend on it; its data network carries
 // the ncclNetPlugin_vN versions its plugin exports; a stage result's words carry the IB
-// error counters that moved.
-inline constexpr uint16_t kProtocolVersion = 7;
+// error counters that moved. 8: a record's GPU facts end with the GPUs the launcher or
+// container gave the process (gpu_grant).
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 
 enum class MsgType : uint16_t {

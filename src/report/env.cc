@@ -113,6 +113,11 @@ std::string render_env_text(const Identity& id, const Record& self,
     row("driver", g.driver.empty() ? "-" : printable(g.driver, 24),
         fmt::format("CUDA {}", cuda_version_text(g.cuda_version)));
   }
+  if (g.state != GpuState::kSkipped && g.device_count >= 0) {
+    row("gpus", fmt::format("{} shown", g.device_count),
+        g.granted < 0 ? std::string("no launcher or container variable gives a count")
+                      : fmt::format("{} given: {}", g.granted, printable(g.granted_by, 80)));
+  }
   if (g.state != GpuState::kSkipped) {
     row("nccl", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "not loaded",
         g.nccl_loaded() ? printable(g.nccl_path, 120) : printable(g.nccl_error, 120));

@@ -109,7 +109,9 @@ nlohmann::json gpu_json(const GpuFacts& g) {
           {"nccl_version", or_null(g.nccl_version, 0)},
           {"nccl_version_text", g.nccl_loaded() ? nccl_version_text(g.nccl_version) : ""},
           {"nccl_path", g.nccl_path},
-          {"nccl_error", g.nccl_error}};
+          {"nccl_error", g.nccl_error},
+          {"granted", or_null(g.granted)},
+          {"granted_by", g.granted_by}};
 }
 
 nlohmann::json stage_json(const RankResult& r) {

@@ -142,6 +142,10 @@ void check_local_rank_wrapped(const CheckContext& ctx, std::vector<Finding>& out
 /// Whether a member took device LOCAL_RANK % N because it sees fewer GPUs than its
 /// LOCAL_RANK (rank mode, no --device).
 bool local_rank_wrapped(const Record& r);
+void check_gpu_lost(const CheckContext& ctx, std::vector<Finding>& out);
+/// Whether a member shows fewer GPUs than it was given while each of its host's ranks
+/// still has one (where they do not, gpu-count-mismatch says it).
+bool gpu_lost(const Record& r);
 void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
 
 }  // namespace rankcheck

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -121,9 +122,11 @@ void check_agreement(const CheckContext& ctx, const Agreement& a, std::vector<Fi
 namespace {
 
 // Ranks that share a GPU because their host shows fewer GPUs than the ranks placed
-// there, while another host of the job shows enough for its own: the host lost a GPU
-// (fallen off the bus, left out of its configuration), not the job's LOCAL_RANK.
-// The finding, or nullopt where every host is short alike (the job's request).
+// there, while another host of the job shows enough for its own, or the launcher or
+// container gave the process more than it shows: the host lost a GPU (fallen off the
+// bus, left out of its configuration), not the job's LOCAL_RANK. The finding, or
+// nullopt where every host is short alike and nothing says more were given (the
+// job's request).
 std::optional<Finding> gpus_short_on_host(const JobView& v, const std::string& host,
                                           const Records& rs, const std::vector<long>& ranks) {
   const Record& r = *rs.front();
@@ -137,16 +140,23 @@ std::optional<Finding> gpus_short_on_host(const JobView& v, const std::string& h
       enough[o.host] = o.gpu.device_count;
     }
   }
-  if (enough.empty()) return std::nullopt;
-  std::vector<std::string> others;
-  for (const auto& [h, n] : enough)
-    others.push_back(fmt::format("{} shows {}", printable(h), n));
+  std::string evidence;
+  if (r.gpu.granted > shown) {
+    evidence = printable(r.gpu.granted_by, 100);
+  } else if (!enough.empty()) {
+    std::vector<std::string> others;
+    for (const auto& [h, n] : enough)
+      others.push_back(fmt::format("{} shows {}", printable(h), n));
+    evidence = format_list(others, 3);
+  } else {
+    return std::nullopt;
+  }
   Finding f = make(
       FindingId::kGpuCountMismatch,
       fmt::format("{} shows {}, the job placed {} ranks there, so {} share a GPU; {}: a GPU of "
                   "{} is missing",
                   printable(host), plural(size_t(shown), "GPU", "GPUs"), r.local_world_size,
-                  ranks_word(ranks), format_list(others, 3), printable(host)),
+                  ranks_word(ranks), evidence, printable(host)),
       fmt::format("look at {}'s GPUs (nvidia-smi -L; dmesg for Xid 79, 'fallen off the bus') and "
                   "keep it out of the job until all are back; a GPU left out of its configuration "
                   "(CUDA_VISIBLE_DEVICES, the node's GRES) shows the same",
@@ -351,6 +361,39 @@ void check_local_rank_wrapped(const CheckContext& ctx, std::vector<Finding>& out
                     where(rs), one ? "has" : "have", format_ranks(locals),
                     one ? "sees" : "each see", plural(size_t(count), "GPU", "GPUs"), cvd, count),
         "", rs));
+  }
+}
+
+bool gpu_lost(const Record& r) {
+  const GpuFacts& g = r.gpu;
+  return g.usable() && g.device_count >= 0 && g.granted > g.device_count &&
+         r.local_world_size <= g.device_count;
+}
+
+// A process that shows fewer GPUs than its launcher or container gave it, while each
+// rank of its host still has one, so the check passes: the GPU given is not there
+// (fallen off the bus; a CUDA_VISIBLE_DEVICES entry naming a GPU the host does not
+// have, which also hides every entry after it). Where the ranks outnumber the GPUs
+// shown, gpu-count-mismatch says it instead.
+void check_gpu_lost(const CheckContext& ctx, std::vector<Finding>& out) {
+  const JobView& v = ctx.view;
+  if (!v.gpu_stage) return;
+  using Key = std::tuple<std::string, int32_t, int32_t, std::string>;
+  auto groups = group_by<Key>(v, [](const Record& r) -> std::optional<Key> {
+    if (!gpu_lost(r)) return std::nullopt;
+    return Key{r.host, r.gpu.device_count, r.gpu.granted, r.gpu.granted_by};
+  });
+  for (const auto& [key, rs] : groups) {
+    const auto& [host, shown, given, by] = key;
+    int32_t lost = given - shown;
+    out.push_back(
+        make(FindingId::kGpuLost,
+             fmt::format("{} shows {}, but {}: {} given to {} {} not there; the check ran on the "
+                         "GPUs shown",
+                         printable(host), plural(size_t(shown), "GPU", "GPUs"), printable(by, 100),
+                         lost == 1 ? std::string("a GPU") : fmt::format("{} GPUs", lost),
+                         ranks_word(ranks_of(rs)), lost == 1 ? "is" : "are"),
+             "", rs));
   }
 }
 

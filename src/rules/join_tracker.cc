@@ -183,6 +183,10 @@ bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view) {
   return !w.gpu_stage || !local_rank_wrapped(r);
 }
 
+bool watch_gpu_lost(JoinWatch& w, const Record& r, std::string_view) {
+  return !w.gpu_stage || !gpu_lost(r);
+}
+
 bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view) {
   return r.master_addr == w.first_addr && r.master_port == w.first_port &&
          r.master_resolved.get() == w.first_resolved;

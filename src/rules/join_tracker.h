@@ -79,6 +79,7 @@ bool watch_nccl_known_fault(JoinWatch& w, const Record& r, std::string_view peer
 bool watch_uneven_hosts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_gpu_lost(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_starts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_env(JoinWatch& w, const Record& r, std::string_view peer);

@@ -321,6 +321,37 @@ class GpuStage(RankcheckTest):
                                        "share a GPU; h0 shows 2: a GPU of h1 is missing")
         self.assertEqual(procs[0].report["suspect_hosts"], "h1")
 
+    def test_a_gpu_given_that_is_not_there(self):
+        # CUDA_VISIBLE_DEVICES names 4 GPUs; the host shows 3 (the fake driver stops at
+        # the entry that names nothing, as the real one does): each rank still has a GPU,
+        # the check passes, and says the GPU given is not there.
+        procs = [self.rank(r, 2, host="h0", local=(r, 2),
+                           **self.fake(0, 3, CUDA_VISIBLE_DEVICES="0,1,2,3")) for r in range(2)]
+        self.finish()
+        self.assertExit(procs, 0)
+        self.assertEqual(procs[0].ids(), ["gpu-lost"])
+        f = procs[0].finding("gpu-lost")
+        self.assertEqual((f["ranks"], f["severity"]), ([0, 1], "warning"))
+        self.assertEqual(f["message"], "h0 shows 3 GPUs, but CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3): "
+                                       "a GPU given to ranks 0-1 is not there; the check ran on "
+                                       "the GPUs shown")
+        member = procs[0].report["members"][0]["gpu"]
+        self.assertEqual((member["device_count"], member["granted"]), (3, 4))
+        self.assertEqual(member["granted_by"], "CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3)")
+
+    def test_slurm_gave_more_gpus_than_the_ranks_share(self):
+        # Slurm gave the step 2 GPUs on the node (SLURM_GPUS_ON_NODE), the process shows
+        # 1 and the job placed 2 ranks there: a GPU of h0 is missing, though no other
+        # host shows enough to compare with.
+        procs = [self.rank(r, 2, host="h0", local=(r, 2),
+                           **self.fake(0, 1, SLURM_GPUS_ON_NODE="2")) for r in range(2)]
+        self.finish()
+        self.assertExit(procs, 5)
+        self.assertEqual(procs[0].ids(), ["gpu-count-mismatch"])
+        self.assertEqual(procs[0].finding("gpu-count-mismatch")["message"],
+                         "h0 shows 1 GPU, the job placed 2 ranks there, so ranks 0-1 share a GPU; "
+                         "SLURM_GPUS_ON_NODE=2: a GPU of h0 is missing")
+
     def test_bandwidth_figure(self):
         procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),
                               **self.fake(ngpus=2)) for r in range(2)}

@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 7  # src/protocol/wire.h kProtocolVersion (7: a plugin's ABI versions; the machine)
+VERSION = 8  # src/protocol/wire.h kProtocolVersion (8: the GPUs a process was given)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
@@ -61,6 +61,7 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<B", GPU_SKIPPED) + s(b"") + struct.pack("<i", 0) + s(b"")
     out += struct.pack("<i", -1) + s(b"") + s(b"") + struct.pack("<I", 0)
     out += s(b"") + struct.pack("<i", 0) + s(b"")
+    out += struct.pack("<i", -1) + s(b"")  # no GPU grant known
     out += struct.pack("<Q", 0)  # started_unix_ms: unknown
     # NCCL's interface: unknown (state, flags, name, address, rule, error, socket list,
     # rules version, network namespace, rehearsal port and port range), then no

@@ -172,6 +172,88 @@ TEST_CASE("a host without a driver, a rank without a GPU, a node short of GPUs")
   CHECK(f.ranks == Ranks{4, 5, 6, 7});
 }
 
+TEST_CASE("gpu_grant: the GPUs a launcher or container gave, in the order they narrow") {
+  auto grant = [](EnvMap env) { return gpu_grant(env); };
+  CHECK(grant({}).count == -1);
+  GpuGrant g = grant({{"CUDA_VISIBLE_DEVICES", "0,1, 2 ,3"}, {"SLURM_GPUS_ON_NODE", "8"}});
+  CHECK(g.count == 4);
+  CHECK(g.by == "CUDA_VISIBLE_DEVICES lists 4 (0,1, 2 ,3)");
+  // The driver stops at the first entry that names nothing: so does the count.
+  CHECK(grant({{"CUDA_VISIBLE_DEVICES", "0,1,-1,3"}}).count == 2);
+  CHECK(grant({{"CUDA_VISIBLE_DEVICES", ""}}).count == 0);
+  CHECK(grant({{"CUDA_VISIBLE_DEVICES", "GPU-8f3c,MIG-1a2b"}}).count == 2);
+  CHECK(grant({{"CUDA_VISIBLE_DEVICES", "0,1,0"}}).count == -1);  // what shows is not documented
+  // The container's list, where CUDA_VISIBLE_DEVICES is unset.
+  g = grant({{"NVIDIA_VISIBLE_DEVICES", "GPU-aa,GPU-bb,GPU-cc"}, {"SLURM_GPUS_ON_NODE", "8"}});
+  CHECK(g.count == 3);
+  CHECK(g.by == "NVIDIA_VISIBLE_DEVICES lists 3 (GPU-aa,GPU-bb,GPU-cc)");
+  for (const char* none : {"all", "none", "void", "", "/var/run/nvidia-container-devices"}) {
+    INFO(none);
+    CHECK(grant({{"NVIDIA_VISIBLE_DEVICES", none}}).count == -1);
+  }
+  // Slurm's count of the GPUs allocated to the step on this node.
+  g = grant({{"SLURM_GPUS_ON_NODE", "8"}});
+  CHECK(g.count == 8);
+  CHECK(g.by == "SLURM_GPUS_ON_NODE=8");
+  for (const char* bad : {"", "0", "8x", "-1", " 8"}) {
+    INFO(bad);
+    CHECK(grant({{"SLURM_GPUS_ON_NODE", bad}}).count == -1);
+  }
+}
+
+TEST_CASE("gpu-lost: a host shows fewer GPUs than it was given, each rank still has one") {
+  JobView v = gpu_job(8, 2);
+  for (Member& m : v.members) {
+    GpuFacts& g = m.record.gpu;
+    g.device_count = 4;
+    g.granted = 4;
+    g.granted_by = "CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3)";
+  }
+  CHECK(test::checks(v).empty());
+  CHECK(tracker_clean(v));
+  for (Member& m : v.members) {
+    if (m.record.host == "gpu-02") m.record.gpu.device_count = 3;
+  }
+  auto fs = test::checks(v);
+  Finding f = sole(fs);
+  CHECK(f.name() == "gpu-lost");
+  CHECK(f.severity == Severity::kWarning);
+  CHECK(exit_code_for(fs) == 0);
+  CHECK(f.ranks == Ranks{2, 3});
+  CHECK(f.hosts == Hosts{"gpu-02"});
+  CHECK(f.message ==
+        "gpu-02 shows 3 GPUs, but CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3): a GPU given to ranks "
+        "2-3 is not there; the check ran on the GPUs shown");
+  CHECK(f.fix.starts_with("look at the host's GPUs"));
+  CHECK(!tracker_clean(v));
+  // More shown than given: nothing lost.
+  for (Member& m : v.members)
+    m.record.gpu.device_count = 8;
+  CHECK(test::checks(v).empty());
+}
+
+TEST_CASE("gpu-count-mismatch: the grant is the evidence where no other host shows enough") {
+  // One host, 4 ranks, 3 GPUs shown: rank 3 wraps onto rank 0's GPU. Without a
+  // grant that is the job's request (duplicate-gpu); with CUDA_VISIBLE_DEVICES
+  // listing 4 it is a GPU the host lost.
+  JobView v = gpu_job(4, 4);
+  for (Member& m : v.members)
+    m.record.gpu.device_count = 3;
+  v.members[3].record.gpu.devices[0] = v.members[0].record.gpu.devices[0];
+  v.members[3].record.gpu.devices[0].rank = 3;
+  CHECK(sole(test::checks(v)).name() == "duplicate-gpu");
+  for (Member& m : v.members) {
+    m.record.gpu.granted = 4;
+    m.record.gpu.granted_by = "CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3)";
+  }
+  Finding f = sole(test::checks(v));
+  CHECK(f.name() == "gpu-count-mismatch");
+  CHECK(f.ranks == Ranks{0, 3});
+  CHECK(f.message ==
+        "gpu-01 shows 3 GPUs, the job placed 4 ranks there, so ranks 0,3 share a GPU; "
+        "CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3): a GPU of gpu-01 is missing");
+}
+
 TEST_CASE("nccl-missing and cuda-driver-mismatch") {
   JobView v = gpu_job(4, 2);
   v.members[3].record.gpu.nccl_version = 0;
@@ -560,12 +642,16 @@ TEST_CASE("stage rules: hosts whose NCCL chose different networks") {
 TEST_CASE("wire: GPU facts and stage results round-trip") {
   JobView v = gpu_job(2, 2);
   Record r = v.members[1].record;
+  r.gpu.granted = 8;
+  r.gpu.granted_by = "SLURM_GPUS_ON_NODE=8";
   auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
   REQUIRE(back.ok());
   CHECK(back->record.gpu.devices == r.gpu.devices);
   CHECK(back->record.gpu.nccl_version == 22809);
   CHECK(back->record.gpu.driver == "580.65.06");
+  CHECK(back->record.gpu.granted == 8);
+  CHECK(back->record.gpu.granted_by == "SLURM_GPUS_ON_NODE=8");
 
   StageReport report{{good(0, 2), good(1, 2)}};
   report.ranks[1].init_timed_out = true;
@@ -632,7 +718,7 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
     JobView v = gpu_job(8, 4);
     for (int c = 0; c < 1 + int(rng() % 2); ++c) {
       GpuFacts& g = v.members[rng() % v.members.size()].record.gpu;
-      switch (rng() % 9) {
+      switch (rng() % 10) {
         case 0:
           g.state = GpuState(rng() % 6);
           break;
@@ -661,6 +747,10 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
           if (!g.devices.empty()) {
             g.devices[0].pci_bus_id = fmt::format("00000000:{:02X}:00.0", 0x18 + rng() % 4);
           }
+          break;
+        case 9:  // given more GPUs than it shows, or as many
+          g.granted = int32_t(4 + rng() % 2);
+          g.granted_by = fmt::format("SLURM_GPUS_ON_NODE={}", g.granted);
           break;
       }
     }
