@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "host/interfaces.h"
+#include "host/pcie.h"
 #include "host/resolve.h"
 #include "host/shm.h"
+#include "host/sysfs_read.h"
 #include "host/sysfs_ib.h"
 #include "nccl/param.h"
 #include "nccl/socket_if.h"
@@ -19,18 +21,10 @@ namespace rankcheck {
 
 namespace {
 
-// A configuration file NCCL would read; nullopt when there is none to read.
+// A configuration file NCCL would read; nullopt when there is none to read. NCCL
+// reads the whole file; 1 MiB is more than any configuration holds.
 std::optional<std::string> read_small_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "re");
-  if (f == nullptr) return std::nullopt;
-  std::string text;
-  char buf[4096];
-  size_t n = 0;
-  // NCCL reads the whole file; 1 MiB is more than any configuration holds.
-  while (text.size() < (1u << 20) && (n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    text.append(buf, n);
-  std::fclose(f);
-  return text;
+  return read_file(path, 1u << 20);
 }
 
 // What NCCL's rules pick here, with NCCL_COMM_ID's host resolved as NCCL would.
@@ -83,8 +77,11 @@ Record self_record(const Identity& id, const std::optional<std::string>& host_na
   facts.nccl_net = collect_nccl_net(sys, conf.env, gpu.nccl_version, conf.from);
   // And the /dev/shm its SHM transport would map the host's connections in.
   facts.shm = read_shm(sys, conf.env);
-  // And the machine, which some NCCL releases' faults depend on (nccl/known_bad.h).
+  // And the machine, which some NCCL releases' faults depend on (nccl/known_faults.h).
   if (struct utsname u{}; ::uname(&u) == 0) facts.arch = u.machine;
+  // And the PCIe under the GPUs and HCAs NCCL will use.
+  facts.pcie = read_pcie(sys, gpu, facts.nccl_net);
+  facts.pcie.topo_error = topo_file_problem(sys, conf.env, gpu.nccl_version);
   return make_record(id, facts, conf.env, std::move(gpu));
 }
 

@@ -15,68 +15,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "host/sysfs_read.h"
+
 namespace rankcheck {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A small sysfs file's first line; nullopt when it cannot be read (an empty GID
-// slot's type reads EINVAL).
-std::optional<std::string> read_line(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[256];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n < 0) return std::nullopt;
-  std::string s(buf, static_cast<size_t>(n));
-  if (size_t nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
-  return s;
-}
-
 int leading_number(const std::optional<std::string>& s) {
   return s ? std::atoi(s->c_str()) : 0;
-}
-
-// The names in a folder, sorted; none when it does not exist.
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    out.push_back(it->path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// "mlx5_2" before "mlx5_10": digits compare as numbers, as the kernel numbers devices.
-bool natural_less(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
-        std::isdigit(static_cast<unsigned char>(b[j]))) {
-      size_t i2 = i, j2 = j;
-      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2])))
-        ++i2;
-      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2])))
-        ++j2;
-      // As numbers, without converting: a longer run of digits is larger (no leading
-      // zeros in kernel names), equal lengths compare as text.
-      std::string_view x(a.data() + i, i2 - i), y(b.data() + j, j2 - j);
-      if (x.size() != y.size()) return x.size() < y.size();
-      if (x != y) return x < y;
-      i = i2;
-      j = j2;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  return a.size() - i < b.size() - j;
-}
-
-bool exists(const std::string& path) {
-  return ::access(path.c_str(), F_OK) == 0;
 }
 
 // "fe80:0000:0000:0000:0e42:a1ff:fe5d:b4a2", as sysfs writes a GID.

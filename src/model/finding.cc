@@ -129,6 +129,33 @@ constexpr FindingKind kCatalog[] = {
      "Kubernetes an emptyDir of medium Memory mounted at /dev/shm; remove stale "
      "/dev/shm/nccl-* files of killed jobs",
      kHostCfg},
+    {kPcieLinkDegraded, "pcie-link-degraded", kW, ec::kGpu,
+     "reseat the card or its riser and check the slot (lspci -vv: LnkSta against LnkCap; the "
+     "BIOS's lane bifurcation); keep the host out of bandwidth-bound jobs until the link trains "
+     "at its maximum",
+     kHw},
+    {kPcieAcsRedirect, "pcie-acs-redirect", kW, ec::kMismatch,
+     "disable ACS on those bridges: in the BIOS, or as root setpci -s BRIDGE ECAP_ACS+6.w=0000 "
+     "(until the next boot); in a VM with ATS, set Direct Translated P2P instead",
+     kHostCfg},
+    {kIommuTranslated, "iommu-translated", kW, ec::kMismatch,
+     "boot the host with iommu=pt (passthrough: the IOMMU stays on, DMA is not translated), or "
+     "disable the IOMMU (VT-d, AMD-Vi) in the BIOS; NCCL_NET_GDR_LEVEL=LOC keeps GPUDirect RDMA "
+     "off, slower",
+     kHostCfg},
+    {kNcclNicFar, "nccl-nic-far", kW, ec::kMismatch,
+     "let NCCL_IB_HCA name each GPU's nearest HCA (rankcheck env lists each GPU's), or bring "
+     "that HCA's port up",
+     kHostCfg},
+    {kNcclRailMismatch, "nccl-rail-mismatch", kW, ec::kMismatch,
+     "look at the hosts named: the HCA near that GPU is down, missing or left out there "
+     "(rankcheck env on the host lists each GPU's HCA); keep them out of jobs that need every "
+     "rail",
+     kHw},
+    {kNcclTopoFileInvalid, "nccl-topo-file-invalid", kE, ec::kMismatch,
+     "point NCCL_TOPO_FILE at a file NCCL reads (the one the cloud's image ships, e.g. in "
+     "/opt/microsoft or /etc/nccl), or unset it",
+     kHostCfg},
     {kNcclPathFlooded, "nccl-path-flooded", kE, ec::kMismatch,
      "find what opens connections to that host's ephemeral ports (ss -tn on it) and stop or "
      "firewall it, then run the job again: the path itself was reached",
@@ -404,6 +431,12 @@ constexpr FindingId kLeadOrder[] = {
     kIbMemlockLow,
     kIbUverbsMissing,
     kShmTooSmall,
+    kNcclTopoFileInvalid,
+    kPcieAcsRedirect,
+    kIommuTranslated,
+    kNcclNicFar,
+    kNcclRailMismatch,
+    kPcieLinkDegraded,
     kNcclIbHcaNone,
     kNcclIbPortNotActive,
     kNcclNetMismatch,

@@ -76,6 +76,7 @@ Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env,
   r.nccl_net = host.nccl_net;
   r.shm = host.shm;
   r.arch = host.arch;
+  r.pcie = host.pcie;
   std::vector<EnvVar> sources;
   for (const EnvVar& e : host.env_sources) {
     if (!is_tracked_env(e.name) || e.name.size() > 64) continue;

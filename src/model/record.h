@@ -11,6 +11,7 @@
 #include "model/gpu.h"
 #include "model/identity.h"
 #include "model/nccl_net.h"
+#include "model/pcie.h"
 #include "model/shm.h"
 
 namespace rankcheck {
@@ -97,6 +98,7 @@ struct Record {
   SharedList<EnvVar> env_sources;
   ShmFacts shm;       ///< /dev/shm, for NCCL's SHM transport
   SharedString arch;  ///< the host's machine as uname(2) gives it ("x86_64", "aarch64")
+  PcieFacts pcie;     ///< the PCIe links, IOMMU and ACS under NCCL
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }
@@ -122,6 +124,7 @@ struct HostFacts {
   std::vector<EnvVar> env_sources;
   ShmFacts shm;      ///< unknown unless collected
   std::string arch;  ///< uname(2)'s machine; "" unless collected
+  PcieFacts pcie;    ///< unknown unless collected
 };
 
 Record make_record(const Identity& id, const HostFacts& host, const EnvMap& env, GpuFacts gpu = {});

@@ -48,6 +48,10 @@ inline constexpr Version kPluginList = 22703;      // a comma list (strtok_r: no
 inline constexpr Version kPluginNoPrefix = 22705;  // as given, prefixed unless a path or lib*.so
 inline constexpr Version kPluginNone = 22800;      // "none" (any case): no plugin at all
 
+// NCCL_TOPO_FILE's reader (src/graph/xml.cc xmlGetValue): a value in single quotes as
+// well as double from 2.27.3 (2.26.6 takes double quotes only).
+inline constexpr Version kTopoSingleQuotes = 22703;
+
 // Communicators (src/init.cc, src/group.cc):
 // ncclCommAbort may be called from another thread than the one whose non-blocking
 // init runs the communicator: before, the group job is thread-local and the abort

@@ -48,11 +48,12 @@ std::vector<uint8_t> hello_payload(const Record& r, const Nonce& client_nonce, c
   return w.take();
 }
 
-// What the tracked environment and the identity conflicts may take of a hello
-// that would pass its cap. Everything else in a record is bounded field by field
-// (at most about 34 KiB): the three together stay under the hello's 64 KiB.
-constexpr size_t kEnvBudget = 24 * 1024 - 256;  // (and a block leader's NCCL id)
+// What the tracked environment, the identity conflicts and the PCIe facts may take
+// of a hello that would pass its cap. Everything else in a record is bounded field by
+// field (at most about 34 KiB): the four together stay under the hello's 64 KiB.
+constexpr size_t kEnvBudget = 20 * 1024 - 256;  // (and a block leader's NCCL id)
 constexpr size_t kConflictBudget = 6 * 1024;
+constexpr size_t kPcieBudget = 4 * 1024;  // a board of 8 GPUs and 8 HCAs takes about 2 KiB
 
 size_t env_cost(const std::vector<EnvVar>& env) {
   size_t n = 0;
@@ -180,6 +181,27 @@ void fit_conflicts(Record& r) {
   }
 }
 
+// The PCIe facts within their budget: ACS bridges past the first 8 dropped from the
+// end, then devices (the HCAs come after the member's GPUs).
+void fit_pcie(Record& r) {
+  auto cost = [&r] {
+    Writer w;
+    encode_pcie(w, r.pcie);
+    return w.take().size();
+  };
+  while (cost() > kPcieBudget) {
+    if (r.pcie.acs.size() > 8) {
+      r.pcie.acs.pop_back();
+    } else if (!r.pcie.devices.empty()) {
+      r.pcie.devices.pop_back();
+    } else if (!r.pcie.acs.empty()) {
+      r.pcie.acs.pop_back();
+    } else {
+      break;  // what is left is bounded field by field
+    }
+  }
+}
+
 }  // namespace
 
 bool fit_hello(Record& r) {
@@ -187,6 +209,7 @@ bool fit_hello(Record& r) {
   if (hello_payload(r, {}, {}).size() <= payload_cap(uint16_t(MsgType::kHello))) return changed;
   fit_env(r);
   fit_conflicts(r);
+  fit_pcie(r);
   assert(hello_payload(r, {}, {}).size() <= payload_cap(uint16_t(MsgType::kHello)));
   return true;
 }

@@ -73,6 +73,7 @@ void encode_record(Writer& w, const Record& r) {
   w.u64(static_cast<uint64_t>(r.shm.segment));
   w.u8(r.shm.flags);
   w.str(r.arch.str().substr(0, 32));
+  encode_pcie(w, r.pcie);
 }
 
 void encode_nccl_if(Writer& w, const NcclIfFacts& f) {
@@ -222,6 +223,7 @@ Record decode_record(Reader& r) {
   rec.shm.segment = static_cast<int64_t>(r.u64());
   rec.shm.flags = r.u8();
   rec.arch = r.str(32, "machine");
+  rec.pcie = decode_pcie(r);
   if (!r.ok()) return rec;
   if (rec.shm.size < -1 || rec.shm.avail < -1 || rec.shm.segment < 0 ||
       (rec.shm.size >= 0 && (rec.shm.avail < 0 || rec.shm.avail > rec.shm.size)))

@@ -22,4 +22,8 @@ NcclIfFacts decode_nccl_if(Reader& r);
 void encode_nccl_net(Writer& w, const NcclNetFacts& f);
 NcclNetFacts decode_nccl_net(Reader& r);
 
+/// The host's PCIe facts (protocol 8: after the machine; pcie_codec.cc).
+void encode_pcie(Writer& w, const PcieFacts& f);
+PcieFacts decode_pcie(Reader& r);
+
 }  // namespace rankcheck

@@ -51,6 +51,10 @@ using EnvRowFn = std::function<void(std::string_view, const std::string&, const 
 void nccl_net_env_rows(const Record& self, const EnvRowFn& row);
 /// /dev/shm for NCCL's SHM transport: null when it could not be read.
 nlohmann::json shm_json(const ShmFacts& f);
+/// The PCIe under NCCL (pcie.cc): `rankcheck env`'s rows, and the JSON (null when
+/// nothing was collected).
+void pcie_env_rows(const Record& self, const EnvRowFn& row);
+nlohmann::json pcie_json(const PcieFacts& f);
 /// The text report's table of members (table.cc).
 std::string member_table(const Report& r);
 /// Appends `text` with `indent` after each of its line breaks: a JSON text nested

@@ -135,6 +135,7 @@ std::string render_env_text(const Identity& id, const Record& self,
       row("nccl socket", format_list(f.socket.get(), 4), "NET/Socket transport");
   }
   nccl_net_env_rows(self, row);
+  pcie_env_rows(self, row);
 
   out += aligned(rows, 2, 32);
 

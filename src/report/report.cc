@@ -208,6 +208,7 @@ nlohmann::json record_json(const Record& r) {
           {"nccl_net", nccl_net_json(r.nccl_net)},
           {"shm", shm_json(r.shm)},
           {"arch", or_null(r.arch.str())},
+          {"pcie", pcie_json(r.pcie)},
           {"gpu", gpu_json(r.gpu)}};
 }
 

@@ -129,6 +129,16 @@ bool shm_short(bool on, int64_t avail, int64_t segment, int64_t ranks);
 std::string nccl_net_signature(const NcclNetFacts& f);
 bool nccl_net_alone_ok(const NcclNetFacts& f);
 
+// The PCIe under NCCL (pcie.cc).
+void check_pcie_link(const CheckContext& ctx, std::vector<Finding>& out);
+void check_pcie_acs(const CheckContext& ctx, std::vector<Finding>& out);
+void check_iommu(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nic_far(const CheckContext& ctx, std::vector<Finding>& out);
+void check_rails(const CheckContext& ctx, std::vector<Finding>& out);
+void check_topo_file(const CheckContext& ctx, std::vector<Finding>& out);
+/// Whether a record's PCIe facts alone raise something (the join tracker's test).
+bool pcie_alone_raises(const Record& r);
+
 // Where the missing ranks were expected (missing.cc).
 void check_missing(const CheckContext& ctx, std::vector<Finding>& out);
 

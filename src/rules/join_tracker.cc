@@ -183,6 +183,20 @@ bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view) {
   return !w.gpu_stage || !local_rank_wrapped(r);
 }
 
+bool watch_pcie_alone(JoinWatch&, const Record& r, std::string_view) {
+  return !pcie_alone_raises(r);
+}
+
+// Every GPU at its place reaches its HCA as far as the first host's did.
+bool watch_rails(JoinWatch& w, const Record& r, std::string_view) {
+  for (const PcieDevice& d : r.pcie.devices) {
+    if (d.kind != PcieDevice::kGpu || d.nic_path == 0 || d.name.str() == "GPU") continue;
+    auto [it, fresh] = w.rail_paths.emplace(d.name.str(), d.nic_path);
+    if (!fresh && it->second != d.nic_path) return false;
+  }
+  return true;
+}
+
 bool watch_gpu_lost(JoinWatch& w, const Record& r, std::string_view) {
   return !w.gpu_stage || !gpu_lost(r);
 }

@@ -51,6 +51,8 @@ struct JoinWatch {
   std::set<std::string, std::less<>> devices;  ///< host + GPU UUID or bus id
   std::map<std::string, std::string, std::less<>> nccl_addrs;  ///< NCCL's address -> its stack
   uint64_t first_start = 0, last_start = 0;  ///< members' wall-clock starts (watch_starts)
+  /// watch_rails: each GPU's (by its place on its host) path to its HCA, as first seen.
+  std::map<std::string, uint8_t, std::less<>> rail_paths;
 
   Host& host(const Record& r);
 };
@@ -71,6 +73,8 @@ bool watch_nccl_if_scope(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_if_stacks(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_net_alone(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_shm(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_pcie_alone(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_rails(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_nccl_net_same(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_roce_gid(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_devices(JoinWatch& w, const Record& r, std::string_view peer);

@@ -42,6 +42,12 @@ constexpr Rule kRules[] = {
     {FindingId::kIbMemlockLow, check_ib_memlock, kWatch, watch_nccl_net_alone},
     {FindingId::kIbUverbsMissing, check_ib_uverbs_missing, kWatch, watch_nccl_net_alone},
     {FindingId::kShmTooSmall, check_shm, kWatch, watch_shm},
+    {FindingId::kNcclTopoFileInvalid, check_topo_file, kWatch, watch_pcie_alone},
+    {FindingId::kPcieAcsRedirect, check_pcie_acs, kWatch, watch_pcie_alone},
+    {FindingId::kIommuTranslated, check_iommu, kWatch, watch_pcie_alone},
+    {FindingId::kNcclNicFar, check_nic_far, kWatch, watch_pcie_alone},
+    {FindingId::kNcclRailMismatch, check_rails, kWatch, watch_rails},
+    {FindingId::kPcieLinkDegraded, check_pcie_link, kWatch, watch_pcie_alone},
     {FindingId::kNcclIbHcaNone, check_nccl_ib_hca_none, kWatch, watch_nccl_net_alone},
     {FindingId::kNcclIbPortNotActive, check_nccl_ib_port_not_active, kWatch, watch_nccl_net_alone},
     {FindingId::kNcclNetMismatch, check_nccl_net_mismatch, kWatch, watch_nccl_net_same},
@@ -128,6 +134,11 @@ std::vector<Finding> local_checks(const Record& self) {
   check_nccl_net_plugin_unsupported(ctx, findings);
   check_ib_memlock(ctx, findings);
   check_ib_uverbs_missing(ctx, findings);
+  check_topo_file(ctx, findings);
+  check_pcie_acs(ctx, findings);
+  check_iommu(ctx, findings);
+  check_nic_far(ctx, findings);
+  check_pcie_link(ctx, findings);
   check_nccl_ib_hca_none(ctx, findings);
   check_nccl_ib_port_not_active(ctx, findings);
   check_self_master_loopback(self, findings);

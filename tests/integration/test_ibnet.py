@@ -12,7 +12,8 @@ import time
 import unittest
 
 from harness import BIN, clean_env
-from test_gpu import FAKE
+from test_gpu import FAKE, gpus, stage_built
+from test_gpu_stage_master import FakeGpuTest
 from netns import ClusterCase
 
 TIMEOUT = 4.0
@@ -20,6 +21,11 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtu
 # NCCL_BUFFSIZE=64 KiB: NCCL's registrations then need about 1 MiB of locked memory,
 # below the 8 MiB containers commonly allow (a test may lower the limit, not raise it).
 SMALL_BUFFERS = {"NCCL_BUFFSIZE": "65536"}
+# NCCL_TOPO_FILE's fixtures; a relative path is opened from the working directory, as
+# NCCL opens it, not under RANKCHECK_SYSFS_ROOT.
+TOPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "topo")
+TOPO_GOOD = os.path.relpath(os.path.join(TOPO, "h100.xml"))
+TOPO_TABS = os.path.relpath(os.path.join(TOPO, "tabs.xml"))
 
 
 def root(name):
@@ -213,3 +219,91 @@ class EnvView(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(stage_built(), "rankcheck was built without the CUDA/NCCL headers")
+class PcieUnderNccl(FakeGpuTest):
+    """The PCIe under NCCL per host: each rank drives fake GPU 3 (0000:13:00.0, where the
+    HGX H100 fixtures put GPU 3) and reads its host's tree (tests/fixtures/sysfs/hgx-h100*)."""
+
+    def hosts(self, fixtures, **env):
+        procs = {}
+        for h, name in enumerate(fixtures):
+            procs[h] = self.rank(h, len(fixtures), host=f"h{h}", local=(3, 8), extra=("--device", "3"),
+                                 RANKCHECK_CUDA_LIB=FAKE, RANKCHECK_NCCL_LIB=FAKE, FAKE_GPUS=gpus(h, 8),
+                                 TMPDIR=self.fake_dir, RANKCHECK_SYSFS_ROOT=root(name), **SMALL_BUFFERS,
+                                 **env)
+        self.finish()
+        return procs
+
+    def test_a_port_down_and_a_nic_missing(self):
+        procs = self.hosts(["hgx-h100", "hgx-h100", "hgx-h100", "hgx-h100-port-down",
+                            "hgx-h100-nic-missing"])
+        self.assertExit(procs.values(), 0)  # warnings: the GPU stage ran
+        master = procs[0]
+        # The IB reader's own words for the same hosts come with them.
+        self.assertEqual(master.ids(), ["nccl-nic-far", "nccl-rail-mismatch", "nccl-ib-port-not-active",
+                                        "nccl-ib-port-count-mismatch"])
+        far = master.finding("nccl-nic-far")
+        self.assertEqual(far["hosts"], ["h3"])
+        self.assertIn("h3: GPU 3 0000:13:00.0 (rank 3): mlx5_3 (PIX) is nearer, but its port is not "
+                      "ACTIVE; NCCL gives it mlx5_0 (PHB)", far["message"])
+        rail = master.finding("nccl-rail-mismatch")
+        self.assertEqual(rail["hosts"], ["h4"])
+        self.assertIn("GPU 3 reaches its HCA farther on h4 (mlx5_0, PHB) than on the other 3 hosts "
+                      "(mlx5_3, PIX)", rail["message"])
+        gpu = master.report["members"][0]["pcie"]["devices"][0]
+        self.assertEqual((gpu["name"], gpu["bdf"], gpu["hca"], gpu["hca_path"]),
+                         ("GPU 3", "0000:13:00.0", "mlx5_3", "PIX"))
+
+    def test_degraded_links_acs_and_a_translating_iommu(self):
+        procs = self.hosts(["hgx-h100", "hgx-h100-degraded", "hgx-h100-acs"])
+        self.assertExit(procs.values(), 0)
+        master = procs[0]
+        self.assertEqual(master.ids(), ["pcie-acs-redirect", "iommu-translated", "pcie-link-degraded"])
+        self.assertEqual(master.finding("pcie-link-degraded")["hosts"], ["h1"])
+        self.assertIn("h1: mlx5_5 0000:25:00.0 at 16.0 GT/s of 32.0 GT/s",
+                      master.finding("pcie-link-degraded")["message"])
+        acs = master.finding("pcie-acs-redirect")
+        self.assertEqual(acs["hosts"], ["h2"])
+        self.assertIn("h2: 25 bridges SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ (0000:00:01.0, "
+                      "0000:00:02.0, 0000:00:03.0 and 22 more)", acs["message"])
+        self.assertIn("kernel: intel_iommu=on", master.finding("iommu-translated")["message"])
+
+    def test_an_unreadable_topology_file_fails_the_check(self):
+        procs = self.hosts(["hgx-h100", "hgx-h100"], NCCL_TOPO_FILE=TOPO_TABS)
+        self.assertExit(procs.values(), 3)
+        f = procs[0].finding("nccl-topo-file-invalid")
+        self.assertEqual(f["ranks"], [0, 1])
+        self.assertIn("line 2: XML Parse error : expecting '<', got '\\t'", f["message"])
+
+
+class PcieEnvView(unittest.TestCase):
+    """`rankcheck env` on a board read without CAP_SYS_ADMIN, and with a topology file."""
+
+    def env(self, fixture, *extra, **env):
+        e = clean_env(RANKCHECK_SYSFS_ROOT=root(fixture), RANK=0, WORLD_SIZE=1,
+                      MASTER_ADDR="127.0.0.1", **SMALL_BUFFERS, **env)
+        return subprocess.run([BIN, "env", "--no-gpu", *extra], env=e, capture_output=True,
+                              text=True, timeout=30)
+
+    def test_acs_not_readable_without_root_is_said_not_guessed(self):
+        p = self.env("hgx-h100-nonroot")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("not read", p.stdout)
+        self.assertIn("past 64 bytes reads only as root", p.stdout)
+        self.assertNotIn("pcie-acs-redirect", p.stdout)
+        j = json.loads(self.env("hgx-h100-nonroot", "--json").stdout)["self"]["pcie"]
+        self.assertFalse(j["acs_readable"])
+        self.assertEqual([d["name"] for d in j["devices"]], [f"mlx5_{k}" for k in range(8)])
+
+    def test_topology_file_read_as_nccl_reads_it(self):
+        p = self.env("hgx-h100", NCCL_TOPO_FILE=TOPO_GOOD)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("nccl-topo-file-invalid", p.stdout)
+        p = self.env("hgx-h100", NCCL_TOPO_FILE=TOPO_TABS)
+        self.assertEqual(p.returncode, 3, p.stdout)
+        self.assertIn("nccl-topo-file-invalid", p.stdout)
+        p = self.env("hgx-h100", NCCL_TOPO_FILE="/opt/microsoft/ndv5-topo.xml")
+        self.assertEqual(p.returncode, 3, p.stdout)
+        self.assertIn("cannot be opened (No such file or directory)", p.stdout)

@@ -10,7 +10,7 @@ import threading
 import time
 
 MAGIC = b"RKCK"
-VERSION = 8  # src/protocol/wire.h kProtocolVersion (8: the GPUs a process was given)
+VERSION = 8  # src/protocol/wire.h kProtocolVersion (8: the GPUs a process was given; PCIe)
 CHALLENGE, HELLO, ADMIT, REJECT, VERDICT, STAGE_RESULT = 1, 2, 3, 4, 5, 6
 PATH_PLAN, PATH_REPORT = 8, 9
 GPU_SKIPPED = 1
@@ -79,6 +79,9 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<qqqB", -1, -1, 0, 0)
     # the machine (uname's): unknown
     out += s(b"")
+    # PCIe: not collected (flags, no device, no ACS bridge, no kernel command line words,
+    # no NCCL_TOPO_FILE error)
+    out += struct.pack("<BII", 0, 0, 0) + s(b"") + s(b"")
     return out
 
 

@@ -560,6 +560,19 @@ TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {
   for (int k = 0; k < 80; ++k)
     r.gpu.devices.push_back(
         GpuDevice{k, k, std::string(100, 'u'), std::string(100, 'p'), std::string(200, 'g'), 1});
+  r.gpu.granted_by = std::string(300, 'b');
+  r.pcie.flags = PcieFacts::kRead;
+  for (int k = 0; k < 200; ++k) {
+    PcieDevice d;
+    d.bdf = std::string(40, 'd');
+    d.name = d.nic = d.near_nic = std::string(60, 'n');
+    d.iommu_type = std::string(40, 't');
+    d.near_why = std::string(100, 'w');
+    r.pcie.devices.push_back(d);
+    r.pcie.acs.push_back({std::string(40, 'a'), 0x1d});
+  }
+  r.pcie.cmdline = std::string(400, 'c');
+  r.pcie.topo_error = std::string(1000, 'e');
   auto frame = encode(Hello{r, {}, {}, {}});
   REQUIRE(frame.size() - kHeaderSize <= payload_cap(uint16_t(MsgType::kHello)));
   auto back = decode_hello(payload_of(frame));
@@ -572,6 +585,8 @@ TEST_CASE("protocol: a hello with every list at its largest fits and decodes") {
   CHECK(d.env_digest == env_digest(d.env.get()));
   CHECK(!d.conflicts.empty());
   CHECK(d.gpu.devices.size() == size_t(kMaxRanksPerMember));
+  CHECK(!d.pcie.devices.empty());  // the first, within the PCIe facts' budget
+  CHECK(d.pcie.devices.size() < 96);
 
   // The same record trimmed in place is what travels: the master's own record
   // compares with its members'.
