@@ -97,6 +97,7 @@ StageOptions stage_options(const RunOptions& o, const EnvMap& env) {
   StageOptions so;
   if (const std::string* lib = env_get(env, "RANKCHECK_CUDA_LIB")) so.cuda_lib = *lib;
   if (const std::string* lib = env_get(env, "RANKCHECK_NCCL_LIB")) so.nccl_lib = *lib;
+  if (const std::string* lib = env_get(env, "RANKCHECK_NVML_LIB")) so.nvml_lib = *lib;
   if (!o.nccl_lib.empty()) so.nccl_lib = o.nccl_lib;
   so.bandwidth_bytes = o.bandwidth_bytes;
   return so;

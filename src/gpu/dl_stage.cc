@@ -18,6 +18,7 @@
 #include "base/interrupt.h"
 #include "gpu/dl_libs.h"
 #include "gpu/dl_run.h"
+#include "gpu/nvml.h"
 #include "gpu/stage.h"
 #include "host/procfs.h"
 #include "model/gpu.h"
@@ -98,6 +99,7 @@ class DlStage final : public GpuStage {
     f.state = load_cuda(plan, f);
     if (f.state != GpuState::kUsable) return f;
     f.state = pick_devices(plan, f);
+    if (f.state == GpuState::kUsable) f.nvml_error = dl::read_nvml(options_.nvml_lib, f.devices);
     for (const auto& [z, value] : users) {
       f.choice = fmt::format("{}; {}={} overridden to 0 for this check", f.choice, z->name, value);
       std::fprintf(stderr,
@@ -195,6 +197,14 @@ class DlStage final : public GpuStage {
                                 : fmt::format("no GPU visible ({}): cuInit: {}", cvd_text(plan),
                                               cuda_.error(rc));
       return GpuState::kNoDevice;
+    }
+    if (rc == CUDA_ERROR_SYSTEM_NOT_READY) {
+      // An NVSwitch system whose Fabric Manager has not brought the fabric up
+      // (pytorch/pytorch#35710, jax-ml/jax#34113).
+      f.error = "cuInit: " + cuda_.error(rc) +
+                ": on an NVSwitch system, the Fabric Manager has not brought the NVLink fabric "
+                "up (systemctl status nvidia-fabricmanager)";
+      return GpuState::kInitFailed;
     }
     if (rc != CUDA_SUCCESS) {
       f.error = "cuInit: " + cuda_.error(rc);

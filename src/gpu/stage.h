@@ -18,6 +18,7 @@ namespace rankcheck {
 struct StageOptions {
   std::string cuda_lib = "libcuda.so.1";  ///< RANKCHECK_CUDA_LIB
   std::string nccl_lib = "libnccl.so.2";  ///< --nccl-lib, RANKCHECK_NCCL_LIB
+  std::string nvml_lib = "libnvidia-ml.so.1";  ///< RANKCHECK_NVML_LIB
   uint64_t bandwidth_bytes = 0;           ///< --bandwidth
 };
 

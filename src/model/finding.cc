@@ -199,6 +199,16 @@ constexpr FindingKind kCatalog[] = {
      "it out of the job until all are back; where the list names a GPU the host never had (a "
      "UUID of another host's), correct the list",
      kHw},
+    {kNvlinkFabricDown, "nvlink-fabric-down", kW, ec::kGpu,
+     "start or restart the Fabric Manager on that host (systemctl status nvidia-fabricmanager; "
+     "on GB200 NVL racks, IMEX and the NVLink switch trays as well), then nvidia-smi -q shows "
+     "each GPU's Fabric State as Completed",
+     kHw},
+    {kNvlinkDown, "nvlink-down", kW, ec::kGpu,
+     "look at the GPU's links (nvidia-smi nvlink -s, nvidia-smi nvlink -e for errors; dmesg for "
+     "Xid 74); a reset or a reboot brings a link back, a link that stays down is hardware: keep "
+     "the host out of NVLink-bound jobs",
+     kHw},
     {kNcclMissing, "nccl-missing", kE, ec::kGpu,
      "install NCCL on that host, or point --nccl-lib (RANKCHECK_NCCL_LIB) at the libnccl.so.2 "
      "the training job loads",
@@ -453,6 +463,8 @@ constexpr FindingId kLeadOrder[] = {
     kCudaDriverMissing,
     kGpuCountMismatch,
     kGpuLost,
+    kNvlinkFabricDown,
+    kNvlinkDown,
     kGpuMissing,
     kNcclMissing,
     kMasterAddrMismatch,

@@ -76,6 +76,8 @@ enum class FindingId {
   kGpuMissing,
   kGpuCountMismatch,
   kGpuLost,
+  kNvlinkFabricDown,
+  kNvlinkDown,
   kNcclMissing,
   kMasterAddrMismatch,
   kProtocolMismatch,

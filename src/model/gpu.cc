@@ -64,6 +64,21 @@ std::string shown_list(std::string_view list) {
 
 }  // namespace
 
+std::string_view fabric_state_text(uint8_t state) {
+  switch (state) {
+    case GpuDevice::kFabricUnsupported:
+      return "not supported";
+    case GpuDevice::kFabricNotStarted:
+      return "not started";
+    case GpuDevice::kFabricInProgress:
+      return "in progress";
+    case GpuDevice::kFabricCompleted:
+      return "completed";
+    default:
+      return "not read";
+  }
+}
+
 GpuGrant gpu_grant(const EnvMap& env) {
   GpuGrant g;
   if (const std::string* cvd = env_get(env, "CUDA_VISIBLE_DEVICES")) {

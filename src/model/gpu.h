@@ -37,7 +37,24 @@ struct GpuDevice {
   SharedString pci_bus_id;
   SharedString name;
   uint64_t memory_bytes = 0;
+  /// NVML's fabric registration (nvmlGpuFabricState_t: 0 not supported, 1 not
+  /// started, 2 in progress, 3 completed), kFabricUnread when NVML was not read; and
+  /// its status (nvmlReturn_t) once completed.
+  uint8_t fabric_state = kFabricUnread;
+  int32_t fabric_status = 0;
+  int8_t nvlinks = -1;  ///< NVLinks active; -1: no NVLink, or not read
   auto operator<=>(const GpuDevice&) const = default;
+
+  static constexpr uint8_t kFabricUnsupported = 0;
+  static constexpr uint8_t kFabricNotStarted = 1;
+  static constexpr uint8_t kFabricInProgress = 2;
+  static constexpr uint8_t kFabricCompleted = 3;
+  static constexpr uint8_t kFabricUnread = 0xff;
+  /// Registered with a fabric that is not (yet) up, or up with an error.
+  bool fabric_down() const {
+    return fabric_state == kFabricNotStarted || fabric_state == kFabricInProgress ||
+           (fabric_state == kFabricCompleted && fabric_status != 0);
+  }
 };
 
 /// What a member found on its host, sent with its record before the verdict.
@@ -53,6 +70,7 @@ struct GpuFacts {
   SharedString nccl_path;          ///< the library loaded
   int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
   SharedString nccl_error;         ///< why NCCL could not be loaded
+  SharedString nvml_error;         ///< why NVML (fabric, NVLink) could not be read, "" when read
   int32_t granted = -1;            ///< GPUs the launcher or container gave this process (gpu_grant)
   SharedString granted_by;         ///< who says so: "CUDA_VISIBLE_DEVICES lists 8", "" when none
 
@@ -78,6 +96,9 @@ struct GpuGrant {
   std::string by;  ///< "CUDA_VISIBLE_DEVICES lists 8 (0,1,2,3,4,5,6,7)", "SLURM_GPUS_ON_NODE=8"
 };
 GpuGrant gpu_grant(const EnvMap& env);
+
+/// "completed", "in progress", "not started", "not supported", "not read".
+std::string_view fabric_state_text(uint8_t state);
 
 /// "2.28.9" from 22809 (and the old 2.x scheme, 2703 -> 2.7.3).
 std::string nccl_version_text(int32_t v);

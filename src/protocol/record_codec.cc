@@ -128,12 +128,16 @@ void encode_gpu(Writer& w, const GpuFacts& g) {
     w.str(d.pci_bus_id.substr(0, 64));
     w.str(d.name.substr(0, 128));
     w.u64(d.memory_bytes);
+    w.u8(d.fabric_state);
+    w.i32(d.fabric_status);
+    w.u8(static_cast<uint8_t>(d.nvlinks));
   }
   w.str(g.nccl_path.substr(0, kMaxShortString));
   w.i32(g.nccl_version);
   w.str(g.nccl_error.substr(0, kMaxShortString));
   w.i32(g.granted);
   w.str(g.granted_by.substr(0, 128));
+  w.str(g.nvml_error.substr(0, kMaxShortString));
 }
 
 GpuFacts decode_gpu(Reader& r) {
@@ -155,12 +159,18 @@ GpuFacts decode_gpu(Reader& r) {
     d.pci_bus_id = r.str(64, "PCI bus id");
     d.name = r.str(128, "GPU name");
     d.memory_bytes = r.u64();
+    d.fabric_state = r.u8();
+    d.fabric_status = r.i32();
+    d.nvlinks = static_cast<int8_t>(r.u8());
+    if (d.fabric_state > GpuDevice::kFabricCompleted && d.fabric_state != GpuDevice::kFabricUnread)
+      r.fail("unknown fabric state");
   }
   g.nccl_path = r.str(kMaxShortString, "NCCL path");
   g.nccl_version = r.i32();
   g.nccl_error = r.str(kMaxShortString, "NCCL error");
   g.granted = r.i32();
   g.granted_by = r.str(128, "GPU grant");
+  g.nvml_error = r.str(kMaxShortString, "NVML error");
   return g;
 }
 

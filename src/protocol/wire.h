@@ -26,7 +26,8 @@ inline constexpr std::array<uint8_t, 4> kMagic = {'R', 'K', 'C', 'K'};
 // "x86_64"), for the NCCL releases whose faults depend on it; its data network carries
 // the ncclNetPlugin_vN versions its plugin exports; a stage result's words carry the IB
 // error counters that moved. 8: a record's GPU facts end with the GPUs the launcher or
-// container gave the process (gpu_grant), and the record ends with its host's PCIe facts.
+// container gave the process (gpu_grant) and why NVML was not read, each GPU its fabric state
+// and active NVLinks, and the record ends with its host's PCIe facts.
 inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kHeaderSize = 12;  // magic, u16 version, u16 type, u32 length
 

@@ -109,7 +109,14 @@ std::string render_env_text(const Identity& id, const Record& self,
       row(g.devices.size() == 1 ? "gpu" : fmt::format("gpu (rank {})", d.rank),
           fmt::format("{} {}", d.ordinal, short_gpu_name(d.name)),
           fmt::format("{} {} · {}", printable(d.uuid, 48), printable(d.pci_bus_id, 20), g.choice));
+      if (!g.nvml_error.empty()) continue;
+      std::string fabric(fabric_state_text(d.fabric_state));
+      if (d.fabric_state == GpuDevice::kFabricCompleted && d.fabric_status != 0)
+        fabric += fmt::format(" with NVML error {}", d.fabric_status);
+      row("nvlink", d.nvlinks < 0 ? std::string("none") : fmt::format("{} active", d.nvlinks),
+          fmt::format("fabric {} · NVML", fabric));
     }
+    if (!g.nvml_error.empty()) row("nvlink", "not read", printable(g.nvml_error, 120));
     row("driver", g.driver.empty() ? "-" : printable(g.driver, 24),
         fmt::format("CUDA {}", cuda_version_text(g.cuda_version)));
   }

@@ -94,7 +94,10 @@ nlohmann::json gpu_json(const GpuFacts& g) {
                        {"uuid", d.uuid},
                        {"pci_bus_id", d.pci_bus_id},
                        {"name", d.name},
-                       {"memory_bytes", d.memory_bytes}});
+                       {"memory_bytes", d.memory_bytes},
+                       {"fabric_state", fabric_state_text(d.fabric_state)},
+                       {"fabric_status", d.fabric_status},
+                       {"nvlinks", or_null(d.nvlinks)}});
   }
   static constexpr const char* kStates[] = {"usable",    "skipped",   "no-driver", "init-failed",
                                             "no-device", "not-built", "stuck"};
@@ -111,7 +114,8 @@ nlohmann::json gpu_json(const GpuFacts& g) {
           {"nccl_path", g.nccl_path},
           {"nccl_error", g.nccl_error},
           {"granted", or_null(g.granted)},
-          {"granted_by", g.granted_by}};
+          {"granted_by", g.granted_by},
+          {"nvml_error", g.nvml_error}};
 }
 
 nlohmann::json stage_json(const RankResult& r) {

@@ -68,6 +68,12 @@ std::string ranks_word(const std::vector<long>& ranks) {
   return ranks_label(ranks);
 }
 
+Records by_rank(Records rs) {
+  std::sort(rs.begin(), rs.end(),
+            [](const Record* a, const Record* b) { return a->rank < b->rank; });
+  return rs;
+}
+
 std::string where(const Records& rs) {
   auto hosts = hosts_of(rs);
   std::string on = hosts.size() <= 3 ? format_list(hosts) : plural(hosts.size(), "host", "hosts");

@@ -21,6 +21,8 @@ using Records = std::vector<const Record*>;
 
 /// Every rank the records hold, sorted, unique.
 std::vector<long> ranks_of(const Records& rs);
+/// The records by first rank: a message's order that does not follow the join's.
+Records by_rank(Records rs);
 /// Their hosts, sorted, unique.
 std::vector<std::string> hosts_of(const Records& rs);
 /// Our own composed parts, already escaped: joined without cutting them.
@@ -157,5 +159,11 @@ void check_gpu_lost(const CheckContext& ctx, std::vector<Finding>& out);
 /// still has one (where they do not, gpu-count-mismatch says it).
 bool gpu_lost(const Record& r);
 void check_gpu_unavailable(const CheckContext& ctx, std::vector<Finding>& out);
+
+// NVLink and the NVSwitch fabric (nvlink.cc).
+void check_nvlink_fabric(const CheckContext& ctx, std::vector<Finding>& out);
+void check_nvlink_count(const CheckContext& ctx, std::vector<Finding>& out);
+/// Whether a member's GPUs are registered with a fabric that is not up.
+bool nvlink_fabric_down(const Record& r);
 
 }  // namespace rankcheck

@@ -197,6 +197,18 @@ bool watch_rails(JoinWatch& w, const Record& r, std::string_view) {
   return true;
 }
 
+// No fabric down, and every GPU of a kind with the NVLinks the first one had.
+bool watch_nvlink(JoinWatch& w, const Record& r, std::string_view) {
+  if (!w.gpu_stage) return true;
+  if (nvlink_fabric_down(r)) return false;
+  for (const GpuDevice& d : r.gpu.devices) {
+    if (d.nvlinks < 0) continue;
+    auto [it, fresh] = w.nvlinks.emplace(d.name.str(), d.nvlinks);
+    if (!fresh && it->second != d.nvlinks) return false;
+  }
+  return true;
+}
+
 bool watch_gpu_lost(JoinWatch& w, const Record& r, std::string_view) {
   return !w.gpu_stage || !gpu_lost(r);
 }

@@ -53,6 +53,8 @@ struct JoinWatch {
   uint64_t first_start = 0, last_start = 0;  ///< members' wall-clock starts (watch_starts)
   /// watch_rails: each GPU's (by its place on its host) path to its HCA, as first seen.
   std::map<std::string, uint8_t, std::less<>> rail_paths;
+  /// watch_nvlink: each GPU kind's active NVLinks, as first seen.
+  std::map<std::string, int8_t, std::less<>> nvlinks;
 
   Host& host(const Record& r);
 };
@@ -84,6 +86,7 @@ bool watch_uneven_hosts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_usable(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_wrapped(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_gpu_lost(JoinWatch& w, const Record& r, std::string_view peer);
+bool watch_nvlink(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_master_addr(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_starts(JoinWatch& w, const Record& r, std::string_view peer);
 bool watch_env(JoinWatch& w, const Record& r, std::string_view peer);

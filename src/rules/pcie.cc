@@ -22,7 +22,7 @@ std::vector<std::pair<const PcieDevice*, const Record*>> host_devices(const Reco
                                                                       Pick pick) {
   std::vector<std::pair<const PcieDevice*, const Record*>> out;
   std::set<std::string_view> seen;
-  for (const Record* r : rs) {
+  for (const Record* r : by_rank(rs)) {
     for (const PcieDevice& d : r->pcie.devices) {
       if (pick(d) && seen.insert(d.bdf.str()).second) out.emplace_back(&d, r);
     }

@@ -73,6 +73,8 @@ constexpr Rule kRules[] = {
     {FindingId::kCudaDriverMismatch, check_cuda_driver_mismatch, kWatch, watch_gpu_same},
     {FindingId::kLocalRankWrapped, check_local_rank_wrapped, kWatch, watch_gpu_wrapped},
     {FindingId::kGpuLost, check_gpu_lost, kWatch, watch_gpu_lost},
+    {FindingId::kNvlinkFabricDown, check_nvlink_fabric, kWatch, watch_nvlink},
+    {FindingId::kNvlinkDown, check_nvlink_count, kWatch, watch_nvlink},
     {FindingId::kGpuUnavailable, check_gpu_unavailable, kWatch, watch_gpu_usable},
     {FindingId::kStrayConnection, check_stray_connections, kEvents},  // refusals
     {FindingId::kNoJobToken, check_no_job_token, kAlways},

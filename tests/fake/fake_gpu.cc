@@ -114,6 +114,19 @@
 //   FAKE_NCCL_ALLREDUCE=fail-silent  the call fails without a WARN (the last error stays
 //                             what it was), as NCCL's many NCCLCHECK returns do.
 //   FAKE_CUDA_COPY=fail-to-host  only copies from the GPU to the host fail
+//   FAKE_CUDA_INIT=not-ready  cuInit fails with CUDA_ERROR_SYSTEM_NOT_READY (802): an
+//                             NVSwitch system whose Fabric Manager is not running
+//
+// And NVML, for the fabric and NVLink (RANKCHECK_NVML_LIB), with NCCL 2.28's
+// nvmlwrap.h layouts: nvmlInit_v2, nvmlShutdown, nvmlErrorString,
+// nvmlDeviceGetHandleByPciBusId_v2 (the fake CUDA driver's bus ids),
+// nvmlDeviceGetGpuFabricInfoV and nvmlDeviceGetNvLinkState:
+//   FAKE_NVML_FABRIC=STATE    every GPU's fabric state: unsupported (the default),
+//                             not-started, in-progress, completed, or completed:error
+//                             (status NVML_ERROR_UNKNOWN, 999)
+//   FAKE_NVML_NVLINKS=18,18,17  each physical GPU's active NVLinks of 18 (the last
+//                             number for the GPUs past the list); unset: no NVLink
+//                             (NVML_ERROR_NOT_SUPPORTED)
 //
 // NCCL's own words go where NCCL's go (src/debug.cc of 2.28): NCCL_DEBUG's level,
 // NCCL_DEBUG_SUBSYS's subsystems, NCCL_DEBUG_FILE with %h and %p expanded (else
@@ -1053,6 +1066,7 @@ extern "C" {
 
 CUresult cuInit(unsigned) {
   if (env("FAKE_CUDA_INIT") == "fail") return kDriverMismatch;
+  if (env("FAKE_CUDA_INIT") == "not-ready") return CUresult(802);
   while (env("FAKE_CUDA_INIT") == "hang") {  // a driver that never answers: only a kill ends it
     ::pause();
   }
@@ -1640,6 +1654,57 @@ const char* ncclGetLastError(ncclComm*) {
   static thread_local std::string copy;
   copy = g_last_error;
   return copy.c_str();
+}
+
+// ----- NVML -----------------------------------------------------------------
+
+struct nvmlDevice_st;
+struct FakeFabricInfoV2 {  // nvmlGpuFabricInfo_v2_t
+  unsigned int version;
+  unsigned char cluster_uuid[16];
+  int status;
+  unsigned int clique_id;
+  unsigned char state;
+  unsigned int health_mask;
+};
+
+int nvmlInit_v2() {
+  return 0;
+}
+int nvmlShutdown() {
+  return 0;
+}
+const char* nvmlErrorString(int rc) {
+  return rc == 0 ? "Success" : "Unknown Error";
+}
+int nvmlDeviceGetHandleByPciBusId_v2(const char* bus, nvmlDevice_st** dev) {
+  // "00000000:1A:00.0": the physical GPU 0x1A - 0x10, as cuDeviceGetPCIBusId names it.
+  std::string b = bus != nullptr ? bus : "";
+  size_t colon = b.find(':');
+  if (colon == std::string::npos) return 6;  // NVML_ERROR_NOT_FOUND
+  int index = int(std::strtol(b.substr(colon + 1, 2).c_str(), nullptr, 16)) - 0x10;
+  if (index < 0 || size_t(index) >= all_devices().size()) return 6;
+  *dev = reinterpret_cast<nvmlDevice_st*>(uintptr_t(index) + 1);
+  return 0;
+}
+int nvmlDeviceGetGpuFabricInfoV(nvmlDevice_st*, FakeFabricInfoV2* info) {
+  if (info->version != (unsigned(sizeof(FakeFabricInfoV2)) | (2u << 24))) return 25;  // version
+  std::string f = env("FAKE_NVML_FABRIC", "unsupported");
+  info->state = f == "not-started"           ? 1
+                : f == "in-progress"         ? 2
+                : f.starts_with("completed") ? 3
+                                             : 0;
+  info->status = f == "completed:error" ? 999 : 0;
+  return 0;
+}
+int nvmlDeviceGetNvLinkState(nvmlDevice_st* dev, unsigned link, int* active) {
+  std::vector<std::string> counts = split(env("FAKE_NVML_NVLINKS"));
+  if (counts.empty()) return 3;  // NVML_ERROR_NOT_SUPPORTED: no NVLink
+  if (link >= 18) return 2;      // NVML_ERROR_INVALID_ARGUMENT
+  size_t index = size_t(reinterpret_cast<uintptr_t>(dev) - 1);
+  int n = std::atoi(counts[std::min(index, counts.size() - 1)].c_str());
+  *active = int(link) < n ? 1 : 0;
+  return 0;
 }
 
 }  // extern "C"

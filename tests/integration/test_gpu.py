@@ -335,7 +335,7 @@ class GpuStage(RankcheckTest):
         self.assertEqual(f["message"], "h0 shows 3 GPUs, but CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3): "
                                        "a GPU given to ranks 0-1 is not there; the check ran on "
                                        "the GPUs shown")
-        member = procs[0].report["members"][0]["gpu"]
+        member = next(m for m in procs[0].report["members"] if m["rank"] == 0)["gpu"]
         self.assertEqual((member["device_count"], member["granted"]), (3, 4))
         self.assertEqual(member["granted_by"], "CUDA_VISIBLE_DEVICES lists 4 (0,1,2,3)")
 
@@ -351,6 +351,49 @@ class GpuStage(RankcheckTest):
         self.assertEqual(procs[0].finding("gpu-count-mismatch")["message"],
                          "h0 shows 1 GPU, the job placed 2 ranks there, so ranks 0-1 share a GPU; "
                          "SLURM_GPUS_ON_NODE=2: a GPU of h0 is missing")
+
+    def test_nvlink_fabric_and_links_from_nvml(self):
+        # NVML (the fake's, RANKCHECK_NVML_LIB): h1's fabric registration still in
+        # progress, h0's GPU 1 with 17 of its 18 NVLinks up.
+        procs = [self.rank(r, 4, host=f"h{r // 2}", local=(r % 2, 2),
+                           **self.fake(r // 2, 2, RANKCHECK_NVML_LIB=FAKE,
+                                       FAKE_NVML_FABRIC="in-progress" if r >= 2 else "completed",
+                                       FAKE_NVML_NVLINKS="18,17" if r < 2 else "18"))
+                 for r in range(4)]
+        self.finish()
+        self.assertExit(procs, 0)
+        self.assertEqual(procs[0].ids(), ["nvlink-fabric-down", "nvlink-down"])
+        f = procs[0].finding("nvlink-fabric-down")
+        self.assertEqual((f["ranks"], f["hosts"]), ([2, 3], ["h1"]))
+        self.assertIn("h1: 00000000:10:00.0 (rank 2) in progress", f["message"])
+        f = procs[0].finding("nvlink-down")
+        self.assertEqual(f["ranks"], [1])
+        self.assertIn("00000000:11:00.0 (rank 1) has 17 of 18", f["message"])
+        member = next(m for m in procs[0].report["members"] if m["rank"] == 1)
+        dev = member["gpu"]["devices"][0]
+        self.assertEqual((dev["fabric_state"], dev["nvlinks"]), ("completed", 17))
+
+    def test_nvml_missing_is_said_and_nothing_guessed(self):
+        procs = [self.rank(r, 2, local=(r, 2),
+                           **self.fake(ngpus=2, RANKCHECK_NVML_LIB="/nonexistent/libnvidia-ml.so.1"))
+                 for r in range(2)]
+        self.finish()
+        self.assertExit(procs, 0)
+        self.assertEqual(procs[0].ids(), [])
+        gpu = next(m for m in procs[0].report["members"] if m["rank"] == 0)["gpu"]
+        self.assertIn("/nonexistent/libnvidia-ml.so.1", gpu["nvml_error"])
+        self.assertEqual(gpu["devices"][0]["fabric_state"], "not read")
+
+    def test_cuda_not_ready_is_named_as_the_fabric_managers(self):
+        procs = [self.rank(r, 2, host=f"h{r}", local=(0, 1),
+                           **self.fake(r, 1, **({"FAKE_CUDA_INIT": "not-ready"} if r == 1 else {})))
+                 for r in range(2)]
+        self.finish()
+        self.assertExit(procs, 5)
+        f = procs[0].finding("cuda-driver-missing")
+        self.assertEqual(f["hosts"], ["h1"])
+        self.assertIn("(802)", f["message"])
+        self.assertIn("the Fabric Manager has not brought the NVLink fabric up", f["message"])
 
     def test_bandwidth_figure(self):
         procs = {r: self.rank(r, 2, local=(r, 2), extra=("--bandwidth", "64K"),

@@ -252,7 +252,7 @@ class PcieUnderNccl(FakeGpuTest):
         self.assertEqual(rail["hosts"], ["h4"])
         self.assertIn("GPU 3 reaches its HCA farther on h4 (mlx5_0, PHB) than on the other 3 hosts "
                       "(mlx5_3, PIX)", rail["message"])
-        gpu = master.report["members"][0]["pcie"]["devices"][0]
+        gpu = next(m for m in master.report["members"] if m["rank"] == 0)["pcie"]["devices"][0]
         self.assertEqual((gpu["name"], gpu["bdf"], gpu["hca"], gpu["hca_path"]),
                          ("GPU 3", "0000:13:00.0", "mlx5_3", "PIX"))
 

@@ -61,7 +61,7 @@ def record(rank, world, host=b"h0", *, local_rank=-1, local_world=-1, job_id=b""
     out += struct.pack("<B", GPU_SKIPPED) + s(b"") + struct.pack("<i", 0) + s(b"")
     out += struct.pack("<i", -1) + s(b"") + s(b"") + struct.pack("<I", 0)
     out += s(b"") + struct.pack("<i", 0) + s(b"")
-    out += struct.pack("<i", -1) + s(b"")  # no GPU grant known
+    out += struct.pack("<i", -1) + s(b"") + s(b"")  # no GPU grant known; no NVML error
     out += struct.pack("<Q", 0)  # started_unix_ms: unknown
     # NCCL's interface: unknown (state, flags, name, address, rule, error, socket list,
     # rules version, network namespace, rehearsal port and port range), then no

@@ -644,6 +644,10 @@ TEST_CASE("wire: GPU facts and stage results round-trip") {
   Record r = v.members[1].record;
   r.gpu.granted = 8;
   r.gpu.granted_by = "SLURM_GPUS_ON_NODE=8";
+  r.gpu.devices[0].fabric_state = GpuDevice::kFabricCompleted;
+  r.gpu.devices[0].fabric_status = 999;
+  r.gpu.devices[0].nvlinks = 17;
+  r.gpu.nvml_error = "libnvidia-ml.so.1: cannot open shared object file";
   auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(std::span(frame).subspan(kHeaderSize));
   REQUIRE(back.ok());
@@ -652,6 +656,7 @@ TEST_CASE("wire: GPU facts and stage results round-trip") {
   CHECK(back->record.gpu.driver == "580.65.06");
   CHECK(back->record.gpu.granted == 8);
   CHECK(back->record.gpu.granted_by == "SLURM_GPUS_ON_NODE=8");
+  CHECK(back->record.gpu.nvml_error == r.gpu.nvml_error);
 
   StageReport report{{good(0, 2), good(1, 2)}};
   report.ranks[1].init_timed_out = true;
@@ -758,4 +763,38 @@ TEST_CASE("join tracker with GPUs: never clean when a GPU rule would find someth
     if (test::clean_and_silent(v)) ++harmless;
   }
   CHECK(harmless > 0);
+}
+
+TEST_CASE("nvlink: a fabric not up, and a GPU with links down") {
+  JobView v = gpu_job(16, 8);
+  for (Member& m : v.members) {
+    GpuDevice& d = m.record.gpu.devices[0];
+    d.fabric_state = GpuDevice::kFabricCompleted;
+    d.nvlinks = 18;
+  }
+  CHECK(test::checks(v).empty());
+  CHECK(tracker_clean(v));
+  v.members[9].record.gpu.devices[0].fabric_state = GpuDevice::kFabricInProgress;
+  v.members[12].record.gpu.devices[0].fabric_status = 999;
+  v.members[3].record.gpu.devices[0].nvlinks = 17;
+  auto fs = test::checks(v);
+  REQUIRE(fs.size() == 2);
+  CHECK(exit_code_for(fs) == 0);
+  CHECK(fs[0].name() == "nvlink-fabric-down");
+  CHECK(fs[0].ranks == Ranks{9, 12});
+  CHECK(fs[0].message ==
+        "GPUs whose NVLink fabric registration is not completed (NVML's fabric state) on gpu-02: "
+        "00000000:19:00.0 (rank 9) in progress, 00000000:1C:00.0 (rank 12) completed with NVML "
+        "error 999: NCCL uses multi-node NVLink only where every rank's is (src/mnnvl.cc), so the "
+        "job's traffic between hosts goes over the network instead");
+  CHECK(fs[1].name() == "nvlink-down");
+  CHECK(fs[1].ranks == Ranks{3});
+  CHECK(fs[1].message.starts_with(
+      "GPUs with fewer NVLinks active than the job's other GPUs of their kind, on gpu-01: "
+      "00000000:1B:00.0 (rank 3) has 17 of 18"));
+  CHECK(!tracker_clean(v));
+  // Links not read, or no NVLink at all (-1): nothing to compare.
+  v = gpu_job(4, 4);
+  v.members[1].record.gpu.devices[0].nvlinks = 12;
+  CHECK(test::checks(v).empty());
 }
