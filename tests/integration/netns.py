@@ -84,7 +84,15 @@ class Cluster:
             names = {f"h{j}": self.addr(j) for j in range(self.n)}
             names.update((hosts_overrides or {}).get(i, {}))
             d = f"/etc/netns/{ns}"
-            os.makedirs(d, exist_ok=True)
+            # Another cluster's teardown removes /etc/netns when it empties (suites run
+            # side by side): between makedirs' parent and its leaf it may be gone again.
+            for attempt in range(5):
+                try:
+                    os.makedirs(d, exist_ok=True)
+                    break
+                except FileNotFoundError:
+                    if attempt == 4:
+                        raise
             self.made.append(("dir", d))
             with open(f"{d}/hosts", "w") as f:
                 f.write("127.0.0.1 localhost\n")
