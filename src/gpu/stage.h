@@ -16,10 +16,10 @@
 namespace rankcheck {
 
 struct StageOptions {
-  std::string cuda_lib = "libcuda.so.1";  ///< RANKCHECK_CUDA_LIB
-  std::string nccl_lib = "libnccl.so.2";  ///< --nccl-lib, RANKCHECK_NCCL_LIB
+  std::string cuda_lib = "libcuda.so.1";       ///< RANKCHECK_CUDA_LIB
+  std::string nccl_lib = "libnccl.so.2";       ///< --nccl-lib, RANKCHECK_NCCL_LIB
   std::string nvml_lib = "libnvidia-ml.so.1";  ///< RANKCHECK_NVML_LIB
-  uint64_t bandwidth_bytes = 0;           ///< --bandwidth
+  uint64_t bandwidth_bytes = 0;                ///< --bandwidth
 };
 
 /// How NCCL is initialised: ncclCommInitRankConfig with the one id, or (a large

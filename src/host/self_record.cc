@@ -12,8 +12,8 @@
 #include "host/pcie.h"
 #include "host/resolve.h"
 #include "host/shm.h"
-#include "host/sysfs_read.h"
 #include "host/sysfs_ib.h"
+#include "host/sysfs_read.h"
 #include "nccl/param.h"
 #include "nccl/socket_if.h"
 

@@ -1,8 +1,8 @@
 #include "host/sysfs_read.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
