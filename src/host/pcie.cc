@@ -119,14 +119,18 @@ std::string unused_why(const NcclNetFacts& net, const std::string& device) {
 }
 
 // The bridges above a device (its parts between the host bridge and itself).
-void read_acs(const SysFs& sys, const Located& d, std::map<std::string, AcsBridge>& redirect,
-              PcieFacts& f) {
+// A bridge shared by several devices (a root port, a switch's upstream port) is read
+// once: `redirect` holds every bridge read, with its register when it redirects.
+void read_acs(const SysFs& sys, const Located& d,
+              std::map<std::string, std::optional<AcsBridge>>& redirect, PcieFacts& f) {
   std::string dir = sys.path("/sys/devices/" + d.parts[0]);
   for (size_t i = 1; i + 1 < d.parts.size(); ++i) {
     dir += "/" + d.parts[i];
+    auto [it, fresh] = redirect.try_emplace(d.parts[i]);
+    if (!fresh) continue;
     AcsRead acs = acs_from_config(read_config(dir + "/config"));
     if (!acs.readable) f.flags |= PcieFacts::kAcsUnreadable;
-    if (acs.ctl && acs_redirects(*acs.ctl)) redirect[d.parts[i]] = {d.parts[i], *acs.ctl};
+    if (acs.ctl && acs_redirects(*acs.ctl)) it->second = AcsBridge{d.parts[i], *acs.ctl};
   }
 }
 
@@ -219,7 +223,7 @@ PcieFacts read_pcie(const SysFs& sys, const GpuFacts& gpu, const NcclNetFacts& n
     }
     if (p.used()) it->used = true;
   }
-  std::map<std::string, AcsBridge> redirect;
+  std::map<std::string, std::optional<AcsBridge>> redirect;
   std::vector<std::string> gpus = host_gpus(sys);
   for (const GpuDevice& g : gpu.devices) {
     std::string bdf = sysfs_bdf(g.pci_bus_id);
@@ -265,8 +269,9 @@ PcieFacts read_pcie(const SysFs& sys, const GpuFacts& gpu, const NcclNetFacts& n
   }
   if (f.devices.empty()) return PcieFacts{};
   f.flags |= PcieFacts::kRead;
-  for (auto& [bdf, b] : redirect)
-    f.acs.push_back(b);
+  for (auto& [bdf, b] : redirect) {
+    if (b) f.acs.push_back(*b);
+  }
   f.cmdline = iommu_words(sys);
   return f;
 }
