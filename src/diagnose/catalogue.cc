@@ -242,10 +242,26 @@ constexpr Pattern kCatalogue[] = {
      R"((NCCL_[A-Z0-9_]+) set by environment to (\S*))", "id,detail",
      "NCCL src/misc/param.cc: a parameter from the environment"},
 
+    // NCCLCHECK's trace of a failed call on its way up ("misc/socket.cc:567 -> 2"): NCCL
+    // prints it at INFO level, but only when a call returned an error (ncclResult_t > 0):
+    // a failure line of its own (scan.cc keeps it on an INFO line), met where no row
+    // explains more.
+    {"nccl_return_trace", "NCCL", kErrorLine, kEither, F::kUnexplainedError, " -> ",
+     R"(NCCL INFO ([\w/.]+\.(?:cc|h|cu)):\d+ -> [1-9]\d?\b)", "detail",
+     "NCCL src/include/checks.h NCCLCHECK: an error's way up, at INFO level"},
+
+    // 128 + 9: a process SIGKILLed (the OOM killer, a pod's or a job's memory limit, a
+    // scheduler), as shells, containers and launchers print its exit status.
+    {"exit_status_137", "any", kProcessDied, kEither, F::kProcessDied, "137",
+     R"((?:\b[Ee]xit(?:ed)?(?: with)?(?: code| status)?|\b[Ee]rror code|exit_code|exitcode)[:=]? *(137)\b)",
+     "exit", "128 + SIGKILL as shells and launchers print it"},
+
     // -- the last resort: a Python exception with its message --------------------
     {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
-     "Error: ", R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (.+)$)", "id,detail",
-     "a Python traceback's last line"},
+     "Error: ",
+     R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (?!Traceback \(most recent call last\))(.+)$)",
+     "id,detail",
+     "a Python traceback's last line (not a worker's traceback re-raised: its last line is)"},
 
     // -- failures no row explains: kept so that a failed job's log is never "nothing
     // found"; each is a finding only when nothing else is -------------------------

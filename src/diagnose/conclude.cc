@@ -447,9 +447,16 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool s
             ? fmt::format("{} could not reach the store{}: {}", who, peer, g.detail)
         : explained ? fmt::format("{} lost a peer{}, a consequence of the failure above: {}", who,
                                   peer, g.detail)
-                    : fmt::format("{} lost a peer{} and no peer shows an error of its own: {}", who,
-                                  peer, g.detail);
-    DiagFinding& f = b.add(id, message, !explained, g.first);
+        : id == FindingId::kNcclNetworkError
+            ? fmt::format("{} lost its NCCL connection to a peer{} and no peer shows an error of "
+                          "its own: the network between them, or a peer that exited without a "
+                          "word: {}",
+                          who, peer, g.detail)
+            : fmt::format("{} lost a peer{} and no peer shows an error of its own: {}", who, peer,
+                          g.detail);
+    // Downstream of a failure above, NCCL's remote error is that failure's peer, lost.
+    FindingId as = explained && id == FindingId::kNcclNetworkError ? FindingId::kPeerFailed : id;
+    DiagFinding& f = b.add(as, message, !explained, g.first);
     attach(f, g.ranks, {}, g.evidence);
   }
 }

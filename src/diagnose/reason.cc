@@ -241,12 +241,15 @@ void Knowledge::add(const Match& m) {
         // NCCL's generic result (an internal check) gives way to a cause in words of
         // its own that the same process prints next ("Last error: ...").
         // So does PyTorch's gloss of NCCL's result ("ncclSystemError: System call (e.g.
-        // socket, malloc) ... failed"), which the WARN it quotes after it explains.
+        // socket, malloc) ... failed"), which the WARN it quotes after it explains, and a
+        // Python exception no row reads ("FailedJobError: ... with trace:"), which the
+        // error in a program's words that its chained trace prints next explains.
         const Pattern* before = p->own ? &catalogue()[p->own->row] : nullptr;
         bool generic = before && row.finding != before->finding &&
                        row.finding != FindingId::kProcessDied &&
                        (before->finding == FindingId::kNcclInitFailed ||
-                        before->literal.starts_with("ncclSystemError: "));
+                        before->literal.starts_with("ncclSystemError: ") ||
+                        before->name == "python_exception");
         if (generic) {
           p->own = note;
         } else {
@@ -425,8 +428,15 @@ void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
 
 // A rank reports a peer gone: grouped by finding, with the peers' hosts it names.
 void Knowledge::on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note) {
-  Group& g = pointers[row.finding];
-  g.id = row.finding;
+  // NCCL's remote error says itself that it is a peer's exit or the network: with no
+  // peer's own error anywhere (conclude.cc), the network is what is left to name.
+  FindingId id = row.finding == FindingId::kPeerFailed &&
+                         (row.literal.find("network error") != std::string_view::npos ||
+                          row.name == "nccl_remote_error")
+                     ? FindingId::kNcclNetworkError
+                     : row.finding;
+  Group& g = pointers[id];
+  g.id = id;
   if (o.rank >= 0) g.ranks.insert(o.rank);
   if (!m.get(LineField::kHost).empty() && !add_host(g, m.get(LineField::kHost))) ++dropped;
   add_evidence(g, note, note.detail);

@@ -401,10 +401,10 @@ struct Scanner::State {
                const Prefilter::Mask& hits, bool any_hit) {
     Match m;
     bool hand = any_hit && match_hand(seg, hits, m);
-    // A generic row (a Python exception's last line, an error word) yields to a
-    // program's own text, and so does a context row (the "NCCL version 2.14.3" an
+    // A generic row (a Python exception's last line, an exit status, an error word)
+    // yields to a program's own text, and so does a context row (the "NCCL version 2.14.3" an
     // "NCCL error in: ..." line quotes).
-    if (!hand || rows[m.row].name == "python_exception" ||
+    if (!hand || rows[m.row].name == "python_exception" || rows[m.row].name == "exit_status_137" ||
         rows[m.row].cls == MessageClass::kErrorLine || rows[m.row].cls == MessageClass::kContext) {
       Match src;
       std::string_view whole =
@@ -426,7 +426,9 @@ struct Scanner::State {
     if (!hand) return;
     // A failure word on an INFO or DEBUG line is narration (NCCL's "NCCL INFO ... failed,
     // retrying", a launcher's progress), not the failure.
-    if (rows[m.row].cls == MessageClass::kErrorLine && info_level(line, seg)) return;
+    if (rows[m.row].cls == MessageClass::kErrorLine && rows[m.row].name != "nccl_return_trace" &&
+        info_level(line, seg))
+      return;
     m.origin = origin_of(prefix);
     m.source = source;
     m.line = line_no;

@@ -31,8 +31,15 @@ Timeouts gather_timeouts(const std::map<std::string, Proc>& procs) {
   for (const auto& [key, p] : procs) {
     if (p.timeout && !p.op.empty()) op_of_seq.emplace(p.seq_no, p.op);
   }
+  // A timeout that names neither its rank nor its collective ("Some NCCL operations have
+  // failed or timed out", a terminal's wrapped line) says nothing the named ones do not:
+  // counted apart, it would be a second collective.
+  bool named = std::any_of(procs.begin(), procs.end(), [](const auto& kv) {
+    return kv.second.timeout && (kv.second.rank >= 0 || kv.second.seq_no >= 0);
+  });
   for (const auto& [key, p] : procs) {
     if (!p.timeout) continue;
+    if (named && p.rank < 0 && p.seq_no < 0 && p.op.empty()) continue;
     std::string op = p.op.empty() && op_of_seq.count(p.seq_no) ? op_of_seq[p.seq_no] : p.op;
     t.by_op[{p.seq_no, op}].insert(p.rank);
     if (!t.first || earlier(*p.timeout, *t.first)) t.first = *p.timeout;

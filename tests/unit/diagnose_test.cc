@@ -297,12 +297,36 @@ TEST_CASE("diagnose: watchdog timeouts in different collectives are a desync") {
 
 TEST_CASE("diagnose: a lost peer with no error of its own anywhere is peer-failed") {
   Diagnosis d = diagnose_lines({
-      "[rank0]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was "
-      "a network error, NCCL version 2.21.5",
+      "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection "
+      "closed by peer [10.0.0.2]:38580",
   });
   REQUIRE(d.findings.size() == 1);
   CHECK(d.findings[0].finding.name() == "peer-failed");
   CHECK(d.findings[0].initiating);
+}
+
+TEST_CASE("diagnose: NCCL's remote error with no peer's error anywhere names the network") {
+  // ncclRemoteError says itself "a network error or a remote process exiting": with no
+  // peer's own error in the logs, the network is what is left to name.
+  Diagnosis d = diagnose_lines({
+      "[rank0]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was "
+      "a network error, NCCL version 2.21.5",
+  });
+  REQUIRE(d.findings.size() == 1);
+  CHECK(d.findings[0].finding.name() == "nccl-network-error");
+  CHECK(d.findings[0].initiating);
+  // With a peer's own error before it, the same line is that failure's lost peer.
+  Diagnosis e = diagnose_lines({
+      "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+      "[rank0]: torch.distributed.DistBackendError: NCCL error: remote process exited or there was "
+      "a network error, NCCL version 2.21.5",
+  });
+  REQUIRE(e.findings.size() >= 2);
+  CHECK(e.findings[0].finding.name() == "gpu-out-of-memory");
+  bool lost = false;
+  for (const auto& f : e.findings)
+    lost = lost || (f.finding.name() == "peer-failed" && !f.initiating);
+  CHECK(lost);
 }
 
 TEST_CASE("diagnose: torchrun's closing signal marks the survivors, not the culprit") {
