@@ -141,7 +141,9 @@ constexpr Pattern kCatalogue[] = {
     {"cuda_ecc", "CUDA", kOwnError, kInitiating, F::kCudaError, "uncorrectable ECC error", "", "",
      "cudaErrorECCUncorrectable"},
     {"kernel_oom_killer", "Linux", kOwnError, kInitiating, F::kHostOutOfMemory, "Killed process ",
-     R"(Out of memory: Killed process (\d+) \(([^)]*)\))", "pid,detail", "the kernel's OOM killer"},
+     R"((?:Out of memory: )?Killed process (\d+) \(([^)]*)\))", "pid,detail",
+     "the kernel's OOM killer (mm/oom_kill.c: \"Out of memory: Killed process\" from 5.x, "
+     "\"Killed process N (comm), UID\" after \"Out of memory: Kill process\" before)"},
     {"segfault", "Linux", kOwnError, kInitiating, F::kProcessDied, "Segmentation fault", "", "",
      "SIGSEGV"},
 
@@ -241,6 +243,18 @@ constexpr Pattern kCatalogue[] = {
     {"nccl_env_set", "NCCL", kContext, kEither, F::kEnvMismatch, " set by environment to ",
      R"((NCCL_[A-Z0-9_]+) set by environment to (\S*))", "id,detail",
      "NCCL src/misc/param.cc: a parameter from the environment"},
+
+    // A process saying which rank it is, once, as it starts: two such lines for one
+    // rank are two processes given it (Knowledge::on_rank_claim, conclude.cc).
+    {"rank_claim_lightning", "Lightning", kContext, kEither, F::kDuplicateRank, "GLOBAL_RANK: ",
+     R"([Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+))",
+     "rank,world",
+     "pytorch_lightning ddp (<=1.5: \"initializing ddp\"), lightning.fabric.utilities."
+     "distributed _init_dist_connection (1.6+: \"Initializing distributed\")"},
+    {"rank_claim_store_barrier", "PyTorch", kContext, kEither, F::kDuplicateRank,
+     "store_based_barrier_key:",
+     R"(Added key: store_based_barrier_key:(\d+) to store for rank: (\d+))", "seq,rank",
+     "torch/distributed/distributed_c10d.py _store_based_barrier (logger.info, 1.9-2.0)"},
 
     // NCCLCHECK's trace of a failed call on its way up ("misc/socket.cc:567 -> 2"): NCCL
     // prints it at INFO level, but only when a call returned an error (ncclResult_t > 0):

@@ -67,6 +67,10 @@ std::string setup_message(const Group& g) {
     case FindingId::kNcclVersionMismatch:
       return fmt::format("the ranks load different NCCL versions: {}", g.first.evidence.text);
     case FindingId::kDuplicateRank:
+      if (catalogue()[g.first.row].name.starts_with("rank_claim"))
+        return fmt::format("{}: the launcher started more processes than ranks, or gave them "
+                           "the same RANK",
+                           g.detail);
       return fmt::format("two processes claimed {} in NCCL's bootstrap: {}", who, g.detail);
     case FindingId::kWorldSizeMismatch:
       return fmt::format("the ranks disagree on the world size: {}", g.detail);
@@ -156,6 +160,34 @@ void group_world_sizes(Knowledge& k) {
   g.count = 1;
   for (auto [rank, w] : k.world_by_rank)
     g.ranks.insert(rank);
+}
+
+// 1. A rank two processes said they were, as they started, before anything failed:
+// the launcher gave it twice (two jobs in one step, a --ntasks that does not match
+// the devices, an MPI library not the launcher's). One process says it once; with
+// pids, two pids. Claims after a failure are a restart's, not a duplicate.
+void group_rank_claims(Knowledge& k) {
+  if (k.setup.count(FindingId::kDuplicateRank)) return;
+  std::set<long> twice;
+  std::optional<Note> first;
+  size_t most = 0;
+  for (const auto& [key, c] : k.claims) {
+    if (k.first_failure && !earlier(c.first, *k.first_failure)) continue;
+    size_t n = c.pids.size() > 1 ? c.pids.size() : c.pids.size() == 1 ? 1 : c.count;
+    if (n < 2) continue;
+    twice.insert(key.second);
+    most = std::max(most, n);
+    if (!first || earlier(c.first, *first)) first = c.first;
+  }
+  if (twice.empty()) return;
+  Group& g = k.setup[FindingId::kDuplicateRank];
+  g.id = FindingId::kDuplicateRank;
+  g.detail = fmt::format("{} started as {} by {} processes each", ranks_text(twice),
+                         twice.size() == 1 ? "it" : "each of them", most);
+  g.first = *first;
+  g.count = 1;
+  g.ranks = twice;
+  g.evidence.push_back(first->evidence);
 }
 
 // 1. The setup errors: initiating wherever they appear.
@@ -515,6 +547,7 @@ Diagnosis Knowledge::conclude() {
   Builder b;
   add_verdict(b, *this);                                    // 1. rankcheck's own verdict,
   group_world_sizes(*this);                                 //    world sizes that differ,
+  group_rank_claims(*this);                                 //    a rank started twice,
   add_setup_errors(b, setup);                               //    the setup errors,
   add_host_differences(b, *this);                           //    hosts unlike the others
   bool ended_outside = add_job_ends(b, *this);              // 6. the scheduler's end of the job

@@ -256,6 +256,17 @@ struct Knowledge {
   /// The first "suspect hosts: h[0-2]" line of each file, as printed.
   std::map<uint32_t, std::string> suspects;
   std::map<long, long> world_by_rank;  ///< the world size each rank waited for
+  /// The lines in which a process says which rank it is, once, as it starts
+  /// (Lightning's "GLOBAL_RANK: 1, MEMBER: 2/8", c10d's store barrier key): by
+  /// (barrier key or -1, rank), the claims and the first of them. Two claims of one
+  /// rank before any failure are two processes given that rank (conclude.cc).
+  struct Claims {
+    size_t count = 0;
+    std::set<long> pids;
+    Note first;
+  };
+  std::map<std::pair<long, long>, Claims> claims;
+  std::optional<Note> first_failure;  ///< the first line of any failure, for the claims
   long world = -1, joined = -1;
   long most_joined = -1;                     ///< the most any wait said had joined
   std::optional<Note> absent_first;          ///< the first "waited for peers" message
@@ -295,6 +306,7 @@ struct Knowledge {
   void on_pointer(const Match& m, const Pattern& row, const Origin& o, const Note& note);
   void on_timeout(const Match& m, const Origin& o, const Note& note);
   void on_host_fact(const Match& m, const Pattern& row, const Origin& o, const Note& note);
+  void on_rank_claim(const Match& m, const Origin& o, const Note& note);
   /// conclude's first phase: one process, one entry (merge.cc).
   void merge_processes();
 };

@@ -273,9 +273,15 @@ void Knowledge::add(const Match& m) {
       if (!error_line || earlier(note, error_line->first)) error_line = {note, o};
       break;
     case kContext:
-      on_host_fact(m, row, o, note);
+      if (row.name.starts_with("rank_claim")) {
+        on_rank_claim(m, o, note);
+      } else {
+        on_host_fact(m, row, o, note);
+      }
       break;
   }
+  if (row.cls != kContext && row.cls != kRankcheck && (!first_failure || earlier(note, *first_failure)))
+    first_failure = note;
 }
 
 // What a host says of itself (its NCCL version, the network NCCL chose, an NCCL_*
@@ -390,6 +396,11 @@ void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, co
     if (what.find("Aborted") != std::string::npos) sig = 6;
     if (what.find("Terminated") != std::string::npos) sig = 15;  // srun stopping the rest
   }
+  // mpirun names a rank with its pid, as torchrun's table does: the kernel's OOM
+  // killer names only the pid.
+  if (row.name.starts_with("mpirun_") && o.rank >= 0 && o.pid >= 0 &&
+      rank_of_pid.size() < kMaxPids)
+    rank_of_pid.emplace(o.pid, o.rank);
   if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
     if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;
     if (o.local_rank >= 0 && rank_of_local.size() < kMaxPids) {
@@ -424,6 +435,24 @@ void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
     world_by_rank[o.rank] = world_n;
   keep_first(absent_first, note);
   if (Proc* p = proc_at(o, m.source)) keep_first(p->waiting, note);
+}
+
+// A process saying which rank it is as it starts: counted by rank (and barrier key),
+// with the pids that said it where the prefix gave one.
+void Knowledge::on_rank_claim(const Match& m, const Origin& o, const Note& note) {
+  long rank = number(m.get(LineField::kRank));
+  if (rank < 0) rank = o.rank;
+  if (rank < 0) return;
+  std::pair<long, long> key{number(m.get(LineField::kSeq)), rank};
+  if (!claims.count(key) && claims.size() >= kMaxPids) {
+    ++dropped;
+    return;
+  }
+  Claims& c = claims[key];
+  if (c.count++ == 0) c.first = note;
+  if (o.pid >= 0 && c.pids.size() < 64) c.pids.insert(o.pid);
+  long world_n = number(m.get(LineField::kWorld));
+  if (world_n > 0) world = std::max(world, world_n);
 }
 
 // A rank reports a peer gone: grouped by finding, with the peers' hosts it names.
