@@ -172,12 +172,20 @@ void group_rank_claims(Knowledge& k) {
   std::optional<Note> first;
   size_t most = 0;
   for (const auto& [key, c] : k.claims) {
-    if (k.first_failure && !earlier(c.first, *k.first_failure)) continue;
-    size_t n = c.pids.size() > 1 ? c.pids.size() : c.pids.size() == 1 ? 1 : c.count;
+    // Before the first failure only; one per pid where the lines gave pids.
+    std::set<long> pids;
+    size_t n = 0;
+    const Note* earliest = nullptr;
+    for (const auto& claim : c) {
+      if (k.first_failure && !earlier(claim.note, *k.first_failure)) continue;
+      if (claim.pid >= 0 && !pids.insert(claim.pid).second) continue;
+      ++n;
+      if (!earliest || earlier(claim.note, *earliest)) earliest = &claim.note;
+    }
     if (n < 2) continue;
     twice.insert(key.second);
     most = std::max(most, n);
-    if (!first || earlier(c.first, *first)) first = c.first;
+    if (!first || earlier(*earliest, *first)) first = *earliest;
   }
   if (twice.empty()) return;
   Group& g = k.setup[FindingId::kDuplicateRank];

@@ -260,12 +260,11 @@ struct Knowledge {
   /// (Lightning's "GLOBAL_RANK: 1, MEMBER: 2/8", c10d's store barrier key): by
   /// (barrier key or -1, rank), the claims and the first of them. Two claims of one
   /// rank before any failure are two processes given that rank (conclude.cc).
-  struct Claims {
-    size_t count = 0;
-    std::set<long> pids;
-    Note first;
+  struct Claim {
+    Note note;
+    long pid = -1;
   };
-  std::map<std::pair<long, long>, Claims> claims;
+  std::map<std::pair<long, long>, std::vector<Claim>> claims;  ///< at most 8 a rank
   std::optional<Note> first_failure;  ///< the first line of any failure, for the claims
   long world = -1, joined = -1;
   long most_joined = -1;                     ///< the most any wait said had joined

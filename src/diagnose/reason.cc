@@ -448,9 +448,8 @@ void Knowledge::on_rank_claim(const Match& m, const Origin& o, const Note& note)
     ++dropped;
     return;
   }
-  Claims& c = claims[key];
-  if (c.count++ == 0) c.first = note;
-  if (o.pid >= 0 && c.pids.size() < 64) c.pids.insert(o.pid);
+  std::vector<Claim>& c = claims[key];
+  if (c.size() < 8) c.push_back({note, o.pid});
   long world_n = number(m.get(LineField::kWorld));
   if (world_n > 0) world = std::max(world, world_n);
 }

@@ -1,0 +1,134 @@
+// diagnose's reasoning across lines and files, fourth round: a rank started twice, the
+// kernel's OOM victim tied to its rank by pid, NCCL's return trace and an exit status of
+// 137 as failures of their own, a worker's re-raised traceback read by its last line.
+#include "diagnose/diagnose.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+using namespace rankcheck::diagnose;
+
+namespace {
+
+// Each file: its name, then its lines, read in that order.
+Diagnosis diagnose_files(const std::vector<std::pair<std::string, std::vector<std::string>>>& files) {
+  Scanner s;
+  for (const auto& [name, lines] : files) {
+    s.begin_source(name);
+    for (const std::string& l : lines)
+      s.line(l);
+  }
+  return s.finish();
+}
+
+}  // namespace
+
+TEST_CASE("diagnose: a rank that two processes start as is duplicate-rank") {
+  Diagnosis d = diagnose_files({{"slurm.out",
+                                 {
+                                     "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4",
+                                     "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4",
+                                     "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4",
+                                     "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4",
+                                     "Traceback (most recent call last):",
+                                     "RuntimeError: Timed out initializing process group",
+                                 }}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "duplicate-rank");
+  CHECK(d.findings[0].initiating);
+  CHECK(d.findings[0].finding.message.find("ranks 0-1") != std::string::npos);
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{0, 1});
+}
+
+TEST_CASE("diagnose: a rank started again after a failure is a restart, not a duplicate") {
+  Diagnosis d = diagnose_files({{"slurm.out",
+                                 {
+                                     "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
+                                     "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2",
+                                     "torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                                     "allocate 2.00 GiB",
+                                     "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2",
+                                     "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2",
+                                 }}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "gpu-out-of-memory");
+  for (const auto& f : d.findings)
+    CHECK(f.finding.name() != "duplicate-rank");
+}
+
+TEST_CASE("diagnose: each rank said once is no duplicate") {
+  Diagnosis d = diagnose_files({{"job.log",
+                                 {
+                                     "Added key: store_based_barrier_key:1 to store for rank: 0",
+                                     "Added key: store_based_barrier_key:1 to store for rank: 1",
+                                     "Added key: store_based_barrier_key:2 to store for rank: 0",
+                                     "Added key: store_based_barrier_key:2 to store for rank: 1",
+                                 }}});
+  CHECK(d.findings.empty());
+  CHECK(d.exit_code() == 0);
+}
+
+TEST_CASE("diagnose: the kernel's OOM victim is the rank mpirun names with its pid") {
+  Diagnosis d = diagnose_files(
+      {{"batch.log",
+        {
+            "mpirun noticed that process rank 12 with PID 96380 on node n1 exited on signal 9 "
+            "(Killed).",
+            "mpirun noticed that process rank 38 with PID 94191 on node n3 exited on signal 9 "
+            "(Killed).",
+        }},
+       {"n3-messages.log",
+        {
+            "May 23 01:40:04 n3 [7456668.526985] Out of memory: Kill process 94191 (python3) "
+            "score 36 or sacrifice child",
+            "May 23 01:40:04 n3 [7456668.527385] Killed process 94191 (python3), UID 1011, "
+            "total-vm:9143392kB, anon-rss:7142588kB",
+        }}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "host-out-of-memory");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{38});
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"n3"});
+}
+
+TEST_CASE("diagnose: NCCL's return trace and an exit status of 137 are never nothing found") {
+  Diagnosis trace = diagnose_files(
+      {{"nccl.log",
+        {
+            "node1:2330:2658 [2] NCCL INFO Using network IB",
+            "node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2",
+            "node1:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
+        }}});
+  REQUIRE(trace.findings.size() == 1);
+  CHECK(trace.findings[0].finding.name() == "unexplained-error");
+  CHECK(trace.exit_code() != 0);
+  // A healthy job's INFO narration with an arrow is not a failure.
+  Diagnosis healthy = diagnose_files(
+      {{"nccl.log", {"node1:2330:2658 [2] NCCL INFO Channel 00/02 :    0   1 -> 0 [send] via NET/IB/0"}}});
+  CHECK(healthy.findings.empty());
+
+  Diagnosis killed = diagnose_files({{"pod.log",
+                                      {
+                                          "Training process finished. Exit code: 137",
+                                          "Job exited with error code 137",
+                                      }}});
+  REQUIRE_FALSE(killed.findings.empty());
+  CHECK(killed.findings[0].finding.name() == "process-died");
+  CHECK(killed.findings[0].finding.message.find("137") != std::string::npos);
+}
+
+TEST_CASE("diagnose: a worker's traceback re-raised is read by its last line") {
+  Diagnosis d = diagnose_files(
+      {{"notebook.log",
+        {
+            "RuntimeError: Traceback (most recent call last):",
+            "  File \"/opt/conda/lib/python3.6/site-packages/torch/storage.py\", line 122, in "
+            "_new_shared",
+            "    return cls._new_using_fd(size)",
+            "RuntimeError: unable to write to file </torch_1509_1969058146>",
+        }}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "shared-memory-exhausted");
+}
