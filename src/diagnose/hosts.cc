@@ -132,6 +132,29 @@ void add_host_differences(Builder& b, const Knowledge& k) {
                            *first_of(odd, fact.note));
     attach(f, {}, odd, {});
   }
+  // An interface the other hosts cannot reach, in a job across hosts: NCCL publishes
+  // its address and the peers' connects go to themselves (loopback) or nowhere
+  // (link-local). Named where it was chosen, before the connect errors it causes.
+  if (k.hosts_seen.size() > 1) {
+    for (bool loopback : {true, false}) {
+      std::set<std::string> hosts;
+      std::vector<std::string> ifs;
+      for (const auto& [host, h] : k.host_logs) {
+        if (h.unreachable_if.empty() || h.loopback != loopback) continue;
+        hosts.insert(host);
+        if (ifs.size() < 3) ifs.push_back(fmt::format("{} on {}", h.unreachable_if, host));
+      }
+      if (hosts.empty()) continue;
+      DiagFinding& f = b.add(
+          loopback ? FindingId::kNcclInterfaceLoopback : FindingId::kNcclInterfaceLinkLocal,
+          fmt::format("NCCL's sockets use {} in a job across {} hosts: {}", format_list(ifs, 3),
+                      k.hosts_seen.size(),
+                      loopback ? "the address it gives the other hosts leads back to themselves"
+                               : "a link-local address reaches no host beyond its own link"),
+          true, *first_of(hosts, &HostLog::if_note));
+      attach(f, {}, hosts, {});
+    }
+  }
   for (const auto& [name, by] : env) {
     if (by.size() < 2) continue;
     std::set<std::string> odd = odd_hosts(by);

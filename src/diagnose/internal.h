@@ -212,6 +212,11 @@ struct HostLog {
   /// them) and the network plugin ("internal" or the plugin's name).
   std::string ib_ports, plugin;
   std::optional<Note> ib_note, plugin_note;
+  /// The first interface NCCL's sockets or bootstrap use there that other hosts cannot
+  /// reach ("lo:127.0.0.1", "pod-id-link0:169.254.170.23"), and whether it is loopback.
+  std::string unreachable_if;
+  bool loopback = false;
+  std::optional<Note> if_note;
 };
 
 /// What torchrun's agent said of the job it launches (its "launch configs", printed

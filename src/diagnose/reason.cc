@@ -73,6 +73,25 @@ void keep_first(S& slot, const Note& n) {
   if (!slot || earlier(n, *slot)) slot = n;
 }
 
+// The first interface in NCCL's list ("[0]lo:127.0.0.1<0> [1]eth0:10.0.0.2<0>", or one
+// "eth0:10.0.0.2<0>") that other hosts cannot reach: loopback (true) or link-local.
+std::optional<std::pair<std::string, bool>> unreachable_interface(std::string_view ifs) {
+  while (!ifs.empty()) {
+    size_t end = ifs.find(' ');
+    std::string_view entry = ifs.substr(0, end);
+    ifs = end == std::string_view::npos ? std::string_view() : ifs.substr(end + 1);
+    if (entry.starts_with('[')) entry.remove_prefix(std::min(entry.size(), entry.find(']') + 1));
+    size_t colon = entry.find(':'), lt = entry.find('<');
+    if (colon == std::string_view::npos || lt == std::string_view::npos || lt < colon) continue;
+    std::string_view name = entry.substr(0, colon), addr = entry.substr(colon + 1, lt - colon - 1);
+    bool loopback = name == "lo" || addr.starts_with("127.") || addr == "::1";
+    bool link_local = addr.starts_with("169.254.") || addr.starts_with("fe80") ||
+                      addr.starts_with("FE80");
+    if (loopback || link_local) return std::pair{std::string(name) + ":" + std::string(addr), loopback};
+  }
+  return std::nullopt;
+}
+
 // The first (by time across files) names the group; the evidence is the first
 // few lines read, and the first one always among them.
 void add_evidence(Group& g, const Note& n, const std::string& detail) {
@@ -291,9 +310,25 @@ void Knowledge::on_host_fact(const Match& m, const Pattern& row, const Origin& o
   if (o.host.empty() || (host_logs.size() >= kMaxHostLogs && !host_logs.count(o.host))) return;
   bool version = row.name == "nccl_version_banner", network = row.name == "nccl_using_network";
   bool ib = row.name == "nccl_ib_using", plugin = row.name.starts_with("nccl_plugin_");
-  if (!version && !network && !ib && !plugin && row.name != "nccl_env_set") return;
+  bool sockets = row.name == "nccl_socket_using";
+  if (!version && !network && !ib && !plugin && !sockets && row.name != "nccl_env_set") return;
   HostLog& h = host_logs[o.host];
   const std::string& value = m.get(LineField::kId);
+  // The interfaces NCCL's sockets use ("[0]lo:127.0.0.1<0> [1]eth0:10.0.0.2<0>"), and the
+  // IB transport's out-of-band one ("; OOB eth0:10.0.0.2<0>").
+  std::string_view ifs = sockets ? std::string_view(value) : std::string_view();
+  if (ib) {
+    size_t oob = note.evidence.text.find("; OOB ");
+    if (oob != std::string::npos) ifs = std::string_view(note.evidence.text).substr(oob + 6);
+  }
+  if (h.unreachable_if.empty()) {
+    if (auto bad = unreachable_interface(ifs)) {
+      h.unreachable_if = bad->first;
+      h.loopback = bad->second;
+      h.if_note = note;
+    }
+  }
+  if (sockets) return;
   if (ib || plugin) {  // NCCL's data network: the first line of each
     std::string& slot = ib ? h.ib_ports : h.plugin;
     if (slot.empty()) {

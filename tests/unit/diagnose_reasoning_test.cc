@@ -132,3 +132,34 @@ TEST_CASE("diagnose: a worker's traceback re-raised is read by its last line") {
   REQUIRE_FALSE(d.findings.empty());
   CHECK(d.findings[0].finding.name() == "shared-memory-exhausted");
 }
+
+TEST_CASE("diagnose: NCCL on loopback or link-local in a job across hosts is named first") {
+  Diagnosis lo = diagnose_files(
+      {{"job.log",
+        {
+            "h1:100:100 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>",
+            "h2:200:200 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+            "h2:200:300 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+            "127.0.0.1<43567> failed : Connection refused",
+        }}});
+  REQUIRE_FALSE(lo.findings.empty());
+  CHECK(lo.findings[0].finding.name() == "nccl-interface-loopback");
+  CHECK(lo.findings[0].finding.hosts == std::vector<std::string>{"h1"});
+
+  Diagnosis ll = diagnose_files(
+      {{"job.log",
+        {
+            "h1:100:100 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:fe80::1e34:da03:2b:c1f0%ib0<0>",
+            "h2:200:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.2<0>",
+            "h2:200:300 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+            "fe80::1e34:da03:2b:c1f0%ib0<43567> failed : Software caused connection abort",
+        }}});
+  REQUIRE_FALSE(ll.findings.empty());
+  CHECK(ll.findings[0].finding.name() == "nccl-interface-link-local");
+  CHECK(ll.findings[0].finding.hosts == std::vector<std::string>{"h1"});
+
+  // One host alone may use lo: nothing to say of it.
+  Diagnosis one = diagnose_files(
+      {{"job.log", {"h1:100:100 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>"}}});
+  CHECK(one.findings.empty());
+}
