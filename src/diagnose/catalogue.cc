@@ -75,6 +75,13 @@ constexpr Pattern kCatalogue[] = {
      R"(ibv_create_cq\([^()]*\) failed: Cannot allocate memory)", "",
      "ucx src/uct/ib/base/ib_iface.c: ENOMEM from the verbs driver, whose queues are locked "
      "memory (RLIMIT_MEMLOCK)"},
+    {"nccl_ibv_reg_mr_memlock", "NCCL", kSetup, kInitiating, F::kIbMemlockLow,
+     "Cannot allocate memory",
+     R"(Call to (ibv_reg_mr|ibv_reg_mr_iova2|ibv_create_cq|ibv_create_qp) failed with error Cannot allocate memory)",
+     "detail",
+     "nccl src/misc/ibvwrap.cc IBV_PTR_CHECK_ERRNO: ENOMEM from registering memory or making a "
+     "queue, which the verbs driver locks (RLIMIT_MEMLOCK): the memlock limit, not the host's "
+     "memory (ibv_reg_dmabuf_mr is GPU memory, not locked: an NCCL_BUFFSIZE too large)"},
     {"ucx_posix_iface", "UCX", kSetup, kInitiating, F::kSharedMemoryExhausted,
      "uct_iface_open(posix", R"(uct_iface_open\(posix/[^)]*\) failed)", "",
      "ucx src/ucp/core/ucp_worker.c: the posix shared-memory transport (/dev/shm) cannot open"},
