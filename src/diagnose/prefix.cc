@@ -177,6 +177,29 @@ size_t pdsh_prefix(std::string_view s, size_t p, Prefix& out) {
   return q + 2 - p;
 }
 
+// Ray: "(raylet, ip=10.0.3.179) ", "(RayWorkerWrapper pid=2345, ip=10.0.0.2) ",
+// "(pid=2345) ", vLLM's "(EngineCore pid=630) ": the process's pid and its node's address.
+size_t ray_prefix(std::string_view s, size_t p, Prefix& out) {
+  size_t close = s.find(')', p);
+  if (close == std::string_view::npos || close - p > 160 || !starts(s, close + 1, " ")) return 0;
+  std::string_view in = s.substr(p + 1, close - p - 1);
+  size_t ip = in.find("ip="), pid = in.find("pid=");
+  if (ip != std::string_view::npos && (ip == 0 || in[ip - 1] == ' ')) {
+    size_t end = ip + 3;
+    while (end < in.size() && (digit(in[end]) || in[end] == '.' || in[end] == ':'))
+      ++end;
+    if (end == ip + 3) return 0;
+    out.host = in.substr(ip + 3, end - ip - 3);
+  } else if (pid == std::string_view::npos || (pid > 0 && in[pid - 1] != ' ')) {
+    return 0;
+  }
+  if (pid != std::string_view::npos && (pid == 0 || in[pid - 1] == ' ')) {
+    long v = -1;
+    if (digits(in, pid + 4, 10, v) > 0) out.pid = v;
+  }
+  return close + 2 - p;
+}
+
 }  // namespace
 
 Prefix parse_prefix(std::string_view line) {
@@ -201,6 +224,8 @@ Prefix parse_prefix(std::string_view line) {
         if ((n = bare_date(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
           n = pdsh_prefix(line, p, out);
       }
+    } else if (c == '(') {
+      n = ray_prefix(line, p, out);
     } else if (std::isalpha(static_cast<unsigned char>(c))) {
       if ((n = bare_glog(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
         n = pdsh_prefix(line, p, out);
