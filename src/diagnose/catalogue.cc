@@ -257,8 +257,7 @@ constexpr Pattern kCatalogue[] = {
     // A process saying which rank it is, once, as it starts: two such lines for one
     // rank are two processes given it (Knowledge::on_rank_claim, conclude.cc).
     {"rank_claim_lightning", "Lightning", kContext, kEither, F::kDuplicateRank, "GLOBAL_RANK: ",
-     R"([Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+))",
-     "rank,world",
+     R"([Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+))", "rank,world",
      "pytorch_lightning ddp (<=1.5: \"initializing ddp\"), lightning.fabric.utilities."
      "distributed _init_dist_connection (1.6+: \"Initializing distributed\")"},
     {"rank_claim_store_barrier", "PyTorch", kContext, kEither, F::kDuplicateRank,
@@ -281,8 +280,7 @@ constexpr Pattern kCatalogue[] = {
      "exit", "128 + SIGKILL as shells and launchers print it"},
 
     // -- the last resort: a Python exception with its message --------------------
-    {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied,
-     "Error: ",
+    {"python_exception", "Python", kOwnError, kInitiating, F::kProcessDied, "Error: ",
      R"(^\s*(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*Error): (?!Traceback \(most recent call last\))(.+)$)",
      "id,detail",
      "a Python traceback's last line (not a worker's traceback re-raised: its last line is)"},

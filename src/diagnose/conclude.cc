@@ -68,9 +68,10 @@ std::string setup_message(const Group& g) {
       return fmt::format("the ranks load different NCCL versions: {}", g.first.evidence.text);
     case FindingId::kDuplicateRank:
       if (catalogue()[g.first.row].name.starts_with("rank_claim"))
-        return fmt::format("{}: the launcher started more processes than ranks, or gave them "
-                           "the same RANK",
-                           g.detail);
+        return fmt::format(
+            "{}: the launcher started more processes than ranks, or gave them "
+            "the same RANK",
+            g.detail);
       return fmt::format("two processes claimed {} in NCCL's bootstrap: {}", who, g.detail);
     case FindingId::kWorldSizeMismatch:
       return fmt::format("the ranks disagree on the world size: {}", g.detail);
@@ -488,10 +489,11 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool s
         : explained ? fmt::format("{} lost a peer{}, a consequence of the failure above: {}", who,
                                   peer, g.detail)
         : id == FindingId::kNcclNetworkError
-            ? fmt::format("{} lost its NCCL connection to a peer{} and no peer shows an error of "
-                          "its own: the network between them, or a peer that exited without a "
-                          "word: {}",
-                          who, peer, g.detail)
+            ? fmt::format(
+                  "{} lost its NCCL connection to a peer{} and no peer shows an error of "
+                  "its own: the network between them, or a peer that exited without a "
+                  "word: {}",
+                  who, peer, g.detail)
             : fmt::format("{} lost a peer{} and no peer shows an error of its own: {}", who, peer,
                           g.detail);
     // Downstream of a failure above, NCCL's remote error is that failure's peer, lost.

@@ -85,9 +85,10 @@ std::optional<std::pair<std::string, bool>> unreachable_interface(std::string_vi
     if (colon == std::string_view::npos || lt == std::string_view::npos || lt < colon) continue;
     std::string_view name = entry.substr(0, colon), addr = entry.substr(colon + 1, lt - colon - 1);
     bool loopback = name == "lo" || addr.starts_with("127.") || addr == "::1";
-    bool link_local = addr.starts_with("169.254.") || addr.starts_with("fe80") ||
-                      addr.starts_with("FE80");
-    if (loopback || link_local) return std::pair{std::string(name) + ":" + std::string(addr), loopback};
+    bool link_local =
+        addr.starts_with("169.254.") || addr.starts_with("fe80") || addr.starts_with("FE80");
+    if (loopback || link_local)
+      return std::pair{std::string(name) + ":" + std::string(addr), loopback};
   }
   return std::nullopt;
 }
@@ -299,7 +300,8 @@ void Knowledge::add(const Match& m) {
       }
       break;
   }
-  if (row.cls != kContext && row.cls != kRankcheck && (!first_failure || earlier(note, *first_failure)))
+  if (row.cls != kContext && row.cls != kRankcheck &&
+      (!first_failure || earlier(note, *first_failure)))
     first_failure = note;
 }
 
@@ -433,8 +435,7 @@ void Knowledge::on_death(const Match& m, const Pattern& row, const Origin& o, co
   }
   // mpirun names a rank with its pid, as torchrun's table does: the kernel's OOM
   // killer names only the pid.
-  if (row.name.starts_with("mpirun_") && o.rank >= 0 && o.pid >= 0 &&
-      rank_of_pid.size() < kMaxPids)
+  if (row.name.starts_with("mpirun_") && o.rank >= 0 && o.pid >= 0 && rank_of_pid.size() < kMaxPids)
     rank_of_pid.emplace(o.pid, o.rank);
   if (row.name == "torchrun_failure_entry" && o.rank >= 0) {
     if (o.pid >= 0 && rank_of_pid.size() < kMaxPids) rank_of_pid[o.pid] = o.rank;

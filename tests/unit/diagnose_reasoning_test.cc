@@ -1,20 +1,21 @@
 // diagnose's reasoning across lines and files, fourth round: a rank started twice, the
 // kernel's OOM victim tied to its rank by pid, NCCL's return trace and an exit status of
 // 137 as failures of their own, a worker's re-raised traceback read by its last line.
-#include "diagnose/diagnose.h"
-
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "diagnose/diagnose.h"
+
 using namespace rankcheck::diagnose;
 
 namespace {
 
 // Each file: its name, then its lines, read in that order.
-Diagnosis diagnose_files(const std::vector<std::pair<std::string, std::vector<std::string>>>& files) {
+Diagnosis diagnose_files(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& files) {
   Scanner s;
   for (const auto& [name, lines] : files) {
     s.begin_source(name);
@@ -94,19 +95,19 @@ TEST_CASE("diagnose: the kernel's OOM victim is the rank mpirun names with its p
 }
 
 TEST_CASE("diagnose: NCCL's return trace and an exit status of 137 are never nothing found") {
-  Diagnosis trace = diagnose_files(
-      {{"nccl.log",
-        {
-            "node1:2330:2658 [2] NCCL INFO Using network IB",
-            "node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2",
-            "node1:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
-        }}});
+  Diagnosis trace = diagnose_files({{"nccl.log",
+                                     {
+                                         "node1:2330:2658 [2] NCCL INFO Using network IB",
+                                         "node1:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2",
+                                         "node1:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
+                                     }}});
   REQUIRE(trace.findings.size() == 1);
   CHECK(trace.findings[0].finding.name() == "unexplained-error");
   CHECK(trace.exit_code() != 0);
   // A healthy job's INFO narration with an arrow is not a failure.
   Diagnosis healthy = diagnose_files(
-      {{"nccl.log", {"node1:2330:2658 [2] NCCL INFO Channel 00/02 :    0   1 -> 0 [send] via NET/IB/0"}}});
+      {{"nccl.log",
+        {"node1:2330:2658 [2] NCCL INFO Channel 00/02 :    0   1 -> 0 [send] via NET/IB/0"}}});
   CHECK(healthy.findings.empty());
 
   Diagnosis killed = diagnose_files({{"pod.log",
@@ -149,7 +150,8 @@ TEST_CASE("diagnose: NCCL on loopback or link-local in a job across hosts is nam
   Diagnosis ll = diagnose_files(
       {{"job.log",
         {
-            "h1:100:100 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:fe80::1e34:da03:2b:c1f0%ib0<0>",
+            "h1:100:100 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB "
+            "ib0:fe80::1e34:da03:2b:c1f0%ib0<0>",
             "h2:200:200 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.2<0>",
             "h2:200:300 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
             "fe80::1e34:da03:2b:c1f0%ib0<43567> failed : Software caused connection abort",
