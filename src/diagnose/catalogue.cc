@@ -269,8 +269,8 @@ constexpr Pattern kCatalogue[] = {
     // prints it at INFO level, but only when a call returned an error (ncclResult_t > 0):
     // a failure line of its own (scan.cc keeps it on an INFO line), met where no row
     // explains more.
-    {"nccl_return_trace", "NCCL", kErrorLine, kEither, F::kUnexplainedError, " -> ",
-     R"(NCCL INFO ([\w/.]+\.(?:cc|h|cu)):\d+ -> [1-9]\d?\b)", "detail",
+    {"nccl_return_trace", "NCCL", kErrorLine, kEither, F::kUnexplainedError, ".cc:",
+     R"(NCCL INFO ([\w/.]+\.cc):\d+ -> [1-9]\d?\b)", "detail",
      "NCCL src/include/checks.h NCCLCHECK: an error's way up, at INFO level"},
 
     // 128 + 9: a process SIGKILLed (the OOM killer, a pod's or a job's memory limit, a
