@@ -269,8 +269,8 @@ constexpr Pattern kCatalogue[] = {
     // prints it at INFO level, but only when a call returned an error (ncclResult_t > 0):
     // a failure line of its own (scan.cc keeps it on an INFO line), met where no row
     // explains more.
-    {"nccl_return_trace", "NCCL", kErrorLine, kEither, F::kUnexplainedError, ".cc:",
-     R"(NCCL INFO ([\w/.]+\.cc):\d+ -> [1-9]\d?\b)", "detail",
+    {"nccl_return_trace", "NCCL", kErrorLine, kEither, F::kUnexplainedError,
+     ".cc:", R"(NCCL INFO ([\w/.]+\.cc):\d+ -> [1-9]\d?\b)", "detail",
      "NCCL src/include/checks.h NCCLCHECK: an error's way up, at INFO level"},
 
     // 128 + 9: a process SIGKILLed (the OOM killer, a pod's or a job's memory limit, a
@@ -309,8 +309,16 @@ constexpr Pattern kCatalogue[] = {
      R"(exitcode *(?:[:=] *)?-?[1-9])", "", "a non-zero exit code"},
     {"error_killed", "any", kErrorLine, kEither, F::kUnexplainedError, "Killed", R"(\bKilled\b)",
      "", "a process killed"},
-    {"error_signal", "any", kErrorLine, kEither, F::kUnexplainedError, "signal",
-     R"(\b(?:SIG(?:KILL|SEGV|ABRT|BUS|TERM|FPE|ILL)|[Ss]ignal \d+)\b)", "", "a signal"},
+    {"error_signal", "any", kErrorLine, kEither, F::kUnexplainedError, "ignal",
+     R"(\b[Ss]ignal \d+\b)", "", "a signal"},
+    {"error_signal_name", "any", kErrorLine, kEither, F::kUnexplainedError, "SIG",
+     R"(\bSIG(?:KILL|SEGV|ABRT|BUS|TERM|FPE|ILL)\b)", "",
+     "a signal by name (absl's \"*** SIGSEGV received at time=\")"},
+    {"error_native_frame", "any", kErrorLine, kEither, F::kUnexplainedError, "(+0x",
+     R"(\(\+0x[0-9a-f]+\) \[0x[0-9a-f]+\])", "",
+     "a native stack frame as glibc's backtrace_symbols prints it (a crash handler's trace)"},
+    {"error_stack_trace", "any", kErrorLine, kEither, F::kUnexplainedError,
+     "*** StackTrace Information ***", "", "", "Ray's fatal log (RAY_LOG(FATAL), a failed check)"},
     // The words any program uses for a failure, for the logs no row reads yet: never
     // on an INFO or DEBUG line (scan.cc), where NCCL and the launchers narrate.
     {"error_failed_word", "any", kErrorLine, kEither, F::kUnexplainedError, "ailed",
@@ -323,8 +331,8 @@ constexpr Pattern kCatalogue[] = {
      R"(\bkilled\b)", "", "a process killed"},
     {"error_terminated", "any", kErrorLine, kEither, F::kUnexplainedError, "erminated",
      R"(\b[Tt]erminated\b)", "", "a process terminated"},
-    {"error_exceeded", "any", kErrorLine, kEither, F::kUnexplainedError, "xceeded",
-     R"(\b[Ee]xceeded\b)", "", "a limit exceeded"},
+    {"error_exceeded", "any", kErrorLine, kEither, F::kUnexplainedError, "xceed",
+     R"(\b[Ee]xceed(?:ed|s)\b)", "", "a limit exceeded"},
     {"error_cannot", "any", kErrorLine, kEither, F::kUnexplainedError, "annot ", R"(\b[Cc]annot )",
      "", "a \"cannot\" line"},
     {"error_unable", "any", kErrorLine, kEither, F::kUnexplainedError, "nable to ",

@@ -302,6 +302,11 @@ bool template_match(const SourceRow& r, std::string_view text) {
     std::string_view piece = r.pieces[i];
     if (piece.empty()) continue;
     size_t found = text.find(piece, at);
+    // An empty conversion between two spaces ("address %s with" of an empty address)
+    // prints two, which a page or a chat that quoted the log made one.
+    if (found == std::string_view::npos && at > 0 && piece.front() == ' ' && text[at - 1] == ' ' &&
+        text.compare(at, piece.size() - 1, piece.substr(1)) == 0)
+      found = at - 1;
     if (found == std::string_view::npos) return false;
     at = found + piece.size();
   }

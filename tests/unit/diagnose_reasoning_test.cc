@@ -165,3 +165,28 @@ TEST_CASE("diagnose: NCCL on loopback or link-local in a job across hosts is nam
       {{"job.log", {"h1:100:100 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>"}}});
   CHECK(one.findings.empty());
 }
+
+TEST_CASE("diagnose: a crash's own marks are failures: a signal by name, native frames") {
+  for (const std::vector<std::string>& lines : std::vector<std::vector<std::string>>{
+           {"*** SIGSEGV received at time=1707229696 on cpu 41 ***",
+            "PC: @     0x7f67e83f32b0  (unknown)  report_streaming_generator_output()"},
+           {"[gcs_server.out] /opt/ray/core/src/ray/gcs/gcs_server(+0xab681a) [0x55a1d8f1181a]"},
+           {"[2025-01-17 16:19:49,107 C 4876 4876] container_util.h:156: Key 7 doesn't exist",
+            "*** StackTrace Information ***"},
+       }) {
+    INFO(lines.front());
+    Diagnosis d = diagnose_files({{"worker.err", lines}});
+    REQUIRE_FALSE(d.findings.empty());
+    CHECK(d.exit_code() != 0);
+  }
+}
+
+TEST_CASE("diagnose: a template still matches where a quoted log lost a double space") {
+  // NCCL prints "address %s with" of an empty address as two spaces; a chat kept one.
+  Diagnosis d = diagnose_files(
+      {{"job.log",
+        {"ncclSocketInit: connecting to address with family 0 is neither AF_INET(2) nor "
+         "AF_INET6(10)"}}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "nccl-init-failed");
+}
