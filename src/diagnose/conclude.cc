@@ -191,8 +191,10 @@ void group_rank_claims(Knowledge& k) {
   if (twice.empty()) return;
   Group& g = k.setup[FindingId::kDuplicateRank];
   g.id = FindingId::kDuplicateRank;
-  g.detail = fmt::format("{} started as {} by {} processes each", ranks_text(twice),
-                         twice.size() == 1 ? "it" : "each of them", most);
+  g.detail =
+      twice.size() == 1
+          ? fmt::format("{} was started by {} processes", ranks_text(twice), most)
+          : fmt::format("{} were each started by up to {} processes", ranks_text(twice), most);
   g.first = *first;
   g.count = 1;
   g.ranks = twice;
