@@ -254,6 +254,16 @@ constexpr Pattern kCatalogue[] = {
      R"((NCCL_[A-Z0-9_]+) set by environment to (\S*))", "id,detail",
      "NCCL src/misc/param.cc: a parameter from the environment"},
 
+    // A Ray node's own daemons dying: the raylet's or the GCS's fatal log line (Ray's
+    // "[time C pid tid]" level, a failed check) or their native stack frames. The node
+    // is lost with every worker on it (the GCS's: the cluster).
+    {"ray_raylet_fatal", "Ray", kSetup, kInitiating, F::kNodeLost, "raylet",
+     R"(\((?:pid=)?raylet[^)]{0,40}\) .*?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ C \d+ \d+\]|Check failed:?)\s*(.{0,200})|/raylet/raylet\(\+0x[0-9a-f]+\))",
+     "detail", "ray src/ray/util/logging.h RAY_LOG(FATAL) / RAY_CHECK in the raylet"},
+    {"ray_gcs_fatal", "Ray", kSetup, kInitiating, F::kNodeLost, "gcs_server",
+     R"(\((?:pid=)?gcs_server[^)]{0,40}\) .*?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ C \d+ \d+\]|Check failed:?)\s*(.{0,200})|/gcs_server\(\+0x[0-9a-f]+\))",
+     "detail", "ray src/ray/util/logging.h RAY_LOG(FATAL) / RAY_CHECK in the GCS server"},
+
     // A process saying which rank it is, once, as it starts: two such lines for one
     // rank are two processes given it (Knowledge::on_rank_claim, conclude.cc).
     {"rank_claim_lightning", "Lightning", kContext, kEither, F::kDuplicateRank, "GLOBAL_RANK: ",

@@ -75,6 +75,12 @@ std::string setup_message(const Group& g) {
       return fmt::format("two processes claimed {} in NCCL's bootstrap: {}", who, g.detail);
     case FindingId::kWorldSizeMismatch:
       return fmt::format("the ranks disagree on the world size: {}", g.detail);
+    case FindingId::kNodeLost:
+      if (catalogue()[g.first.row].name.starts_with("ray_"))
+        return fmt::format("Ray's {} on {} died{}; the node is lost with every worker on it",
+                           catalogue()[g.first.row].literal, g.hosts.empty() ? "a node" : who,
+                           g.detail.empty() ? std::string() : ": " + g.detail);
+      return fmt::format("{}: {}", who, g.detail);
     default:
       return fmt::format("{}: {}", who, g.detail);
   }

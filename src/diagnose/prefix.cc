@@ -184,12 +184,19 @@ size_t ray_prefix(std::string_view s, size_t p, Prefix& out) {
   if (close == std::string_view::npos || close - p > 160 || !starts(s, close + 1, " ")) return 0;
   std::string_view in = s.substr(p + 1, close - p - 1);
   size_t ip = in.find("ip="), pid = in.find("pid=");
+  // The node's own daemons keep their name before the text: a raylet's or the GCS's
+  // fatal line is the node's loss (catalogue.cc), not a worker's. Their node, still.
+  bool daemon = in.starts_with("raylet") || in.starts_with("gcs_server") ||
+                in.starts_with("pid=raylet") || in.starts_with("pid=gcs_server");
   if (ip != std::string_view::npos && (ip == 0 || in[ip - 1] == ' ')) {
     size_t end = ip + 3;
     while (end < in.size() && (digit(in[end]) || in[end] == '.' || in[end] == ':'))
       ++end;
     if (end == ip + 3) return 0;
     out.host = in.substr(ip + 3, end - ip - 3);
+    if (daemon) return 0;
+  } else if (daemon) {
+    return 0;
   } else if (pid == std::string_view::npos || (pid > 0 && in[pid - 1] != ' ')) {
     return 0;
   }

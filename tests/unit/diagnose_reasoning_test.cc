@@ -190,3 +190,27 @@ TEST_CASE("diagnose: a template still matches where a quoted log lost a double s
   REQUIRE_FALSE(d.findings.empty());
   CHECK(d.findings[0].finding.name() == "nccl-init-failed");
 }
+
+TEST_CASE("diagnose: a Ray node's raylet or GCS dying is the node lost, a worker's is not") {
+  Diagnosis raylet = diagnose_files(
+      {{"raylet.err",
+        {"(raylet, ip=172.31.14.65) [2021-07-02 23:25:15,081 C 86 86] cluster_task_manager.cc:939: "
+         " Check failed: node_info_opt Spilling back to a node manager"}}});
+  REQUIRE_FALSE(raylet.findings.empty());
+  CHECK(raylet.findings[0].finding.name() == "node-lost");
+  CHECK(raylet.findings[0].finding.hosts == std::vector<std::string>{"172.31.14.65"});
+
+  Diagnosis gcs = diagnose_files({{"gcs_server.out",
+                                   {"/home/ray/anaconda3/lib/python3.10/site-packages/ray/core/src/"
+                                    "ray/gcs/gcs_server(+0xab681a)"
+                                    " [0x55a1d8f1181a] ray::RayLog::~RayLog()"}}});
+  REQUIRE_FALSE(gcs.findings.empty());
+  CHECK(gcs.findings[0].finding.name() == "node-lost");
+
+  Diagnosis worker = diagnose_files(
+      {{"worker.err",
+        {"(RayWorkerWrapper pid=2345, ip=10.0.0.2) [2025-03-21 00:01:19,595 C 338 338] "
+         "core_worker.cc:100:  Check failed: x"}}});
+  REQUIRE_FALSE(worker.findings.empty());
+  CHECK(worker.findings[0].finding.name() == "process-died");
+}

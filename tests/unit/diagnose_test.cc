@@ -187,8 +187,9 @@ TEST_CASE("diagnose: prefixes name the process") {
        "- torch - ERROR - y"},
       {"2024-07-25T06:36:18+02:00 z", -1, -1, -1, "", "2024-07-25T06:36:18+02:00", "z"},
       {"2024-07-25 is a date", -1, -1, -1, "", "", "2024-07-25 is a date"},
+      // A node's own daemon keeps its name before the text (its fatal line is the node's).
       {"(raylet, ip=10.0.3.179) node_manager.cc:2966: low", -1, -1, -1, "10.0.3.179", "",
-       "node_manager.cc:2966: low"},
+       "(raylet, ip=10.0.3.179) node_manager.cc:2966: low"},
       {"(RayWorkerWrapper pid=2345, ip=10.0.0.2) boom", -1, -1, 2345, "10.0.0.2", "", "boom"},
       {"(EngineCore pid=630) WARNING x", -1, -1, 630, "", "", "WARNING x"},
       {"(autoscaler +32s) Error: y", -1, -1, -1, "", "", "(autoscaler +32s) Error: y"},
