@@ -483,6 +483,40 @@ void add_consequences(Builder& b, const Consequences& down) {
 // 5. Pointers to peers: downstream of any initiating finding; alone, a peer that
 // failed without a trace (or the network). The unreachable store, when added already,
 // is not added again.
+// What an IB work completion's status says (NCCL's "Got completion from peer ... with
+// error 12" before 2.19, "with status=IBV_WC_RETRY_EXC_ERR(12)" after): libibverbs'
+// enum ibv_wc_status, in a few words each; "" for a status without a plain cause.
+std::string ib_completion_meaning(std::string_view text) {
+  size_t at = text.find("with error ");
+  if (at != std::string_view::npos) {
+    at += 11;
+  } else if ((at = text.find("with status=")) != std::string_view::npos) {
+    at = text.find('(', at);
+    if (at != std::string_view::npos) ++at;
+  }
+  long status = -1;
+  for (size_t i = at; at != std::string_view::npos && i < text.size() && i < at + 3; ++i) {
+    if (text[i] < '0' || text[i] > '9') break;
+    status = (status < 0 ? 0 : status * 10) + (text[i] - '0');
+  }
+  switch (status) {
+    case 4:
+      return "IB status 4, a local protection error: the HCA may not touch the memory NCCL "
+             "registered; for GPU memory, nvidia-peermem or dma-buf, ACS or the IOMMU";
+    case 5:
+      return "IB status 5, flushed after an earlier error on the same connection";
+    case 10:
+      return "IB status 10, a remote access error: the peer refused the access";
+    case 12:
+      return "IB status 12, transport retries exceeded: the peer's HCA never acknowledged; a "
+             "link, a switch port or the peer is down, or the fabric drops the route";
+    case 13:
+      return "IB status 13, receiver-not-ready retries exceeded: the peer stopped receiving";
+    default:
+      return "";
+  }
+}
+
 void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool skip_unreachable) {
   for (const auto& [id, g] : pointers) {
     if (skip_unreachable && id == FindingId::kMasterUnreachable) continue;
@@ -500,14 +534,23 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool s
             ? fmt::format(
                   "{} lost its NCCL connection to a peer{} and no peer shows an error of "
                   "its own: the network between them, or a peer that exited without a "
-                  "word: {}",
-                  who, peer, g.detail)
+                  "word: {}{}",
+                  who, peer, g.detail,
+                  ib_completion_meaning(g.detail).empty()
+                      ? std::string()
+                      : " (" + ib_completion_meaning(g.detail) + ")")
             : fmt::format("{} lost a peer{} and no peer shows an error of its own: {}", who, peer,
                           g.detail);
     // Downstream of a failure above, NCCL's remote error is that failure's peer, lost.
     FindingId as = explained && id == FindingId::kNcclNetworkError ? FindingId::kPeerFailed : id;
     DiagFinding& f = b.add(as, message, !explained, g.first);
-    attach(f, g.ranks, {}, g.evidence);
+    // The network between them: both ends' hosts, the reporter's first.
+    std::set<std::string> ends;
+    if (as == FindingId::kNcclNetworkError) {
+      ends = g.from_hosts;
+      ends.insert(g.hosts.begin(), g.hosts.end());
+    }
+    attach(f, g.ranks, ends, g.evidence);
   }
 }
 

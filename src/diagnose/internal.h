@@ -192,6 +192,7 @@ struct Group {
   FindingId id{};
   std::set<long> ranks;
   std::set<std::string> hosts;
+  std::set<std::string> from_hosts;  ///< a pointer's: the hosts that reported the peer lost
   std::vector<Evidence> evidence;
   Note first;
   std::string detail;  ///< what the first one said

@@ -502,6 +502,7 @@ void Knowledge::on_pointer(const Match& m, const Pattern& row, const Origin& o, 
   Group& g = pointers[id];
   g.id = id;
   if (o.rank >= 0) g.ranks.insert(o.rank);
+  if (!o.host.empty() && g.from_hosts.size() < 8) g.from_hosts.insert(o.host);
   if (!m.get(LineField::kHost).empty() && !add_host(g, m.get(LineField::kHost))) ++dropped;
   add_evidence(g, note, note.detail);
   if (Proc* p = proc_at(o, m.source)) keep_first(p->downstream, note);

@@ -214,3 +214,14 @@ TEST_CASE("diagnose: a Ray node's raylet or GCS dying is the node lost, a worker
   REQUIRE_FALSE(worker.findings.empty());
   CHECK(worker.findings[0].finding.name() == "process-died");
 }
+
+TEST_CASE("diagnose: an IB completion error names both ends and what its status means") {
+  Diagnosis d = diagnose_files(
+      {{"job.log",
+        {"task-646:91:123 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "
+         "peer 172.17.127.143<49577> with error 12, opcode 1, len 0, vendor err 129"}}});
+  REQUIRE_FALSE(d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "nccl-network-error");
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"172.17.127.143", "task-646"});
+  CHECK(d.findings[0].finding.message.find("transport retries exceeded") != std::string::npos);
+}
