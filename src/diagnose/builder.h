@@ -70,6 +70,11 @@ bool add_unreachable_store(Builder& b, const Knowledge& k);
 /// (timeouts.cc).
 void add_timeouts(Builder& b, const Knowledge& k);
 
+/// 5. Pointers to a peer gone: downstream of a failure above, else the peer, or for
+/// NCCL's remote error the network (pointers.cc). The store's, when `skip_unreachable`
+/// (added already by add_unreachable_store), is left out.
+void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool skip_unreachable);
+
 /// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
 /// (rendezvous.cc).
 void add_hung_rendezvous(Builder& b, const Knowledge& k);

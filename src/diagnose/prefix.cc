@@ -180,8 +180,8 @@ size_t pdsh_prefix(std::string_view s, size_t p, Prefix& out) {
 // Ray: "(raylet, ip=10.0.3.179) ", "(RayWorkerWrapper pid=2345, ip=10.0.0.2) ",
 // "(pid=2345) ", vLLM's "(EngineCore pid=630) ": the process's pid and its node's address.
 size_t ray_prefix(std::string_view s, size_t p, Prefix& out) {
-  size_t close = s.find(')', p);
-  if (close == std::string_view::npos || close - p > 160 || !starts(s, close + 1, " ")) return 0;
+  size_t close = s.substr(0, p + 162).find(')', p);  // a prefix is short: look no further
+  if (close == std::string_view::npos || !starts(s, close + 1, " ")) return 0;
   std::string_view in = s.substr(p + 1, close - p - 1);
   size_t ip = in.find("ip="), pid = in.find("pid=");
   // The node's own daemons keep their name before the text: a raylet's or the GCS's
