@@ -64,12 +64,13 @@ class Copy:
 
 def add_finding(c):
     # model/finding.h: an enumerator; model/finding.cc: its catalogue row at the same
-    # place, and its place in the lead order; docs/findings.md: its table row and section.
+    # place; model/finding_order.cc: its place in the lead order; docs/findings.md: its
+    # table row and section.
     c.insert("src/model/finding.h", "  kNoJobToken,\n", "  kDummyMismatch,\n")
     c.insert("src/model/finding.cc", '     "fail the job, and is handed the NCCL id (docs/security.md)"},\n',
              '    {kDummyMismatch, "dummy-mismatch", kE, ec::kMismatch,\n'
              '     "give every host the same dummy fact", kHostCfg},\n')
-    c.insert("src/model/finding.cc", "    kNoJobToken,\n    kJobRankFailed,\n",
+    c.insert("src/model/finding_order.cc", "    kNoJobToken,\n    kJobRankFailed,\n",
              "    kDummyMismatch,\n", after=False)
     c.insert("docs/findings.md", "| [`no-job-token`](#no-job-token) | warning | — | master |\n",
              "| [`dummy-mismatch`](#dummy-mismatch) | error | 3 | master |\n")
