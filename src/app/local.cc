@@ -215,9 +215,6 @@ std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const
                                 const HostView& host, Deadline end) {
   std::vector<Child> children;
   std::fflush(nullptr);  // nothing buffered here is written again by a child
-  // The token's keyed state is made with it; one MAC here does the rest of OpenSSL's
-  // first-use setup, once, inherited by each fork.
-  if (t.token) (void)t.token->mac("warmup", {}, {}, {});
   for (int k = 1; k < job.nprocs; ++k) {
     std::array<int, 2> start{-1, -1};
     int token_fd = -1;
@@ -373,7 +370,6 @@ int run_local_watched(const LocalOptions& lo, const LocalJob& job, const LocalTo
   rank0.token_file = members.token_file;
   rank0.watch.take_terminal = false;
   std::fflush(nullptr);
-  if (t.token) (void)t.token->mac("warmup", {}, {}, {});
   std::vector<pid_t> pids;
   for (int k = 0; k < job.nprocs; ++k) {
     int token_fd = -1;

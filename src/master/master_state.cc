@@ -29,8 +29,15 @@ constexpr size_t kSilentLogged = 4;
 MasterState::MasterState(MasterConfig config)
     : cfg_(std::move(config)), tracker_(cfg_.world_size, cfg_.master_resolved, cfg_.gpu_stage) {
   claims_.assign(static_cast<size_t>(std::max(cfg_.world_size, 1L)), 0);
-  // Memory is proportional to the world size; a bogus huge one is not reserved.
-  members_.reserve(static_cast<size_t>(std::clamp(cfg_.world_size, 1L, 1L << 16)));
+  // A member per rank at most, reserved whole: grown by doubling, the vector held
+  // its old array and the new one at once (44 and 88 MB at 100k members). Pages
+  // never touched cost address space, not memory (node mode's members, a world
+  // that never comes); a world the allocator refuses is grown as it joins.
+  try {
+    members_.reserve(static_cast<size_t>(std::clamp(cfg_.world_size, 1L, kMaxWorldSize)));
+  } catch (const std::bad_alloc&) {
+    members_.reserve(size_t{1} << 12);
+  }
 }
 
 void MasterState::count(const Record& rec, int by, bool master) {
