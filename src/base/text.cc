@@ -95,9 +95,10 @@ std::string_view as_displayed(std::string_view s, std::string& out) {
   std::string_view body = s;
   while (!body.empty() && body.back() == '\r')
     body.remove_suffix(1);
+  // Both by memchr: every line of a log is asked, and rfind walks back a byte at a time.
   bool escape = body.find('\x1b') != std::string_view::npos;
-  size_t cr = body.rfind('\r');
-  if (!escape && cr == std::string_view::npos) return s;
+  bool cr = body.find('\r') != std::string_view::npos;
+  if (!escape && !cr) return s;
   out.clear();
   size_t i = 0;
   while (i < body.size()) {

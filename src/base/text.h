@@ -21,6 +21,15 @@ std::string span_label(long first, long count);
 inline bool is_digit(char c) {
   return c >= '0' && c <= '9';
 }
+/// whether `c` is an ASCII letter (std::isalpha is a call into the C library's locale
+/// tables, made for every byte of every prefix of a gigabyte of logs);
+inline bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+/// whether `c` is an ASCII letter or digit;
+inline bool is_alnum(char c) {
+  return is_alpha(c) || is_digit(c);
+}
 /// how many digits stand at `p` (at most `max`), their number in `value` (left as it
 /// was when there are none);
 size_t read_digits(std::string_view s, size_t p, size_t max, long& value);

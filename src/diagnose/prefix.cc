@@ -2,9 +2,12 @@
 // the input passes here, so no regex), and the literal prefilter.
 
 #include <algorithm>
-#include <cctype>
+#include <bit>
+#include <cstring>
 #include <deque>
+#include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "base/text.h"
 #include "diagnose/internal.h"
@@ -21,8 +24,7 @@ constexpr auto starts = starts_at;
 size_t torchrun_prefix(std::string_view s, size_t p, Prefix& out) {
   if (!starts(s, p, "[")) return 0;
   size_t q = p + 1;
-  while (q < s.size() && q - p < 40 &&
-         (std::isalpha(static_cast<unsigned char>(s[q])) || s[q] == '_'))
+  while (q < s.size() && q - p < 40 && (is_alpha(s[q]) || s[q] == '_'))
     ++q;
   if (q == p + 1) return 0;
   long v = -1;
@@ -233,7 +235,7 @@ Prefix parse_prefix(std::string_view line) {
       }
     } else if (c == '(') {
       n = ray_prefix(line, p, out);
-    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+    } else if (is_alpha(c)) {
       if ((n = bare_glog(line, p, out)) == 0 && (n = nccl_prefix(line, p, out)) == 0)
         n = pdsh_prefix(line, p, out);
     }
@@ -284,6 +286,96 @@ size_t next_process_prefix(std::string_view line, size_t from) {
 
 // -- the prefilter ------------------------------------------------------------
 
+namespace {
+
+// What most of a training job's log is, whatever failed: NCCL's INFO lines, the
+// framework's and the launcher's progress. A literal's four bytes that the prefilter
+// looks for are those these lines hold least ("Segmentation fault" is looked for by
+// "Segm", not by the "faul" of every "[default3]:" prefix).
+constexpr std::string_view kHealthyLines[] = {
+    "gpu-a01:12345:12345 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.3<0>",
+    "gpu-a01:12345:12345 [0] NCCL INFO NET/Plugin: No plugin found (libnccl-net.so)",
+    "gpu-a01:12345:12345 [0] NCCL INFO cudaDriverVersion 12020",
+    "NCCL version 2.21.5+cuda12.4",
+    "gpu-a01:12345:12399 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB "
+    "eth0:10.1.2.3<0>",
+    "gpu-a01:12345:12399 [0] NCCL INFO Using network IB",
+    "gpu-a01:12345:12399 [0] NCCL INFO comm 0x55d0c8e0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId "
+    "18000 "
+    "commId 0x4a1b2c3d - Init START",
+    "gpu-a01:12345:12399 [0] NCCL INFO Setting affinity for GPU 0 to ffff,ffffffff",
+    "gpu-a01:12345:12399 [0] NCCL INFO comm 0x55d0c8e0 rank 0 nRanks 16 nNodes 2 localRanks 8 "
+    "localRank 0 "
+    "MNNVL 0",
+    "gpu-a01:12345:12399 [0] NCCL INFO Channel 00/32 :    0   1   2   3   4   5   6   7",
+    "gpu-a01:12345:12399 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1",
+    "gpu-a01:12345:12399 [0] NCCL INFO P2P Chunksize set to 524288",
+    "gpu-a01:12345:12401 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read",
+    "gpu-a01:12345:12401 [0] NCCL INFO Channel 01/0 : 7[7] -> 8[0] [send] via NET/IB/0(1)/GDRDMA",
+    "gpu-a01:12345:12401 [0] NCCL INFO Connected all rings",
+    "gpu-a01:12345:12401 [0] NCCL INFO Connected all trees",
+    "gpu-a01:12345:12401 [0] NCCL INFO 32 coll channels, 32 collnet channels, 0 nvls channels, 32 "
+    "p2p "
+    "channels, 32 p2p channels per peer",
+    "gpu-a01:12345:12399 [0] NCCL INFO ncclCommInitRank comm 0x55d0c8e0 rank 0 nranks 16 cudaDev 0 "
+    "nvmlDev 0 busId 18000 commId 0x4a1b2c3d localSize 8 - Init COMPLETE",
+    "[default0]:[rank0]:[I1130 11:02:17.123456 4000 torch/distributed/distributed_c10d.py:88] "
+    "Rank 0: Completed store-based barrier for key:store_based_barrier_key:1 with 16 nodes.",
+    "[rank3]:[W1130 11:02:18.000000 4003 ProcessGroupNCCL.cpp:4115] using GPU 3 to perform barrier",
+    "INFO:torch.distributed.elastic.agent.server.api:[default] Starting worker group",
+    "Epoch 1:  45%|####5     | 450/1000 [01:23<01:40,  5.43it/s, loss=0.123, v_num=0]",
+    "step 1200 | loss 2.3456 | lr 3.000e-04 | grad_norm 1.234 | tokens/s 181234 | "
+    "throughput 412.5 samples/s | elapsed 00:12:34",
+    "[2024-11-30 11:02:19,123] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, "
+    "lr=[0.0001], mom=[(0.9, 0.999)]",
+    "srun: job 123456 queued and waiting for resources",
+    "Saving checkpoint to /checkpoints/run-7/step-1200 on node gpu-a01",
+};
+
+// Where in `lit` its four bytes least likely in a healthy line start: the window the
+// lines above hold least, then the one of the rarest bytes (letters late in English's
+// order, punctuation; never spaces or digits).
+size_t rare_window(std::string_view lit) {
+  if (lit.size() <= 4) return 0;
+  static const std::unordered_map<uint32_t, int> common = [] {
+    std::unordered_map<uint32_t, int> m;
+    for (std::string_view line : kHealthyLines) {
+      for (size_t i = 0; i + 4 <= line.size(); ++i) {
+        uint32_t w;
+        std::memcpy(&w, line.data() + i, 4);
+        ++m[w];
+      }
+    }
+    return m;
+  }();
+  auto byte_score = [](char c) {
+    constexpr std::string_view kOrder = "etaoinsrhldcumfpgwybvkxjqz";
+    if (c == ' ' || is_digit(c)) return 30;
+    if (is_alpha(c)) {
+      size_t k = kOrder.find(static_cast<char>(c | 0x20));
+      return 26 - static_cast<int>(k);
+    }
+    return 8;
+  };
+  size_t best = 0;
+  std::pair<int, int> best_key{std::numeric_limits<int>::max(), 0};
+  for (size_t i = 0; i + 4 <= lit.size(); ++i) {
+    uint32_t w;
+    std::memcpy(&w, lit.data() + i, 4);
+    auto it = common.find(w);
+    std::pair<int, int> key{it == common.end() ? 0 : it->second,
+                            byte_score(lit[i]) + byte_score(lit[i + 1]) + byte_score(lit[i + 2]) +
+                                byte_score(lit[i + 3])};
+    if (key < best_key) {
+      best_key = key;
+      best = i;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 Prefilter::Prefilter(std::span<const Pattern> rows) {
   if (rows.size() > 128) throw std::length_error("prefilter: more than 128 catalogue rows");
   // The trie, then failure links breadth first, then the full transition table.
@@ -306,6 +398,22 @@ Prefilter::Prefilter(std::span<const Pattern> rows) {
     out_[s][r / 64] |= uint64_t{1} << (r % 64);
   }
   if (go.size() > 65535) throw std::length_error("prefilter: too many states");
+  heads4_.assign(kHeadBits / 64, 0);
+  heads3_.assign(kHeadBits / 64, 0);
+  for (const Pattern& row : rows) {
+    std::string_view lit = row.literal;
+    if (lit.empty()) continue;  // a row without a literal is never a hit
+    if (lit.size() < 3) {
+      always_ = true;
+      continue;
+    }
+    uint32_t head = 0;
+    std::memcpy(&head, lit.data() + rare_window(lit), std::min<size_t>(lit.size(), 4));
+    std::vector<uint64_t>& f = lit.size() >= 4 ? heads4_ : heads3_;
+    any3_ = any3_ || lit.size() == 3;
+    uint32_t bit = head_bit(head);
+    f[bit / 64] |= uint64_t{1} << (bit % 64);
+  }
   std::vector<size_t> fail(go.size(), 0);
   delta_.assign(go.size() * 256, 0);
   std::deque<size_t> queue;
@@ -336,7 +444,36 @@ Prefilter::Prefilter(std::span<const Pattern> rows) {
     terminal_[s] = (out_[s][0] | out_[s][1]) != 0;
 }
 
+bool Prefilter::may_hold(std::string_view text) const {
+  if (always_) return true;
+  const char* p = text.data();
+  size_t n = text.size();
+  // A window of four bytes at each position; its first three bytes, masked, are a
+  // three-byte literal's head as memcpy'd above.
+  constexpr uint32_t kFirst3 =
+      std::endian::native == std::endian::little ? 0x00ffffffu : 0xffffff00u;
+  for (size_t i = 0; i + 4 <= n; ++i) {
+    uint32_t w;
+    std::memcpy(&w, p + i, 4);
+    uint32_t b = head_bit(w);
+    if ((heads4_[b / 64] >> (b % 64) & 1) != 0) return true;
+    if (any3_) {
+      uint32_t b3 = head_bit(w & kFirst3);
+      if ((heads3_[b3 / 64] >> (b3 % 64) & 1) != 0) return true;
+    }
+  }
+  // The last window of three bytes.
+  if (any3_ && n >= 3) {
+    uint32_t w = 0;
+    std::memcpy(&w, p + n - 3, 3);
+    uint32_t b3 = head_bit(w);
+    if ((heads3_[b3 / 64] >> (b3 % 64) & 1) != 0) return true;
+  }
+  return false;
+}
+
 bool Prefilter::scan(std::string_view text, Mask& hits) const {
+  if (!may_hold(text)) return false;
   size_t s = 0;
   bool any = false;
   const uint16_t* delta = delta_.data();

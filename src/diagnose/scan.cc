@@ -349,7 +349,9 @@ struct Scanner::State {
 
   // The row read from a program's source that a segment holds: an NCCL WARN by the
   // file its prefix names (or that file's subsystem), any other line by the index.
-  bool match_source(std::string_view seg, std::string_view whole, Match& m) {
+  // A Match is made only for a row found (most segments find none: a Match's strings
+  // made and destroyed for each was a tenth of the scan).
+  bool match_source(std::string_view seg, std::string_view whole, std::optional<Match>& out) {
     std::string_view text = trim(seg);
     std::string_view found_in = seg;  // what the template was found in
     size_t warn = nccl::warn_marker_at(seg);
@@ -376,6 +378,7 @@ struct Scanner::State {
       found_in = whole;
     }
     if (!row) return false;
+    Match& m = out.emplace();
     m.row = *row;
     m.field[static_cast<size_t>(LineField::kDetail)] = printable(text, kFieldBytes);
     // The conversions a data row names (a host, a rank): read between its fixed pieces.
@@ -399,31 +402,35 @@ struct Scanner::State {
 
   void segment(std::string_view line, std::string_view seg, const Prefix& prefix,
                const Prefilter::Mask& hits, bool any_hit) {
-    Match m;
-    bool hand = any_hit && match_hand(seg, hits, m);
+    std::optional<Match> found_m;
+    if (any_hit && !match_hand(seg, hits, found_m.emplace())) found_m.reset();
+    bool hand = found_m.has_value();
     // A generic row (a Python exception's last line, an exit status, an error word)
     // yields to a program's own text, and so does a context row (the "NCCL version 2.14.3" an
     // "NCCL error in: ..." line quotes).
-    if (!hand || rows[m.row].name == "python_exception" || rows[m.row].name == "exit_status_137" ||
-        rows[m.row].cls == MessageClass::kErrorLine || rows[m.row].cls == MessageClass::kContext) {
-      Match src;
+    if (!hand || rows[found_m->row].name == "python_exception" ||
+        rows[found_m->row].name == "exit_status_137" ||
+        rows[found_m->row].cls == MessageClass::kErrorLine ||
+        rows[found_m->row].cls == MessageClass::kContext) {
+      std::optional<Match> src;
       std::string_view whole =
           trim(line.substr(0, static_cast<size_t>(seg.data() + seg.size() - line.data())));
       bool found = match_source(seg, whole, src);
       if (found && hand) {
         // A context row (a banner) says less than the generic row it would replace; a
         // context row of the hand's gives way only to an error in a program's words.
-        MessageClass got = rows[src.row].cls;
+        MessageClass got = rows[src->row].cls;
         found = got != MessageClass::kContext &&
-                (rows[m.row].cls != MessageClass::kContext || got == MessageClass::kOwnError ||
-                 got == MessageClass::kSetup);
+                (rows[found_m->row].cls != MessageClass::kContext ||
+                 got == MessageClass::kOwnError || got == MessageClass::kSetup);
       }
       if (found) {
-        m = std::move(src);
+        found_m = std::move(src);
         hand = true;
       }
     }
     if (!hand) return;
+    Match& m = *found_m;
     // A failure word on an INFO or DEBUG line is narration (NCCL's "NCCL INFO ... failed,
     // retrying", a launcher's progress), not the failure.
     if (rows[m.row].cls == MessageClass::kErrorLine && rows[m.row].name != "nccl_return_trace" &&

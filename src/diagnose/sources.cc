@@ -314,7 +314,8 @@ bool template_match(const SourceRow& r, std::string_view text) {
 }
 
 SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
-  filter_.assign(kFilterBits / 64, 0);
+  filter4_.assign(kFilterBits / 64, 0);
+  filter8_.assign(kFilterBits / 64, 0);
   for (size_t i = 0; i < rows.size(); ++i) {
     const SourceRow& r = rows[i];
     std::string_view key = r.pattern.literal;
@@ -325,11 +326,19 @@ SourceIndex::SourceIndex(std::span<const SourceRow> rows) : rows_(rows) {
       if (r.weight < kQuotedWeight) continue;
     }
     if (key.size() < kMinKey || r.weight < kMinWeight) continue;  // too vague to find
-    uint32_t head;
-    std::memcpy(&head, key.data(), 4);
-    uint32_t bit = filter_bit(head);
-    filter_[bit / 64] |= uint64_t{1} << (bit % 64);
-    by_head_[head].push_back(static_cast<uint32_t>(i));
+    uint32_t four;
+    std::memcpy(&four, key.data(), 4);
+    set(filter4_, head_bit(four));
+    if (key.size() >= 8) {
+      uint64_t head;
+      std::memcpy(&head, key.data(), 8);
+      by_head_[head].push_back(static_cast<uint32_t>(i));
+      uint64_t h = head * 0x9E3779B97F4A7C15ull;
+      set(filter8_, static_cast<uint32_t>(h >> 48));
+      set(filter8_, static_cast<uint32_t>(h >> 32) & 0xffff);
+    } else {
+      by_short_[four].push_back(static_cast<uint32_t>(i));
+    }
   }
 }
 
@@ -347,14 +356,8 @@ size_t weight_of(const SourceRow& r) {
 std::optional<size_t> SourceIndex::match(std::string_view text) const {
   std::optional<size_t> best;
   size_t best_weight = 0;
-  for (size_t i = 0; i + kMinKey <= text.size(); ++i) {
-    uint32_t head;
-    std::memcpy(&head, text.data() + i, 4);
-    uint32_t bit = filter_bit(head);
-    if ((filter_[bit / 64] >> (bit % 64) & 1) == 0) continue;  // most bytes stop here
-    auto it = by_head_.find(head);
-    if (it == by_head_.end()) continue;
-    for (uint32_t row : it->second) {
+  auto consider = [&](const std::vector<uint32_t>& rows, size_t i) {
+    for (uint32_t row : rows) {
       const SourceRow& r = rows_[row];
       std::string_view key = r.pattern.literal;
       if (text.compare(i, key.size(), key) != 0) continue;
@@ -363,6 +366,22 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
         best = row;
         best_weight = w;
       }
+    }
+  };
+  const bool shorts = !by_short_.empty();
+  for (size_t i = 0; i + kMinKey <= text.size(); ++i) {
+    uint32_t four;
+    std::memcpy(&four, text.data() + i, 4);
+    if (!has(filter4_, head_bit(four))) continue;  // most bytes stop here
+    if (i + 8 <= text.size()) {
+      uint64_t head;
+      std::memcpy(&head, text.data() + i, 8);
+      if (long_filtered(head)) {
+        if (auto it = by_head_.find(head); it != by_head_.end()) consider(it->second, i);
+      }
+    }
+    if (shorts) {
+      if (auto it = by_short_.find(four); it != by_short_.end()) consider(it->second, i);
     }
   }
   return best;
