@@ -20,6 +20,8 @@ Command add_local(CLI::App& root, const EnvMap& env) {
   add_run_flags(*app, o->run, *color);
   // How local itself hands its members the token: not an option for people here.
   app->get_option("--token-fd")->group("");
+  // Its members meet rank 0 directly, on its own machine: taken, and left out of --help.
+  app->get_option("--no-relay")->group("");
   // Refused with the reason (each member takes its own GPU), and left out of --help.
   add_device_flag(*app, o->run.device);
   app->get_option("--device")->group("");

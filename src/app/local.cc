@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -69,16 +68,11 @@ Result<int> token_pipe(const std::string& secret) {
 
 namespace {
 
-// A member of `rankcheck local`: a fork of this process, made before it starts any
-// thread (so no lock is held in the copy) and before the master's socket exists (so
-// no member ever holds it). It reads the master's port from `start_fd` once the
-// master listens (closed unwritten when it never does), then runs as `rankcheck run`
-// would: the same code on the same options, without the exec, the dynamic loader
-// and the page faults of a fresh process (most of a member's cost on a small machine).
-[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end,
-                               const HostView* host) {
-  std::string msg;  // "PORT MS_LEFT\n", or nothing when the master never started
-  char buf[64];
+// Reads `start_fd` until rank 0's word that its master accepts ("go"), by `end`;
+// false when the pipe closes without it (the master never started) or time runs out.
+bool await_start(int start_fd, Deadline end) {
+  std::string msg;
+  char buf[16];
   while (msg.find('\n') == std::string::npos) {
     pollfd p{start_fd, POLLIN, 0};
     int n = ::poll(&p, 1, end.poll_ms(Millis(1000)));
@@ -86,20 +80,32 @@ namespace {
     if (n == 0 && !end.expired()) continue;
     ssize_t got = n > 0 ? ::read(start_fd, buf, sizeof buf) : 0;
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) ::_exit(exit_code::kInternal);  // the master gave up before it listened
+    if (got <= 0) break;
     msg.append(buf, static_cast<size_t>(got));
   }
   ::close(start_fd);
-  unsigned port = 0;
-  long left_ms = 0;
-  const char* end_of = msg.data() + msg.size();
-  auto [at, bad] = std::from_chars(msg.data(), end_of, port);
-  if (bad != std::errc() || at == end_of || *at != ' ' ||
-      std::from_chars(at + 1, end_of, left_ms).ec != std::errc()) {
-    ::_exit(exit_code::kInternal);
-  }
-  EnvMap e = env;
-  e["MASTER_PORT"] = std::to_string(port);
+  return msg == "go\n";
+}
+
+// A member of `rankcheck local`: a fork of this process, made before it starts any
+// thread (so no lock is held in the copy), started with the master's port (its socket
+// listens already) and the job's deadline. It runs as `rankcheck run` would: the same
+// code on the same options, without the exec, the dynamic loader and the page faults
+// of a fresh process (most of a member's cost on a small machine). It reads its own
+// facts at once, while rank 0 forks the others and readies its server, and meets the
+// master on rank 0's word (`start_fd` closed unwritten: the master never started).
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& e, Deadline end,
+                               const HostView* host);
+
+// How long rank 0 gives its own MASTER_ADDR (127.0.0.1) to resolve.
+constexpr Millis kLocalResolve{2000};
+// A member started with less time than this is given this much.
+constexpr Millis kMemberMinTime{500};
+// Member exits that differ from the verdict named on stderr, at most.
+constexpr int kOddExitsShown = 4;
+
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& e, Deadline end,
+                               const HostView* host) {
   // The process's own environment too: NCCL and CUDA read theirs, not this map.
   ::clearenv();
   for (const auto& [key, value] : e)
@@ -110,18 +116,15 @@ namespace {
     ::close(null);
   }
   RunOptions mo = o;
-  mo.timeout_s = double(left_ms) / 1000.0;  // ends by the same deadline as rank 0
+  // Ends by the same deadline as rank 0.
+  mo.timeout_s =
+      double(std::max<long>(kMemberMinTime.count(), static_cast<long>(end.remaining().count()))) /
+      1000.0;
+  mo.before_join = [start_fd, end] { return await_start(start_fd, end); };
   int code = run_process(mo, e, host);
   std::fflush(nullptr);
   ::_exit(code);
 }
-
-// How long rank 0 gives its own MASTER_ADDR (127.0.0.1) to resolve.
-constexpr Millis kLocalResolve{2000};
-// A member started with less time than this is given this much.
-constexpr Millis kMemberMinTime{500};
-// Member exits that differ from the verdict named on stderr, at most.
-constexpr int kOddExitsShown = 4;
 
 // A usage error in `local`'s options, said; nullopt when they are fine.
 std::optional<int> check_local_options(const LocalOptions& lo) {
@@ -193,7 +196,9 @@ RunOptions member_options(const RunOptions& o, const LocalJob& job, const LocalT
   mo.host_name = o.host_name;
   mo.handshake_timeout_s = o.handshake_timeout_s;
   mo.no_gpu = o.no_gpu;
-  mo.no_relay = o.no_relay;
+  // Every member runs on rank 0's machine: a host relay would be one more hop to it,
+  // a thread and a socket more in one member (a millisecond of an 8-member check).
+  mo.no_relay = true;
   mo.nccl_roots_every = o.nccl_roots_every;
   mo.nccl_lib = o.nccl_lib;
   mo.bandwidth_bytes = o.bandwidth_bytes;
@@ -212,7 +217,7 @@ struct Child {
 // The members, forked now: this process has no thread yet. Each waits on its start
 // pipe for the master's port; a pipe closed unwritten sends it home.
 std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const LocalToken& t,
-                                const HostView& host, Deadline end) {
+                                const HostView& host, Deadline end, int listen_fd, uint16_t port) {
   std::vector<Child> children;
   std::fflush(nullptr);  // nothing buffered here is written again by a child
   for (int k = 1; k < job.nprocs; ++k) {
@@ -234,12 +239,13 @@ std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const
     }
     pid_t pid = ::fork();
     if (pid == 0) {
+      ::close(listen_fd);  // the master's: it stays with rank 0 alone
       for (const Child& c : children)
         ::close(c.start_fd);  // only the master's process may hold another member's pipe
       ::close(start[1]);
       RunOptions mine = mo;
       if (token_fd >= 0) mine.token_fd = token_fd;
-      member_child(start[0], mine, job.member_env(k, ""), end, &host);
+      member_child(start[0], mine, job.member_env(k, std::to_string(port)), end, &host);
     }
     int err = errno;
     ::close(start[0]);
@@ -254,20 +260,39 @@ std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const
   return children;
 }
 
-// Once the master listens: each member is told its port and the time it has left.
-void start_members(std::vector<Child>& children, uint16_t port, Deadline end) {
+// Once the master accepts: each member is told to meet it.
+void start_members(std::vector<Child>& children) {
   for (Child& c : children) {
-    // Children end by the same deadline as this process.
-    long left_ms =
-        std::max<long>(kMemberMinTime.count(), static_cast<long>(end.remaining().count()));
-    std::string line = fmt::format("{} {}\n", port, left_ms);
     // A few bytes into an empty pipe: the write never waits.
-    if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    if (::write(c.start_fd, "go\n", 3) != 3) {
       Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));
     }
     ::close(c.start_fd);
     c.start_fd = -1;
   }
+}
+
+// The master's socket on 127.0.0.1 at `port` (0: a free one), listening before any
+// member is forked: each starts knowing the port. Returns it and its port.
+Result<std::pair<int, uint16_t>> listen_on_loopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error{fmt::format("socket: {}", std::strerror(errno))};
+  int one = 1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  socklen_t len = sizeof a;
+  bool ok = ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            ::listen(fd, SOMAXCONN) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  int err = errno;
+  if (!ok) {
+    ::close(fd);
+    return Error{fmt::format("cannot listen on 127.0.0.1:{}: {}", port, std::strerror(err))};
+  }
+  return std::pair{fd, ntohs(a.sin_port)};
 }
 
 // Members the master never started go home (their pipe closes unwritten); the rest
@@ -461,20 +486,28 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   // One host, one network namespace: its interfaces are read once, not by each member.
   HostView host = read_host_view();
   if (!o.watch.command.empty()) return run_local_watched(lo, job, *token, host);
-  std::vector<Child> children = fork_members(job, member_options(o, job, *token), *token, host,
-                                             Deadline::after(seconds(o.timeout_s)));
+  MasterSetup setup;
+  setup.addresses = {"127.0.0.1"};
+  setup.port = static_cast<uint16_t>(id.rendezvous_port);
+  // The master's socket first, then the members, each knowing its port. Where it
+  // cannot be had (another process holds --master-port), none is started: the master's
+  // own attempt below fails the same way, and its report says why.
+  std::vector<Child> children;
+  if (auto listener = listen_on_loopback(setup.port)) {
+    setup.listen_fd = listener->first;
+    children =
+        fork_members(job, member_options(o, job, *token), *token, host,
+                     Deadline::after(seconds(o.timeout_s)), listener->first, listener->second);
+  }
   Session s(o);
   s.open(id, env, job.child_env, std::move(token->token));  // the members open their own
   Record self = build_self(id, o.host_name, job.child_env, Deadline::after(kLocalResolve),
                            s.probe_gpus(), &host);
   s.out.set_self(self.rank, self.host);  // rank 0 writes the report
-  MasterSetup setup;
-  setup.addresses = {"127.0.0.1"};
-  setup.port = static_cast<uint16_t>(id.rendezvous_port);
   // Another master on --master-port is not this job's, whatever its job id: no
   // member of this job would ever reach this process.
   auto code = serve_master(self, id, s, setup, /*join_other=*/false,
-                           [&](uint16_t port) { start_members(children, port, s.time.end()); });
+                           [&](uint16_t) { start_members(children); });
   reap_members(children, s.time, code, log);
   return s.leave(code ? *code : exit_code::kInternal);
 }

@@ -188,7 +188,8 @@ std::optional<int> serve_master(Record& self, const Identity& id, Session& s,
   check_backlog(id.world_size, log);
   cfg.master.watch_port = listen_for_watch(s, setup.addresses);
   Server server(cfg);
-  auto port = server.listen(setup.addresses, setup.port);
+  auto port = setup.listen_fd >= 0 ? server.adopt(setup.listen_fd, setup.addresses.front())
+                                   : server.listen(setup.addresses, setup.port);
   if (!port) {
     // A master of this job may already be there: then this is a duplicate rank 0,
     // and the report that says so comes from that master.

@@ -25,6 +25,10 @@ MasterConfig master_config(const Identity& id, const Record& self, Session& s,
 struct MasterSetup {
   std::vector<std::string> addresses;
   uint16_t port = 0;
+  /// A socket already listening on addresses.front() (rankcheck local binds it before
+  /// it forks its members, who then know the port from their start): taken over, and
+  /// closed with the server; -1: listen anew.
+  int listen_fd = -1;
 };
 
 /// Hosts the master in this process, joins it as a member, and prints the report

@@ -424,6 +424,7 @@ int run_phases(Session& s, const EnvMap& env, const HostView* host) {
     bool kubernetes = env.count("KUBERNETES_SERVICE_HOST") > 0;
     if (auto code = serve_as_rank0(self, id, s, kubernetes)) return *code;
   }
+  if (o.before_join && !o.before_join()) return words.done(exit_code::kInternal);
   return words.done(join_as_member(self, id, s, past_ms));
 }
 

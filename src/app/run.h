@@ -3,6 +3,7 @@
 // Returns the exit code; only main exits.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,9 @@ struct RunOptions {
   bool quiet = false;           ///< no progress lines on stderr
   bool color = false;
   WatchOptions watch;  ///< `run -- CMD`: the job under watch
+  /// A member of `rankcheck local`: waits, after its own facts are read, for rank 0's
+  /// word that its master accepts; false: it never will (the member goes home).
+  std::function<bool()> before_join;
 };
 
 struct LocalOptions {

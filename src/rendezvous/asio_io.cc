@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "base/text.h"
 
@@ -44,6 +45,24 @@ void Outbox::written(std::error_code ec) {
     queue_.erase(queue_.begin(), queue_.begin() + head_);
     head_ = 0;
   }
+}
+
+Result<uint16_t> adopt_listener(asio::io_context& io, int fd, const std::string& address,
+                                Listeners& out) {
+  using asio::ip::tcp;
+  std::error_code ec;
+  auto addr = asio::ip::make_address(address, ec);
+  auto acc = std::make_unique<tcp::acceptor>(io);
+  if (!ec) acc->assign(addr.is_v6() ? tcp::v6() : tcp::v4(), fd, ec);
+  tcp::endpoint ep;
+  if (!ec) ep = acc->local_endpoint(ec);
+  if (ec) {
+    if (!acc->is_open()) ::close(fd);
+    return Error{fmt::format("cannot listen on {}: {}", address, ec.message()), Fault::kListen};
+  }
+  out.bound.push_back(address);
+  out.acceptors.push_back(std::move(acc));
+  return ep.port();
 }
 
 Result<uint16_t> listen_on(asio::io_context& io, const std::vector<std::string>& addresses,

@@ -94,6 +94,11 @@ struct Listeners {
   std::vector<std::string>& bound;
 };
 
+/// Takes over `fd`, a TCP socket listening on `address` (numeric), into `out`;
+/// returns its port. On failure `fd` is closed.
+Result<uint16_t> adopt_listener(asio::io_context& io, int fd, const std::string& address,
+                                Listeners& out);
+
 /// Listens on each numeric address at `port` (0: a free port, the same for all), and
 /// returns the port. A host name may resolve to addresses this host cannot bind, each
 /// for its own reason (localhost's ::1 where IPv6 is off): listening on one is enough,

@@ -343,6 +343,11 @@ Result<uint16_t> Server::listen(const std::vector<std::string>& addresses, uint1
                    [this](const std::string& line) { impl_->log(line); });
 }
 
+Result<uint16_t> Server::adopt(int fd, const std::string& address) {
+  Listeners l{impl_->acceptors, impl_->bound};
+  return adopt_listener(impl_->io, fd, address, l);
+}
+
 void Server::start() {
   Impl& s = *impl_;
   for (auto& acc : s.acceptors)

@@ -40,6 +40,8 @@ class Server {
   /// Returns the port. Succeeds when at least one address could be bound (the
   /// others are logged), unless the port is in use on any of them.
   Result<uint16_t> listen(const std::vector<std::string>& addresses, uint16_t port);
+  /// Takes over `fd`, a TCP socket already listening on `address`; returns its port.
+  Result<uint16_t> adopt(int fd, const std::string& address);
   /// Serves on a thread of its own until finish().
   void start();
   /// Admits the master's own member without a socket; its verdict arrives in the future.

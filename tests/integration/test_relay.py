@@ -2,7 +2,7 @@
 host, identity from SLURM_*: the members of each host meet rank 0 through the
 first of them. Healthy; a relay killed mid-rendezvous; a member that goes around
 its relay; a rank twice, behind two relays; a rank missing behind one; another
-job's process on a relay's host; and relays under `rankcheck local`."""
+job's process on a relay's host; and `rankcheck local`, whose members meet rank 0 directly."""
 
 import json
 import os
@@ -229,15 +229,15 @@ class LocalRelays(unittest.TestCase):
         with open(path) as f:
             return json.load(f)
 
-    def test_relays_under_rankcheck_local(self):
+    def test_no_relay_under_rankcheck_local(self):
+        # Every member is on rank 0's machine: each meets it directly, no hop between.
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "r.json")
-            rep = self.local(path)
-            self.assertEqual(rep["connections"]["relays"], 1)
-            self.assertEqual(rep["connections"]["relayed_members"], 7)
-            rep = self.local(path, "--no-relay")
-            self.assertEqual(rep["connections"]["relays"], 0)
-            self.assertEqual(rep["connections"]["peak"], 7)
+            for extra in ((), ("--no-relay",)):
+                rep = self.local(path, *extra)
+                self.assertEqual(rep["connections"]["relays"], 0, extra)
+                self.assertEqual(rep["connections"]["relayed_members"], 0, extra)
+                self.assertEqual(rep["connections"]["peak"], 7, extra)
 
 
 if __name__ == "__main__":
