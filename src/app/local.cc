@@ -26,6 +26,7 @@
 #include "app/session.h"
 #include "base/interrupt.h"
 #include "host/interfaces.h"
+#include "host/sysfs_ib.h"
 #include "identity/identity.h"
 #include "protocol/auth.h"
 
@@ -493,6 +494,8 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   // cannot be had (another process holds --master-port), none is started: the master's
   // own attempt below fails the same way, and its report says why.
   std::vector<Child> children;
+  // The loader's folders, which each member's data network asks for: read here once.
+  (void)sysfs_from_env(job.child_env).loader_dirs();
   if (auto listener = listen_on_loopback(setup.port)) {
     setup.listen_fd = listener->first;
     children =

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <system_error>
 
 #include <arpa/inet.h>
@@ -218,6 +220,16 @@ IbCounters SysFs::read_ib_counters() const {
   return out;
 }
 
+const std::vector<std::string>& SysFs::loader_dirs() const {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<std::string>, std::less<>> by_root;
+  std::lock_guard lock(mu);
+  auto it = by_root.find(root);
+  if (it == by_root.end())
+    it = by_root.emplace(root, ld_so_conf_dirs(*this, "/etc/ld.so.conf", 0)).first;
+  return it->second;  // a map's elements stay where they are
+}
+
 std::optional<std::string> SysFs::find_library(const std::string& name,
                                                const std::string& ld_library_path) const {
   if (name.find('/') != std::string::npos) {
@@ -231,8 +243,8 @@ std::optional<std::string> SysFs::find_library(const std::string& name,
     start = colon + 1;
   }
   size_t given = dirs.size();
-  for (std::string& d : ld_so_conf_dirs(*this, "/etc/ld.so.conf", 0))
-    dirs.push_back(std::move(d));
+  for (const std::string& d : loader_dirs())
+    dirs.push_back(d);
   for (const char* d :
        {"/lib64", "/usr/lib64", "/lib", "/usr/lib", "/lib/x86_64-linux-gnu",
         "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu"})

@@ -36,6 +36,10 @@ struct SysFs {
   /// the default ones under the root. nullopt when it finds none.
   std::optional<std::string> find_library(const std::string& name,
                                           const std::string& ld_library_path) const;
+  /// The folders /etc/ld.so.conf names (its includes followed), under the root: read
+  /// once per process and root, the machine's file (rankcheck local reads it before it
+  /// forks, for every member; a member asks for it for each library it looks for).
+  const std::vector<std::string>& loader_dirs() const;
 };
 
 /// The root RANKCHECK_SYSFS_ROOT names, or the host's own.
