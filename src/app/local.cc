@@ -215,8 +215,9 @@ struct Child {
   int start_fd;  // the write end of its start pipe; -1 once written or closed
 };
 
-// The members, forked now: this process has no thread yet. Each waits on its start
-// pipe for the master's port; a pipe closed unwritten sends it home.
+// The members, forked now: this process has no thread yet. Each starts at once with
+// the master's port (`listen_fd`'s, closed in the member) and waits on its start pipe
+// for rank 0's word only before it connects; a pipe closed unwritten sends it home.
 std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const LocalToken& t,
                                 const HostView& host, Deadline end, int listen_fd, uint16_t port) {
   std::vector<Child> children;
