@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -69,33 +70,35 @@ Result<int> token_pipe(const std::string& secret) {
 
 namespace {
 
-// Reads `start_fd` until rank 0's word that its master accepts ("go"), by `end`;
-// false when the pipe closes without it (the master never started) or time runs out.
-bool await_start(int start_fd, Deadline end) {
-  std::string msg;
-  char buf[16];
-  while (msg.find('\n') == std::string::npos) {
+// One word of rank 0's from `start_fd`, by `end`: its port once its socket listens,
+// then "go" once its master accepts. nullopt when the pipe closes first (the master
+// never started) or time runs out. A byte at a time: what follows is the next word.
+std::optional<std::string> read_word(int start_fd, Deadline end) {
+  std::string word;
+  for (;;) {
     pollfd p{start_fd, POLLIN, 0};
     int n = ::poll(&p, 1, end.poll_ms(Millis(1000)));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0 && !end.expired()) continue;
-    ssize_t got = n > 0 ? ::read(start_fd, buf, sizeof buf) : 0;
+    char c = 0;
+    ssize_t got = n > 0 ? ::read(start_fd, &c, 1) : 0;
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    msg.append(buf, static_cast<size_t>(got));
+    if (got <= 0) return std::nullopt;
+    if (c == '\n') return word;
+    if (word.size() >= 16) return std::nullopt;
+    word += c;
   }
-  ::close(start_fd);
-  return msg == "go\n";
 }
 
 // A member of `rankcheck local`: a fork of this process, made before it starts any
-// thread (so no lock is held in the copy), started with the master's port (its socket
-// listens already) and the job's deadline. It runs as `rankcheck run` would: the same
-// code on the same options, without the exec, the dynamic loader and the page faults
-// of a fresh process (most of a member's cost on a small machine). It reads its own
-// facts at once, while rank 0 forks the others and readies its server, and meets the
-// master on rank 0's word (`start_fd` closed unwritten: the master never started).
-[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& e, Deadline end,
+// thread (so no lock is held in the copy) and before the master's socket exists (so
+// no member ever holds it). It reads the master's port from `start_fd` as soon as
+// rank 0 listens, then runs as `rankcheck run` would: the same code on the same
+// options, without the exec, the dynamic loader and the page faults of a fresh
+// process (most of a member's cost on a small machine). It reads its own facts while
+// rank 0 readies its server, and meets the master on rank 0's "go" (`start_fd` closed
+// without a word: the master never started).
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end,
                                const HostView* host);
 
 // How long rank 0 gives its own MASTER_ADDR (127.0.0.1) to resolve.
@@ -105,8 +108,17 @@ constexpr Millis kMemberMinTime{500};
 // Member exits that differ from the verdict named on stderr, at most.
 constexpr int kOddExitsShown = 4;
 
-[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& e, Deadline end,
+[[noreturn]] void member_child(int start_fd, const RunOptions& o, const EnvMap& env, Deadline end,
                                const HostView* host) {
+  std::optional<std::string> port = read_word(start_fd, end);
+  unsigned number = 0;
+  if (!port || port->empty() ||
+      std::from_chars(port->data(), port->data() + port->size(), number).ec != std::errc() ||
+      number == 0 || number > 65535) {
+    ::_exit(exit_code::kInternal);  // the master gave up before it listened
+  }
+  EnvMap e = env;
+  e["MASTER_PORT"] = *port;
   // The process's own environment too: NCCL and CUDA read theirs, not this map.
   ::clearenv();
   for (const auto& [key, value] : e)
@@ -121,7 +133,11 @@ constexpr int kOddExitsShown = 4;
   mo.timeout_s =
       double(std::max<long>(kMemberMinTime.count(), static_cast<long>(end.remaining().count()))) /
       1000.0;
-  mo.before_join = [start_fd, end] { return await_start(start_fd, end); };
+  mo.before_join = [start_fd, end] {
+    std::optional<std::string> word = read_word(start_fd, end);
+    ::close(start_fd);
+    return word == "go";
+  };
   int code = run_process(mo, e, host);
   std::fflush(nullptr);
   ::_exit(code);
@@ -215,11 +231,10 @@ struct Child {
   int start_fd;  // the write end of its start pipe; -1 once written or closed
 };
 
-// The members, forked now: this process has no thread yet. Each starts at once with
-// the master's port (`listen_fd`'s, closed in the member) and waits on its start pipe
-// for rank 0's word only before it connects; a pipe closed unwritten sends it home.
+// The members, forked now: this process has no thread yet. Each waits on its start
+// pipe for the master's port, then for its "go"; a pipe closed unwritten sends it home.
 std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const LocalToken& t,
-                                const HostView& host, Deadline end, int listen_fd, uint16_t port) {
+                                const HostView& host, Deadline end) {
   std::vector<Child> children;
   std::fflush(nullptr);  // nothing buffered here is written again by a child
   for (int k = 1; k < job.nprocs; ++k) {
@@ -241,13 +256,12 @@ std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const
     }
     pid_t pid = ::fork();
     if (pid == 0) {
-      ::close(listen_fd);  // the master's: it stays with rank 0 alone
       for (const Child& c : children)
         ::close(c.start_fd);  // only the master's process may hold another member's pipe
       ::close(start[1]);
       RunOptions mine = mo;
       if (token_fd >= 0) mine.token_fd = token_fd;
-      member_child(start[0], mine, job.member_env(k, std::to_string(port)), end, &host);
+      member_child(start[0], mine, job.member_env(k, ""), end, &host);
     }
     int err = errno;
     ::close(start[0]);
@@ -262,6 +276,18 @@ std::vector<Child> fork_members(const LocalJob& job, const RunOptions& mo, const
   return children;
 }
 
+// Once rank 0's socket listens: each member is told its port, and reads its own facts
+// while rank 0 readies its server.
+void tell_port(const std::vector<Child>& children, uint16_t port) {
+  std::string line = fmt::format("{}\n", port);
+  for (const Child& c : children) {
+    // A few bytes into an empty pipe: the write never waits.
+    if (::write(c.start_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      Log::error(fmt::format("cannot start member pid {}: {}", c.pid, std::strerror(errno)));
+    }
+  }
+}
+
 // Once the master accepts: each member is told to meet it.
 void start_members(std::vector<Child>& children) {
   for (Child& c : children) {
@@ -274,8 +300,8 @@ void start_members(std::vector<Child>& children) {
   }
 }
 
-// The master's socket on 127.0.0.1 at `port` (0: a free one), listening before any
-// member is forked: each starts knowing the port. Returns it and its port.
+// The master's socket on 127.0.0.1 at `port` (0: a free one), made once the members
+// are forked (no member ever holds it): returns it and its port.
 Result<std::pair<int, uint16_t>> listen_on_loopback(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Error{fmt::format("socket: {}", std::strerror(errno))};
@@ -488,20 +514,20 @@ int run_local(const LocalOptions& lo, const EnvMap& env) {
   // One host, one network namespace: its interfaces are read once, not by each member.
   HostView host = read_host_view();
   if (!o.watch.command.empty()) return run_local_watched(lo, job, *token, host);
+  // The loader's folders, which each member's data network asks for: read here once.
+  (void)sysfs_from_env(job.child_env).loader_dirs();
+  std::vector<Child> children = fork_members(job, member_options(o, job, *token), *token, host,
+                                             Deadline::after(seconds(o.timeout_s)));
   MasterSetup setup;
   setup.addresses = {"127.0.0.1"};
   setup.port = static_cast<uint16_t>(id.rendezvous_port);
-  // The master's socket first, then the members, each knowing its port. Where it
-  // cannot be had (another process holds --master-port), none is started: the master's
-  // own attempt below fails the same way, and its report says why.
-  std::vector<Child> children;
-  // The loader's folders, which each member's data network asks for: read here once.
-  (void)sysfs_from_env(job.child_env).loader_dirs();
+  // The master's socket, then its port to the members at once: they read their facts
+  // while this process reads its own and readies the server. Where it cannot be had
+  // (another process holds --master-port), the master's own attempt below fails the
+  // same way and its report says why; the members, told nothing, go home.
   if (auto listener = listen_on_loopback(setup.port)) {
     setup.listen_fd = listener->first;
-    children =
-        fork_members(job, member_options(o, job, *token), *token, host,
-                     Deadline::after(seconds(o.timeout_s)), listener->first, listener->second);
+    tell_port(children, listener->second);
   }
   Session s(o);
   s.open(id, env, job.child_env, std::move(token->token));  // the members open their own
