@@ -3,6 +3,7 @@
 #include "protocol/auth.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -14,24 +15,35 @@
 
 using namespace rankcheck;
 
-TEST_CASE("auth: the job token's MAC is HMAC-SHA256 over the length-prefixed parts") {
-  // Known answers from Python's hmac module over the same bytes (each part's
-  // length as 4 little-endian bytes, then the part): every build (OpenSSL 3 here,
-  // 1.1.1 in the release) and every version must agree on the wire.
-  auto hex = [](const std::optional<Mac>& m) {
-    std::string out;
-    if (m) {
-      for (uint8_t b : *m)
-        out += fmt::format("{:02x}", b);
-    }
-    return out;
-  };
-  JobToken token = JobToken::from_secret("0123456789abcdef0123456789abcdef");
+namespace {
+
+std::string hex(const std::optional<Mac>& m) {
+  std::string out;
+  if (m) {
+    for (uint8_t b : *m)
+      out += fmt::format("{:02x}", b);
+  }
+  return out;
+}
+
+// The server's nonce 0..15, the client's 16..31, as in the known answers below.
+std::pair<Nonce, Nonce> test_nonces() {
   Nonce server{}, client{};
   for (size_t i = 0; i < server.size(); ++i) {
     server[i] = static_cast<uint8_t>(i);
     client[i] = static_cast<uint8_t>(16 + i);
   }
+  return {server, client};
+}
+
+}  // namespace
+
+TEST_CASE("auth: the job token's MAC is HMAC-SHA256 over the length-prefixed parts") {
+  // Known answers from Python's hmac module over the same bytes (each part's
+  // length as 4 little-endian bytes, then the part): every build (OpenSSL 3 here,
+  // 1.1.1 in the release) and every version must agree on the wire.
+  JobToken token = JobToken::from_secret("0123456789abcdef0123456789abcdef");
+  auto [server, client] = test_nonces();
   const std::string body = "abc";
   std::span<const uint8_t> body_bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
   CHECK(hex(token.mac(kHelloLabel, server, client, body_bytes)) ==
@@ -53,19 +65,7 @@ TEST_CASE("auth: keys of SHA-256's block and longer, and a body past the MAC's b
   // is used as it is, a longer one hashed first; a hello's body (hundreds of bytes)
   // goes past the buffer the short parts are gathered in. Known answers from
   // Python's hmac module, as above.
-  auto hex = [](const std::optional<Mac>& m) {
-    std::string out;
-    if (m) {
-      for (uint8_t b : *m)
-        out += fmt::format("{:02x}", b);
-    }
-    return out;
-  };
-  Nonce server{}, client{};
-  for (size_t i = 0; i < server.size(); ++i) {
-    server[i] = static_cast<uint8_t>(i);
-    client[i] = static_cast<uint8_t>(16 + i);
-  }
+  auto [server, client] = test_nonces();
   std::vector<uint8_t> body(1000);
   for (size_t i = 0; i < body.size(); ++i)
     body[i] = static_cast<uint8_t>((i * 7) & 255);
