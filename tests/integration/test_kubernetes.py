@@ -739,7 +739,12 @@ class LateName(KubernetesTest):
         first = os.path.join(self.tmp.name, f"{recipe.pods[0]['metadata']['name']}.hosts")
         r = self.sandbox.run(first, ["getent", "ahosts", master_addr])
         self.assertEqual((r.returncode, r.stdout.split()[:1]), (0, [master_ip]), r.stderr)
-        time.sleep(LATE)
+        # The cluster DNS starts answering once every other pod has said it cannot
+        # resolve the name yet (its progress line: the state, not a guess of how long a
+        # loaded machine takes to start it), and LATE seconds have passed.
+        said = {id(p): self.await_unresolved(p, master_addr, start)
+                for _, p, start in procs[1:]}
+        time.sleep(max(0.0, LATE - (time.monotonic() - procs[0][2])))
         for hosts in late_hosts:  # the cluster DNS starts answering: in place, same inode
             with open(hosts, "a") as f:
                 f.write(f"{master_ip}\t{master_addr}\n")
@@ -750,6 +755,7 @@ class LateName(KubernetesTest):
             try:
                 out, err = p.communicate(timeout=max(0.1, self.timeout + GRACE + 1 -
                                                      (time.monotonic() - start)))
+                err = said.get(id(p), "") + err
             except subprocess.TimeoutExpired:
                 p.kill()
                 out, err = p.communicate()
@@ -758,6 +764,24 @@ class LateName(KubernetesTest):
             self.assertLessEqual(elapsed, self.timeout + GRACE, pod["metadata"]["name"])
             results.append((pod, p.returncode, out, err))
         return recipe, master_addr, results
+
+    def await_unresolved(self, p, name, start):
+        """What `p` wrote on stderr up to its first line saying `name` does not resolve
+        yet, read straight from the pipe (communicate() reads the rest); within the
+        member's own time."""
+        got = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(p.stderr.fileno(), selectors.EVENT_READ)
+            while b"(not resolvable yet?)" not in got:
+                left = self.timeout + GRACE - (time.monotonic() - start)
+                if left <= 0 or not sel.select(timeout=left):
+                    break
+                chunk = os.read(p.stderr.fileno(), 4096)
+                if not chunk:
+                    break
+                got += chunk
+        self.assertIn(f"resolve {name}".encode(), got, "no word that the name does not resolve")
+        return got.decode(errors="replace")
 
     def reap(self, p):
         if p.poll() is None:
