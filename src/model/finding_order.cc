@@ -1,10 +1,10 @@
 // Which finding leads a report: the order of the ids, kept apart from the catalogue
 // (finding.cc) that says what each one is.
 
-#include "model/finding.h"
-
 #include <algorithm>
 #include <iterator>
+
+#include "model/finding.h"
 
 namespace rankcheck {
 namespace {
