@@ -363,18 +363,10 @@ void reap_members(std::vector<Child>& children, const Timeline& time, std::optio
 // A free port on loopback for a job whose members each run `run -- CMD`: the check's
 // master binds it first, then the command's rank 0 (its TCPStore).
 Result<uint16_t> free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Error{fmt::format("socket: {}", std::strerror(errno))};
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  int err = errno;
-  ::close(fd);
-  if (!ok) return Error{fmt::format("no free port on 127.0.0.1: {}", std::strerror(err))};
-  return ntohs(a.sin_port);
+  auto listener = listen_on_loopback(0);
+  if (!listener) return Error{"no free port: " + listener.error().message};
+  ::close(listener->first);
+  return listener->second;
 }
 
 // One member of `local -n N -- CMD`: `run -- CMD` with its rank's environment. A

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "base/text.h"
+
 namespace rankcheck {
 namespace {
 
@@ -121,8 +123,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list) {
 std::string compress_hostlist(const std::vector<std::string>& hosts) {
   auto usable = [](const std::string& h) {
     return !h.empty() && h.size() <= 255 && std::all_of(h.begin(), h.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '-' || c == '_';
+      return is_alnum(c) || c == '.' || c == '-' || c == '_';
     });
   };
   // prefix -> its names' trailing numbers (value, digits as written), sorted and

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "rendezvous/relay.h"
 
 namespace rankcheck {
@@ -13,8 +14,7 @@ namespace {
 std::string safe_name(std::string_view s, size_t n) {
   std::string out;
   for (char ch : s.substr(0, n)) {
-    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '-' || ch == ':';
+    bool ok = is_alnum(ch) || ch == '.' || ch == '-' || ch == ':';
     out += ok ? ch : '_';
   }
   return out;
