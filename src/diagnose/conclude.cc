@@ -263,9 +263,63 @@ FindingId own_finding(const Pattern& row) {
   }
 }
 
+// What a failure line that no row explains says by its shape alone: who printed it
+// (a launcher, MPI's or NCCL's network transport) or what it is (a process's own crash).
+// Collected logs say this much more often than they print a failure of no kind at all.
+struct Shape {
+  FindingId id;
+  const char* what;  // "{who} {what}: {line}"
+};
+
+// NCCL's network transports and plugins, Open MPI's TCP transport.
+constexpr std::string_view kNetworkWords[] = {
+    // NCCL
+    "NCCL WARN NET/", "transport/net", "net_ib", "net_socket", "misc/socket.cc", "NET/OFI",
+    "NET/IB",
+    // Open MPI
+    "btl: tcp", "btl_tcp"};
+// The launchers, the job's container and its scheduler step: the job did not start.
+constexpr std::string_view kLaunchWords[] = {
+    // Slurm and its container plugins
+    "sbatch: error", "salloc: error", "srun: error", "sbatch: fatal", "srun: fatal",
+    "slurmstepd: error", "pyxis:", "[enroot",
+    // MPICH's Hydra, Open MPI's ORTE and PRRTE, LSF
+    "[mpiexec@", "[proxy:", "HYD_", "HYDU_", "mpiexec: ", "mpirun: ", "mpirun was unable",
+    "unable to run mpirun", "prterun", "PRTE ", "ORTE ", "orted", "lsb_",
+    // Horovod, pdsh (DeepSpeed), DeepSpeed's runner, a Kubernetes client
+    "Launcher failed", "horovodrun", "pdsh@", "runner.py:", "Failed to list *v1."};
+// A process's own crash: a Python traceback or exception, a failed assertion, a signal,
+// a native stack trace, an exit status.
+constexpr std::string_view kCrashWords[] = {
+    // Python, C++
+    "Traceback (most recent call last)", "Exception", "Error: ", "Assertion", "assert",
+    "terminate called", "Abort(", "Aborted",
+    // signals, native traces, exit statuses
+    "SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "Segmentation fault", "core dumped", "(+0x",
+    "frame #", "xit code", "exitcode", "Killed"};
+
+template <size_t N>
+bool holds_any(std::string_view text, const std::string_view (&words)[N]) {
+  return std::any_of(std::begin(words), std::end(words),
+                     [&](std::string_view w) { return text.find(w) != std::string_view::npos; });
+}
+
+Shape shape_of(std::string_view text) {
+  if (holds_any(text, kNetworkWords))
+    return {FindingId::kNcclNetworkError,
+            "printed a network transport error that no message rankcheck knows"};
+  if (holds_any(text, kLaunchWords))
+    return {FindingId::kLaunchFailed,
+            "could not launch the job, in words no message rankcheck knows"};
+  if (holds_any(text, kCrashWords))
+    return {FindingId::kProcessDied, "failed with an error that no message rankcheck knows"};
+  return {FindingId::kUnexplainedError,
+          "printed a failure that no message rankcheck knows explains"};
+}
+
 // Last, and only when no other finding says anything: the first failure that no
 // row explains, named with its rank and host, so that a failed job is never
-// "nothing found".
+// "nothing found"; by its shape where the line has one.
 void add_unexplained(Builder& b, const Knowledge& k) {
   if (!k.error_line) return;
   for (const DiagFinding& f : b.out) {
@@ -274,10 +328,9 @@ void add_unexplained(Builder& b, const Knowledge& k) {
   const auto& [note, o] = *k.error_line;
   std::string who = o.rank >= 0 ? fmt::format("rank {}", o.rank) : std::string("a process");
   if (!o.host.empty()) who += " on " + printable(o.host, 64);
+  Shape shape = shape_of(note.evidence.text);
   DiagFinding& f =
-      b.add(FindingId::kUnexplainedError,
-            fmt::format("{} printed a failure that no message rankcheck knows explains: {}", who,
-                        printable(note.evidence.text, 200)),
+      b.add(shape.id, fmt::format("{} {}: {}", who, shape.what, printable(note.evidence.text, 200)),
             true, note);
   if (o.rank >= 0) f.finding.ranks = {o.rank};
   if (!o.host.empty()) f.finding.hosts = {o.host};

@@ -110,6 +110,7 @@ struct Prefix {
 
 /// Peels every prefix the launchers and libraries put before a line: srun -l's
 /// "12: ", torchrun's "[default3]:" and "[rank3]:", Open MPI's "[1,3]<stderr>:",
+/// Horovod's "[3]<stderr>:" and "[rank=3] ", MPICH Hydra's "[mpiexec@node1] ",
 /// pdsh's "host: ", NCCL's "host:pid:tid [dev] ", glog's "[E1130 11:02:10.123 ...]",
 /// NCCL 2.26's "[2025-03-01 12:00:00] " and the Python logger's stamps.
 Prefix parse_prefix(std::string_view line);

@@ -97,6 +97,37 @@ size_t bare_glog(std::string_view s, size_t p, Prefix& out) {
   return close + 2 - p;
 }
 
+// Horovod's launcher (horovodrun with Gloo, safe_shell_exec's prefix_connection):
+// "[3]<stderr>:", the rank and the stream; Determined's Horovod wrapper: "[rank=3] ".
+size_t horovod_prefix(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[")) return 0;
+  long rank = -1;
+  if (starts(s, p + 1, "rank=")) {
+    size_t n = digits(s, p + 6, 8, rank);
+    if (n == 0 || !starts(s, p + 6 + n, "] ")) return 0;
+    out.rank = rank;
+    return 6 + n + 2;
+  }
+  size_t n = digits(s, p + 1, 8, rank);
+  size_t q = p + 1 + n;
+  if (n == 0 || !starts(s, q, "]<")) return 0;
+  size_t len = starts(s, q + 2, "stdout>:") || starts(s, q + 2, "stderr>:") ? 10 : 0;
+  if (len == 0) return 0;
+  out.rank = rank;
+  return q + len - p;
+}
+
+// MPICH's Hydra launcher and its proxies: "[mpiexec@node1] ", "[proxy:0:1@node2] ".
+size_t hydra_prefix(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[mpiexec@") && !starts(s, p, "[proxy:")) return 0;
+  size_t close = s.substr(0, std::min(s.size(), p + 160)).find("] ", p);
+  if (close == std::string_view::npos) return 0;
+  size_t at = s.substr(0, close).find('@', p);
+  if (at == std::string_view::npos || at + 1 == close) return 0;
+  out.host = s.substr(at + 1, close - at - 1);
+  return close + 2 - p;
+}
+
 // "YYYY-MM-DD?HH:MM:SS" at p (the separator any of "T", " ", "_"): its length, or 0.
 size_t date_time(std::string_view s, size_t p) {
   long v = 0;
@@ -220,7 +251,8 @@ Prefix parse_prefix(std::string_view line) {
     size_t n = 0;
     char c = line[p];
     if (c == '[') {
-      if ((n = torchrun_prefix(line, p, out)) == 0 && (n = mpirun_prefix(line, p, out)) == 0)
+      if ((n = torchrun_prefix(line, p, out)) == 0 && (n = mpirun_prefix(line, p, out)) == 0 &&
+          (n = horovod_prefix(line, p, out)) == 0 && (n = hydra_prefix(line, p, out)) == 0)
         n = bracket_stamp(line, p, out);
     } else if (c == ' ' || c == '\t' || digit(c)) {
       n = srun_label(line, p, out);
@@ -279,7 +311,9 @@ int64_t time_key(std::string_view t) {
 size_t next_process_prefix(std::string_view line, size_t from) {
   for (size_t p = line.find('[', from); p != std::string_view::npos; p = line.find('[', p + 1)) {
     Prefix scratch;
-    if (torchrun_prefix(line, p, scratch) > 0 || mpirun_prefix(line, p, scratch) > 0) return p;
+    if (torchrun_prefix(line, p, scratch) > 0 || mpirun_prefix(line, p, scratch) > 0 ||
+        horovod_prefix(line, p, scratch) > 0)
+      return p;
   }
   return std::string_view::npos;
 }

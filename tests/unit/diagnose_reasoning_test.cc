@@ -102,8 +102,13 @@ TEST_CASE("diagnose: NCCL's return trace and an exit status of 137 are never not
                                          "node1:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
                                      }}});
   REQUIRE(trace.findings.size() == 1);
-  CHECK(trace.findings[0].finding.name() == "unexplained-error");
+  // NCCL's socket code failed: by its file, the network, though no row reads the words.
+  CHECK(trace.findings[0].finding.name() == "nccl-network-error");
+  CHECK(trace.findings[0].finding.hosts == std::vector<std::string>{"node1"});
   CHECK(trace.exit_code() != 0);
+  trace = diagnose_files({{"nccl.log", {"node1:2330:2658 [2] NCCL INFO init.cc:1270 -> 3"}}});
+  REQUIRE(trace.findings.size() == 1);
+  CHECK(trace.findings[0].finding.name() == "unexplained-error");
   // A healthy job's INFO narration with an arrow is not a failure.
   Diagnosis healthy = diagnose_files(
       {{"nccl.log",

@@ -76,15 +76,40 @@ TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its fil
 }
 
 TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
+  // A process's own crash (a traceback cut before its exception) is that process's death.
   Diagnosis d = diagnose_lines({
       "[rank2]: Traceback (most recent call last):",
       "[rank2]:   File \"train.py\", line 3, in <module>",
       "[rank2]: frobnicate()",
   });
   REQUIRE(!d.findings.empty());
-  CHECK(d.findings[0].finding.name() == "unexplained-error");
+  CHECK(d.findings[0].finding.name() == "process-died");
   CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
   CHECK(d.exit_code() != 0);
+  d = diagnose_lines({"*** SIGSEGV received at time=1707229696 on cpu 41 ***"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "process-died");
+  // A launcher's words: the job did not start.
+  d = diagnose_lines({"sbatch: error: Invalid frobnication specification"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  d =
+      diagnose_lines({"[mpiexec@head] HYDU_parse_array (utils/args/args.c:174): argument "
+                      "matching returned error"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"head"});
+  // Open MPI's TCP transport: the network between two processes.
+  d =
+      diagnose_lines({"[node1:06805] btl: tcp: Match incoming connection from [[27443,1],1] "
+                      "10.0.0.4 with locally known IP 10.0.0.7 failed (iface 0/4)!"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "nccl-network-error");
+  // A failure of no shape stays what it is: unexplained, with its rank.
+  d = diagnose_lines({"[rank3]: the frobnicator FAILED"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "unexplained-error");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{3});
   // A log that shows no failure at all is still a pass.
   d = diagnose_lines({"step 1 loss 2.3", "step 2 loss 2.1"});
   CHECK(d.findings.empty());
@@ -193,6 +218,15 @@ TEST_CASE("diagnose: prefixes name the process") {
       {"(RayWorkerWrapper pid=2345, ip=10.0.0.2) boom", -1, -1, 2345, "10.0.0.2", "", "boom"},
       {"(EngineCore pid=630) WARNING x", -1, -1, 630, "", "", "WARNING x"},
       {"(autoscaler +32s) Error: y", -1, -1, -1, "", "", "(autoscaler +32s) Error: y"},
+      // Horovod's launcher (Gloo) and Determined's wrapper; MPICH's Hydra.
+      {"[2]<stderr>:RuntimeError: no", 2, -1, -1, "", "", "RuntimeError: no"},
+      {"[rank=4] Traceback (most recent call last):", 4, -1, -1, "", "",
+       "Traceback (most recent call last):"},
+      {"[2]<stdin>:x", -1, -1, -1, "", "", "[2]<stdin>:x"},
+      {"[mpiexec@master.example.com] HYDU_parse_array (utils/args/args.c:174): no", -1, -1, -1,
+       "master.example.com", "", "HYDU_parse_array (utils/args/args.c:174): no"},
+      {"[proxy:0:1@node2] HYD_pmcd_pmip_control_cmd_cb: down", -1, -1, -1, "node2", "",
+       "HYD_pmcd_pmip_control_cmd_cb: down"},
   };
   for (const Row& r : rows) {
     INFO(r.line);
@@ -206,6 +240,7 @@ TEST_CASE("diagnose: prefixes name the process") {
   }
   CHECK(next_process_prefix("[default0]:a [default1]:b", 1) == 13);
   CHECK(next_process_prefix("[0] NCCL INFO [x]", 1) == std::string::npos);
+  CHECK(next_process_prefix("[0]<stdout>:a [1]<stdout>:b", 1) == 14);
 }
 
 TEST_CASE("diagnose: a setup error leads, whatever else the ranks say") {
