@@ -283,6 +283,8 @@ constexpr std::string_view kLaunchWords[] = {
     // Slurm and its container plugins
     "sbatch: error", "salloc: error", "srun: error", "sbatch: fatal", "srun: fatal",
     "slurmstepd: error", "pyxis:", "[enroot",
+    // the job's environment: Lmod's modules
+    "Lmod has detected",
     // MPICH's Hydra, Open MPI's ORTE and PRRTE, LSF
     "[mpiexec@", "[proxy:", "HYD_", "HYDU_", "mpiexec: ", "mpirun: ", "mpirun was unable",
     "unable to run mpirun", "prterun", "PRTE ", "ORTE ", "orted", "lsb_",
@@ -298,6 +300,12 @@ constexpr std::string_view kCrashWords[] = {
     "SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "Segmentation fault", "core dumped", "(+0x",
     "frame #", "xit code", "exitcode", "Killed"};
 
+// Ray's own daemons: the GCS (the head node's) and a node's raylet; a node without
+// them is lost with every worker on it.
+constexpr std::string_view kRayDaemonWords[] = {
+    "(pid=gcs_server)", "(gcs_server)",   "(raylet)",   "(raylet,",
+    "gcs_server.out",   "gcs_server.err", "raylet.out", "raylet.err"};
+
 template <size_t N>
 bool holds_any(std::string_view text, const std::string_view (&words)[N]) {
   return std::any_of(std::begin(words), std::end(words),
@@ -305,6 +313,10 @@ bool holds_any(std::string_view text, const std::string_view (&words)[N]) {
 }
 
 Shape shape_of(std::string_view text) {
+  if (holds_any(text, kRayDaemonWords))
+    return {FindingId::kNodeLost,
+            "(a Ray daemon: the node is lost with its workers) printed a failure that no message "
+            "rankcheck knows"};
   if (holds_any(text, kNetworkWords))
     return {FindingId::kNcclNetworkError,
             "printed a network transport error that no message rankcheck knows"};
@@ -322,18 +334,36 @@ Shape shape_of(std::string_view text) {
 // "nothing found"; by its shape where the line has one.
 void add_unexplained(Builder& b, const Knowledge& k) {
   if (!k.error_line) return;
-  for (const DiagFinding& f : b.out) {
-    if (f.finding.is_error()) return;
-  }
   const auto& [note, o] = *k.error_line;
+  Shape shape = shape_of(note.evidence.text);
+  // A launcher's or the job step's failure, printed before the processes died (of an
+  // error of no cause of its own, or without a word), is why they died: a container
+  // that could not be set up, a module that would not load, then the task's exit.
+  bool launch_first = shape.id == FindingId::kLaunchFailed;
+  for (const DiagFinding& f : b.out) {
+    if (!f.finding.is_error()) continue;
+    bool later = f.stamp != note.stamp ? note.stamp < f.stamp : note.seq < f.order;
+    if (!f.initiating || f.finding.id != FindingId::kProcessDied || !later) launch_first = false;
+  }
+  bool any_error = std::any_of(b.out.begin(), b.out.end(),
+                               [](const DiagFinding& f) { return f.finding.is_error(); });
+  if (any_error && !launch_first) return;
+  std::set<long> ranks;  // the processes that could not start: those that then died
+  std::set<std::string> hosts;
+  for (DiagFinding& f : b.out) {
+    if (!f.finding.is_error()) continue;
+    f.initiating = false;
+    ranks.insert(f.finding.ranks.begin(), f.finding.ranks.end());
+    hosts.insert(f.finding.hosts.begin(), f.finding.hosts.end());
+  }
+  if (o.rank >= 0) ranks = {o.rank};
+  if (!o.host.empty()) hosts = {o.host};
   std::string who = o.rank >= 0 ? fmt::format("rank {}", o.rank) : std::string("a process");
   if (!o.host.empty()) who += " on " + printable(o.host, 64);
-  Shape shape = shape_of(note.evidence.text);
   DiagFinding& f =
       b.add(shape.id, fmt::format("{} {}: {}", who, shape.what, printable(note.evidence.text, 200)),
             true, note);
-  if (o.rank >= 0) f.finding.ranks = {o.rank};
-  if (!o.host.empty()) f.finding.hosts = {o.host};
+  attach(f, ranks, hosts, {});
 }
 
 // What an exit says of itself. 125-127 are the exits of a command that never ran:
@@ -428,9 +458,17 @@ Consequences add_deaths(Builder& b, const Knowledge& k, bool ended_outside) {
       std::string how = p.exit > 0     ? fmt::format(" and exited with code {}", p.exit)
                         : p.signal > 0 ? fmt::format(" and ended by {}", signal_text(p.signal))
                                        : std::string();
+      // A process's error of no cause of its own, in a launcher's, a network
+      // transport's or a Ray daemon's words, is that failure (a Python wrapper's
+      // "FailedJobError: sbatch: error: ...").
+      FindingId id = own_finding(catalogue()[p.own->row]);
+      if (id == FindingId::kProcessDied) {
+        FindingId by_shape = shape_of(p.own->evidence.text).id;
+        if (by_shape != FindingId::kProcessDied && by_shape != FindingId::kUnexplainedError)
+          id = by_shape;
+      }
       DiagFinding& f =
-          b.add(own_finding(catalogue()[p.own->row]),
-                fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
+          b.add(id, fmt::format("{} failed: {}{}", name_of(p), p.own->detail, how), true, *p.own);
       if (p.died) attach(f, {}, {}, {p.died->evidence});
       if (p.rank >= 0) f.finding.ranks = {p.rank};
       if (!p.host.empty()) f.finding.hosts = {p.host};

@@ -105,6 +105,46 @@ TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
                       "10.0.0.4 with locally known IP 10.0.0.7 failed (iface 0/4)!"});
   REQUIRE(!d.findings.empty());
   CHECK(d.findings[0].finding.name() == "nccl-network-error");
+  // A Python wrapper's exception that quotes a launcher: the launch failed.
+  d =
+      diagnose_lines({"submitit.core.utils.FailedJobError: sbatch: error: Parameter --frob=1 no "
+                      "longer acceptable"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  // A Ray daemon's error: its node is lost.
+  d =
+      diagnose_lines({"(pid=gcs_server) E0412 18:43:30.090938599 302 tcp_server_posix.cc:216] "
+                      "Failed accept4: Too many open files"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "node-lost");
+  // The job step's container could not be set up, then its tasks exited: the launch
+  // failed, on the hosts and ranks that then died.
+  d = diagnose_lines({
+      "slurmstepd: error: pyxis:     Failed to frobnicate the image - ABORTING!",
+      "srun: error: node-1: task 0: Exited with exit code 1",
+      "srun: error: node-2: task 1: Exited with exit code 1",
+  });
+  REQUIRE(d.findings.size() >= 2);
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].initiating);
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{0, 1});
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"node-1", "node-2"});
+  CHECK_FALSE(d.findings[1].initiating);
+  // A module that would not load, then the program's import error.
+  d = diagnose_lines({
+      "Lmod has detected the following error: The following module(s) are unknown: \"x\"",
+      "Traceback (most recent call last):",
+      "ImportError: No module named torch",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  // A process that crashed after the launcher's words is its own failure: the order decides.
+  d = diagnose_lines({
+      "srun: error: node-1: task 0: Exited with exit code 1",
+      "slurmstepd: error: pyxis:     a late complaint",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "process-died");
   // A failure of no shape stays what it is: unexplained, with its rank.
   d = diagnose_lines({"[rank3]: the frobnicator FAILED"});
   REQUIRE(!d.findings.empty());
