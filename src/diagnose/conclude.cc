@@ -226,10 +226,17 @@ bool add_job_ends(Builder& b, const Knowledge& k) {
     if (p.died && !p.killed_by_launcher && (!first_end || earlier(*p.died, *first_end)))
       first_end = *p.died;
   }
+  // srun's "Force Terminated job" and the like name neither node nor reason: an echo
+  // of slurmstepd's line that names them ("*** STEP 1.0 ON nid01934 CANCELLED AT ...
+  // DUE TO TIME LIMIT ***"), which leads where both are printed.
+  bool named = std::any_of(k.external.begin(), k.external.end(), [](const auto& e) {
+    return !e.host.empty() && !e.reason.empty() && e.reason != "TASK FAILURE";
+  });
   bool ended_outside = false;
   for (const Knowledge::External& e : k.external) {
     bool after_task = e.reason.empty() && first_end && earlier(*first_end, e.note);
-    bool consequence = e.reason == "TASK FAILURE" || after_task;
+    bool echo = named && e.reason.empty() && e.host.empty();
+    bool consequence = e.reason == "TASK FAILURE" || after_task || echo;
     ended_outside |= !consequence;
     DiagFinding& f = b.add(FindingId::kJobCancelled,
                            after_task ? e.note.detail +

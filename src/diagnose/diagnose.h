@@ -91,7 +91,9 @@ struct Origin {
   long local_rank = -1;  ///< torchrun's [defaultN], a log dir's <local_rank>/
   long pid = -1;
   std::string host;
-  std::string time;  ///< as printed
+  std::string time;        ///< as printed
+  std::string shell_host;  ///< the host of the file's last shell prompt, for a line that
+                           ///< names none ("user@node1:~$ cmd" before the output it shows)
 };
 
 /// A line's prefixes peeled off: what they said, and where the text itself starts.
@@ -120,6 +122,10 @@ Prefix parse_prefix(std::string_view line);
 /// torchrun's "2026-11-30_15:36:14") as microseconds into its year, or -1. The year
 /// and the zone are left out: glog prints neither, and one job's logs share both.
 int64_t time_key(std::string_view stamp);
+
+/// The host of a shell prompt that begins `line` ("user@node1:~/run$ cmd",
+/// "(venv) root@node1:~# cmd", "[user@node1 run]$ cmd"), or "".
+std::string_view shell_prompt_host(std::string_view line);
 
 /// Where in `line` another process's text starts after `from` (a torchrun or Open
 /// MPI prefix in mid-line: two processes' output in one line), or npos.

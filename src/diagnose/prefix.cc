@@ -308,6 +308,33 @@ int64_t time_key(std::string_view t) {
   return ((days * 24 + h) * 60 + m) * 60 * int64_t{1000000} + sec * int64_t{1000000} + micros;
 }
 
+std::string_view shell_prompt_host(std::string_view s) {
+  size_t p = 0;
+  if (starts(s, 0, "\\")) p = 1;  // a prompt pasted with the escape of its first byte
+  if (starts(s, p, "(")) {        // a Python environment's name: "(venv) "
+    size_t close = s.substr(0, std::min(s.size(), p + 64)).find(") ", p);
+    if (close == std::string_view::npos) return {};
+    p = close + 2;
+  }
+  bool bracket = starts(s, p, "[");
+  if (bracket) ++p;
+  auto name_char = [](char c) { return is_alnum(c) || c == '_' || c == '-' || c == '.'; };
+  size_t user = p;
+  while (p < s.size() && p - user < 32 && name_char(s[p]))
+    ++p;
+  if (p == user || !starts(s, p, "@")) return {};
+  size_t host = ++p;
+  while (p < s.size() && p - host < 64 && name_char(s[p]))
+    ++p;
+  if (p == host || p >= s.size() || s[p] != (bracket ? ' ' : ':')) return {};
+  std::string_view name = s.substr(host, p - host);
+  // The rest of the prompt up to "$ " or "# " (after "]" in the bracketed form).
+  size_t end = s.substr(0, std::min(s.size(), p + 160)).find_first_of("$#", p);
+  if (end == std::string_view::npos || (bracket && s[end - 1] != ']')) return {};
+  if (end + 1 < s.size() && s[end + 1] != ' ') return {};
+  return name;
+}
+
 size_t next_process_prefix(std::string_view line, size_t from) {
   for (size_t p = line.find('[', from); p != std::string_view::npos; p = line.find('[', p + 1)) {
     Prefix scratch;

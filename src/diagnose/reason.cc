@@ -124,7 +124,8 @@ Origin origin_of(const Match& m, const Pattern& row) {
   if (!m.get(LineField::kHost).empty() && (about_the_dead || o.host.empty()) &&
       row.cls != MessageClass::kPeerPointer)
     o.host = m.get(LineField::kHost);
-  if (about_the_dead) {  // a launcher's line is not the dead process's own
+  if (o.host.empty()) o.host = o.shell_host;  // the last resort: the shell's prompt
+  if (about_the_dead) {                       // a launcher's line is not the dead process's own
     if (number(m.get(LineField::kRank)) < 0 && number(m.get(LineField::kLocalRank)) >= 0)
       o.rank = -1;
   }

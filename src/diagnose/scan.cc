@@ -125,6 +125,7 @@ struct Scanner::State {
   uint32_t source = 0;
   bool have_source = false;
   Origin from_path;
+  std::string shell_host;  // the host of the file's last shell prompt
   uint64_t line_no = 0;
   uint64_t seq = 0;
   int64_t last_stamp = -1;  // the latest time stamp of this source so far
@@ -161,6 +162,7 @@ struct Scanner::State {
 
   Origin origin_of(const Prefix& p) const {
     Origin o = from_path;
+    o.shell_host = shell_host;
     if (p.rank >= 0) o.rank = p.rank;
     if (p.local_rank >= 0) o.local_rank = p.local_rank;
     if (p.pid >= 0) o.pid = p.pid;
@@ -472,6 +474,11 @@ struct Scanner::State {
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
     Prefix prefix = parse_prefix(text);
     k.launchers |= prefix.launchers;
+    // A shell prompt names the host the output after it came from.
+    if (prefix.body == 0 && text.substr(0, 100).find('@') != std::string_view::npos) {
+      std::string_view host = shell_prompt_host(text);
+      if (!host.empty()) shell_host = host;
+    }
     if (!prefix.time.empty()) last_stamp = std::max(last_stamp, time_key(prefix.time));
     if (prefix.rank != last_rank || prefix.local_rank != last_local) {
       last_rank = prefix.rank;
@@ -521,6 +528,7 @@ void Scanner::begin_source(std::string name) {
   s_->flush_wrapped();
   s_->in_table = false;
   s_->from_path = path_origin(name);
+  s_->shell_host.clear();
   s_->k.sources.push_back(std::move(name));
   s_->source = static_cast<uint32_t>(s_->k.sources.size() - 1);
   s_->line_no = 0;

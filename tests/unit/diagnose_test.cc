@@ -145,6 +145,10 @@ TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
   });
   REQUIRE(!d.findings.empty());
   CHECK(d.findings[0].finding.name() == "process-died");
+  // The host of the shell prompt the output follows, where nothing else names one.
+  d = diagnose_lines({"ubuntu@gpu-7:~$ python train.py", "*** SIGSEGV received at time=1 ***"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-7"});
   // A failure of no shape stays what it is: unexplained, with its rank.
   d = diagnose_lines({"[rank3]: the frobnicator FAILED"});
   REQUIRE(!d.findings.empty());
@@ -281,6 +285,14 @@ TEST_CASE("diagnose: prefixes name the process") {
   CHECK(next_process_prefix("[default0]:a [default1]:b", 1) == 13);
   CHECK(next_process_prefix("[0] NCCL INFO [x]", 1) == std::string::npos);
   CHECK(next_process_prefix("[0]<stdout>:a [1]<stdout>:b", 1) == 14);
+  CHECK(shell_prompt_host("ubuntu@ip-10-0-13-120:~$ cat x.err") == "ip-10-0-13-120");
+  CHECK(shell_prompt_host("(venv) root@node1:~/kubespray# nvidia-smi") == "node1");
+  CHECK(shell_prompt_host("[yfeng1@waterfall mpi4pytest]$ mpirun -np 4 python x.py") ==
+        "waterfall");
+  CHECK(shell_prompt_host("\\ubuntu@gpu-2:~$ ls") == "gpu-2");
+  CHECK(shell_prompt_host("user@example.com: Permission denied (publickey).").empty());
+  CHECK(shell_prompt_host("[user@host run] not a prompt").empty());
+  CHECK(shell_prompt_host("mail me at a@b:c").empty());
 }
 
 TEST_CASE("diagnose: a setup error leads, whatever else the ranks say") {
