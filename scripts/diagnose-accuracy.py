@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How often `rankcheck diagnose` names the cause of real failed jobs' logs.
 
-    scripts/diagnose-accuracy.py [--bin build/rankcheck] [--set dev|heldout|heldout3|heldout4|all]
+    scripts/diagnose-accuracy.py [--bin build/rankcheck] [--set dev|heldout|heldout3|heldout4|heldout5|all]
                                  [--json] [--case SLUG] [--verbose]
 
 `all` is the sets measured already (heldout4 since its one measure, 2026-12-07).
@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("RANKCHECK_BIN",
                                                    os.path.join(ROOT, "build", "rankcheck")))
     ap.add_argument("--set", default="dev",
-                    choices=["dev", "heldout", "heldout3", "heldout4", "all"])
+                    choices=["dev", "heldout", "heldout3", "heldout4", "heldout5", "all"])
     ap.add_argument("--case")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true")
