@@ -4,7 +4,8 @@
     scripts/diagnose-accuracy.py [--bin build/rankcheck] [--set dev|heldout|heldout3|heldout4|heldout5|all]
                                  [--json] [--case SLUG] [--verbose]
 
-`all` is the sets measured already (heldout4 since its one measure, 2026-12-07).
+`all` is the sets measured already (heldout4 and heldout5 since their one measures, both
+2026-12-07).
 
 Each case of tests/fixtures/diagnose/corpus/<set>/<slug>/ holds log excerpts from a
 public thread whose cause the thread established, and case.json: the first finding
@@ -50,7 +51,7 @@ GENERAL = {
 
 
 def cases(which):
-    sets = ["dev", "heldout", "heldout3", "heldout4"] if which == "all" else [which]
+    sets = ["dev", "heldout", "heldout3", "heldout4", "heldout5"] if which == "all" else [which]
     out = []
     for s in sets:
         d = os.path.join(CORPUS, s)
