@@ -297,6 +297,11 @@ constexpr Pattern kCatalogue[] = {
 
     // -- failures no row explains: kept so that a failed job's log is never "nothing
     // found"; each is a finding only when nothing else is -------------------------
+    // Open MPI's and PRRTE's show_help: a help text between two lines of dashes, which
+    // mpirun prints when it refuses or fails; scan.cc gives it its first line, when no
+    // row reads any line of it.
+    {"launcher_help_text", "Open MPI", kErrorLine, kEither, F::kUnexplainedError, "", "", "",
+     "opal/util/show_help.c, prrte's show_help: a help text framed by lines of dashes"},
     {"error_traceback", "Python", kErrorLine, kEither, F::kUnexplainedError,
      "Traceback (most recent call last)", "", "", "Python's traceback header"},
     {"error_word", "any", kErrorLine, kEither, F::kUnexplainedError, "ERROR", R"(\bERROR\b)", "",

@@ -342,7 +342,11 @@ Shape shape_of(std::string_view text) {
 void add_unexplained(Builder& b, const Knowledge& k) {
   if (!k.error_line) return;
   const auto& [note, o] = *k.error_line;
-  Shape shape = shape_of(note.evidence.text);
+  Shape shape = catalogue()[note.row].name == "launcher_help_text"
+                    ? Shape{FindingId::kLaunchFailed,
+                            "could not launch the job; its launcher's help text, which no row "
+                            "reads, begins"}
+                    : shape_of(note.evidence.text);
   // A launcher's or the job step's failure, printed before the processes died (of an
   // error of no cause of its own, or without a word), is why they died: a container
   // that could not be set up, a module that would not load, then the task's exit.

@@ -109,6 +109,13 @@ void add_evidence(Group& g, const Note& n, const std::string& detail) {
   if (g.evidence.size() < kMaxEvidence) g.evidence.push_back(n.evidence);
 }
 
+// libstdc++'s "terminate called after throwing an instance of '...'": an exception
+// nothing caught, whose what() (the next line) may say more.
+bool uncaught_exception(const Pattern& row) {
+  return row.finding == FindingId::kProcessDied &&
+         row.literal.starts_with("terminate called after throwing an instance of");
+}
+
 // Who printed the line: its prefixes, then what the message itself names. A
 // launcher's record of a death names the dead process, not the launcher.
 Origin origin_of(const Match& m, const Pattern& row) {
@@ -259,6 +266,7 @@ void Knowledge::add(const Match& m) {
       break;
     case kOwnError:
       if (Proc* p = proc_at(o, m.source)) {
+        if (p->waiting && uncaught_exception(row)) break;  // the wait's own end
         // NCCL's generic result (an internal check) gives way to a cause in words of
         // its own that the same process prints next ("Last error: ...").
         // So does PyTorch's gloss of NCCL's result ("ncclSystemError: System call (e.g.
@@ -471,7 +479,13 @@ void Knowledge::on_wait(const Match& m, const Origin& o, const Note& note) {
   if (world_n > 0 && o.rank >= 0 && world_by_rank.size() < kMaxPids)
     world_by_rank[o.rank] = world_n;
   keep_first(absent_first, note);
-  if (Proc* p = proc_at(o, m.source)) keep_first(p->waiting, note);
+  if (Proc* p = proc_at(o, m.source)) {
+    keep_first(p->waiting, note);
+    // An exception nothing caught ("terminate called after throwing an instance of
+    // 'gloo::IoException'") whose what() is this wait: the process died of the wait.
+    if (p->own && uncaught_exception(catalogue()[p->own->row]) && earlier(*p->own, note))
+      p->own = Slot();
+  }
 }
 
 // A process saying which rank it is as it starts: counted by rank (and barrier key),

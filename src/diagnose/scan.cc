@@ -126,6 +126,13 @@ struct Scanner::State {
   bool have_source = false;
   Origin from_path;
   std::string shell_host;  // the host of the file's last shell prompt
+  // An Open MPI or PRRTE help text (show_help), between two lines of dashes: its first
+  // line, and whether any row read a line of it.
+  struct Help {
+    bool open = false, read = false;
+    std::optional<Match> first;
+  } help;
+  size_t help_row = 0;
   uint64_t line_no = 0;
   uint64_t seq = 0;
   int64_t last_stamp = -1;  // the latest time stamp of this source so far
@@ -152,6 +159,7 @@ struct Scanner::State {
       extracts.push_back(parse_extracts(p.extracts));
       regex.emplace_back();
       if (p.name == "torchrun_failure_entry") entry_row = extracts.size() - 1;
+      if (p.name == "launcher_help_text") help_row = extracts.size() - 1;
     }
   }
 
@@ -204,6 +212,37 @@ struct Scanner::State {
       ++matched;
     }
     entry = TableEntry{};
+  }
+
+  // A line of dashes opens or closes a help text; a text no row read is a failure
+  // line of its own (its first line).
+  bool help_frame(std::string_view body, const Prefix& prefix) {
+    std::string_view t = trim(body);
+    bool dashes = t.size() >= 60 && t.find_first_not_of('-') == std::string_view::npos;
+    if (!dashes) {
+      // A warning's help text ("WARNING: There was an error initializing an
+      // OpenFabrics device") is a healthy job's too: not a failure by itself.
+      if (help.open && !help.first && !t.empty() && !t.starts_with("WARNING") &&
+          !t.starts_with("Warning")) {
+        Match& m = help.first.emplace();
+        m.row = help_row;
+        m.field[static_cast<size_t>(LineField::kDetail)] = printable(t, kFieldBytes);
+        m.origin = origin_of(prefix);
+        m.source = source;
+        m.line = line_no;
+        m.seq = seq;
+        m.stamp = last_stamp;
+        m.text = printable(t, kEvidenceBytes);
+      }
+      return false;
+    }
+    if (help.open) {
+      if (!help.read && help.first) k.add(*help.first);
+      help = Help{};
+    } else {
+      help.open = true;
+    }
+    return true;
   }
 
   void flush_wrapped() {
@@ -501,6 +540,8 @@ struct Scanner::State {
     tail.line(body, prefix, {source, line_no, seq, last_stamp, text}, k);
     if (wrapped_line(text, prefix)) return;
     if (table_line(body)) return;
+    if (help_frame(body, prefix)) return;
+    size_t matched_before = matched;
     Prefilter::Mask hits{};
     bool any_hit = prefilter.scan(body, hits);
     line_text.clear();
@@ -516,6 +557,7 @@ struct Scanner::State {
       p = parse_prefix(text.substr(next));
       start = next + p.body;
     }
+    if (help.open && matched != matched_before) help.read = true;
   }
 };
 
@@ -529,6 +571,7 @@ void Scanner::begin_source(std::string name) {
   s_->in_table = false;
   s_->from_path = path_origin(name);
   s_->shell_host.clear();
+  s_->help = {};
   s_->k.sources.push_back(std::move(name));
   s_->source = static_cast<uint32_t>(s_->k.sources.size() - 1);
   s_->line_no = 0;

@@ -160,6 +160,57 @@ TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
   CHECK(d.exit_code() == 0);
 }
 
+TEST_CASE("diagnose: launchers' help texts, runners' refusals and peers never met") {
+  const std::string dashes(74, '-');
+  // mpirun's (or prterun's) help text that no row reads: the launch failed.
+  Diagnosis d = diagnose_lines({
+      "$ mpirun -n 2 --frob hostname",
+      dashes,
+      "When frobnicating the command line, the result was not one mpirun can use:",
+      "",
+      "  Command line option: frob",
+      dashes,
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].finding.message.find("When frobnicating") != std::string::npos);
+  // A warning's help text in a job that ran is no failure.
+  d = diagnose_lines({dashes, "WARNING: There is at least one frobnicator not in use.", dashes,
+                      "step 1 loss 2.3"});
+  CHECK(d.findings.empty());
+  CHECK(d.exit_code() == 0);
+  // A help text a row reads is that row's.
+  d = diagnose_lines({dashes, "There are not enough slots available in the system to satisfy the 4",
+                      "slots that were requested by the application:", dashes});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].finding.message.find("not enough slots") != std::string::npos);
+
+  d = diagnose_lines({"ValueError: openmpi backend does not support limiting num nodes/gpus"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  d = diagnose_lines({"[0] DAPL startup: RLIMIT_MEMLOCK too small"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "ib-memlock-low");
+  // torchelastic's etcd rendezvous: a participant's lease ran out, its node is gone.
+  d =
+      diagnose_lines({"INFO 2020-08-18 05:27:18,490 Keep-alive key "
+                      "/torchelastic/p2p/run_1/rdzv/v_4/rank_1 is not renewed.",
+                      "INFO 2020-08-18 05:27:18,490 Rendevous version 4 is incomplete."});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "node-lost");
+  // Horovod's Gloo rendezvous: an uncaught exception whose what() is the wait for peers.
+  d = diagnose_lines({
+      "[1]<stderr>:terminate called after throwing an instance of 'gloo::IoException'",
+      "[1]<stderr>:  what():  [horovod/common/gloo/http_store.cc:57] Wait timeout after 30 "
+      "seconds for key(s): 0. You may want to increase the timeout via "
+      "HOROVOD_GLOO_TIMEOUT_SECONDS",
+      "[1]<stderr>:*** Received signal 6 ***",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "missing-rank");
+}
+
 TEST_CASE("diagnose: a host whose NCCL or network differs from the others' is named") {
   Diagnosis d = diagnose_lines({
       "h1:11:11 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
