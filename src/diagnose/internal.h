@@ -17,6 +17,16 @@
 
 namespace rankcheck::diagnose {
 
+/// The bit of a line's four-byte window in the prefilter's and the source index's
+/// tables (2^16 bits each): one hash for both, so that one pass serves both.
+inline uint32_t window_bit(uint32_t four) {
+  return (four * 0x9E3779B1u) >> 16;
+}
+inline constexpr uint32_t kWindowBits = 1u << 16;
+inline bool has_bit(const std::vector<uint64_t>& f, uint32_t bit) {
+  return (f[bit / 64] >> (bit % 64) & 1) != 0;
+}
+
 /// Which catalogue rows' literals occur in a text: one pass of an Aho-Corasick
 /// automaton over all literals, before any regex runs. Most lines hold none: a pass
 /// over their bytes' four-byte windows against a bit per literal's first four (or
@@ -27,14 +37,26 @@ class Prefilter {
   explicit Prefilter(std::span<const Pattern> rows);
   /// Sets the bits of the rows whose literal occurs in `text`; true when any does.
   bool scan(std::string_view text, Mask& hits) const;
-
- private:
+  /// The automaton's pass alone, for a caller that has tested the windows itself.
+  bool automaton(std::string_view text, Mask& hits) const;
+  /// The windows a literal's four bytes set (window_bit), those of three-byte ones
+  /// (the window's first three bytes), whether there are such, and whether some
+  /// literal is too short for any window to rule it out.
+  const std::vector<uint64_t>& heads4() const { return heads4_; }
+  const std::vector<uint64_t>& heads3() const { return heads3_; }
+  bool any3() const { return any3_; }
+  /// Whether a three-byte literal begins with this byte.
+  bool starts3(unsigned char c) const { return starts3_[c] != 0; }
+  bool always() const { return always_; }
   /// Whether some literal may start in `text` (false: none does).
   bool may_hold(std::string_view text) const;
-  static constexpr uint32_t kHeadBits = 1u << 16;
-  static uint32_t head_bit(uint32_t head) { return (head * 0x9E3779B1u) >> 16; }
+
+ private:
+  static constexpr uint32_t kHeadBits = kWindowBits;
+  static uint32_t head_bit(uint32_t head) { return window_bit(head); }
   std::vector<uint64_t> heads4_, heads3_;  ///< literals' first four bytes; three-byte ones'
   bool any3_ = false;                      ///< some literal has three bytes
+  std::array<uint8_t, 256> starts3_{};     ///< the first bytes of the three-byte literals
   bool always_ = false;                    ///< some literal is shorter: no pass can rule it out
   std::vector<uint16_t> delta_;            ///< state * 256 + byte -> state
   std::vector<Mask> out_;                  ///< rows whose literal ends in each state
@@ -74,6 +96,11 @@ class SourceIndex {
   explicit SourceIndex(std::span<const SourceRow> rows);
   /// The best row (index into `rows`) whose template `text` holds, if any.
   std::optional<size_t> match(std::string_view text) const;
+  /// The same, where a key may start only at the offsets `at` (those whose window's
+  /// bit heads() has: a pass over the windows made by the caller).
+  std::optional<size_t> match_at(std::string_view text, std::span<const uint32_t> at) const;
+  /// The bits of the keys' first four bytes (window_bit).
+  const std::vector<uint64_t>& heads() const { return filter4_; }
   /// The best NCCL WARN row of `file` (as the WARN's prefix names it) for `text`.
   std::optional<size_t> match_warn(std::string_view file, std::string_view text) const;
 
@@ -93,8 +120,8 @@ class SourceIndex {
   /// those that pass (a line's common words: "The ", "fail"), two bits per hash of its
   /// first eight, before any lookup or compare. Keys shorter than eight bytes (few)
   /// are looked up after the first.
-  static constexpr uint32_t kFilterBits = 1u << 16;
-  static uint32_t head_bit(uint32_t head) { return (head * 0x9E3779B1u) >> 16; }
+  static constexpr uint32_t kFilterBits = kWindowBits;
+  static uint32_t head_bit(uint32_t head) { return window_bit(head); }
   static bool has(const std::vector<uint64_t>& f, uint32_t bit) {
     return (f[bit / 64] >> (bit % 64) & 1) != 0;
   }
@@ -113,6 +140,9 @@ class SourceIndex {
   std::vector<uint32_t> all_warns_;  ///< every NCCL WARN row, for a file no tag has
   std::optional<size_t> best_of(const std::vector<uint32_t>& candidates,
                                 std::string_view text) const;
+  /// The keys that start at `i` (its window passed the first filter).
+  void match_here(std::string_view text, size_t i, std::optional<size_t>& best,
+                  size_t& best_weight) const;
 };
 
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of

@@ -472,6 +472,7 @@ Prefilter::Prefilter(std::span<const Pattern> rows) {
     std::memcpy(&head, lit.data() + rare_window(lit), std::min<size_t>(lit.size(), 4));
     std::vector<uint64_t>& f = lit.size() >= 4 ? heads4_ : heads3_;
     any3_ = any3_ || lit.size() == 3;
+    if (lit.size() == 3) starts3_[static_cast<unsigned char>(lit[0])] = 1;
     uint32_t bit = head_bit(head);
     f[bit / 64] |= uint64_t{1} << (bit % 64);
   }
@@ -534,7 +535,10 @@ bool Prefilter::may_hold(std::string_view text) const {
 }
 
 bool Prefilter::scan(std::string_view text, Mask& hits) const {
-  if (!may_hold(text)) return false;
+  return may_hold(text) && automaton(text, hits);
+}
+
+bool Prefilter::automaton(std::string_view text, Mask& hits) const {
   size_t s = 0;
   bool any = false;
   const uint16_t* delta = delta_.data();

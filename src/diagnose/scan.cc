@@ -4,6 +4,8 @@
 // into the bounded Knowledge; no line is kept but as evidence.
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <regex>
 
 #include "base/text.h"
@@ -115,6 +117,11 @@ bool info_level(std::string_view line, std::string_view seg) {
 struct Scanner::State {
   std::span<const Pattern> rows = catalogue();
   Prefilter prefilter{hand_rows()};
+  // Where a source row's key may start in the line's body, from the one pass over its
+  // windows that also says whether a hand row's literal may occur (windows()).
+  std::vector<uint32_t> key_at;
+  std::vector<uint64_t> any4;  // the prefilter's four-byte windows and the keys'
+  std::string_view windowed;   // the body key_at is for
   SourceIndex sources{source_rows()};
   size_t source_base = hand_rows().size();                     // rows() index of source row 0
   size_t subsystem_base = source_base + source_rows().size();  // and of NCCL's subsystems
@@ -126,6 +133,20 @@ struct Scanner::State {
   bool have_source = false;
   Origin from_path;
   std::string shell_host;  // the host of the file's last shell prompt
+  // The hosts the last lines' prefixes named, seen already: a job's lines come from a
+  // few hosts in turn, and a string made and a set searched for each line was a
+  // twentieth of the scan.
+  std::array<std::string, 16> recent_hosts;
+  size_t recent_next = 0;
+
+  void see_host(std::string_view host) {
+    for (const std::string& h : recent_hosts) {
+      if (h == host) return;
+    }
+    std::string& slot = recent_hosts[recent_next++ % recent_hosts.size()];
+    slot.assign(host);
+    k.see_host(slot);
+  }
   // An Open MPI or PRRTE help text (show_help), between two lines of dashes: its first
   // line, and whether any row read a line of it.
   struct Help {
@@ -133,6 +154,7 @@ struct Scanner::State {
     std::optional<Match> first;
   } help;
   size_t help_row = 0;
+  size_t exit_137_row = SIZE_MAX;  // its regex needs "exit" or "code" in the line too
   uint64_t line_no = 0;
   uint64_t seq = 0;
   int64_t last_stamp = -1;  // the latest time stamp of this source so far
@@ -155,11 +177,15 @@ struct Scanner::State {
   } wrapped;
 
   State() {
+    any4 = prefilter.heads4();
+    for (size_t i = 0; i < any4.size(); ++i)
+      any4[i] |= sources.heads()[i];
     for (const Pattern& p : rows) {
       extracts.push_back(parse_extracts(p.extracts));
       regex.emplace_back();
       if (p.name == "torchrun_failure_entry") entry_row = extracts.size() - 1;
       if (p.name == "launcher_help_text") help_row = extracts.size() - 1;
+      if (p.name == "exit_status_137") exit_137_row = extracts.size() - 1;
     }
   }
 
@@ -212,6 +238,39 @@ struct Scanner::State {
       ++matched;
     }
     entry = TableEntry{};
+  }
+
+  // One pass over the body's four-byte windows for both indexes: whether a hand row's
+  // literal may occur in it (the prefilter's test), and the offsets where a source
+  // row's key may start (the source index's first filter), kept in key_at.
+  bool windows(std::string_view s) {
+    key_at.clear();
+    windowed = s;
+    bool may = prefilter.always();
+    const std::vector<uint64_t>& h4 = prefilter.heads4();
+    const std::vector<uint64_t>& h3 = prefilter.heads3();
+    const std::vector<uint64_t>& keys = sources.heads();
+    bool any3 = prefilter.any3();
+    constexpr uint32_t kFirst3 =
+        std::endian::native == std::endian::little ? 0x00ffffffu : 0xffffff00u;
+    for (size_t i = 0; i + 4 <= s.size(); ++i) {
+      uint32_t w;
+      std::memcpy(&w, s.data() + i, 4);
+      uint32_t b = window_bit(w);
+      if (has_bit(any4, b)) {
+        may = may || has_bit(h4, b);
+        if (has_bit(keys, b)) key_at.push_back(static_cast<uint32_t>(i));
+      }
+      if (any3 && !may && prefilter.starts3(static_cast<unsigned char>(s[i])) &&
+          has_bit(h3, window_bit(w & kFirst3)))
+        may = true;
+    }
+    if (any3 && !may && s.size() >= 3) {  // the last window of three bytes
+      uint32_t w = 0;
+      std::memcpy(&w, s.data() + s.size() - 3, 3);
+      may = has_bit(h3, window_bit(w));
+    }
+    return may;
   }
 
   // A line of dashes opens or closes a help text; a text no row read is a failure
@@ -359,6 +418,9 @@ struct Scanner::State {
       const Pattern& p = rows[row];
       size_t at = seg.find(p.literal);
       if (at == std::string_view::npos) continue;
+      if (row == exit_137_row && seg.find("xit") == std::string_view::npos &&
+          seg.find("code") == std::string_view::npos)
+        continue;  // "137" in a number, not an exit status: no regex for it
       std::smatch sm;
       std::string window;
       if (!p.regex.empty()) {
@@ -409,7 +471,9 @@ struct Scanner::State {
       } else {
         row = subsystem_base + nccl_subsystem_of(file, text);
       }
-    } else if (auto r = sources.match(seg)) {
+    } else if (auto r = seg.data() == windowed.data() && seg.size() == windowed.size()
+                            ? sources.match_at(seg, key_at)
+                            : sources.match(seg)) {
       row = source_base + *r;
     } else if (whole.size() > seg.size() &&
                named_prefix(whole.substr(0, whole.size() - seg.size()))) {
@@ -535,7 +599,7 @@ struct Scanner::State {
                            : first_time(seen_locals, prefix.local_rank))
         k.seen(origin_of(prefix));
     }
-    if (!prefix.host.empty()) k.see_host(std::string(prefix.host));
+    if (!prefix.host.empty()) see_host(prefix.host);
     std::string_view body = text.substr(prefix.body);
     tail.line(body, prefix, {source, line_no, seq, last_stamp, text}, k);
     if (wrapped_line(text, prefix)) return;
@@ -543,7 +607,7 @@ struct Scanner::State {
     if (help_frame(body, prefix)) return;
     size_t matched_before = matched;
     Prefilter::Mask hits{};
-    bool any_hit = prefilter.scan(body, hits);
+    bool any_hit = windows(body) && prefilter.automaton(body, hits);
     line_text.clear();
     // Several processes' text in one line: each part with its own prefix.
     size_t start = prefix.body;

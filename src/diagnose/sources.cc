@@ -353,10 +353,9 @@ size_t weight_of(const SourceRow& r) {
 
 }  // namespace
 
-std::optional<size_t> SourceIndex::match(std::string_view text) const {
-  std::optional<size_t> best;
-  size_t best_weight = 0;
-  auto consider = [&](const std::vector<uint32_t>& rows, size_t i) {
+void SourceIndex::match_here(std::string_view text, size_t i, std::optional<size_t>& best,
+                             size_t& best_weight) const {
+  auto consider = [&](const std::vector<uint32_t>& rows) {
     for (uint32_t row : rows) {
       const SourceRow& r = rows_[row];
       std::string_view key = r.pattern.literal;
@@ -368,22 +367,37 @@ std::optional<size_t> SourceIndex::match(std::string_view text) const {
       }
     }
   };
-  const bool shorts = !by_short_.empty();
+  if (i + 8 <= text.size()) {
+    uint64_t head;
+    std::memcpy(&head, text.data() + i, 8);
+    if (long_filtered(head)) {
+      if (auto it = by_head_.find(head); it != by_head_.end()) consider(it->second);
+    }
+  }
+  if (!by_short_.empty()) {
+    uint32_t four;
+    std::memcpy(&four, text.data() + i, 4);
+    if (auto it = by_short_.find(four); it != by_short_.end()) consider(it->second);
+  }
+}
+
+std::optional<size_t> SourceIndex::match(std::string_view text) const {
+  std::optional<size_t> best;
+  size_t best_weight = 0;
   for (size_t i = 0; i + kMinKey <= text.size(); ++i) {
     uint32_t four;
     std::memcpy(&four, text.data() + i, 4);
-    if (!has(filter4_, head_bit(four))) continue;  // most bytes stop here
-    if (i + 8 <= text.size()) {
-      uint64_t head;
-      std::memcpy(&head, text.data() + i, 8);
-      if (long_filtered(head)) {
-        if (auto it = by_head_.find(head); it != by_head_.end()) consider(it->second, i);
-      }
-    }
-    if (shorts) {
-      if (auto it = by_short_.find(four); it != by_short_.end()) consider(it->second, i);
-    }
+    if (has(filter4_, head_bit(four))) match_here(text, i, best, best_weight);  // most stop
   }
+  return best;
+}
+
+std::optional<size_t> SourceIndex::match_at(std::string_view text,
+                                            std::span<const uint32_t> at) const {
+  std::optional<size_t> best;
+  size_t best_weight = 0;
+  for (uint32_t i : at)
+    match_here(text, i, best, best_weight);
   return best;
 }
 
