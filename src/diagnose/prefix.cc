@@ -119,7 +119,9 @@ size_t horovod_prefix(std::string_view s, size_t p, Prefix& out) {
 
 // MPICH's Hydra launcher and its proxies: "[mpiexec@node1] ", "[proxy:0:1@node2] ".
 size_t hydra_prefix(std::string_view s, size_t p, Prefix& out) {
-  if (!starts(s, p, "[mpiexec@") && !starts(s, p, "[proxy:")) return 0;
+  if (p + 1 >= s.size() || (s[p + 1] != 'm' && s[p + 1] != 'p') ||
+      (!starts(s, p, "[mpiexec@") && !starts(s, p, "[proxy:")))
+    return 0;
   size_t close = s.substr(0, std::min(s.size(), p + 160)).find("] ", p);
   if (close == std::string_view::npos) return 0;
   size_t at = s.substr(0, close).find('@', p);

@@ -137,15 +137,20 @@ struct Scanner::State {
   // few hosts in turn, and a string made and a set searched for each line was a
   // twentieth of the scan.
   std::array<std::string, 16> recent_hosts;
+  std::array<uint64_t, 16> recent_keys{};  // each one's hash, compared first
   size_t recent_next = 0;
 
   void see_host(std::string_view host) {
-    for (const std::string& h : recent_hosts) {
-      if (h == host) return;
+    uint64_t key = 14695981039346656037ull;  // FNV-1a
+    for (char c : host)
+      key = (key ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    for (size_t i = 0; i < recent_keys.size(); ++i) {
+      if (recent_keys[i] == key && recent_hosts[i] == host) return;
     }
-    std::string& slot = recent_hosts[recent_next++ % recent_hosts.size()];
-    slot.assign(host);
-    k.see_host(slot);
+    size_t slot = recent_next++ % recent_hosts.size();
+    recent_keys[slot] = key;
+    recent_hosts[slot].assign(host);
+    k.see_host(recent_hosts[slot]);
   }
   // An Open MPI or PRRTE help text (show_help), between two lines of dashes: its first
   // line, and whether any row read a line of it.
