@@ -297,7 +297,7 @@ constexpr Pattern kCatalogue[] = {
 
     // -- failures no row explains: kept so that a failed job's log is never "nothing
     // found"; each is a finding only when nothing else is -------------------------
-    // Open MPI's and PRRTE's show_help: a help text between two lines of dashes, which
+    // Open MPI's and PRRTE's show_help: a help text between two lines of 74 dashes, which
     // mpirun prints when it refuses or fails; scan.cc gives it its first line, when no
     // row reads any line of it.
     {"launcher_help_text", "Open MPI", kErrorLine, kEither, F::kUnexplainedError, "", "", "",

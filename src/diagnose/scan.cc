@@ -278,11 +278,12 @@ struct Scanner::State {
     return may;
   }
 
-  // A line of dashes opens or closes a help text; a text no row read is a failure
-  // line of its own (its first line).
+  // A line of 74 dashes (show_help's frame, opal/util/show_help.c's dash_line) opens
+  // or closes a help text; a text no row read is a failure line of its own (its first
+  // line). Other widths are tables and rules that healthy jobs print (a model summary).
   bool help_frame(std::string_view body, const Prefix& prefix) {
     std::string_view t = trim(body);
-    bool dashes = t.size() >= 60 && t.find_first_not_of('-') == std::string_view::npos;
+    bool dashes = t.size() == 74 && t.find_first_not_of('-') == std::string_view::npos;
     if (!dashes) {
       // A warning's help text ("WARNING: There was an error initializing an
       // OpenFabrics device") is a healthy job's too: not a failure by itself.

@@ -174,6 +174,11 @@ TEST_CASE("diagnose: launchers' help texts, runners' refusals and peers never me
   REQUIRE(!d.findings.empty());
   CHECK(d.findings[0].finding.name() == "launch-failed");
   CHECK(d.findings[0].finding.message.find("When frobnicating") != std::string::npos);
+  // A table between rules of another width (Lightning's model summary) is no help text.
+  const std::string rule(60, '-');
+  d = diagnose_lines({"  | Name  | Type   | Params", rule, "0 | model | ResNet | 11.7 M", rule,
+                      "11.7 M    Trainable params"});
+  CHECK(d.findings.empty());
   // A warning's help text in a job that ran is no failure.
   d = diagnose_lines({dashes, "WARNING: There is at least one frobnicator not in use.", dashes,
                       "step 1 loss 2.3"});
