@@ -292,9 +292,9 @@ constexpr std::string_view kLaunchWords[] = {
     "slurmstepd: error", "pyxis:", "[enroot",
     // the job's environment: Lmod's modules
     "Lmod has detected",
-    // MPICH's Hydra, Open MPI's ORTE and PRRTE, LSF
-    "[mpiexec@", "[proxy:", "HYD_", "HYDU_", "mpiexec: ", "mpirun: ", "mpirun was unable",
-    "unable to run mpirun", "prterun", "PRTE ", "ORTE ", "orted", "lsb_",
+    // MPICH's Hydra (and any mpiexec: SGI MPT's mpiexec_mpt), Open MPI's ORTE and PRRTE, LSF
+    "mpiexec", "[proxy:", "HYD_", "HYDU_", "mpirun: ", "mpirun was unable", "unable to run mpirun",
+    "prterun", "PRTE ", "ORTE ", "orted:", " orted ", "lsb_",
     // Horovod, pdsh (DeepSpeed), DeepSpeed's runner, a Kubernetes client
     "Launcher failed", "horovodrun", "pdsh@", "runner.py:", "Failed to list *v1."};
 // A process's own crash: a Python traceback or exception, a failed assertion, a signal,

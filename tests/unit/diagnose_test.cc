@@ -149,6 +149,10 @@ TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
   d = diagnose_lines({"ubuntu@gpu-7:~$ python train.py", "*** SIGSEGV received at time=1 ***"});
   REQUIRE(!d.findings.empty());
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-7"});
+  // Words inside words are not launchers' ("Aborted" holds "orted").
+  d = diagnose_lines({"[rank1]: Fatal Python error: Aborted"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "process-died");
   // A failure of no shape stays what it is: unexplained, with its rank.
   d = diagnose_lines({"[rank3]: the frobnicator FAILED"});
   REQUIRE(!d.findings.empty());
