@@ -17,6 +17,23 @@
 
 namespace rankcheck::diagnose {
 
+/// What a failure line that no row reads says by its shape (shape.cc): the finding and
+/// the words of its message ("{who} {what}: {line}"); unexplained-error when it has none.
+struct Shape {
+  FindingId id;
+  const char* what;
+};
+Shape shape_of(std::string_view text);
+
+/// What a line or its file says outside the catalogue (lines.cc): a torchrun log dir's
+/// or a rank file's name; NCCL's "ADDR<port>" of a peer in a message; an INFO or DEBUG
+/// line (whose failure words are narration); a peeled prefix that is a program's name
+/// ("slurmstepd: "), not a rank, host or time.
+Origin path_origin(std::string_view path);
+std::string_view peer_address(std::string_view text);
+bool info_level(std::string_view line, std::string_view seg);
+bool named_prefix(std::string_view peeled);
+
 /// The bit of a line's four-byte window in the prefilter's and the source index's
 /// tables (2^16 bits each): one hash for both, so that one pass serves both.
 inline uint32_t window_bit(uint32_t four) {
@@ -122,9 +139,7 @@ class SourceIndex {
   /// are looked up after the first.
   static constexpr uint32_t kFilterBits = kWindowBits;
   static uint32_t head_bit(uint32_t head) { return window_bit(head); }
-  static bool has(const std::vector<uint64_t>& f, uint32_t bit) {
-    return (f[bit / 64] >> (bit % 64) & 1) != 0;
-  }
+  static bool has(const std::vector<uint64_t>& f, uint32_t bit) { return has_bit(f, bit); }
   static void set(std::vector<uint64_t>& f, uint32_t bit) {
     f[bit / 64] |= uint64_t{1} << (bit % 64);
   }
@@ -143,6 +158,20 @@ class SourceIndex {
   /// The keys that start at `i` (its window passed the first filter).
   void match_here(std::string_view text, size_t i, std::optional<size_t>& best,
                   size_t& best_weight) const;
+};
+
+/// One pass over a line's four-byte windows for both the prefilter and the source
+/// index (one hash a window, window_bit): whether a hand row's literal may occur in the
+/// line, and the offsets where a source row's key may start (SourceIndex::match_at).
+class WindowPass {
+ public:
+  WindowPass(const Prefilter& hand, const SourceIndex& keys);
+  bool run(std::string_view s, std::vector<uint32_t>& key_at) const;
+
+ private:
+  const Prefilter& hand_;
+  const SourceIndex& keys_;
+  std::vector<uint64_t> any4_;  ///< the prefilter's four-byte windows and the keys'
 };
 
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of

@@ -4,8 +4,6 @@
 // into the bounded Knowledge; no line is kept but as evidence.
 
 #include <algorithm>
-#include <bit>
-#include <cstring>
 #include <regex>
 
 #include "base/text.h"
@@ -22,63 +20,6 @@ constexpr size_t kMaxSeen = 1 << 20;   // ranks tracked one byte each
 constexpr auto digit = is_digit;
 constexpr auto trim = trim_blanks;
 
-// Whether what was peeled off a line is a program's name ("slurmstepd: ", "srun: "),
-// which its own texts include, rather than a rank, host or time (which hold digits).
-bool named_prefix(std::string_view peeled) {
-  return !peeled.empty() && std::none_of(peeled.begin(), peeled.end(), digit);
-}
-
-// NCCL's "ADDR<port>" (an IPv4 or IPv6 address, or a host name) in a message.
-std::string_view peer_address(std::string_view text) {
-  size_t lt = text.find('<');
-  while (lt != std::string_view::npos) {
-    size_t gt = text.find('>', lt);
-    bool port = gt != std::string_view::npos && gt > lt + 1;
-    for (size_t i = lt + 1; port && i < gt; ++i)
-      port = digit(text[i]);
-    if (port) {
-      size_t start = lt;
-      while (start > 0 && text[start - 1] != ' ' && text[start - 1] != '(' &&
-             text[start - 1] != '[')
-        --start;
-      if (start < lt) return text.substr(start, lt - start);
-    }
-    lt = text.find('<', lt + 1);
-  }
-  return {};
-}
-
-// What a file's path says: torchrun's log dir names the local rank
-// (<run>/attempt_<N>/<local_rank>/stdout.log); "rank3.log", "rank-3.out" name a rank.
-Origin path_origin(std::string_view path) {
-  Origin o;
-  size_t a = path.rfind("attempt_");
-  if (a != std::string_view::npos) {
-    size_t slash = path.find('/', a);
-    if (slash != std::string_view::npos) {
-      size_t p = slash + 1;
-      long v = 0;
-      size_t n = 0;
-      while (p + n < path.size() && digit(path[p + n]) && n < 7)
-        v = v * 10 + (path[p + n++] - '0');
-      if (n > 0 && p + n < path.size() && path[p + n] == '/') o.local_rank = v;
-    }
-  }
-  size_t base = path.rfind('/');
-  std::string_view file = base == std::string_view::npos ? path : path.substr(base + 1);
-  size_t r = file.find("rank");
-  if (r != std::string_view::npos) {
-    size_t p = r + 4;
-    if (p < file.size() && (file[p] == '-' || file[p] == '_')) ++p;
-    long v = 0;
-    size_t n = 0;
-    while (p + n < file.size() && digit(file[p + n]) && n < 7)
-      v = v * 10 + (file[p + n++] - '0');
-    if (n > 0) o.rank = v;
-  }
-  return o;
-}
-
 // torchrun's ChildFailedError table, an entry at a time:
 //   [1]:
 //     time      : 2026-11-30_15:36:14
@@ -94,36 +35,16 @@ struct TableEntry {
   std::string text;
 };
 
-// An INFO or DEBUG line of NCCL, Python's logging, glog ("I1218 20:27:21.426 ...") or
-// the many loggers that print the level as a word.
-bool info_level(std::string_view line, std::string_view seg) {
-  static constexpr std::string_view kMarks[] = {
-      "NCCL INFO", " INFO ", "[INFO]", "INFO:", " DEBUG ", "[DEBUG]", "DEBUG:", "\tINFO "};
-  for (std::string_view mark : kMarks) {
-    if (line.find(mark) != std::string_view::npos) return true;
-  }
-  std::string_view t = trim(seg);
-  if (t.size() > 6 && (t[0] == 'I' || t[0] == 'D') && t[5] == ' ') {
-    bool digits = true;
-    for (size_t i = 1; i < 5; ++i)
-      digits = digits && t[i] >= '0' && t[i] <= '9';
-    if (digits) return true;  // glog: I<month><day> <time>
-  }
-  return line.starts_with("INFO ") || line.starts_with("DEBUG ");
-}
-
 }  // namespace
 
 struct Scanner::State {
   std::span<const Pattern> rows = catalogue();
   Prefilter prefilter{hand_rows()};
-  // Where a source row's key may start in the line's body, from the one pass over its
-  // windows that also says whether a hand row's literal may occur (windows()).
-  std::vector<uint32_t> key_at;
-  std::vector<uint64_t> any4;  // the prefilter's four-byte windows and the keys'
-  std::string_view windowed;   // the body key_at is for
   SourceIndex sources{source_rows()};
-  size_t source_base = hand_rows().size();                     // rows() index of source row 0
+  WindowPass window_pass{prefilter, sources};
+  std::vector<uint32_t> key_at;             // where a source row's key may start in the line's body
+  std::string_view windowed;                // the body key_at is for
+  size_t source_base = hand_rows().size();  // rows() index of source row 0
   size_t subsystem_base = source_base + source_rows().size();  // and of NCCL's subsystems
   std::vector<std::vector<LineField>> extracts;
   std::vector<std::optional<std::regex>> regex;  // compiled on first use
@@ -182,9 +103,6 @@ struct Scanner::State {
   } wrapped;
 
   State() {
-    any4 = prefilter.heads4();
-    for (size_t i = 0; i < any4.size(); ++i)
-      any4[i] |= sources.heads()[i];
     for (const Pattern& p : rows) {
       extracts.push_back(parse_extracts(p.extracts));
       regex.emplace_back();
@@ -245,37 +163,10 @@ struct Scanner::State {
     entry = TableEntry{};
   }
 
-  // One pass over the body's four-byte windows for both indexes: whether a hand row's
-  // literal may occur in it (the prefilter's test), and the offsets where a source
-  // row's key may start (the source index's first filter), kept in key_at.
+  // The windows pass of the body, its key offsets kept for match_source.
   bool windows(std::string_view s) {
-    key_at.clear();
     windowed = s;
-    bool may = prefilter.always();
-    const std::vector<uint64_t>& h4 = prefilter.heads4();
-    const std::vector<uint64_t>& h3 = prefilter.heads3();
-    const std::vector<uint64_t>& keys = sources.heads();
-    bool any3 = prefilter.any3();
-    constexpr uint32_t kFirst3 =
-        std::endian::native == std::endian::little ? 0x00ffffffu : 0xffffff00u;
-    for (size_t i = 0; i + 4 <= s.size(); ++i) {
-      uint32_t w;
-      std::memcpy(&w, s.data() + i, 4);
-      uint32_t b = window_bit(w);
-      if (has_bit(any4, b)) {
-        may = may || has_bit(h4, b);
-        if (has_bit(keys, b)) key_at.push_back(static_cast<uint32_t>(i));
-      }
-      if (any3 && !may && prefilter.starts3(static_cast<unsigned char>(s[i])) &&
-          has_bit(h3, window_bit(w & kFirst3)))
-        may = true;
-    }
-    if (any3 && !may && s.size() >= 3) {  // the last window of three bytes
-      uint32_t w = 0;
-      std::memcpy(&w, s.data() + s.size() - 3, 3);
-      may = has_bit(h3, window_bit(w));
-    }
-    return may;
+    return window_pass.run(s, key_at);
   }
 
   // A line of 74 dashes (show_help's frame, opal/util/show_help.c's dash_line) opens

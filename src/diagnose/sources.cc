@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <cstring>
 #include <deque>
@@ -461,6 +462,41 @@ std::optional<size_t> SourceIndex::match_warn(std::string_view file, std::string
   // A file this catalogue's tags do not have (an older or newer NCCL moved the text):
   // the wording, which outlives the file, against every WARN of every file.
   return best_of(all_warns_, text);
+}
+
+WindowPass::WindowPass(const Prefilter& hand, const SourceIndex& keys)
+    : hand_(hand), keys_(keys), any4_(hand.heads4()) {
+  for (size_t i = 0; i < any4_.size(); ++i)
+    any4_[i] |= keys.heads()[i];
+}
+
+bool WindowPass::run(std::string_view s, std::vector<uint32_t>& key_at) const {
+  key_at.clear();
+  bool may = hand_.always();
+  const std::vector<uint64_t>& h4 = hand_.heads4();
+  const std::vector<uint64_t>& h3 = hand_.heads3();
+  const std::vector<uint64_t>& keys = keys_.heads();
+  bool any3 = hand_.any3();
+  constexpr uint32_t kFirst3 =
+      std::endian::native == std::endian::little ? 0x00ffffffu : 0xffffff00u;
+  for (size_t i = 0; i + 4 <= s.size(); ++i) {
+    uint32_t w;
+    std::memcpy(&w, s.data() + i, 4);
+    uint32_t b = window_bit(w);
+    if (has_bit(any4_, b)) {
+      may = may || has_bit(h4, b);
+      if (has_bit(keys, b)) key_at.push_back(static_cast<uint32_t>(i));
+    }
+    if (any3 && !may && hand_.starts3(static_cast<unsigned char>(s[i])) &&
+        has_bit(h3, window_bit(w & kFirst3)))
+      may = true;
+  }
+  if (any3 && !may && s.size() >= 3) {  // the last window of three bytes
+    uint32_t w = 0;
+    std::memcpy(&w, s.data() + s.size() - 3, 3);
+    may = has_bit(h3, window_bit(w));
+  }
+  return may;
 }
 
 }  // namespace rankcheck::diagnose
