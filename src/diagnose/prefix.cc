@@ -130,6 +130,23 @@ size_t hydra_prefix(std::string_view s, size_t p, Prefix& out) {
   return close + 2 - p;
 }
 
+// Open MPI's (opal_output, ORTE's and PRRTE's show_help and error logs, the signal
+// handler's "*** Process received signal ***") and PMIx's: "[node3:10716] ", the
+// host and the process id.
+size_t ompi_host_prefix(std::string_view s, size_t p, Prefix& out) {
+  if (!starts(s, p, "[")) return 0;
+  size_t q = p + 1;
+  while (q < s.size() && q - p <= 64 &&
+         (is_alnum(s[q]) || s[q] == '-' || s[q] == '_' || s[q] == '.'))
+    ++q;
+  if (q == p + 1 || !starts(s, q, ":") || !is_alpha(s[p + 1])) return 0;
+  long pid = -1;
+  size_t n = digits(s, q + 1, 8, pid);
+  if (n == 0 || !starts(s, q + 1 + n, "] ")) return 0;
+  out.host = s.substr(p + 1, q - p - 1);
+  return q + 1 + n + 2 - p;
+}
+
 // "YYYY-MM-DD?HH:MM:SS" at p (the separator any of "T", " ", "_"): its length, or 0.
 size_t date_time(std::string_view s, size_t p) {
   long v = 0;
@@ -254,8 +271,9 @@ Prefix parse_prefix(std::string_view line) {
     char c = line[p];
     if (c == '[') {
       if ((n = torchrun_prefix(line, p, out)) == 0 && (n = mpirun_prefix(line, p, out)) == 0 &&
-          (n = horovod_prefix(line, p, out)) == 0 && (n = hydra_prefix(line, p, out)) == 0)
-        n = bracket_stamp(line, p, out);
+          (n = horovod_prefix(line, p, out)) == 0 && (n = hydra_prefix(line, p, out)) == 0 &&
+          (n = bracket_stamp(line, p, out)) == 0)
+        n = ompi_host_prefix(line, p, out);
     } else if (c == ' ' || c == '\t' || digit(c)) {
       n = srun_label(line, p, out);
       if (n == 0 && !digit(c)) {  // an indented line: its prefixes follow the blanks

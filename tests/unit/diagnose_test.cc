@@ -331,6 +331,13 @@ TEST_CASE("diagnose: prefixes name the process") {
        "master.example.com", "", "HYDU_parse_array (utils/args/args.c:174): no"},
       {"[proxy:0:1@node2] HYD_pmcd_pmip_control_cmd_cb: down", -1, -1, -1, "node2", "",
        "HYD_pmcd_pmip_control_cmd_cb: down"},
+      // Open MPI's and PMIx's "[host:pid] "; an address is not a host name.
+      {"[mpi021:10716] PMIX ERROR: PMIX_ERR_FILE_OPEN_FAILURE", -1, -1, -1, "mpi021", "",
+       "PMIX ERROR: PMIX_ERR_FILE_OPEN_FAILURE"},
+      {"[gpu-3.cluster:06805] *** Process received signal ***", -1, -1, -1, "gpu-3.cluster", "",
+       "*** Process received signal ***"},
+      {"[10.0.0.7:29500] x", -1, -1, -1, "", "", "[10.0.0.7:29500] x"},
+      {"[node1:abc] x", -1, -1, -1, "", "", "[node1:abc] x"},
   };
   for (const Row& r : rows) {
     INFO(r.line);
