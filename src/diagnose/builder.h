@@ -78,5 +78,8 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool s
 /// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
 /// (rendezvous.cc).
 void add_hung_rendezvous(Builder& b, const Knowledge& k);
+/// Last, alone: fewer ranks said they started than their world, and nothing failed
+/// (rendezvous.cc).
+void add_partial_world(Builder& b, const Knowledge& k);
 
 }  // namespace rankcheck::diagnose

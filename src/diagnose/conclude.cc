@@ -583,6 +583,7 @@ Diagnosis Knowledge::conclude() {
   add_pointers(b, pointers, unreachable);              // 5. pointers to peers
   add_unexplained(b, *this);                           //    and, alone, the unexplained
   add_hung_rendezvous(b, *this);                       //    or a rendezvous never done
+  add_partial_world(b, *this);                         //    or a world half started
   sort_findings(b.out, setup);                         // initiating first
   return diagnosis_of(std::move(b.out), *this);
 }

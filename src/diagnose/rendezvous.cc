@@ -142,4 +142,39 @@ void add_hung_rendezvous(Builder& b, const Knowledge& k) {
   attach(f, {}, {}, evidence);
 }
 
+// Last, alone: fewer ranks said they started than the world they named, and nothing
+// in the log failed: the job hangs waiting for the others (Lightning's "GLOBAL_RANK: 3,
+// MEMBER: 4/8" from 4 of 8 ranks: an sbatch script that ran its program without srun
+// started one node's processes). The logs of some nodes only read the same way: said.
+void add_partial_world(Builder& b, const Knowledge& k) {
+  if (k.claims.empty() || k.world <= 1 || k.world > (1 << 16)) return;
+  for (const DiagFinding& f : b.out) {
+    if (f.finding.is_error()) return;
+  }
+  std::set<long> claimed;
+  const Note* first = nullptr;
+  for (const auto& [key, c] : k.claims) {
+    if (key.second < 0 || key.second >= k.world || c.empty()) continue;
+    claimed.insert(key.second);
+    if (!first || earlier(c.front().note, *first)) first = &c.front().note;
+  }
+  if (!first || static_cast<long>(claimed.size()) >= k.world) return;
+  std::set<long> absent;
+  for (long r = 0; r < k.world; ++r) {
+    if (!claimed.count(r)) absent.insert(r);
+  }
+  std::string message = fmt::format(
+      "{} of {} ranks said they started ({}) and the log ends with no failure: {} never "
+      "did, and the job waits for {} (or these are the logs of some nodes only: read the "
+      "others' too)",
+      claimed.size(), k.world, ranks_text(claimed), ranks_text(absent),
+      absent.size() == 1 ? "it" : "them");
+  DiagFinding& f = b.add(
+      FindingId::kMissingRank, message, true, *first,
+      "start every rank: under Slurm, run the program with srun inside the batch script (run "
+      "by the script itself, it starts one node's processes); check that the nodes and tasks "
+      "asked for make the world size every rank was given");
+  attach(f, absent, {}, {first->evidence});
+}
+
 }  // namespace rankcheck::diagnose

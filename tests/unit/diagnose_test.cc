@@ -75,6 +75,34 @@ TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its fil
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-07"});
 }
 
+TEST_CASE("diagnose: ranks that never said they started, in a log that ends with no failure") {
+  // 4 of 8 ranks initialise and the log ends: the other four are missing.
+  Diagnosis d = diagnose_lines({
+      "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8",
+      "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+      "initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/8",
+      "initializing ddp: GLOBAL_RANK: 3, MEMBER: 4/8",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "missing-rank");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{4, 5, 6, 7});
+  CHECK(d.exit_code() != 0);
+  // Every rank of the world: nothing to say.
+  d = diagnose_lines({
+      "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/2",
+      "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/2",
+  });
+  CHECK(d.findings.empty());
+  CHECK(d.exit_code() == 0);
+  // A failure in the log is what it names, not the ranks its log does not show.
+  d = diagnose_lines({
+      "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+      "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "gpu-out-of-memory");
+}
+
 TEST_CASE("diagnose: a failure no row explains is named, never nothing found") {
   // A process's own crash (a traceback cut before its exception) is that process's death.
   Diagnosis d = diagnose_lines({
