@@ -169,11 +169,11 @@ void add_partial_world(Builder& b, const Knowledge& k) {
       "others' too)",
       claimed.size(), k.world, ranks_text(claimed), ranks_text(absent),
       absent.size() == 1 ? "it" : "them");
-  DiagFinding& f = b.add(
-      FindingId::kMissingRank, message, true, *first,
-      "start every rank: under Slurm, run the program with srun inside the batch script (run "
-      "by the script itself, it starts one node's processes); check that the nodes and tasks "
-      "asked for make the world size every rank was given");
+  DiagFinding& f =
+      b.add(FindingId::kMissingRank, message, true, *first,
+            "start every rank: under Slurm, run the program with srun inside the batch script (run "
+            "by the script itself, it starts one node's processes); check that the nodes and tasks "
+            "asked for make the world size every rank was given");
   attach(f, absent, {}, {first->evidence});
 }
 
