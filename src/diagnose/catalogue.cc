@@ -66,6 +66,12 @@ constexpr Pattern kCatalogue[] = {
      "No interface found in the same subnet as remote address",
      R"(same subnet as remote address (\S+))", "detail",
      "nccl src/misc/socket.cc ncclFindInterfaceMatchSubnet"},
+    // Debian's and Ubuntu's /etc/hosts give the machine's own name 127.0.1.1: a peer
+    // whose address came from its host name (Gloo's and c10d's, a MASTER_ADDR by name)
+    // sends the others to themselves. A connection to it that failed is that.
+    {"connect_debian_hostname", "any", kSetup, kInitiating, F::kNcclInterfaceLoopback, "127.0.1.1",
+     R"(((?:[Cc]onnect|[Cc]onnection)\b.{0,80}?\b127\.0\.1\.1\b.*))", "detail",
+     "Debian's netcfg and Ubuntu's installer: /etc/hosts \"127.0.1.1 <hostname>\""},
     {"nccl_socket_family", "NCCL", kSetup, kInitiating, F::kNcclNoInterface,
      "Socket creation failed : Address family not supported", "", "",
      "nccl src/include/socket.h (2.3-2.8), src/misc/socket.cc (2.9-2.23): socket() for the "

@@ -73,6 +73,15 @@ std::string setup_message(const Group& g) {
             "the same RANK",
             g.detail);
       return fmt::format("two processes claimed {} in NCCL's bootstrap: {}", who, g.detail);
+    case FindingId::kNcclInterfaceLoopback:
+      if (catalogue()[g.first.row].name == "connect_debian_hostname")
+        return fmt::format(
+            "{} connected to 127.0.1.1, the loopback address Debian's and Ubuntu's /etc/hosts "
+            "give a machine's own name: a peer gave its host name as its address ({}); map "
+            "the name to the address between the hosts in /etc/hosts, or name the interface "
+            "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)",
+            who, g.detail);
+      return fmt::format("{}: {}", who, g.detail);
     case FindingId::kWorldSizeMismatch:
       return fmt::format("the ranks disagree on the world size: {}", g.detail);
     case FindingId::kNodeLost:

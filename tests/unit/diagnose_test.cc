@@ -75,6 +75,23 @@ TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its fil
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-07"});
 }
 
+TEST_CASE("diagnose: a connection to 127.0.1.1 is a host name that maps to loopback") {
+  Diagnosis d = diagnose_lines({
+      "terminate called after throwing an instance of 'gloo::IoException'",
+      "  what():  [gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "nccl-interface-loopback");
+  d =
+      diagnose_lines({"node1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+                      "127.0.1.1<45763> failed : Connection refused"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "nccl-interface-loopback");
+  // Its address in a healthy line is not a failure.
+  d = diagnose_lines({"node1:1:1 [0] NCCL INFO Bootstrap : Using eth0:127.0.1.1<0>"});
+  CHECK(d.exit_code() == 0);
+}
+
 TEST_CASE("diagnose: ranks that never said they started, in a log that ends with no failure") {
   // 4 of 8 ranks initialise and the log ends: the other four are missing.
   Diagnosis d = diagnose_lines({
