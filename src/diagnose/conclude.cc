@@ -216,6 +216,33 @@ void group_rank_claims(Knowledge& k) {
   g.evidence.push_back(first->evidence);
 }
 
+// 1. A setup error no prefix attributes (a launch's "*** An error occurred in MPI_Init",
+// a script's argparse refusal) is the one process that died in the same file without
+// an error of its own, when there is exactly one: the launcher's record names its rank
+// and host ("srun: error: hpl: task 0: Exited with exit code 1").
+void attribute_setup_errors(Knowledge& k) {
+  for (auto& [id, g] : k.setup) {
+    if (!g.ranks.empty() || !g.hosts.empty()) continue;
+    const Evidence& at = g.first.evidence;
+    const Proc* lone = nullptr;
+    int quiet = 0;
+    for (const auto& [key, p] : k.procs) {
+      // Its own error, if any, is this one (placed there from the file's unattributed
+      // lines, merge.cc).
+      bool own_is_this =
+          !p.own || (p.own->evidence.file == at.file && p.own->evidence.line == at.line);
+      if (p.unattributed || !p.died || p.killed_by_launcher || !own_is_this || p.downstream ||
+          p.waiting || p.died->evidence.file != at.file)
+        continue;
+      lone = &p;
+      ++quiet;
+    }
+    if (quiet != 1) continue;
+    if (lone->rank >= 0) g.ranks.insert(lone->rank);
+    if (!lone->host.empty()) g.hosts.insert(lone->host);
+  }
+}
+
 // 1. The setup errors: initiating wherever they appear.
 void add_setup_errors(Builder& b, const std::map<FindingId, Group>& setup) {
   for (const auto& [id, g] : setup) {
@@ -580,6 +607,7 @@ Diagnosis Knowledge::conclude() {
   add_verdict(b, *this);                                    // 1. rankcheck's own verdict,
   group_world_sizes(*this);                                 //    world sizes that differ,
   group_rank_claims(*this);                                 //    a rank started twice,
+  attribute_setup_errors(*this);                            //    their processes,
   add_setup_errors(b, setup);                               //    the setup errors,
   add_host_differences(b, *this);                           //    hosts unlike the others
   bool ended_outside = add_job_ends(b, *this);              // 6. the scheduler's end of the job

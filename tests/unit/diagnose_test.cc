@@ -75,6 +75,27 @@ TEST_CASE("diagnose: an NCCL WARN is read by its file's templates, or by its fil
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-07"});
 }
 
+TEST_CASE("diagnose: a launch error no prefix names is the one process that died with it") {
+  Diagnosis d = diagnose_lines({
+      "*** An error occurred in MPI_Init",
+      "*** on a NULL communicator",
+      "srun: error: hpl: task 0: Exited with exit code 1",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{0});
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"hpl"});
+  // Two processes died: which one printed it, the log does not say.
+  d = diagnose_lines({
+      "*** An error occurred in MPI_Init",
+      "srun: error: hpl: task 0: Exited with exit code 1",
+      "srun: error: hpl2: task 1: Exited with exit code 1",
+  });
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+  CHECK(d.findings[0].finding.hosts.empty());
+}
+
 TEST_CASE("diagnose: a connection to 127.0.1.1 is a host name that maps to loopback") {
   Diagnosis d = diagnose_lines({
       "terminate called after throwing an instance of 'gloo::IoException'",
