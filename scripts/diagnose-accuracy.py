@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """How often `rankcheck diagnose` names the cause of real failed jobs' logs.
 
-    scripts/diagnose-accuracy.py [--bin build/rankcheck] [--set dev|heldout|heldout3|heldout4|heldout5|all]
-                                 [--json] [--case SLUG] [--verbose]
+    scripts/diagnose-accuracy.py [--bin build/rankcheck]
+        [--set dev|heldout|heldout3|heldout4|heldout5|heldout6|all]
+        [--json] [--case SLUG] [--verbose]
 
-`all` is the sets measured already (heldout4 and heldout5 since their one measures, both
-2026-12-07).
+`all` is the sets measured already (heldout4, heldout5 and heldout6 since their one
+measures, all 2026-12-07).
 
 Each case of tests/fixtures/diagnose/corpus/<set>/<slug>/ holds log excerpts from a
 public thread whose cause the thread established, and case.json: the first finding
@@ -51,7 +52,7 @@ GENERAL = {
 
 
 def cases(which):
-    sets = ["dev", "heldout", "heldout3", "heldout4", "heldout5"] if which == "all" else [which]
+    sets = ["dev", "heldout", "heldout3", "heldout4", "heldout5", "heldout6"] if which == "all" else [which]
     out = []
     for s in sets:
         d = os.path.join(CORPUS, s)
@@ -92,7 +93,7 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("RANKCHECK_BIN",
                                                    os.path.join(ROOT, "build", "rankcheck")))
     ap.add_argument("--set", default="dev",
-                    choices=["dev", "heldout", "heldout3", "heldout4", "heldout5", "all"])
+                    choices=["dev", "heldout", "heldout3", "heldout4", "heldout5", "heldout6", "all"])
     ap.add_argument("--case")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--verbose", action="store_true")

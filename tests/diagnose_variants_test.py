@@ -6,8 +6,8 @@ lines were captured.
     tests/diagnose_variants_test.py BINARY
 
 For every case of tests/fixtures/diagnose/corpus (the held-out sets too, once their
-one measure has been taken: heldout3's on 2026-12-06, heldout4's and heldout5's on
-2026-12-07), diagnose reads the case's logs
+one measure has been taken: heldout3's on 2026-12-06, heldout4's, heldout5's and
+heldout6's on 2026-12-07), diagnose reads the case's logs
 as they are and then in four captures of them:
 
   crlf       every line ended by CR LF (a log written on or for Windows)
@@ -69,7 +69,7 @@ def main():
     with open(os.path.join(CORPUS, "known-misses.txt")) as f:
         known = {line.split("\t")[0] for line in f if line[:1].isalpha()}
     failures, checked = [], 0
-    for part in ("dev", "heldout", "heldout3", "heldout4", "heldout5"):
+    for part in ("dev", "heldout", "heldout3", "heldout4", "heldout5", "heldout6"):
         root = os.path.join(CORPUS, part)
         for slug in sorted(os.listdir(root)):
             folder = os.path.join(root, slug)
