@@ -52,9 +52,9 @@ class Prefilter {
  public:
   using Mask = std::array<uint64_t, 2>;  ///< one bit per hand-written row (a static_assert)
   explicit Prefilter(std::span<const Pattern> rows);
-  /// Sets the bits of the rows whose literal occurs in `text`; true when any does.
-  bool scan(std::string_view text, Mask& hits) const;
-  /// The automaton's pass alone, for a caller that has tested the windows itself.
+  /// Sets the bits of the rows whose literal occurs in `text`; true when any does. The
+  /// caller tests the windows first (WindowPass, one pass for these heads and the
+  /// source index's keys).
   bool automaton(std::string_view text, Mask& hits) const;
   /// The windows a literal's four bytes set (window_bit), those of three-byte ones
   /// (the window's first three bytes), whether there are such, and whether some
@@ -65,8 +65,6 @@ class Prefilter {
   /// Whether a three-byte literal begins with this byte.
   bool starts3(unsigned char c) const { return starts3_[c] != 0; }
   bool always() const { return always_; }
-  /// Whether some literal may start in `text` (false: none does).
-  bool may_hold(std::string_view text) const;
 
  private:
   static constexpr uint32_t kHeadBits = kWindowBits;

@@ -526,38 +526,6 @@ Prefilter::Prefilter(std::span<const Pattern> rows) {
     terminal_[s] = (out_[s][0] | out_[s][1]) != 0;
 }
 
-bool Prefilter::may_hold(std::string_view text) const {
-  if (always_) return true;
-  const char* p = text.data();
-  size_t n = text.size();
-  // A window of four bytes at each position; its first three bytes, masked, are a
-  // three-byte literal's head as memcpy'd above.
-  constexpr uint32_t kFirst3 =
-      std::endian::native == std::endian::little ? 0x00ffffffu : 0xffffff00u;
-  for (size_t i = 0; i + 4 <= n; ++i) {
-    uint32_t w;
-    std::memcpy(&w, p + i, 4);
-    uint32_t b = head_bit(w);
-    if ((heads4_[b / 64] >> (b % 64) & 1) != 0) return true;
-    if (any3_) {
-      uint32_t b3 = head_bit(w & kFirst3);
-      if ((heads3_[b3 / 64] >> (b3 % 64) & 1) != 0) return true;
-    }
-  }
-  // The last window of three bytes.
-  if (any3_ && n >= 3) {
-    uint32_t w = 0;
-    std::memcpy(&w, p + n - 3, 3);
-    uint32_t b3 = head_bit(w);
-    if ((heads3_[b3 / 64] >> (b3 % 64) & 1) != 0) return true;
-  }
-  return false;
-}
-
-bool Prefilter::scan(std::string_view text, Mask& hits) const {
-  return may_hold(text) && automaton(text, hits);
-}
-
 bool Prefilter::automaton(std::string_view text, Mask& hits) const {
   size_t s = 0;
   bool any = false;
