@@ -352,6 +352,9 @@ void add_unexplained(Builder& b, const Knowledge& k) {
 // themselves, a shell 126 (not executable) and 127 (not found).
 std::string exit_meaning(long sig, long exit) {
   if (sig == 9) return ": the kernel's OOM killer, or a kill from outside";
+  if (sig == 7)
+    return ": SIGBUS is a page of shared memory the kernel could not give, most often a full "
+           "/dev/shm (a container's is 64 MiB unless the pod or docker run gives more)";
   if (sig > 0) return "";
   switch (exit) {
     case 125:
@@ -387,10 +390,12 @@ void add_silent_deaths(Builder& b,
                                         signal_text(p.signal))
                       : p.exit > 0 ? fmt::format("exited with code {}", p.exit)
                                    : std::string("ended");
-    DiagFinding& f = b.add(FindingId::kProcessDied,
-                           fmt::format("{} {} without an error of its own in the logs{}", who, how,
-                                       exit_meaning(p.signal, p.exit)),
-                           true, *p.died);
+    // Killed by SIGBUS: shared memory it could not have (a full /dev/shm), not a crash.
+    DiagFinding& f =
+        b.add(p.signal == 7 ? FindingId::kSharedMemoryExhausted : FindingId::kProcessDied,
+              fmt::format("{} {} without an error of its own in the logs{}", who, how,
+                          exit_meaning(p.signal, p.exit)),
+              true, *p.died);
     attach(f, ranks, hosts, {});
   }
 }

@@ -132,19 +132,33 @@ size_t hydra_prefix(std::string_view s, size_t p, Prefix& out) {
 
 // Open MPI's (opal_output, ORTE's and PRRTE's show_help and error logs, the signal
 // handler's "*** Process received signal ***") and PMIx's: "[node3:10716] ", the
-// host and the process id.
+// host and the process id; UCX's adds its thread: "[node3:10716 :0:10740] ".
 size_t ompi_host_prefix(std::string_view s, size_t p, Prefix& out) {
   if (!starts(s, p, "[")) return 0;
   size_t q = p + 1;
   while (q < s.size() && q - p <= 64 &&
          (is_alnum(s[q]) || s[q] == '-' || s[q] == '_' || s[q] == '.'))
     ++q;
-  if (q == p + 1 || !starts(s, q, ":") || !is_alpha(s[p + 1])) return 0;
+  // A name, not an address: a letter somewhere ("8d6bf97c3bf4", a container's).
+  std::string_view name = s.substr(p + 1, q - p - 1);
+  if (name.empty() || !starts(s, q, ":") ||
+      std::none_of(name.begin(), name.end(), [](char c) { return is_alpha(c); }))
+    return 0;
   long pid = -1;
   size_t n = digits(s, q + 1, 8, pid);
-  if (n == 0 || !starts(s, q + 1 + n, "] ")) return 0;
-  out.host = s.substr(p + 1, q - p - 1);
-  return q + 1 + n + 2 - p;
+  if (n == 0) return 0;
+  size_t e = q + 1 + n;
+  while (e < s.size() && e - q < 24 && s[e] == ' ')  // UCX pads the pid
+    ++e;
+  for (int part = 0; part < 2 && starts(s, e, ":"); ++part) {
+    long v = 0;
+    size_t m = digits(s, e + 1, 12, v);
+    if (m == 0) return 0;
+    e += 1 + m;
+  }
+  if (!starts(s, e, "] ")) return 0;
+  out.host = name;
+  return e + 2 - p;
 }
 
 // "YYYY-MM-DD?HH:MM:SS" at p (the separator any of "T", " ", "_"): its length, or 0.

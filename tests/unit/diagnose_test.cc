@@ -96,6 +96,26 @@ TEST_CASE("diagnose: a launch error no prefix names is the one process that died
   CHECK(d.findings[0].finding.hosts.empty());
 }
 
+TEST_CASE("diagnose: SIGBUS is shared memory the kernel could not give") {
+  // A worker ended by signal 7 with no words: a full /dev/shm, not a crash.
+  Diagnosis d = diagnose_lines(
+      {"The worker fails with {0: ProcessFailure(local_rank=0, pid=54, exitcode=-7, "
+       "error_file='<N/A>', error_file_data={'message': '<NONE>'}, message='Signal 7 (SIGBUS) "
+       "received by PID 54', timestamp=1711419181)}"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "shared-memory-exhausted");
+  d =
+      diagnose_lines({"[gpu-7:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical "
+                      "address)"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "shared-memory-exhausted");
+  CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-7"});
+  // A command the launcher ran by its path, not there: the launch failed.
+  d = diagnose_lines({"bash: ./hydra_pmi_proxy: No such file or directory"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "launch-failed");
+}
+
 TEST_CASE("diagnose: a connection to 127.0.1.1 is a host name that maps to loopback") {
   Diagnosis d = diagnose_lines({
       "terminate called after throwing an instance of 'gloo::IoException'",
@@ -402,6 +422,8 @@ TEST_CASE("diagnose: prefixes name the process") {
        "PMIX ERROR: PMIX_ERR_FILE_OPEN_FAILURE"},
       {"[gpu-3.cluster:06805] *** Process received signal ***", -1, -1, -1, "gpu-3.cluster", "",
        "*** Process received signal ***"},
+      {"[qgpu-813:1    :0:381] Caught signal 7 (Bus error)", -1, -1, -1, "qgpu-813", "",
+       "Caught signal 7 (Bus error)"},
       {"[10.0.0.7:29500] x", -1, -1, -1, "", "", "[10.0.0.7:29500] x"},
       {"[node1:abc] x", -1, -1, -1, "", "", "[node1:abc] x"},
   };
