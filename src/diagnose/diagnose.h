@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -182,6 +183,18 @@ struct LineMatch {
   std::string_view text;  ///< the line, printable, cut
 };
 
+/// A line's reading that needs only its text, made ahead of the scanner's own pass
+/// (Scanner::ahead, on the reader's thread): the text as displayed, its prefixes, and
+/// where its body may hold a catalogue row's literal.
+struct LineAhead {
+  std::string_view text;  ///< without terminal codes and CR: in the input, or in `owned`
+  size_t raw_bytes = 0;   ///< the line as read
+  Prefix prefix;
+  uint32_t keys_from = 0, keys_n = 0;  ///< its source keys' offsets in ahead()'s `keys`
+  std::array<uint64_t, 2> hits{};      ///< the hand-written rows whose literal it holds
+  bool any_hit = false;
+};
+
 class Scanner {
  public:
   Scanner();
@@ -193,6 +206,15 @@ class Scanner {
   void begin_source(std::string name);
   /// The next line of the current source, without its line break.
   void line(std::string_view text);
+  /// What line(text) reads of a line's text alone (its prefixes, the windows and
+  /// literals of its body), made ahead on another thread: it reads the scanner's
+  /// tables, never its state. `keys` gets the body's source-key offsets; a line
+  /// with terminal codes is kept in `owned`; `scratch` is the calling thread's.
+  void ahead(std::string_view raw, LineAhead& out, std::vector<uint32_t>& keys,
+             std::deque<std::string>& owned, std::string& scratch) const;
+  /// The next line, read ahead: the same as line(raw) of the line `a` was made from.
+  /// `keys` is the span ahead() filled, alive until this returns.
+  void line(const LineAhead& a, std::span<const uint32_t> keys);
   /// Calls `f` for each line the catalogue recognises, as it is read (the live
   /// reader of `run -- CMD`); the reasoning at finish() is unchanged.
   void observe(std::function<void(const LineMatch&)> f);

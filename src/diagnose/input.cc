@@ -1,14 +1,21 @@
 // The outside world of `rankcheck diagnose`: files, directories, stdin and gzip,
-// read in fixed chunks and handed to the scanner a line at a time. A line longer
+// read in fixed chunks and handed to the scanner a line at a time (a regular file read
+// ahead on a second thread, ReadAhead). A line longer
 // than kMaxLine is handed on as its start and its end, so memory stays bounded
 // whatever the input holds.
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <system_error>
+#include <thread>
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -69,7 +76,8 @@ bool budget_spent() {
 // dump) is still read, in bounded memory.
 class LineSplitter {
  public:
-  explicit LineSplitter(Scanner& s) : scanner_(s) {}
+  explicit LineSplitter(Scanner& s) : sink_([&s](std::string_view l) { s.line(l); }) {}
+  explicit LineSplitter(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
 
   void feed(std::string_view chunk) {
     if (t_budget != nullptr) t_budget->charge(chunk.size());
@@ -77,7 +85,7 @@ class LineSplitter {
       size_t nl = chunk.find('\n');
       std::string_view part = chunk.substr(0, nl);
       if (partial_.empty() && nl != std::string_view::npos && part.size() <= kMaxLine) {
-        scanner_.line(part);  // the common case: no copy
+        sink_(part);  // the common case: no copy
       } else {
         add(part);
         if (nl != std::string_view::npos) flush();
@@ -103,7 +111,7 @@ class LineSplitter {
   }
   void flush() {
     if (!cut_) {
-      scanner_.line(partial_);
+      sink_(partial_);
     } else {
       // Its start, then its last kKeep bytes (some of them from partial_'s end when
       // the tail is short).
@@ -111,14 +119,14 @@ class LineSplitter {
       std::string last = partial_.substr(kKeep) + tail_;
       whole += " \xE2\x80\xA6 ";
       whole.append(last, last.size() > kKeep ? last.size() - kKeep : 0);
-      scanner_.line(whole);
+      sink_(whole);
     }
     partial_.clear();
     tail_.clear();
     cut_ = false;
   }
 
-  Scanner& scanner_;
+  std::function<void(std::string_view)> sink_;
   std::string partial_;  // the line's first kMaxLine bytes
   std::string tail_;     // what came after them, its last kKeep bytes at least
   bool cut_ = false;
@@ -158,6 +166,133 @@ bool report_lines(const std::string& text, LineSplitter& lines) {
   return true;
 }
 
+// A regular file read ahead: a second thread reads its chunks, splits them into lines
+// and makes each line's LineAhead (Scanner::ahead: its prefixes, its windows, its
+// literals), while this thread runs the scanner over the chunk before. Only a regular
+// file: its reads never wait on a writer, so a stop (the CPU budget spent) is seen by
+// the thread within a chunk's reading, and the thread is always joined.
+class ReadAhead {
+ public:
+  struct Batch {
+    std::string data;               // the chunk its lines point into
+    std::deque<std::string> owned;  // lines made whole across chunks, cut, or displayed
+    std::vector<LineAhead> lines;
+    std::vector<uint32_t> keys;  // the lines' source-key offsets (LineAhead::keys_from)
+    size_t bytes = 0;            // read into it
+    int error = 0;               // a read's errno
+  };
+
+  ReadAhead(int fd, const Scanner& scanner, std::string first)
+      : fd_(fd),
+        scanner_(scanner),
+        thread_([this, f = std::move(first)]() mutable { run(std::move(f)); }) {}
+  ~ReadAhead() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  /// The next batch, in order; none once the file is read.
+  std::optional<Batch> next() {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return !queue_.empty() || done_; });
+    if (queue_.empty()) return std::nullopt;
+    Batch b = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return b;
+  }
+  /// A batch read, for the thread to fill again (its buffers' memory reused).
+  void recycle(Batch b) {
+    std::lock_guard lock(m_);
+    if (spare_.size() < kAhead) spare_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr size_t kAhead = 2;  // batches made and not yet taken, at most
+
+  void run(std::string first) {
+    Batch b;
+    std::string scratch;
+    LineSplitter lines([&](std::string_view l) {
+      bool in_chunk = !b.data.empty() && l.data() >= b.data.data() &&
+                      l.data() + l.size() <= b.data.data() + b.data.size();
+      std::string_view v = in_chunk ? l : std::string_view(b.owned.emplace_back(l));
+      scanner_.ahead(v, b.lines.emplace_back(), b.keys, b.owned, scratch);
+    });
+    b.data = std::move(first);
+    b.bytes = b.data.size();
+    lines.feed(b.data);
+    for (;;) {
+      if (!push(b)) return;
+      b = spare();
+      b.data.resize(kChunk);  // a spare's is this size already: nothing to clear
+      ssize_t n = ::read(fd_, b.data.data(), b.data.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        b.data.clear();
+        if (n < 0) {
+          b.error = errno;  // said by the reader, as a serial read says it: no line after
+        } else {
+          lines.end();
+        }
+        push(b);
+        break;
+      }
+      b.data.resize(static_cast<size_t>(n));
+      b.bytes = b.data.size();
+      lines.feed(b.data);
+    }
+    std::lock_guard lock(m_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  // An empty batch: a spare one the reader gave back, or a new one.
+  Batch spare() {
+    Batch b;
+    {
+      std::lock_guard lock(m_);
+      if (!spare_.empty()) {
+        b = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    b.owned.clear();
+    b.lines.clear();
+    b.keys.clear();
+    b.bytes = 0;
+    b.error = 0;
+    return b;
+  }
+  // Hands a batch on, waiting while kAhead are not taken; false once stopped.
+  bool push(Batch& b) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return queue_.size() < kAhead || stop_; });
+    if (stop_) {
+      done_ = true;
+      cv_.notify_all();
+      return false;
+    }
+    queue_.push_back(std::move(b));
+    cv_.notify_all();
+    return true;
+  }
+
+  int fd_;
+  const Scanner& scanner_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::vector<Batch> spare_;  // read, to be filled again
+  bool stop_ = false, done_ = false;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
 std::string errno_text(const std::string& path, int err) {
   return fmt::format("{}: {}", path, std::strerror(err));
 }
@@ -166,7 +301,25 @@ bool binary(std::string_view head) {
   return head.find('\0') != std::string_view::npos;
 }
 
-std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::string& buf) {
+// The rest of a regular file, from its first chunk on, read ahead (ReadAhead): the
+// same lines in the same order as read_plain's own loop.
+std::string read_ahead(int fd, const std::string& name, Scanner& scanner, std::string first) {
+  ReadAhead ahead(fd, scanner, std::move(first));
+  while (std::optional<ReadAhead::Batch> b = ahead.next()) {
+    if (t_budget != nullptr) t_budget->charge(b->bytes);
+    for (const LineAhead& a : b->lines)
+      scanner.line(a, b->keys);
+    if (b->error != 0) return errno_text(name, b->error);
+    if (budget_spent()) break;
+    ahead.recycle(std::move(*b));
+  }
+  return "";
+}
+
+// `regular`: a regular file, read ahead on a second thread once its first chunk says
+// it is text and not a report of rankcheck's own.
+std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::string& buf,
+                       bool regular) {
   LineSplitter lines(scanner);
   bool first = true;
   std::string json;  // the input so far, while it may be a report of rankcheck's own
@@ -191,6 +344,7 @@ std::string read_plain(int fd, const std::string& name, Scanner& scanner, std::s
       size_t nl = chunk.find('\n');
       maybe_json = start != std::string_view::npos && chunk[start] == '{' &&
                    (nl == std::string_view::npos || chunk.substr(nl + 1, 1) != "{");
+      if (regular && !maybe_json) return read_ahead(fd, name, scanner, std::string(chunk));
     }
     if (maybe_json) {
       json.append(chunk);
@@ -272,7 +426,7 @@ std::string read_file(const std::string& path, Scanner& scanner, std::string& bu
   }
   int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  std::string r = read_plain(fd, path, scanner, buf);
+  std::string r = read_plain(fd, path, scanner, buf, true);
   ::close(fd);
   if (r == "gzip") return read_gzip(path, scanner, buf);
   if (r == "binary") {
@@ -332,7 +486,7 @@ std::string read_each(const Input& in, Scanner& scanner) {
   for (const std::string& path : in.paths) {
     if (budget_spent()) break;
     if (path == "-") {
-      std::string r = read_plain(0, "-", scanner, buf);
+      std::string r = read_plain(0, "-", scanner, buf, false);
       if (r == "gzip" || r == "binary")
         return "-: standard input is not text (compressed or binary): decompress it first";
       if (!r.empty()) return r;

@@ -50,7 +50,7 @@ inline bool has_bit(const std::vector<uint64_t>& f, uint32_t bit) {
 /// three) bytes says so first, at a fraction of the automaton's cost a byte.
 class Prefilter {
  public:
-  using Mask = std::array<uint64_t, 2>;  ///< one bit per hand-written row (a static_assert)
+  using Mask = decltype(LineAhead::hits);  ///< one bit per hand-written row (a static_assert)
   explicit Prefilter(std::span<const Pattern> rows);
   /// Sets the bits of the rows whose literal occurs in `text`; true when any does. The
   /// caller tests the windows first (WindowPass, one pass for these heads and the

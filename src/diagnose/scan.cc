@@ -4,7 +4,9 @@
 // into the bounded Knowledge; no line is kept but as evidence.
 
 #include <algorithm>
+#include <deque>
 #include <regex>
+#include <span>
 
 #include "base/text.h"
 #include "diagnose/internal.h"
@@ -43,6 +45,7 @@ struct Scanner::State {
   SourceIndex sources{source_rows()};
   WindowPass window_pass{prefilter, sources};
   std::vector<uint32_t> key_at;             // where a source row's key may start in the line's body
+  std::span<const uint32_t> key_span;       // key_at, or the offsets read ahead (line(LineAhead))
   std::string_view windowed;                // the body key_at is for
   size_t source_base = hand_rows().size();  // rows() index of source row 0
   size_t subsystem_base = source_base + source_rows().size();  // and of NCCL's subsystems
@@ -166,7 +169,9 @@ struct Scanner::State {
   // The windows pass of the body, its key offsets kept for match_source.
   bool windows(std::string_view s) {
     windowed = s;
-    return window_pass.run(s, key_at);
+    bool may = window_pass.run(s, key_at);
+    key_span = key_at;
+    return may;
   }
 
   // A line of 74 dashes (show_help's frame, opal/util/show_help.c's dash_line) opens
@@ -369,7 +374,7 @@ struct Scanner::State {
         row = subsystem_base + nccl_subsystem_of(file, text);
       }
     } else if (auto r = seg.data() == windowed.data() && seg.size() == windowed.size()
-                            ? sources.match_at(seg, key_at)
+                            ? sources.match_at(seg, key_span)
                             : sources.match(seg)) {
       row = source_base + *r;
     } else if (whole.size() > seg.size() &&
@@ -467,12 +472,49 @@ struct Scanner::State {
     ++line_no;
     ++seq;
     bytes += text.size() + 1;
-    // A line captured from a terminal (--color always, script, srun --pty, tmux):
-    // read as it was shown, without its colour codes or the progress bar a carriage
-    // return wrote over.
-    text = as_displayed(text, displayed);
+    text = displayed_line(text, displayed);
+    read_line(text, parse_prefix(text), nullptr, {});
+  }
+
+  // A line whose text alone was read ahead, on the reader's thread (ahead()).
+  void line(const LineAhead& a, std::span<const uint32_t> keys) {
+    ++line_no;
+    ++seq;
+    bytes += a.raw_bytes + 1;
+    read_line(a.text, a.prefix, &a, keys);
+  }
+
+  // What a line's text alone says, with the tables only (never the state): the
+  // reader's thread makes it while this one reads the lines before.
+  void ahead(std::string_view raw, LineAhead& a, std::vector<uint32_t>& keys,
+             std::deque<std::string>& owned, std::string& scratch) const {
+    a.raw_bytes = raw.size();
+    std::string_view text = displayed_line(raw, scratch);
+    if (text.data() < raw.data() || text.data() >= raw.data() + raw.size())
+      text = owned.emplace_back(text);  // made in `scratch`, which the next line reuses
+    a.text = text;
+    a.prefix = parse_prefix(text);
+    std::string_view body = text.substr(a.prefix.body);
+    thread_local std::vector<uint32_t> at;
+    bool may = window_pass.run(body, at);
+    a.keys_from = static_cast<uint32_t>(keys.size());
+    a.keys_n = static_cast<uint32_t>(at.size());
+    keys.insert(keys.end(), at.begin(), at.end());
+    a.hits = {};
+    a.any_hit = may && prefilter.automaton(body, a.hits);
+  }
+
+  // A line captured from a terminal (--color always, script, srun --pty, tmux): read
+  // as it was shown, without its colour codes or the progress bar a carriage return
+  // wrote over, and without a CRLF's CR.
+  static std::string_view displayed_line(std::string_view text, std::string& scratch) {
+    text = as_displayed(text, scratch);
     if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
-    Prefix prefix = parse_prefix(text);
+    return text;
+  }
+
+  void read_line(std::string_view text, const Prefix& prefix, const LineAhead* a,
+                 std::span<const uint32_t> keys) {
     k.launchers |= prefix.launchers;
     // A shell prompt names the host the output after it came from.
     if (prefix.body == 0 && text.substr(0, 100).find('@') != std::string_view::npos) {
@@ -504,7 +546,15 @@ struct Scanner::State {
     if (help_frame(body, prefix)) return;
     size_t matched_before = matched;
     Prefilter::Mask hits{};
-    bool any_hit = windows(body) && prefilter.automaton(body, hits);
+    bool any_hit = false;
+    if (a != nullptr) {
+      windowed = body;
+      key_span = keys.subspan(a->keys_from, a->keys_n);
+      hits = a->hits;
+      any_hit = a->any_hit;
+    } else {
+      any_hit = windows(body) && prefilter.automaton(body, hits);
+    }
     line_text.clear();
     // Several processes' text in one line: each part with its own prefix.
     size_t start = prefix.body;
@@ -547,6 +597,16 @@ void Scanner::begin_source(std::string name) {
 void Scanner::line(std::string_view text) {
   if (!s_->have_source) begin_source("-");
   s_->line(text);
+}
+
+void Scanner::ahead(std::string_view raw, LineAhead& out, std::vector<uint32_t>& keys,
+                    std::deque<std::string>& owned, std::string& scratch) const {
+  s_->ahead(raw, out, keys, owned, scratch);
+}
+
+void Scanner::line(const LineAhead& a, std::span<const uint32_t> keys) {
+  if (!s_->have_source) begin_source("-");
+  s_->line(a, keys);
 }
 
 void Scanner::observe(std::function<void(const LineMatch&)> f) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "base/text.h"
@@ -817,6 +818,51 @@ TEST_CASE("diagnose: a file of one 4 MiB line without a line break is read in bo
   std::string missing = (dir / "no-such.log").string();
   CHECK(read_inputs({{dir.string(), missing}}, t) == missing + ": No such file or directory");
   fs::remove_all(dir);
+}
+
+TEST_CASE("diagnose: a file read ahead on a second thread reads as the same bytes on stdin") {
+  // A few MiB, so that lines cross the chunks: prefixes, CRLF, colour codes, a line
+  // longer than the longest kept whole, and failures near the chunks' edges.
+  namespace fs = std::filesystem;
+  fs::path file = fs::temp_directory_path() / ("rankcheck-ahead-" + std::to_string(::getpid()));
+  {
+    std::ofstream f(file, std::ios::binary);
+    for (int i = 0; i < 40000; ++i) {
+      f << "node" << i % 8 << ":" << 1000 + i % 8 << ":" << 2000 + i % 8 << " [" << i % 8
+        << "] NCCL INFO Channel " << i % 32 << "/0 : " << i % 8 << "[" << i % 8 << "] -> "
+        << (i + 1) % 8 << "[" << (i + 1) % 8 << "] via P2P/IPC\n";
+      if (i % 997 == 0) f << "[rank" << i % 8 << "]: step " << i << " loss 0.5\r\n";
+      if (i % 1499 == 0)
+        f << "\x1b[31m[rank3]: torch.OutOfMemoryError: CUDA out of memory.\x1b[0m\n";
+      if (i == 20000) f << "[rank5]: " << std::string(100 * 1024, 'z') << " ValueError: long\n";
+      if (i % 3001 == 0)
+        f << "[rank1]: torch.distributed.DistNetworkError: The client socket has timed out after "
+             "1800s while trying to connect to (10.0.0.1, 29500).\n";
+    }
+    f << "srun: error: node3: task 3: Exited with exit code 1";  // no line break at the end
+  }
+  Scanner ahead;
+  REQUIRE(read_inputs({{file.string()}}, ahead) == "");
+  Diagnosis a = ahead.finish();
+  int saved = ::dup(0);
+  int fd = ::open(file.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, 0);
+  Scanner serial;
+  std::string r = read_inputs({{"-"}}, serial);
+  ::dup2(saved, 0);
+  ::close(saved);
+  ::close(fd);
+  REQUIRE(r == "");
+  Diagnosis b = serial.finish();
+  std::string ja = render_json(a), jb = render_json(b);
+  for (size_t at; (at = ja.find(file.string())) != std::string::npos;)
+    ja.replace(at, file.string().size(), "-");
+  CHECK(a.lines == b.lines);
+  CHECK(a.bytes == b.bytes);
+  CHECK(ja == jb);
+  REQUIRE(!a.findings.empty());
+  fs::remove(file);
 }
 
 TEST_CASE("diagnose: long lines are kept whole only up to a budget") {
