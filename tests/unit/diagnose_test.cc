@@ -111,6 +111,11 @@ TEST_CASE("diagnose: SIGBUS is shared memory the kernel could not give") {
   REQUIRE(!d.findings.empty());
   CHECK(d.findings[0].finding.name() == "shared-memory-exhausted");
   CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"gpu-7"});
+  // glibc's malloc finding its heap corrupted: the process's own crash.
+  d = diagnose_lines({"[rank2]: free(): double free detected in tcache 2"});
+  REQUIRE(!d.findings.empty());
+  CHECK(d.findings[0].finding.name() == "process-died");
+  CHECK(d.findings[0].finding.ranks == std::vector<long>{2});
   // A command the launcher ran by its path, not there: the launch failed.
   d = diagnose_lines({"bash: ./hydra_pmi_proxy: No such file or directory"});
   REQUIRE(!d.findings.empty());
