@@ -174,7 +174,7 @@ bool report_lines(const std::string& text, LineSplitter& lines) {
 class ReadAhead {
  public:
   struct Batch {
-    std::string data;               // the chunk its lines point into
+    std::string data;               // the chunk its lines point into (kChunk reserved)
     std::deque<std::string> owned;  // lines made whole across chunks, cut, or displayed
     std::vector<LineAhead> lines;
     std::vector<uint32_t> keys;  // the lines' source-key offsets (LineAhead::keys_from)
@@ -225,7 +225,10 @@ class ReadAhead {
       std::string_view v = in_chunk ? l : std::string_view(b.owned.emplace_back(l));
       scanner_.ahead(v, b.lines.emplace_back(), b.keys, b.owned, scratch);
     });
-    b.data = std::move(first);
+    // The lines point into `data` while the batch moves between threads: a buffer of
+    // its own on the heap, never a short string's inline one, which a move copies.
+    b.data.reserve(kChunk);
+    b.data.assign(first);
     b.bytes = b.data.size();
     lines.feed(b.data);
     for (;;) {

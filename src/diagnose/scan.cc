@@ -515,6 +515,10 @@ struct Scanner::State {
 
   void read_line(std::string_view text, const Prefix& prefix, const LineAhead* a,
                  std::span<const uint32_t> keys) {
+    // The last line's windows are not this one's (and a read-ahead batch's offsets
+    // are gone with it): set again below, for this line's body.
+    windowed = {};
+    key_span = {};
     k.launchers |= prefix.launchers;
     // A shell prompt names the host the output after it came from.
     if (prefix.body == 0 && text.substr(0, 100).find('@') != std::string_view::npos) {

@@ -867,6 +867,16 @@ TEST_CASE("diagnose: a file read ahead on a second thread reads as the same byte
   CHECK(a.bytes == b.bytes);
   CHECK(ja == jb);
   REQUIRE(!a.findings.empty());
+  // A file shorter than a short string's inline buffer: its lines still read whole.
+  {
+    std::ofstream f(file, std::ios::binary | std::ios::trunc);
+    f << "OOMKilled\n";
+  }
+  Scanner tiny;
+  REQUIRE(read_inputs({{file.string()}}, tiny) == "");
+  Diagnosis t = tiny.finish();
+  REQUIRE(!t.findings.empty());
+  CHECK(t.findings[0].finding.name() == "host-out-of-memory");
   fs::remove(file);
 }
 
