@@ -147,7 +147,8 @@ void add_hung_rendezvous(Builder& b, const Knowledge& k) {
 // MEMBER: 4/8" from 4 of 8 ranks: an sbatch script that ran its program without srun
 // started one node's processes). The logs of some nodes only read the same way: said.
 void add_partial_world(Builder& b, const Knowledge& k) {
-  if (k.claims.empty() || k.world <= 1 || k.world > (1 << 16)) return;
+  // Claims past the cap were not kept (k.dropped): the absent would be guessed.
+  if (k.claims.empty() || k.world <= 1 || k.world > (1 << 16) || k.dropped > 0) return;
   for (const DiagFinding& f : b.out) {
     if (f.finding.is_error()) return;
   }
