@@ -75,6 +75,14 @@ void add_timeouts(Builder& b, const Knowledge& k);
 /// (added already by add_unreachable_store), is left out.
 void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool skip_unreachable);
 
+/// 1. The setup errors (setup.cc): ranks that waited for different world sizes, a
+/// rank two processes said they were, the process a setup error no prefix names
+/// belongs to, then the findings, initiating wherever they appear.
+void group_world_sizes(Knowledge& k);
+void group_rank_claims(Knowledge& k);
+void attribute_setup_errors(Knowledge& k);
+void add_setup_errors(Builder& b, const std::map<FindingId, Group>& setup);
+
 /// Last, alone: logs that end in torchrun's agent waiting for its rendezvous
 /// (rendezvous.cc).
 void add_hung_rendezvous(Builder& b, const Knowledge& k);

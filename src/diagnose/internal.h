@@ -172,6 +172,32 @@ class WindowPass {
   std::vector<uint64_t> any4_;  ///< the prefilter's four-byte windows and the keys'
 };
 
+/// torchrun's ChildFailedError table ("Root Cause (first observed failure):", then an
+/// entry a "[1]:" with its time, host, rank, exit code), read a line at a time
+/// (table.cc).
+class FailureTable {
+ public:
+  struct Entry {
+    bool open = false;
+    long rank = -1, local_rank = -1, exit = 0, pid = -1;
+    std::string host, time, detail;
+    uint64_t line = 0;
+    std::string text;
+  };
+  /// A line's body: true when it was one of the table's own lines; `done` gets the
+  /// entry it ended, if any.
+  bool line(std::string_view body, uint64_t line_no, std::optional<Entry>& done);
+  /// The table ends (its file did): the entry it left open, if any.
+  std::optional<Entry> close();
+  /// The entry being read, whose process the lines inside it are.
+  const Entry* open_entry() const { return entry_.open ? &entry_ : nullptr; }
+
+ private:
+  std::optional<Entry> close_entry();
+  bool in_table_ = false;
+  Entry entry_;
+};
+
 /// A line kept as evidence is cut to this many bytes (the JSON report shows all of
 /// it; the text report cuts it to its width).
 inline constexpr size_t kEvidenceBytes = 2048;

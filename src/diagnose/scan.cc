@@ -22,21 +22,6 @@ constexpr size_t kMaxSeen = 1 << 20;   // ranks tracked one byte each
 constexpr auto digit = is_digit;
 constexpr auto trim = trim_blanks;
 
-// torchrun's ChildFailedError table, an entry at a time:
-//   [1]:
-//     time      : 2026-11-30_15:36:14
-//     host      : localhost
-//     rank      : 1 (local_rank: 1)
-//     exitcode  : 1 (pid: 9444)
-//     traceback : ...
-struct TableEntry {
-  bool open = false;
-  long rank = -1, local_rank = -1, exit = 0, pid = -1;
-  std::string host, time, detail;
-  uint64_t line = 0;
-  std::string text;
-};
-
 }  // namespace
 
 struct Scanner::State {
@@ -90,9 +75,8 @@ struct Scanner::State {
   std::string line_text;    // the current line as evidence, made on its first match
   std::string displayed;    // the current line without its terminal codes, when it had any
   uint64_t bytes = 0, matched = 0, skipped = 0;
-  bool in_table = false;
-  AgentTail tail;  // whether the current source ends in torchrun's rendezvous
-  TableEntry entry;
+  AgentTail tail;      // whether the current source ends in torchrun's rendezvous
+  FailureTable table;  // torchrun's failure table, when the lines are in one
   size_t entry_row = 0;
   long last_rank = -2, last_local = -2;
   std::vector<uint8_t> seen_ranks, seen_locals;  // per source
@@ -128,7 +112,9 @@ struct Scanner::State {
     if (p.pid >= 0) o.pid = p.pid;
     if (!p.host.empty()) o.host = std::string(p.host);
     if (!p.time.empty()) o.time = printable(p.time, 64);
-    if (entry.open && entry.rank >= 0 && o.rank < 0 && o.local_rank < 0) {
+    if (const FailureTable::Entry* e = table.open_entry();
+        e != nullptr && e->rank >= 0 && o.rank < 0 && o.local_rank < 0) {
+      const FailureTable::Entry& entry = *e;
       o.rank = entry.rank;
       o.local_rank = entry.local_rank;
       o.host = entry.host;
@@ -138,8 +124,10 @@ struct Scanner::State {
     return o;
   }
 
-  void flush_entry() {
-    if (entry.open && (entry.rank >= 0 || entry.pid >= 0)) {
+  // An entry of torchrun's failure table that ended: its row's match.
+  void add_entry(const std::optional<FailureTable::Entry>& done) {
+    if (done && (done->rank >= 0 || done->pid >= 0)) {
+      const FailureTable::Entry& entry = *done;
       Match m;
       m.row = entry_row;
       m.field[static_cast<size_t>(LineField::kRank)] =
@@ -163,7 +151,6 @@ struct Scanner::State {
       k.add(m);
       ++matched;
     }
-    entry = TableEntry{};
   }
 
   // The windows pass of the body, its key offsets kept for match_source.
@@ -246,68 +233,6 @@ struct Scanner::State {
       field += printable(t, kVerdictBytes - field.size());
     }
     return true;
-  }
-
-  // A line inside torchrun's table: true when it was one of the table's own.
-  bool table_line(std::string_view body) {
-    std::string_view t = trim(body);
-    if (t.rfind("Root Cause (first observed failure)", 0) == 0 || t == "Failures:") {
-      flush_entry();
-      in_table = true;
-      return true;
-    }
-    if (!in_table) return false;
-    if (t.rfind("=====", 0) == 0) {
-      flush_entry();
-      in_table = false;
-      return true;
-    }
-    if (t.rfind("-----", 0) == 0) {
-      flush_entry();
-      return true;
-    }
-    if (t.size() >= 4 && t.front() == '[' && t.substr(t.size() - 2) == "]:" && digit(t[1])) {
-      flush_entry();
-      entry.open = true;
-      entry.line = line_no;
-      return true;
-    }
-    if (!entry.open) return false;
-    size_t colon = t.find(" : ");
-    if (colon == std::string_view::npos) return false;
-    std::string_view key = trim(t.substr(0, colon));
-    std::string_view value = trim(t.substr(colon + 3));
-    auto num = [](std::string_view v, size_t at) {
-      long x = 0;
-      bool neg = at < v.size() && v[at] == '-';
-      size_t i = at + (neg ? 1 : 0);
-      size_t n = 0;
-      while (i + n < v.size() && digit(v[i + n]) && n < 12)
-        x = x * 10 + (v[i + n++] - '0');
-      return n == 0 ? -1L : (neg ? -x : x);
-    };
-    if (key == "rank") {
-      entry.rank = num(value, 0);
-      size_t lr = value.find("local_rank: ");
-      if (lr != std::string_view::npos) entry.local_rank = num(value, lr + 12);
-      entry.text = printable(t, kEvidenceBytes);
-    } else if (key == "host") {
-      entry.host = printable(value, 128);
-    } else if (key == "time") {
-      entry.time = printable(value, 64);
-    } else if (key == "exitcode") {
-      entry.exit = num(value, 0);
-      size_t pid = value.find("pid: ");
-      if (pid != std::string_view::npos) entry.pid = num(value, pid + 5);
-      // Bounded: a table of one entry with a million "exitcode" lines must not grow it.
-      if (entry.text.size() < kEvidenceBytes) {
-        if (!entry.text.empty()) entry.text += "; ";
-        entry.text += printable(t, kEvidenceBytes);
-      }
-    } else if (key != "traceback" && key != "error_file") {
-      return false;
-    }
-    return key != "traceback";  // a traceback's first line may hold the error itself
   }
 
   // The first hand-written row whose literal and regex a segment holds, its fields
@@ -546,7 +471,10 @@ struct Scanner::State {
     std::string_view body = text.substr(prefix.body);
     tail.line(body, prefix, {source, line_no, seq, last_stamp, text}, k);
     if (wrapped_line(text, prefix)) return;
-    if (table_line(body)) return;
+    if (std::optional<FailureTable::Entry> done; table.line(body, line_no, done)) {
+      add_entry(done);
+      return;
+    }
     if (help_frame(body, prefix)) return;
     size_t matched_before = matched;
     Prefilter::Mask hits{};
@@ -581,9 +509,8 @@ Scanner::~Scanner() = default;
 
 void Scanner::begin_source(std::string name) {
   s_->tail.end(s_->k);
-  s_->flush_entry();
+  s_->add_entry(s_->table.close());
   s_->flush_wrapped();
-  s_->in_table = false;
   s_->from_path = path_origin(name);
   s_->shell_host.clear();
   s_->help = {};
@@ -624,7 +551,7 @@ void Scanner::skipped(std::string name) {
 
 Diagnosis Scanner::finish() {
   s_->tail.end(s_->k);
-  s_->flush_entry();
+  s_->add_entry(s_->table.close());
   s_->flush_wrapped();
   Diagnosis d = s_->k.conclude();
   d.files = s_->k.sources.size();
