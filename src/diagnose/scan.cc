@@ -19,7 +19,6 @@ constexpr size_t kWindowBefore = 256;  // regexes see the literal with this much
 constexpr size_t kWindow = 2048;       // and this much in all
 constexpr size_t kMaxSeen = 1 << 20;   // ranks tracked one byte each
 
-constexpr auto digit = is_digit;
 constexpr auto trim = trim_blanks;
 
 }  // namespace
