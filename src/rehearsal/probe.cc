@@ -70,17 +70,23 @@ Mac answer_mac(const JobToken* token, std::span<const uint8_t> nonce,
   return token->mac(kPathLabel, nonce, ticket, body).value_or(Mac{});
 }
 
-// The address a connection came from, without its port: what the flood bound counts by.
+// The address a connection came from, without its port: what the flood bound counts
+// by. Empty for loopback: the kernel gives every connection to a 127/8 address the
+// source 127.0.0.1, so hosts simulated on one machine (and a job's processes on one
+// host) would all count as one source; they are this host's own, which the bound
+// does not guard against, and the bound on all pending questions still holds.
 std::string source_of(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
   if (ss.ss_family == AF_INET) {
     const auto& a = reinterpret_cast<sockaddr_in*>(&ss)->sin_addr;
+    if ((ntohl(a.s_addr) >> 24) == 127) return {};
     return std::string(reinterpret_cast<const char*>(&a), sizeof a);
   }
   if (ss.ss_family == AF_INET6) {
     const auto& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return {};
     return std::string(reinterpret_cast<const char*>(&a), sizeof a);
   }
   return {};
@@ -217,7 +223,7 @@ void PathListener::accept_some(std::vector<Pending>& pending) {
     }
     size_t same = 0;
     for (const Pending& q : pending)
-      same += q.source == p.source;
+      same += !p.source.empty() && q.source == p.source;
     if (same >= kMaxPerSource || pending.size() >= kMaxPending) {
       ++flooded_;
       (void)!::send(c, kBusy, sizeof kBusy, MSG_NOSIGNAL);

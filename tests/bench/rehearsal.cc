@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   // Every host probes at once, as the members do (a thread each, 32 in flight each).
   std::atomic<size_t> ok{0};
   std::vector<double> took(hosts);
+  std::vector<std::map<std::string, size_t>> failed(hosts);  // outcome and detail: how many
   auto t1 = Clock::now();
   std::vector<std::thread> threads;
   for (size_t h = 0; h < hosts; ++h) {
@@ -55,8 +57,13 @@ int main(int argc, char** argv) {
       auto s = Clock::now();
       auto rs = probe_paths(uint32_t(h), target[h].identity, per[h], Millis(2000), 32,
                             Deadline::after(Millis(20000)), nullptr);
-      for (const PathResult& r : rs)
+      for (const PathResult& r : rs) {
         ok += r.outcome == PathOutcome::kOk;
+        if (r.outcome != PathOutcome::kOk) {
+          ++failed[h][fmt::format("{}{}{}", outcome_text(r.outcome), r.detail.empty() ? "" : ": ",
+                                  r.detail)];
+        }
+      }
       took[h] = ms_between(s, Clock::now());
     });
   }
@@ -64,6 +71,13 @@ int main(int argc, char** argv) {
     t.join();
   double wall_ms = ms_between(t1, Clock::now());
   double slowest = *std::max_element(took.begin(), took.end());
+  // A failed run says what its failed connections found (on stderr: the figures stay one line).
+  std::map<std::string, size_t> why;
+  for (const auto& f : failed)
+    for (const auto& [what, n] : f)
+      why[what] += n;
+  for (const auto& [what, n] : why)
+    std::fprintf(stderr, "  %zu connection(s): %s\n", n, what.c_str());
   if (json) {
     std::printf(
         "{\"scenario\": \"rehearsal\", \"ranks\": null, \"hosts\": %zu, \"verdict\": \"%s\", "

@@ -499,7 +499,17 @@ class ListenerFlood(ClusterCase):
         flood = [self.cluster.spawn(3, ["python3", "-c", self.FLOOD, self.cluster.addr(2),
                                         str(port)], os.environ.copy(), stdout=subprocess.DEVNULL)
                  for _ in range(8)]
-        time.sleep(1.0)  # the flood under way before the last rank joins
+        # The flood under way before the last rank joins: its connections seen at h2.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[2], "ss", "-tnH",
+                                  "sport", "=", f":{port}"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            if len(out.splitlines()) >= 100:
+                break
+            time.sleep(0.02)
+        else:
+            self.fail("the flood's connections never reached h2's listener")
         start(1)
         res = self.wait_all(procs, self.TIMEOUT)
         for p in flood:
