@@ -252,6 +252,21 @@ constexpr Pattern kCatalogue[] = {
     {"nccl_plugin_internal", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
      "NET/Plugin: Using internal network plugin", R"(NET/Plugin: Using (internal) network plugin)",
      "id", "NCCL src/net.cc (2.21) ncclNetPluginInit"},
+    // No net plugin found, the internal one used (the value "internal", reason.cc):
+    // "NET/Plugin : dlerror=... No plugin found (libnccl-net.so), using internal
+    // implementation" (2.19-2.20), "NET/Plugin: No plugin found (libnccl-net.so)" (2.21-2.22),
+    // "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin." (2.23-2.25;
+    // "net plugin." 2.26-2.27; nothing after the names 2.28).
+    {"nccl_plugin_none_found", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
+     "No plugin found (", R"(NET/Plugin ?: (?:dlerror=.{0,400}? )?No plugin found \()", "",
+     "NCCL src/net.cc ncclNetPluginInit (2.19-2.22)"},
+    {"nccl_plugin_none_not_found", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
+     "NET/Plugin: Could not find:", "", "",
+     "NCCL src/net.cc (2.23-2.25), src/plugin/plugin_open.cc (2.26-2.28) openPluginLib"},
+    // The Mellanox/HPC-X plugin names its file as it starts: the plugin loaded.
+    {"nccl_plugin_path", "nccl-rdma-sharp-plugins", kContext, kEither, F::kNcclNetPluginMismatch,
+     "Plugin Path : ", R"(\bPlugin Path : (\S{1,300}))", "id",
+     "Mellanox/nccl-rdma-sharp-plugins src/ib_plugin.c pluginInit"},
     {"nccl_plugin_loaded", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
      "NET/Plugin: Loaded net plugin ",
      R"(NET/Plugin: Loaded net plugin (\S[^()]{0,200}?) \(v\d+\))", "id",

@@ -32,6 +32,7 @@ constexpr size_t kMaxPids = 1 << 16;
 // Hosts a group names, at most: a log that names a million peers is reported by the
 // first of them, in memory proportional to the report, not to the log.
 constexpr size_t kMaxGroupHosts = 1024;
+constexpr std::string_view kInternalPlugin = "internal";  // as nccl_plugin_internal reads it
 
 // Names `host` in `g`, unless kMaxGroupHosts others are named already: false then.
 bool add_host(Group& g, const std::string& host) {
@@ -324,7 +325,9 @@ void Knowledge::on_host_fact(const Match& m, const Pattern& row, const Origin& o
   bool sockets = row.name == "nccl_socket_using";
   if (!version && !network && !ib && !plugin && !sockets && row.name != "nccl_env_set") return;
   HostLog& h = host_logs[o.host];
-  const std::string& value = m.get(LineField::kId);
+  // A host that found no net plugin uses NCCL's internal one.
+  const std::string value = row.name.starts_with("nccl_plugin_none") ? std::string(kInternalPlugin)
+                                                                     : m.get(LineField::kId);
   // The interfaces NCCL's sockets use ("[0]lo:127.0.0.1<0> [1]eth0:10.0.0.2<0>"), and the
   // IB transport's out-of-band one ("; OOB eth0:10.0.0.2<0>").
   std::string_view ifs = sockets ? std::string_view(value) : std::string_view();

@@ -329,6 +329,39 @@ TEST_CASE("diagnose: a host whose NCCL or network differs from the others' is na
   CHECK(d.networks.at("h3") == "Socket");
 }
 
+TEST_CASE("diagnose: a host that found no net plugin, in each NCCL's words", "[nccl_ib]") {
+  // 2.19-2.20, 2.21-2.22, 2.23-2.25, 2.26-2.27, 2.28: the internal plugin used.
+  for (const char* none :
+       {"NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or "
+        "directory No plugin found (libnccl-net.so), using internal implementation",
+        "NET/Plugin: No plugin found (libnccl-net.so)",
+        "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+        "NET/Plugin: Could not find: libnccl-net.so. Using internal net plugin.",
+        "NET/Plugin: Could not find: libnccl-net.so"}) {
+    CAPTURE(none);
+    // Beside hosts that loaded one (the HPC-X plugin names its file as it starts):
+    // the host without is named.
+    Diagnosis d = diagnose_lines({
+        "h1:11:11 [0] NCCL INFO " + std::string(none),
+        "h2:22:22 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+        "h3:33:33 [0] NCCL INFO Plugin Path : /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+    });
+    REQUIRE(d.findings.size() == 1);
+    CHECK(d.findings[0].finding.name() == "nccl-net-plugin-mismatch");
+    CHECK(d.findings[0].finding.hosts == std::vector<std::string>{"h1"});
+    CHECK(d.findings[0].finding.message.find("internal on h1") != std::string::npos);
+    // Alone, or on every host: a healthy job's narration.
+    CHECK(diagnose_lines({"h1:11:11 [0] NCCL INFO " + std::string(none)}).findings.empty());
+    CHECK(diagnose_lines({"h1:11:11 [0] NCCL INFO " + std::string(none),
+                          "h2:22:22 [0] NCCL INFO " + std::string(none)})
+              .findings.empty());
+  }
+  // The tuner's and profiler's plugins are not the network's.
+  CHECK(diagnose_lines({"h1:11:11 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so",
+                        "h2:22:22 [0] NCCL INFO NET/Plugin: Loaded net plugin IB (v8)"})
+            .findings.empty());
+}
+
 TEST_CASE("diagnose: NCCL's IB ports and plugin, compared across hosts", "[nccl_ib]") {
   Diagnosis d = diagnose_lines({
       "h1:11:11 [0] NCCL INFO NET/Plugin: Using internal network plugin.",
