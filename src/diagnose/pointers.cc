@@ -64,7 +64,7 @@ void add_pointers(Builder& b, const std::map<FindingId, Group>& pointers, bool s
                                   peer, g.detail)
         : id == FindingId::kNcclNetworkError
             ? fmt::format(
-                  "{} lost its NCCL connection to a peer{} and no peer shows an error of "
+                  "{} lost its connection to a peer{} and no peer shows an error of "
                   "its own: the network between them, or a peer that exited without a "
                   "word: {}{}",
                   who, peer, g.detail, ib.empty() ? std::string() : " (" + ib + ")")
