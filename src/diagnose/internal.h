@@ -292,6 +292,15 @@ struct Proc {
   std::string op;
   bool killed_by_launcher = false;
   bool unattributed = false;  ///< a file's lines that no prefix attributes
+
+  /// It died (a launcher's record says so), not at its launcher's hand, and printed
+  /// nothing of its own, of a peer or of waiting: a death with no word of its own.
+  /// `own_may_be`: an error of its own that is allowed, where it is this one.
+  bool died_silent(const Evidence* own_may_be = nullptr) const {
+    bool own_ok = !own || (own_may_be != nullptr && own->evidence.file == own_may_be->file &&
+                           own->evidence.line == own_may_be->line);
+    return !unattributed && died && !killed_by_launcher && own_ok && !downstream && !waiting;
+  }
 };
 
 /// Errors of one finding id, grouped over the ranks and hosts that printed them.

@@ -22,9 +22,7 @@ void place_by_file(std::map<std::string, Proc>& procs, Proc& from) {
   const std::string& file = wait->evidence.file;
   bool placed = false;
   for (auto& [key, p] : procs) {
-    bool quiet = !p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream &&
-                 !p.waiting && p.died->evidence.file == file;
-    if (!quiet) continue;
+    if (!p.died_silent() || p.died->evidence.file != file) continue;
     (from.waiting ? p.waiting : p.downstream) = *wait;
     placed = true;
   }
@@ -43,8 +41,7 @@ void place_unattributed(std::map<std::string, Proc>& procs) {
   Proc* lone = nullptr;
   int failed = 0;
   for (auto& [key, p] : procs) {
-    if (!p.unattributed && p.died && !p.killed_by_launcher && !p.own && !p.downstream &&
-        !p.waiting) {
+    if (p.died_silent()) {
       lone = &p;
       ++failed;
     }

@@ -141,11 +141,7 @@ void attribute_setup_errors(Knowledge& k) {
     for (const auto& [key, p] : k.procs) {
       // Its own error, if any, is this one (placed there from the file's unattributed
       // lines, merge.cc).
-      bool own_is_this =
-          !p.own || (p.own->evidence.file == at.file && p.own->evidence.line == at.line);
-      if (p.unattributed || !p.died || p.killed_by_launcher || !own_is_this || p.downstream ||
-          p.waiting || p.died->evidence.file != at.file)
-        continue;
+      if (!p.died_silent(&at) || p.died->evidence.file != at.file) continue;
       lone = &p;
       ++quiet;
     }
