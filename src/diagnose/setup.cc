@@ -63,6 +63,15 @@ std::string setup_message(const Group& g) {
                            catalogue()[g.first.row].literal, g.hosts.empty() ? "a node" : who,
                            g.detail.empty() ? std::string() : ": " + g.detail);
       return fmt::format("{}: {}", who, g.detail);
+    case FindingId::kLaunchFailed:
+      // slurmstepd's execve() of the task (its detail the program): the program is not
+      // on that node, or not on its PATH, or not executable there.
+      if (catalogue()[g.first.row].literal.find("execve(): ") != std::string_view::npos)
+        return fmt::format(
+            "{}: the launcher could not start '{}' there (execve failed): it is not on "
+            "that node, not on its PATH, or not executable",
+            who, g.detail);
+      return fmt::format("{}: {}", who, g.detail);
     default:
       return fmt::format("{}: {}", who, g.detail);
   }
