@@ -264,7 +264,7 @@ constexpr Pattern kCatalogue[] = {
      "NET/Plugin: Could not find:", "", "",
      "NCCL src/net.cc (2.23-2.25), src/plugin/plugin_open.cc (2.26-2.28) openPluginLib"},
     // The Mellanox/HPC-X plugin names its file as it starts: the plugin loaded.
-    {"nccl_plugin_path", "nccl-rdma-sharp-plugins", kContext, kEither, F::kNcclNetPluginMismatch,
+    {"nccl_plugin_path", "HPC-X SHARP plugin", kContext, kEither, F::kNcclNetPluginMismatch,
      "Plugin Path : ", R"(\bPlugin Path : (\S{1,300}))", "id",
      "Mellanox/nccl-rdma-sharp-plugins src/ib_plugin.c pluginInit"},
     {"nccl_plugin_loaded", "NCCL", kContext, kEither, F::kNcclNetPluginMismatch,
