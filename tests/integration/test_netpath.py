@@ -472,17 +472,27 @@ class ListenerFlood(ClusterCase):
              "    for s in held:\n"
              "        s.close()\n")
 
-    def listener_port(self, host, wait=5.0):
+    def ss_until(self, host, args, found, what, wait):
+        """Reads `ss -tnH ARGS` in h<host>'s namespace until found(lines) gives something: the
+        state the test acts on (sockets log nothing to wait for)."""
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[host], "ss", "-ltnH"],
-                                 capture_output=True, text=True, timeout=5).stdout
-            for line in out.splitlines():
+            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[host], "ss", "-tnH"]
+                                 + args, capture_output=True, text=True, timeout=5).stdout
+            got = found(out.splitlines())
+            if got:
+                return got
+            time.sleep(0.05)
+        self.fail(f"{what} on h{host} within {wait:.0f} s")
+
+    def listener_port(self, host, wait=5.0):
+        def port(lines):
+            for line in lines:
                 local = line.split()[3]
                 if local.startswith(self.cluster.addr(host) + ":"):
                     return int(local.rsplit(":", 1)[1])
-            time.sleep(0.05)
-        self.fail(f"no rehearsal listener on h{host}")
+            return None
+        return self.ss_until(host, ["-l"], port, "no rehearsal listener", wait)
 
     def test_a_flood_at_a_listener_does_not_fail_a_healthy_job(self):
         self.cluster.up()
@@ -500,16 +510,8 @@ class ListenerFlood(ClusterCase):
                                         str(port)], os.environ.copy(), stdout=subprocess.DEVNULL)
                  for _ in range(8)]
         # The flood under way before the last rank joins: its connections seen at h2.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            out = subprocess.run(["ip", "netns", "exec", self.cluster.ns[2], "ss", "-tnH",
-                                  "sport", "=", f":{port}"],
-                                 capture_output=True, text=True, timeout=5).stdout
-            if len(out.splitlines()) >= 100:
-                break
-            time.sleep(0.02)
-        else:
-            self.fail("the flood's connections never reached h2's listener")
+        self.ss_until(2, ["sport", "=", f":{port}"], lambda lines: len(lines) >= 100,
+                      "the flood's connections did not reach the listener", 10)
         start(1)
         res = self.wait_all(procs, self.TIMEOUT)
         for p in flood:
