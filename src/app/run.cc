@@ -151,7 +151,7 @@ Result<std::optional<double>> apply_job_start(Session& s, const EnvMap& env, Ear
 // here (one member per host: local rank 0, or a node's member); sets the record's
 // listen port and port range. Null where there is none.
 std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s) {
-  NcclIfFacts& f = self.nccl_if;
+  const NcclIfFacts& f = self.nccl_if;
   if (f.state != NcclIfFacts::kFound || self.local_rank > 0) return nullptr;
   auto l = PathListener::open(f.address, f.name, path_identity(self.host, f.netns),
                               s.token ? &*s.token : nullptr);
@@ -159,8 +159,9 @@ std::unique_ptr<PathListener> open_path_listener(Record& self, const Session& s)
     s.log.error("warning: " + l.error().message + ": this host's paths are not rehearsed");
     return nullptr;
   }
-  f.listen_port = (*l)->port();
-  std::tie(f.port_lo, f.port_hi) = local_port_range();
+  NcclIfFacts& own = self.nccl_if.edit();
+  own.listen_port = (*l)->port();
+  std::tie(own.port_lo, own.port_hi) = local_port_range();
   return std::move(*l);
 }
 

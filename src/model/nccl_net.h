@@ -45,6 +45,7 @@ struct IbPortFacts {
   bool used() const { return (flags & kUsed) != 0; }
   /// "mlx5_0:1"
   std::string name() const;
+  bool operator==(const IbPortFacts&) const = default;
 };
 
 /// NCCL's data network on one host.
@@ -95,6 +96,7 @@ struct NcclNetFacts {
   std::vector<IbPortFacts> ports;
 
   bool known() const { return transport != kUnknown; }
+  bool operator==(const NcclNetFacts&) const = default;
   /// The ports NCCL opens.
   std::vector<const IbPortFacts*> used_ports() const;
   /// The link layer of the used ports: "IB", "RoCE", "IB+RoCE" or "".

@@ -8,6 +8,7 @@
 #include "base/env.h"
 #include "base/shared_list.h"
 #include "base/shared_string.h"
+#include "base/shared_value.h"
 #include "model/gpu.h"
 #include "model/identity.h"
 #include "model/nccl_net.h"
@@ -58,6 +59,7 @@ struct NcclIfFacts {
   uint16_t port_lo = 0, port_hi = 0;
 
   bool known() const { return state != kUnknown; }
+  bool operator==(const NcclIfFacts&) const = default;
   /// "eth1 198.18.1.2", "none" or "-".
   std::string text() const;
 };
@@ -91,14 +93,16 @@ struct Record {
   uint8_t distribution = 0;      ///< Distribution
   GpuFacts gpu;                  ///< what the GPU inventory found
   uint64_t started_unix_ms = 0;  ///< when this process started (wall clock); 0: unknown
-  NcclIfFacts nccl_if;           ///< the interface NCCL would use on this host
-  NcclNetFacts nccl_net;         ///< the data network NCCL would use on this host
+  // What the members of one host share (NCCL's interface and data network, /dev/shm)
+  // is held by a handle: the master keeps one copy a host (SharedValue).
+  SharedValue<NcclIfFacts> nccl_if;    ///< the interface NCCL would use on this host
+  SharedValue<NcclNetFacts> nccl_net;  ///< the data network NCCL would use on this host
   /// Where tracked variables not from the environment came from: value = the file
   /// ("/etc/nccl.conf"); `env` holds the effective values NCCL sees.
   SharedList<EnvVar> env_sources;
-  ShmFacts shm;       ///< /dev/shm, for NCCL's SHM transport
-  SharedString arch;  ///< the host's machine as uname(2) gives it ("x86_64", "aarch64")
-  PcieFacts pcie;     ///< the PCIe links, IOMMU and ACS under NCCL
+  SharedValue<ShmFacts> shm;  ///< /dev/shm, for NCCL's SHM transport
+  SharedString arch;          ///< the host's machine as uname(2) gives it ("x86_64", "aarch64")
+  PcieFacts pcie;             ///< the PCIe links, IOMMU and ACS under NCCL
 
   bool in_range() const { return rank >= 0 && rank + nranks <= world_size; }
   int32_t last_rank() const { return rank + nranks - 1; }

@@ -17,6 +17,7 @@ struct ShmFacts {
   uint8_t flags = 0;
 
   bool known() const { return size >= 0; }
+  bool operator==(const ShmFacts&) const = default;
 };
 
 }  // namespace rankcheck

@@ -68,10 +68,10 @@ void encode_record(Writer& w, const Record& r) {
     w.str(r.env_sources.get()[i].value.substr(0, 128));
   }
   encode_nccl_net(w, r.nccl_net);
-  w.u64(static_cast<uint64_t>(r.shm.size));
-  w.u64(static_cast<uint64_t>(r.shm.avail));
-  w.u64(static_cast<uint64_t>(r.shm.segment));
-  w.u8(r.shm.flags);
+  w.u64(static_cast<uint64_t>(r.shm->size));
+  w.u64(static_cast<uint64_t>(r.shm->avail));
+  w.u64(static_cast<uint64_t>(r.shm->segment));
+  w.u8(r.shm->flags);
   w.str(r.arch.str().substr(0, 32));
   encode_pcie(w, r.pcie);
 }
@@ -228,15 +228,17 @@ Record decode_record(Reader& r) {
   }
   rec.env_sources = std::move(sources);
   rec.nccl_net = decode_nccl_net(r);
-  rec.shm.size = static_cast<int64_t>(r.u64());
-  rec.shm.avail = static_cast<int64_t>(r.u64());
-  rec.shm.segment = static_cast<int64_t>(r.u64());
-  rec.shm.flags = r.u8();
+  ShmFacts shm;
+  shm.size = static_cast<int64_t>(r.u64());
+  shm.avail = static_cast<int64_t>(r.u64());
+  shm.segment = static_cast<int64_t>(r.u64());
+  shm.flags = r.u8();
+  rec.shm = shm;
   rec.arch = r.str(32, "machine");
   rec.pcie = decode_pcie(r);
   if (!r.ok()) return rec;
-  if (rec.shm.size < -1 || rec.shm.avail < -1 || rec.shm.segment < 0 ||
-      (rec.shm.size >= 0 && (rec.shm.avail < 0 || rec.shm.avail > rec.shm.size)))
+  if (rec.shm->size < -1 || rec.shm->avail < -1 || rec.shm->segment < 0 ||
+      (rec.shm->size >= 0 && (rec.shm->avail < 0 || rec.shm->avail > rec.shm->size)))
     r.fail("/dev/shm sizes out of bounds");
   // Shape checks: the rules may rely on these.
   if (rec.nranks < 1 || rec.nranks > kMaxRanksPerMember) r.fail("ranks per member out of bounds");

@@ -223,7 +223,8 @@ awaitable<void> Server::Impl::serve(ConnPtr c, std::string peer) {
   }
   if (relay) {
     timer.cancel();  // the relay's own handshake is over; its channels have none of their own
-    co_return co_await serve_relay(std::move(c), std::move(peer), std::move(*payload));
+    on_relay_hello(c, peer, *payload);
+    co_return;
   }
   // Nothing from here on waits: the handshake is still in time.
   on_hello(c, std::move(peer), *payload);

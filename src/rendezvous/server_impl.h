@@ -167,7 +167,7 @@ struct Server::Impl {
   std::thread thread;
 
   // Everything below is touched only on the server thread (or after it stopped).
-  // Where a relay's connection is read into, a burst at a time (serve_relay).
+  // Where a relay's connection is read into, a burst at a time (read_relay).
   std::array<uint8_t, 64 * 1024> scratch{};
   // Challenge nonces, drawn from getrandom 256 at a time rather than a call each.
   std::array<uint8_t, 256 * kNonceSize> random_pool{};
@@ -200,7 +200,7 @@ struct Server::Impl {
     size_t evicted = 0;
     std::deque<std::weak_ptr<Conn>> queue;  // oldest first; some no longer pending
     Clock::time_point last_admit{};         // members keep arriving from it (see make_room)
-    size_t relays = 0;                      // its relays open now (serve_relay)
+    size_t relays = 0;                      // its relays open now (on_relay_hello)
   };
   static constexpr size_t kMaxSources = 4096;
   std::vector<Source> sources{Source{"other addresses", 0, 0, {}, {}, 0}};
@@ -295,8 +295,13 @@ struct Server::Impl {
 
   // ----- relays (server_relay.cc) ----------------------------------------------
 
-  // A relay's hello, read in place of a member's: the checks, then its channels.
-  awaitable<void> serve_relay(ConnPtr c, std::string peer, std::vector<uint8_t> payload);
+  // A relay's hello, read in place of a member's: the checks, then its channels
+  // (read_relay). Neither the handshake's coroutine nor the hello's bytes live on
+  // with the relay: 12,500 relays hold their Conn and one pending wait each.
+  void on_relay_hello(const ConnPtr& c, const std::string& peer, std::span<const uint8_t> payload);
+  // Waits until the relay's connection has bytes, then reads them (relay_readable).
+  void read_relay(const ConnPtr& c);
+  void relay_readable(const ConnPtr& c, std::error_code ec);
   // Hands on every whole channel frame among the `got` bytes just read into `scratch`
   // (after a cut frame's start kept in the link's rx); false, with `why`, on one that
   // is not a channel frame or does not decode.

@@ -37,7 +37,7 @@ bool Server::Impl::start_rehearsal(bool timed_out) {
   std::map<std::string_view, size_t> best;  // host -> member index
   for (size_t i = 0; i < ms.size(); ++i) {
     const Record& r = ms[i].record;
-    if (r.nccl_if.state != NcclIfFacts::kFound || r.nccl_if.listen_port == 0) continue;
+    if (r.nccl_if->state != NcclIfFacts::kFound || r.nccl_if->listen_port == 0) continue;
     auto [it, fresh] = best.try_emplace(r.host.str(), i);
     if (!fresh && r.rank < ms[it->second].record.rank) it->second = i;
   }

@@ -29,13 +29,13 @@ size_t Server::Impl::relays_backlog() {
   return sum;
 }
 
-awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
-                                          std::vector<uint8_t> payload) {
+void Server::Impl::on_relay_hello(const ConnPtr& c, const std::string& peer,
+                                  std::span<const uint8_t> payload) {
   auto hello = decode_relay_hello(payload);
   if (!hello) {
     refuse(c, peer, RefusalKind::kMalformed, hello.error().message, std::nullopt,
            RejectCode::kMalformed);
-    co_return;
+    return;
   }
   if (cfg.token && !verify_relay_hello(payload, *cfg.token, c->server_nonce)) {
     refuse(c, peer, RefusalKind::kRelayAuth,
@@ -43,7 +43,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
                        "--token-file)",
                        printable(hello->host)),
            std::nullopt, RejectCode::kAuth);
-    co_return;
+    return;
   }
   const std::string& job = cfg.master.job_id;
   if (!job.empty() && !hello->job_id.empty() && hello->job_id != job) {
@@ -52,7 +52,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
            fmt::format("this master serves job '{}', not job '{}' (the relay of {})",
                        printable(job), printable(hello->job_id), printable(hello->host)),
            std::nullopt, RejectCode::kForeignJob);
-    co_return;
+    return;
   }
   if (state.decided()) {
     // Not a refusal worth a report line: its members come directly and are told.
@@ -60,7 +60,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
     send(c, encode(Reject{RejectCode::kLate, "the master has decided"}));
     c->close_after_write = true;
     pump(c);
-    co_return;
+    return;
   }
   // A relay costs the master a few MiB at worst: their number is bounded, by address
   // and in all. One refused sends its members to the master directly.
@@ -74,7 +74,7 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
                        printable(hello->host), from.relays, printable(from.addr, 60), open_links,
                        plural(size_t(std::max(0L, cfg.master.world_size)), "rank", "ranks")),
            std::nullopt, RejectCode::kBusy);
-    co_return;
+    return;
   }
   ++from.relays;
   relay_conns.push_back(c);
@@ -87,32 +87,46 @@ awaitable<void> Server::Impl::serve_relay(ConnPtr c, std::string peer,
   ++open_links;
   send(c, encode(Admit{static_cast<uint32_t>(state.joined_ranks()),
                        static_cast<uint32_t>(cfg.master.world_size)}));
+  std::error_code nbec;
+  c->sock.non_blocking(true, nbec);  // read_relay reads what is there, without waiting
+  if (nbec) {
+    relay_closed(c);
+    return;
+  }
+  read_relay(c);
+}
+
+void Server::Impl::read_relay(const ConnPtr& c) {
   // Its frames come in bursts (a host's members together): each burst is read at
   // once into the server's scratch buffer and split into frames there, rather than
   // two reads a frame. A frame cut by the end of a read waits in the link's `rx`.
+  // A plain handler a burst, not a coroutine frame a relay (12,500 of them).
+  c->sock.async_wait(tcp::socket::wait_read,
+                     [this, c](std::error_code ec) { relay_readable(c, ec); });
+}
+
+void Server::Impl::relay_readable(const ConnPtr& c, std::error_code ec) {
   std::string why;
-  std::error_code nbec;
-  c->sock.non_blocking(true, nbec);
-  bool open = !nbec;
+  bool open = !ec;
   while (open && !c->closed()) {
-    auto [wec] = co_await c->sock.async_wait(tcp::socket::wait_read, kAwait);
-    if (wec) break;
-    while (open && !c->closed()) {
-      std::error_code rec;
-      size_t got = c->sock.read_some(asio::buffer(scratch), rec);
-      if (rec == asio::error::would_block || rec == asio::error::try_again) break;
-      if (rec) {
-        open = false;  // closed by the relay (eof), or broken
-        break;
-      }
-      open = take_channel_frames(c, got, why);
-      if (got < scratch.size()) break;  // a short read: nothing more there now
+    std::error_code rec;
+    size_t got = c->sock.read_some(asio::buffer(scratch), rec);
+    if (rec == asio::error::would_block || rec == asio::error::try_again) break;
+    if (rec) {
+      open = false;  // closed by the relay (eof), or broken
+      break;
     }
+    open = take_channel_frames(c, got, why);
+    if (got < scratch.size()) break;  // a short read: nothing more there now
+  }
+  if (open && !c->closed()) {
+    read_relay(c);
+    return;
   }
   if (c->link) std::vector<uint8_t>().swap(c->link->rx);
   if (!why.empty()) {
     log(fmt::format("the relay of {} ({}) {}: closing it", printable(c->link->host),
-                    printable(peer), printable(why, 200)));
+                    printable(c->link->peer), printable(why, 200)));
   }
   relay_closed(c);
 }

@@ -58,14 +58,14 @@ std::string member_table(const Report& r) {
                           [](const Member& m) { return m.record.gpu.state != GpuState::kSkipped; });
   // The interface NCCL's rules pick on each host, once members say.
   bool nccl_ifs = std::any_of(r.members.begin(), r.members.end(),
-                              [](const Member& m) { return m.record.nccl_if.known(); });
+                              [](const Member& m) { return m.record.nccl_if->known(); });
   // The network NCCL chose, once the stage's results say (NCCL_DEBUG=INFO's words).
   std::map<long, std::string> nets = nccl_net_by_rank(r);
   std::map<std::string, std::string> host_nets = nccl_networks(r);
   // The data network NCCL's rules pick on each host, once members say; beside it
   // what the stage's NCCL said it chose, when it said.
   bool predicted = std::any_of(r.members.begin(), r.members.end(),
-                               [](const Member& m) { return m.record.nccl_net.known(); });
+                               [](const Member& m) { return m.record.nccl_net->known(); });
   bool net_column = predicted || !nets.empty();
   std::vector<std::vector<std::string>> rows;
   if (r.members.size() <= 8) {
@@ -95,7 +95,7 @@ std::string member_table(const Report& r) {
         rows.back().push_back(rec.gpu.nccl_loaded() ? nccl_version_text(rec.gpu.nccl_version)
                                                     : "-");
       }
-      if (nccl_ifs) rows.back().push_back(printable(rec.nccl_if.text(), 48));
+      if (nccl_ifs) rows.back().push_back(printable(rec.nccl_if->text(), 48));
       if (net_column) {
         auto it = nets.find(rec.rank);
         rows.back().push_back(nccl_net_cell(rec, it != nets.end() ? &it->second : nullptr));
@@ -125,8 +125,8 @@ std::string member_table(const Report& r) {
       h.gpus += g.devices.size();
       if (!g.devices.empty()) h.gpu_name = short_gpu_name(g.devices.front().name);
       h.nccl.insert(g.nccl_loaded() ? nccl_version_text(g.nccl_version) : "-");
-      if (nccl_ifs) h.nccl_if.insert(printable(m.record.nccl_if.text(), 48));
-      if (predicted) h.nccl_net.insert(printable(m.record.nccl_net.text(), 48));
+      if (nccl_ifs) h.nccl_if.insert(printable(m.record.nccl_if->text(), 48));
+      if (predicted) h.nccl_net.insert(printable(m.record.nccl_net->text(), 48));
       if (g.usable())
         h.driver.insert(g.driver.empty() ? "CUDA " + cuda_version_text(g.cuda_version)
                                          : printable(g.driver, 20));

@@ -86,14 +86,14 @@ bool watch_comm_id(JoinWatch&, const Record& r, std::string_view) {
 }
 
 bool watch_nccl_if_found(JoinWatch&, const Record& r, std::string_view) {
-  return !r.nccl_if.known() || r.nccl_if.state == NcclIfFacts::kFound;
+  return !r.nccl_if->known() || r.nccl_if->state == NcclIfFacts::kFound;
 }
 
 // Loopback and link-local interfaces: their rules ask whether the job spans network
 // stacks, which one record cannot tell.
 bool watch_nccl_if_scope(JoinWatch&, const Record& r, std::string_view) {
-  return !r.nccl_if.known() ||
-         (r.nccl_if.flags & (NcclIfFacts::kLoopback | NcclIfFacts::kLinkScope)) == 0;
+  return !r.nccl_if->known() ||
+         (r.nccl_if->flags & (NcclIfFacts::kLoopback | NcclIfFacts::kLinkScope)) == 0;
 }
 
 // No address of NCCL's in two network stacks.
@@ -113,10 +113,10 @@ bool watch_nccl_net_alone(JoinWatch&, const Record& r, std::string_view) {
 bool watch_shm(JoinWatch& w, const Record& r, std::string_view) {
   JoinWatch::Host& h = w.host(r);
   h.shm_ranks += r.nranks;
-  if (r.shm.known()) {
-    h.shm_avail = h.shm_avail < 0 ? r.shm.avail : std::min(h.shm_avail, r.shm.avail);
-    h.shm_segment = std::max(h.shm_segment, r.shm.segment);
-    h.shm_on = h.shm_on || (r.shm.flags & ShmFacts::kShmDisabled) == 0;
+  if (r.shm->known()) {
+    h.shm_avail = h.shm_avail < 0 ? r.shm->avail : std::min(h.shm_avail, r.shm->avail);
+    h.shm_segment = std::max(h.shm_segment, r.shm->segment);
+    h.shm_on = h.shm_on || (r.shm->flags & ShmFacts::kShmDisabled) == 0;
   }
   return !shm_short(h.shm_on, h.shm_avail, h.shm_segment, h.shm_ranks);
 }

@@ -30,7 +30,7 @@ std::vector<HostNet> host_nets(const CheckContext& ctx) {
   std::vector<HostNet> out;
   for (const auto& [host, rs] : ctx.hosts) {
     for (const Record* r : rs) {
-      if (!r->nccl_net.known()) continue;
+      if (!r->nccl_net->known()) continue;
       out.push_back({host, r, rs});
       break;
     }
@@ -239,7 +239,7 @@ void check_nccl_ib_port_not_active(const CheckContext& ctx, std::vector<Finding>
   std::vector<HostNet> hs = host_nets(ctx);
   std::set<std::string> used_elsewhere;  // "mlx5_0:1" used on some host
   for (const HostNet& h : hs) {
-    for (const IbPortFacts* p : h.first->nccl_net.used_ports())
+    for (const IbPortFacts* p : h.first->nccl_net->used_ports())
       used_elsewhere.insert(p->name());
   }
   for (const HostNet& h : hs) {

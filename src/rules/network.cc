@@ -20,7 +20,7 @@ namespace {
 // --host-name on one machine, ranks of one pod) reach each other over any address
 // they have, loopback included, so none of these rules fire between them.
 std::string stack_of(const Record& r) {
-  return r.nccl_if.netns.empty() ? "host " + r.host.str() : r.nccl_if.netns.str();
+  return r.nccl_if->netns.empty() ? "host " + r.host.str() : r.nccl_if->netns.str();
 }
 
 std::string rules_text(int32_t version) {
@@ -47,7 +47,7 @@ std::string source_note(const Record& r, std::string_view name) {
 size_t stacks(const CheckContext& ctx) {
   std::set<std::string> s;
   for (const Member& m : ctx.view.members) {
-    if (m.record.nccl_if.known()) s.insert(stack_of(m.record));
+    if (m.record.nccl_if->known()) s.insert(stack_of(m.record));
   }
   return s.size();
 }
@@ -67,7 +67,7 @@ void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out)
   Records none;
   for (const Member& m : ctx.view.members) {
     const Record& r = m.record;
-    if (r.nccl_if.state != NcclIfFacts::kNone) continue;
+    if (r.nccl_if->state != NcclIfFacts::kNone) continue;
     // A NCCL_SOCKET_IFNAME that names nothing is nccl-ifname-missing, said once.
     bool said = false;
     for (const EnvVar& e : r.env)
@@ -75,8 +75,8 @@ void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out)
     if (!said) none.push_back(&r);
   }
   auto by = group(none, [](const Record& r) {
-    return fmt::format("{}\n{}\n{}\n{}", r.host.str(), r.nccl_if.rule.str(), r.nccl_if.error.str(),
-                       r.nccl_if.rules_version);
+    return fmt::format("{}\n{}\n{}\n{}", r.host.str(), r.nccl_if->rule.str(),
+                       r.nccl_if->error.str(), r.nccl_if->rules_version);
   });
   for (const auto& [key, rs] : by) {
     const Record& r = *rs.front();
@@ -85,9 +85,9 @@ void check_nccl_no_interface(const CheckContext& ctx, std::vector<Finding>& out)
              fmt::format("NCCL would find no interface on {} ({}): {} with {}{} leave none; NCCL's "
                          "init fails there with \"{}\"",
                          printable(r.host), ranks_word(ranks_of(rs)),
-                         rules_text(r.nccl_if.rules_version), printable(r.nccl_if.rule, 120),
+                         rules_text(r.nccl_if->rules_version), printable(r.nccl_if->rule, 120),
                          source_note(r, "NCCL_SOCKET_IFNAME") + source_note(r, "NCCL_COMM_ID"),
-                         printable(r.nccl_if.error, 160)),
+                         printable(r.nccl_if->error, 160)),
              {}, rs));
   }
 }
@@ -124,9 +124,9 @@ void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out) {
                        {}, odd));
     return;
   }
-  if (root == nullptr || !root->nccl_if.known()) return;
+  if (root == nullptr || !root->nccl_if->known()) return;
   const std::string* id = tracked(*root, "NCCL_COMM_ID");
-  if (id == nullptr || (root->nccl_if.flags & NcclIfFacts::kCommIdLocal) != 0) return;
+  if (id == nullptr || (root->nccl_if->flags & NcclIfFacts::kCommIdLocal) != 0) return;
   Records all;
   for (const Member& m : v.members)
     all.push_back(&m.record);
@@ -135,8 +135,8 @@ void check_nccl_comm_id(const CheckContext& ctx, std::vector<Finding>& out) {
       fmt::format("NCCL_COMM_ID={}{} is not an address of rank 0's host {}{}: rank 0 creates "
                   "NCCL's bootstrap root there, and no rank can reach it",
                   printable(*id, 64), source_note(*root, "NCCL_COMM_ID"), printable(root->host),
-                  root->nccl_if.state == NcclIfFacts::kFound
-                      ? fmt::format(" (which would use {})", printable(root->nccl_if.text(), 80))
+                  root->nccl_if->state == NcclIfFacts::kFound
+                      ? fmt::format(" (which would use {})", printable(root->nccl_if->text(), 80))
                       : std::string()),
       {}, all));
 }
@@ -152,7 +152,7 @@ void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>
   }
   if (lo.empty()) return;
   auto by =
-      group(lo, [](const Record& r) { return r.nccl_if.text() + "\n" + r.nccl_if.rule.str(); });
+      group(lo, [](const Record& r) { return r.nccl_if->text() + "\n" + r.nccl_if->rule.str(); });
   for (const auto& [key, rs] : by) {
     const Record& r = *rs.front();
     auto hosts = hosts_of(rs);
@@ -160,7 +160,7 @@ void check_nccl_interface_loopback(const CheckContext& ctx, std::vector<Finding>
         FindingId::kNcclInterfaceLoopback,
         fmt::format("NCCL would bootstrap from loopback ({}, by {}{}) on {}, in a job across {}: "
                     "the address it gives the other hosts leads back to themselves",
-                    printable(r.nccl_if.text(), 80), printable(r.nccl_if.rule, 80),
+                    printable(r.nccl_if->text(), 80), printable(r.nccl_if->rule, 80),
                     source_note(r, "NCCL_SOCKET_IFNAME"),
                     hosts.size() <= 4 ? format_list(hosts) : plural(hosts.size(), "host", "hosts"),
                     plural(ctx.hosts.size(), "host", "hosts")),
@@ -183,7 +183,7 @@ void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Fi
     for (const auto& [stack, members] : by_stack) {
       rs.insert(rs.end(), members.begin(), members.end());
       for (const Record* r : members)
-        names.insert(r->nccl_if.name.str());
+        names.insert(r->nccl_if->name.str());
     }
     auto hosts = hosts_of(rs);
     out.push_back(make(
@@ -193,7 +193,7 @@ void check_nccl_interface_shared_address(const CheckContext& ctx, std::vector<Fi
                     hosts.size() <= 4 ? format_list(hosts) : plural(hosts.size(), "host", "hosts"),
                     printable(addr, 64), names.size() == 1 ? "interface" : "interfaces",
                     printable(format_list({names.begin(), names.end()}, 4), 80),
-                    printable(rs.front()->nccl_if.rule, 80)),
+                    printable(rs.front()->nccl_if->rule, 80)),
         {}, rs));
   }
 }
@@ -211,13 +211,13 @@ void check_nccl_interface_link_local(const CheckContext& ctx, std::vector<Findin
   auto by = group(ll, [](const Record& r) { return r.host.str(); });
   for (const auto& [host, rs] : by) {
     const Record& r = *rs.front();
-    out.push_back(
-        make(FindingId::kNcclInterfaceLinkLocal,
-             fmt::format("NCCL would bootstrap from the link-local address {} on {} ({}, by {}{}): "
-                         "other hosts reach it only on that link, if at all",
-                         printable(r.nccl_if.text(), 80), printable(host), ranks_word(ranks_of(rs)),
-                         printable(r.nccl_if.rule, 80), source_note(r, "NCCL_SOCKET_IFNAME")),
-             {}, rs));
+    out.push_back(make(
+        FindingId::kNcclInterfaceLinkLocal,
+        fmt::format("NCCL would bootstrap from the link-local address {} on {} ({}, by {}{}): "
+                    "other hosts reach it only on that link, if at all",
+                    printable(r.nccl_if->text(), 80), printable(host), ranks_word(ranks_of(rs)),
+                    printable(r.nccl_if->rule, 80), source_note(r, "NCCL_SOCKET_IFNAME")),
+        {}, rs));
   }
 }
 

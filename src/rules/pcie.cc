@@ -55,7 +55,7 @@ std::string link_text(const PcieLink& l, bool speed) {
 }
 
 bool gdr_on(const Record& r) {
-  return r.nccl_net.transport == NcclNetFacts::kIb && r.nccl_net.gdr == NcclNetFacts::kGdrPeermem;
+  return r.nccl_net->transport == NcclNetFacts::kIb && r.nccl_net->gdr == NcclNetFacts::kGdrPeermem;
 }
 
 }  // namespace

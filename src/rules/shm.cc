@@ -33,14 +33,14 @@ void check_shm(const CheckContext& ctx, std::vector<Finding>& out) {
     bool on = false, p2p_off = false;
     for (const Record* r : rs) {
       ranks += r->nranks;
-      if (!r->shm.known()) continue;
-      if (avail < 0 || r->shm.avail < avail) {
-        avail = r->shm.avail;
-        size = r->shm.size;
+      if (!r->shm->known()) continue;
+      if (avail < 0 || r->shm->avail < avail) {
+        avail = r->shm->avail;
+        size = r->shm->size;
       }
-      segment = std::max(segment, r->shm.segment);
-      on = on || (r->shm.flags & ShmFacts::kShmDisabled) == 0;
-      p2p_off = p2p_off || (r->shm.flags & ShmFacts::kP2pDisabled) != 0;
+      segment = std::max(segment, r->shm->segment);
+      on = on || (r->shm->flags & ShmFacts::kShmDisabled) == 0;
+      p2p_off = p2p_off || (r->shm->flags & ShmFacts::kP2pDisabled) != 0;
     }
     if (!shm_short(on, avail, segment, ranks)) continue;
     certain = certain || p2p_off;

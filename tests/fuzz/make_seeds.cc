@@ -47,23 +47,25 @@ Record sample(int rank, bool gpu, bool conflicts) {
   r.interfaces = {"eth0", "ib0", "lo"};
   r.node_list = "gpu-[01-02]";
   r.tasks_per_node = "4(x2)";
-  r.nccl_if.state = NcclIfFacts::kFound;
-  r.nccl_if.name = "eth0";
-  r.nccl_if.address = rank < 4 ? "10.0.0.11" : "10.0.0.12";
-  r.nccl_if.rule = "NCCL_SOCKET_IFNAME==eth0";
-  r.nccl_if.socket = {rank < 4 ? "eth0 10.0.0.11" : "eth0 10.0.0.12"};
-  r.nccl_if.rules_version = gpu ? 22809 : 0;
-  r.nccl_if.netns = "3f0c2e8a-3a9b-4f0e-9d47-2f7a4f6c1b7e/4026531840";
-  r.nccl_if.listen_port = 41234;
-  r.nccl_if.port_lo = 32768;
-  r.nccl_if.port_hi = 60999;
+  NcclIfFacts& nif = r.nccl_if.edit();
+  nif.state = NcclIfFacts::kFound;
+  nif.name = "eth0";
+  nif.address = rank < 4 ? "10.0.0.11" : "10.0.0.12";
+  nif.rule = "NCCL_SOCKET_IFNAME==eth0";
+  nif.socket = {rank < 4 ? "eth0 10.0.0.11" : "eth0 10.0.0.12"};
+  nif.rules_version = gpu ? 22809 : 0;
+  nif.netns = "3f0c2e8a-3a9b-4f0e-9d47-2f7a4f6c1b7e/4026531840";
+  nif.listen_port = 41234;
+  nif.port_lo = 32768;
+  nif.port_hi = 60999;
   // NCCL's data network: two RoCE ports with their GIDs (protocol 3).
-  r.nccl_net.transport = NcclNetFacts::kIb;
-  r.nccl_net.rule = "NCCL_IB_HCA=mlx5";
-  r.nccl_net.gid_rule = "NCCL's own choice: RoCE v2, AF_INET";
-  r.nccl_net.memlock = -1;
-  r.nccl_net.memlock_need = 64 << 20;
-  r.nccl_net.nics = 1;
+  NcclNetFacts& net = r.nccl_net.edit();
+  net.transport = NcclNetFacts::kIb;
+  net.rule = "NCCL_IB_HCA=mlx5";
+  net.gid_rule = "NCCL's own choice: RoCE v2, AF_INET";
+  net.memlock = -1;
+  net.memlock_need = 64 << 20;
+  net.nics = 1;
   for (uint8_t i = 0; i < 2; ++i) {
     IbPortFacts p;
     p.device = "mlx5_" + std::to_string(i);
@@ -76,7 +78,7 @@ Record sample(int rank, bool gpu, bool conflicts) {
     p.gid_family = 4;
     p.gid = "::ffff:198.18.0.11";
     p.netdev = "ens1f" + std::to_string(i);
-    r.nccl_net.ports.push_back(p);
+    net.ports.push_back(p);
   }
   r.env_sources = {{"NCCL_IB_HCA", "/etc/nccl.conf"}};
   if (conflicts) {

@@ -9,6 +9,7 @@
 
 #include "base/shared_list.h"
 #include "base/shared_string.h"
+#include "base/shared_value.h"
 #include "helpers.h"
 
 using namespace rankcheck;
@@ -182,6 +183,47 @@ TEST_CASE("master: members' common strings are kept once") {
   CHECK(&ms[0].record.gpu.nccl_path.str() == &ms[3].record.gpu.nccl_path.str());
   CHECK(&ms[0].record.host.str() == &ms[1].record.host.str());
   CHECK(ms[1].record.host != ms[2].record.host);
+}
+
+TEST_CASE("shared value: reads as its value; edit() copies one that others hold") {
+  SharedValue<ShmFacts> none;
+  CHECK(!none->known());  // holds nothing: reads as a default ShmFacts
+  SharedValue<ShmFacts> a = ShmFacts{64 << 20, 32 << 20, 9637888, 0};
+  SharedValue<ShmFacts> b = a;
+  CHECK(&*a == &*b);  // one value, two holders
+  b.edit().avail = 1 << 20;
+  CHECK(&*a != &*b);  // b's write made b a copy of its own
+  CHECK(a->avail == 32 << 20);
+  CHECK(b->avail == 1 << 20);
+  const ShmFacts* own = &*b;
+  b.edit().flags = ShmFacts::kShmDisabled;
+  CHECK(&*b == own);  // its only holder writes in place
+  none.edit().size = 1;
+  CHECK(none->size == 1);
+}
+
+TEST_CASE("master: a host's facts are kept once a host, not once a member") {
+  MasterState m(config(4));
+  for (int k = 0; k < 4; ++k) {
+    std::string host = k < 2 ? "gpu-01" : "gpu-02";
+    Record r = test::member(k, 4, host);
+    // Fresh copies per member, as decoded hellos have.
+    NcclIfFacts& nif = r.nccl_if.edit();
+    nif.state = NcclIfFacts::kFound;
+    nif.name = std::string("eth0");
+    nif.address = fmt::format("198.18.0.{}", k < 2 ? 1 : 2);
+    r.nccl_net.edit().transport = NcclNetFacts::kSocket;
+    r.shm = ShmFacts{64 << 20, 60 << 20, 9637888, 0};
+    m.admit(std::move(r), fmt::format("198.18.0.{}:40000", k + 1));
+  }
+  const auto& ms = m.members();
+  REQUIRE(ms.size() == 4);
+  CHECK(&*ms[0].record.nccl_if == &*ms[1].record.nccl_if);
+  CHECK(&*ms[2].record.nccl_if == &*ms[3].record.nccl_if);
+  CHECK(ms[1].record.nccl_if->address != ms[2].record.nccl_if->address);
+  CHECK(&*ms[0].record.nccl_net == &*ms[3].record.nccl_net);  // alike on both hosts
+  CHECK(&*ms[0].record.shm == &*ms[3].record.shm);
+  CHECK(ms[3].record.shm->avail == 60 << 20);
 }
 
 TEST_CASE("master: more processes than the world size are all waited for") {

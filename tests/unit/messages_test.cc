@@ -45,7 +45,7 @@ TEST_CASE("protocol: a hello carries the whole record") {
   r.tasks_per_node = "4(x2)";
   r.distribution = 1;
   r.started_unix_ms = uint64_t{1'700'000'000'123};
-  r.shm = {67108864, 1048576, 9637888, ShmFacts::kP2pDisabled};
+  r.shm = ShmFacts{67108864, 1048576, 9637888, ShmFacts::kP2pDisabled};
   r.arch = "aarch64";
   auto frame = encode(Hello{r, {}, {}, {}});
   auto back = decode_hello(payload_of(frame));
@@ -64,10 +64,10 @@ TEST_CASE("protocol: a hello carries the whole record") {
   CHECK(d.node_list == "gpu-[01-02]");
   CHECK(d.distribution == 1);
   CHECK(d.started_unix_ms == uint64_t{1'700'000'000'123});
-  CHECK(d.shm.size == 67108864);
-  CHECK(d.shm.avail == 1048576);
-  CHECK(d.shm.segment == 9637888);
-  CHECK(d.shm.flags == ShmFacts::kP2pDisabled);
+  CHECK(d.shm->size == 67108864);
+  CHECK(d.shm->avail == 1048576);
+  CHECK(d.shm->segment == 9637888);
+  CHECK(d.shm->flags == ShmFacts::kP2pDisabled);
   CHECK(d.arch == "aarch64");
 }
 

@@ -195,19 +195,19 @@ TEST_CASE("the loader finds a plugin on LD_LIBRARY_PATH or under the root", "[nc
 TEST_CASE("the record carries NCCL's data network through the codec", "[nccl_ib]") {
   Record r = test::member(0, 1, "gpu-01");
   r.nccl_net = choose(fixture("roce-cx6"), {}, k221);
-  r.nccl_net.memlock = 64 << 10;
-  r.nccl_net.plugin_abi = 1u << 8 | 1u << 5;
+  r.nccl_net.edit().memlock = 64 << 10;
+  r.nccl_net.edit().plugin_abi = 1u << 8 | 1u << 5;
   Writer w;
   encode_record(w, r);
   Reader rd(w.data());
   Record back = decode_record(rd);
   REQUIRE(rd.ok());
-  CHECK(back.nccl_net.text() == r.nccl_net.text());
-  CHECK(back.nccl_net.memlock == 64 << 10);
-  CHECK(back.nccl_net.ports.size() == 2);
-  CHECK(back.nccl_net.ports[1].gid == "::ffff:198.18.1.11");
-  CHECK(back.nccl_net.gid_rule == r.nccl_net.gid_rule);
-  CHECK(back.nccl_net.plugin_abi == (1u << 8 | 1u << 5));
+  CHECK(back.nccl_net->text() == r.nccl_net->text());
+  CHECK(back.nccl_net->memlock == 64 << 10);
+  CHECK(back.nccl_net->ports.size() == 2);
+  CHECK(back.nccl_net->ports[1].gid == "::ffff:198.18.1.11");
+  CHECK(back.nccl_net->gid_rule == r.nccl_net->gid_rule);
+  CHECK(back.nccl_net->plugin_abi == (1u << 8 | 1u << 5));
 }
 
 TEST_CASE("a record's data network with an unknown transport or port state is refused",
@@ -309,8 +309,8 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
   CHECK(fm->message.find("IPv4 GIDs on gpu-01; IPv6 GIDs on gpu-02") != std::string::npos);
 
   JobView plug = job_of({"ib-cx7", "ib-cx7"});
-  plug.members[1].record.nccl_net.transport = NcclNetFacts::kPlugin;
-  plug.members[1].record.nccl_net.plugin = "/usr/lib/libnccl-net-aws-ofi.so";
+  plug.members[1].record.nccl_net.edit().transport = NcclNetFacts::kPlugin;
+  plug.members[1].record.nccl_net.edit().plugin = "/usr/lib/libnccl-net-aws-ofi.so";
   auto pf = test::checks(plug);
   const Finding* pm = test::find(pf, "nccl-net-plugin-mismatch");
   REQUIRE(pm != nullptr);
@@ -320,7 +320,7 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
   REQUIRE(test::find(net, "nccl-net-unavailable") != nullptr);
 
   JobView lock = job_of({"ib-cx7", "ib-cx7"});
-  lock.members[1].record.nccl_net.memlock = 64 << 10;
+  lock.members[1].record.nccl_net.edit().memlock = 64 << 10;
   CHECK_FALSE(test::tracker_clean(lock));
   auto lf = test::checks(lock);
   const Finding* ml = test::find(lf, "ib-memlock-low");
@@ -332,7 +332,7 @@ TEST_CASE("findings: RoCE GIDs, plugins, NCCL_NET, memlock", "[nccl_ib][rules]")
   CHECK(test::find(local_checks(lock.members[1].record), "ib-memlock-low") != nullptr);
   // With CAP_IPC_LOCK (root on bare metal, the RDMA pod's IPC_LOCK) the kernel does not
   // hold registrations to the limit (ib_umem_get): no finding, however low.
-  lock.members[1].record.nccl_net.flags |= NcclNetFacts::kIpcLock;
+  lock.members[1].record.nccl_net.edit().flags |= NcclNetFacts::kIpcLock;
   CHECK(test::clean_and_silent(lock));
   CHECK(test::find(local_checks(lock.members[1].record), "ib-memlock-low") == nullptr);
 }
@@ -409,7 +409,7 @@ TEST_CASE("NCCL's 32-device cap counts the ports it opens", "[nccl_ib]") {
 TEST_CASE("findings: RoCE GID families compared on every rail", "[nccl_ib][rules]") {
   // Two hosts alike on their first rail; the second host's second rail has an IPv6 GID.
   JobView j = job_of({"roce-cx6", "roce-cx6-b"});
-  IbPortFacts& rail = j.members[1].record.nccl_net.ports[1];
+  IbPortFacts& rail = j.members[1].record.nccl_net.edit().ports[1];
   REQUIRE(rail.used());
   rail.gid_family = 6;
   auto fs = test::checks(j);

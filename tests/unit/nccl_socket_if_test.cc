@@ -326,7 +326,7 @@ JobView job_with(int hosts, const std::function<std::string(int)>& addr,
   JobView v = test::healthy_job(hosts * 2, 2);
   for (Member& m : v.members) {
     int h = m.record.rank / 2;
-    NcclIfFacts& f = m.record.nccl_if;
+    NcclIfFacts& f = m.record.nccl_if.edit();
     f.state = NcclIfFacts::kFound;
     f.name = name;
     f.address = addr(h);
@@ -342,7 +342,7 @@ JobView job_with(int hosts, const std::function<std::string(int)>& addr,
 // of their own.
 void share_one_stack(JobView& v) {
   for (Member& m : v.members)
-    m.record.nccl_if.netns = "boot/1";
+    m.record.nccl_if.edit().netns = "boot/1";
 }
 
 }  // namespace
@@ -372,7 +372,7 @@ TEST_CASE("nccl-interface-loopback: a job across hosts on lo") {
   JobView v = job_with(
       3, [](int) { return std::string("127.0.0.1"); }, "lo");
   for (Member& m : v.members)
-    m.record.nccl_if.rule = "NCCL_SOCKET_IFNAME=lo";
+    m.record.nccl_if.edit().rule = "NCCL_SOCKET_IFNAME=lo";
   Finding f = test::sole(test::checks(v));
   CHECK(f.name() == "nccl-interface-loopback");
   CHECK(f.message ==
@@ -398,7 +398,7 @@ TEST_CASE("nccl-no-interface: NCCL's rules find nothing on a host") {
   JobView v = job_with(2, [](int h) { return fmt::format("198.18.0.{}", h + 1); });
   for (Member& m : v.members) {
     if (m.record.rank < 2) continue;
-    NcclIfFacts& f = m.record.nccl_if;
+    NcclIfFacts& f = m.record.nccl_if.edit();
     f.state = NcclIfFacts::kNone;
     f.name = "";
     f.address = "";
@@ -429,7 +429,7 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
   for (Member& m : v.members) {
     test::set_env(m.record,
                   {{"NCCL_COMM_ID", m.record.rank == 3 ? "198.18.0.9:29501" : "198.18.0.1:29501"}});
-    m.record.nccl_if.flags |= NcclIfFacts::kCommIdLocal;
+    m.record.nccl_if.edit().flags |= NcclIfFacts::kCommIdLocal;
   }
   v.members[3].record.env_sources = {{"NCCL_COMM_ID", "/etc/nccl.conf"}};
   Finding f = test::sole(test::checks(v));  // not env-mismatch as well
@@ -443,7 +443,7 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
   for (Member& m : v.members) {
     test::set_env(m.record, {{"NCCL_COMM_ID", "198.18.0.2:29501"}});
     m.record.env_sources = {};
-    m.record.nccl_if.flags = 0;
+    m.record.nccl_if.edit().flags = 0;
   }
   f = test::sole(test::checks(v));
   CHECK(f.message ==
@@ -454,21 +454,22 @@ TEST_CASE("nccl-comm-id-mismatch: differs across ranks, or not rank 0's host") {
 
 TEST_CASE("nccl if: a record carries the choice, and the master's table shows it") {
   Record r = test::member(0, 1, "gpu-01");
-  r.nccl_if.state = NcclIfFacts::kFound;
-  r.nccl_if.name = "eth1";
-  r.nccl_if.address = "198.18.1.2";
-  r.nccl_if.socket = {"eth1 198.18.1.2", "eth2 198.18.2.2"};
-  r.nccl_if.rules_version = 22803;
-  r.nccl_if.netns = "b/1";
+  NcclIfFacts& nif = r.nccl_if.edit();
+  nif.state = NcclIfFacts::kFound;
+  nif.name = "eth1";
+  nif.address = "198.18.1.2";
+  nif.socket = {"eth1 198.18.1.2", "eth2 198.18.2.2"};
+  nif.rules_version = 22803;
+  nif.netns = "b/1";
   r.env_sources = {{"NCCL_SOCKET_IFNAME", "/etc/nccl.conf"}};
   Writer w;
   encode_record(w, r);
   Reader rd(w.data());
   Record back = decode_record(rd);
   REQUIRE(rd.ok());
-  CHECK(back.nccl_if.text() == "eth1 198.18.1.2");
-  CHECK(back.nccl_if.socket.get() == r.nccl_if.socket.get());
-  CHECK(back.nccl_if.rules_version == 22803);
-  CHECK(back.nccl_if.netns.str() == "b/1");
+  CHECK(back.nccl_if->text() == "eth1 198.18.1.2");
+  CHECK(back.nccl_if->socket.get() == r.nccl_if->socket.get());
+  CHECK(back.nccl_if->rules_version == 22803);
+  CHECK(back.nccl_if->netns.str() == "b/1");
   CHECK(back.env_sources.get() == r.env_sources.get());
 }

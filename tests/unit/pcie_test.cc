@@ -279,8 +279,8 @@ JobView pcie_job(int hosts) {
     h.name = "mlx5_3";
     h.link = {320, 320, 16, 16};
     f.devices = {g, h};
-    m.record.nccl_net.transport = NcclNetFacts::kIb;
-    m.record.nccl_net.gdr = NcclNetFacts::kGdrPeermem;
+    m.record.nccl_net.edit().transport = NcclNetFacts::kIb;
+    m.record.nccl_net.edit().gdr = NcclNetFacts::kGdrPeermem;
   }
   return v;
 }
@@ -335,7 +335,7 @@ TEST_CASE("pcie rules: ACS redirect and a translating IOMMU under GPUDirect RDMA
   // Without GPUDirect RDMA the IOMMU's translation costs NCCL nothing: no finding (the
   // tracker stays conservative).
   for (Member& m : v.members)
-    m.record.nccl_net.gdr = NcclNetFacts::kGdrNone;
+    m.record.nccl_net.edit().gdr = NcclNetFacts::kGdrNone;
   auto ids = test::checks(v);
   REQUIRE(ids.size() == 1);
   CHECK(ids[0].name() == "pcie-acs-redirect");

@@ -44,7 +44,7 @@ namespace {
 JobView shm_job(int world, int per_host, int64_t avail, uint8_t flags = 0) {
   JobView v = test::healthy_job(world, per_host);
   for (Member& m : v.members)
-    m.record.shm = {int64_t{64} << 20, avail, 9637888, flags};
+    m.record.shm = ShmFacts{int64_t{64} << 20, avail, 9637888, flags};
   return v;
 }
 
