@@ -65,14 +65,16 @@ std::vector<uint8_t> encode_channel(uint32_t channel, ChannelOp op, std::span<co
   uint32_t half = (payload_cap(uint16_t(MsgType::kChannel)) - 16) / 2;
   frame = frame.first(std::min<size_t>(frame.size(), half));
   hello = hello.first(std::min<size_t>(hello.size(), half));
+  // Built in place: a verdict to each of 100k relayed members is one allocation each.
   Writer w;
+  begin_frame(w, MsgType::kChannel, static_cast<uint32_t>(13 + frame.size() + hello.size()));
   w.u32(channel);
   w.u8(static_cast<uint8_t>(op));
   w.u32(static_cast<uint32_t>(frame.size()));
   w.bytes(frame);
   w.u32(static_cast<uint32_t>(hello.size()));
   w.bytes(hello);
-  return encode_frame(MsgType::kChannel, w.data());
+  return w.take();
 }
 
 Result<ChannelFrame> decode_channel(std::span<const uint8_t> payload) {

@@ -1,6 +1,7 @@
 #include "protocol/wire.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 
@@ -131,17 +132,23 @@ Result<FrameHeader> decode_header(std::span<const uint8_t> b, uint16_t* peer_ver
   return h;
 }
 
+// Little-endian, appended at once (not a byte at a time: a record is hundreds of fields).
+template <class U>
+void append_le(std::vector<uint8_t>& buf, U v) {
+  std::array<uint8_t, sizeof(U)> b;
+  for (size_t i = 0; i < sizeof(U); ++i)
+    b[i] = static_cast<uint8_t>(v >> (8 * i));
+  buf.insert(buf.end(), b.begin(), b.end());
+}
+
 void Writer::u16(uint16_t v) {
-  u8(static_cast<uint8_t>(v));
-  u8(static_cast<uint8_t>(v >> 8));
+  append_le(buf_, v);
 }
 void Writer::u32(uint32_t v) {
-  u16(static_cast<uint16_t>(v));
-  u16(static_cast<uint16_t>(v >> 16));
+  append_le(buf_, v);
 }
 void Writer::u64(uint64_t v) {
-  u32(static_cast<uint32_t>(v));
-  u32(static_cast<uint32_t>(v >> 32));
+  append_le(buf_, v);
 }
 void Writer::f64(double v) {
   u64(std::bit_cast<uint64_t>(v));
@@ -227,13 +234,18 @@ void Reader::expect_end() {
   }
 }
 
-std::vector<uint8_t> encode_frame(MsgType type, std::span<const uint8_t> payload,
-                                  uint16_t version) {
-  Writer w;
+void begin_frame(Writer& w, MsgType type, uint32_t length, uint16_t version) {
+  w.reserve(kHeaderSize + length);
   w.bytes(kMagic);
   w.u16(version);
   w.u16(static_cast<uint16_t>(type));
-  w.u32(static_cast<uint32_t>(payload.size()));
+  w.u32(length);
+}
+
+std::vector<uint8_t> encode_frame(MsgType type, std::span<const uint8_t> payload,
+                                  uint16_t version) {
+  Writer w;
+  begin_frame(w, type, static_cast<uint32_t>(payload.size()), version);
   w.bytes(payload);
   return w.take();
 }

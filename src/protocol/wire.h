@@ -71,6 +71,8 @@ Result<FrameHeader> decode_header(std::span<const uint8_t> bytes, uint16_t* peer
 /// Appends little-endian fields to a payload.
 class Writer {
  public:
+  /// Room for `n` more bytes, where the caller knows what it writes.
+  void reserve(size_t n) { buf_.reserve(buf_.size() + n); }
   void u8(uint8_t v) { buf_.push_back(v); }
   void u16(uint16_t v);
   void u32(uint32_t v);
@@ -118,6 +120,9 @@ class Reader {
 /// Header plus payload, ready to send.
 std::vector<uint8_t> encode_frame(MsgType type, std::span<const uint8_t> payload,
                                   uint16_t version = kProtocolVersion);
+/// A frame's header for a payload of `length` bytes that the caller writes next, in
+/// room made for both: a frame built in place, in one allocation of its size.
+void begin_frame(Writer& w, MsgType type, uint32_t length, uint16_t version = kProtocolVersion);
 
 struct Frame {
   FrameHeader header;
