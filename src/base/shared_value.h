@@ -5,6 +5,7 @@
 // that holds nothing reads as a default T. Writing goes through edit(), which copies
 // a value that other handles share first.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -59,19 +59,21 @@ struct GpuDevice {
 
 /// What a member found on its host, sent with its record before the verdict.
 struct GpuFacts {
+  // The numbers first, then the strings: no padding between them (the master keeps
+  // one of these a member, 100k of them).
   GpuState state = GpuState::kSkipped;
-  SharedString error;              ///< why not usable
   int32_t cuda_version = 0;        ///< cuDriverGetVersion, e.g. 13000
-  SharedString driver;             ///< NVIDIA driver version, when the host tells it
   int32_t device_count = -1;       ///< devices visible to this process
+  int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
+  int32_t granted = -1;            ///< GPUs the launcher or container gave this process (gpu_grant)
+  SharedString error;              ///< why not usable
+  SharedString driver;             ///< NVIDIA driver version, when the host tells it
   SharedString visible_devices;    ///< CUDA_VISIBLE_DEVICES as set, "" when unset
   SharedString choice;             ///< how the devices were picked ("LOCAL_RANK 3 of 8 visible")
   std::vector<GpuDevice> devices;  ///< one per rank this member stands for
   SharedString nccl_path;          ///< the library loaded
-  int32_t nccl_version = 0;        ///< ncclGetVersion, e.g. 22809; 0 when not loaded
   SharedString nccl_error;         ///< why NCCL could not be loaded
   SharedString nvml_error;         ///< why NVML (fabric, NVLink) could not be read, "" when read
-  int32_t granted = -1;            ///< GPUs the launcher or container gave this process (gpu_grant)
   SharedString granted_by;         ///< who says so: "CUDA_VISIBLE_DEVICES lists 8", "" when none
 
   bool usable() const { return state == GpuState::kUsable; }

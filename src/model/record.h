@@ -76,21 +76,22 @@ struct Record {
   int32_t local_world_size = -1;
   int32_t node_rank = -1;
   int32_t nnodes = -1;
+  uint32_t pid = 0;
+  uint16_t master_port = 0;
+  uint8_t distribution = 0;  ///< Distribution
+  // (The numbers together, then the handles: no padding among them.)
   SharedString launcher;
   SharedString master_addr;
-  uint16_t master_port = 0;
   SharedList<std::string> master_resolved;  ///< what MASTER_ADDR resolved to on this host
   SharedString resolve_error;               ///< why it did not resolve, if it did not
   SharedString job_id;
   SharedString host;
-  uint32_t pid = 0;
   std::vector<Conflict> conflicts;
   SharedList<EnvVar> env;  ///< variables that must agree across ranks, sorted by name
   uint64_t env_digest = 0;
   SharedList<std::string> interfaces;  ///< names of interfaces with an address
   SharedString node_list;              ///< the launcher's node list, compressed
   SharedString tasks_per_node;
-  uint8_t distribution = 0;      ///< Distribution
   GpuFacts gpu;                  ///< what the GPU inventory found
   uint64_t started_unix_ms = 0;  ///< when this process started (wall clock); 0: unknown
   // What the members of one host share (NCCL's interface and data network, /dev/shm)
