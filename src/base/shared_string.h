@@ -3,36 +3,30 @@
 // version, job id, node list and NCCL path, and the master keeps one copy of each.
 // A handle is one pointer (a std::string is four); an empty string holds nothing.
 
-#include <atomic>
 #include <compare>
-#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 
 #include <fmt/format.h>
+
+#include "base/shared_value.h"
 
 namespace rankcheck {
 
 class SharedString {
  public:
   SharedString() = default;
-  SharedString(std::string s)  // NOLINT(google-explicit-constructor): a string is a string
-      : p_(s.empty() ? nullptr : new Node{{1}, std::move(s)}) {}
+  SharedString(std::string s) {  // NOLINT(google-explicit-constructor): a string is a string
+    if (!s.empty()) v_ = SharedValue<std::string>(std::move(s));
+  }
   SharedString(std::string_view s) : SharedString(std::string(s)) {}  // NOLINT
   SharedString(const char* s) : SharedString(std::string(s)) {}       // NOLINT
-  SharedString(const SharedString& o) noexcept : p_(o.p_) { retain(); }
-  SharedString(SharedString&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
-  SharedString& operator=(SharedString o) noexcept {
-    std::swap(p_, o.p_);
-    return *this;
-  }
-  ~SharedString() { release(); }
 
-  const std::string& str() const { return p_ != nullptr ? p_->s : empty_string(); }
+  const std::string& str() const { return v_.get(); }
   operator const std::string&() const { return str(); }  // NOLINT
   operator std::string_view() const { return str(); }    // NOLINT
-  bool empty() const { return p_ == nullptr; }
+  bool empty() const { return str().empty(); }
   size_t size() const { return str().size(); }
   auto begin() const { return str().begin(); }
   auto end() const { return str().end(); }
@@ -43,11 +37,9 @@ class SharedString {
   std::string substr(size_t pos, size_t n = std::string::npos) const {
     return str().substr(pos, n);
   }
-  void clear() { release(); }
+  void clear() { v_ = SharedValue<std::string>(); }
 
-  friend bool operator==(const SharedString& a, const SharedString& b) {
-    return a.p_ == b.p_ || a.str() == b.str();
-  }
+  friend bool operator==(const SharedString& a, const SharedString& b) { return a.v_ == b.v_; }
   friend bool operator==(const SharedString& a, std::string_view b) { return a.str() == b; }
   friend bool operator==(const SharedString& a, const std::string& b) { return a.str() == b; }
   friend bool operator==(const SharedString& a, const char* b) { return a.str() == b; }
@@ -67,54 +59,19 @@ class SharedString {
 
  private:
   friend class StringPool;
-  struct Node {
-    std::atomic<uint32_t> refs;
-    std::string s;
-  };
-  static const std::string& empty_string() {
-    static const std::string kEmpty;
-    return kEmpty;
-  }
-  void retain() const {
-    if (p_ != nullptr) p_->refs.fetch_add(1, std::memory_order_relaxed);
-  }
-  void release() {
-    if (p_ != nullptr && p_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
-    p_ = nullptr;
-  }
-  uint32_t holders() const { return p_ != nullptr ? p_->refs.load(std::memory_order_acquire) : 0; }
-
-  Node* p_ = nullptr;
+  SharedValue<std::string> v_;  // one pointer; none for ""
 };
 
-/// Hands out one shared copy per distinct string. Used on one thread (the
-/// master's). A string that only the pool still holds is dropped at the next
-/// sweep, so that members who join and leave in a loop leave nothing behind.
+/// Hands out one shared copy per distinct string (a ValuePool of strings). Used on
+/// one thread (the master's). A string that only the pool still holds is dropped at
+/// the next sweep, so that members who join and leave in a loop leave nothing behind.
 class StringPool {
  public:
-  void intern(SharedString& s) {
-    if (s.empty()) return;
-    auto [it, fresh] = pool_.insert(s);
-    if (!fresh) {
-      s = *it;
-      return;
-    }
-    if (pool_.size() > sweep_at_) sweep();
-  }
+  void intern(SharedString& s) { pool_.intern(s.v_); }
   size_t size() const { return pool_.size(); }
 
  private:
-  struct Hash {
-    size_t operator()(const SharedString& s) const { return std::hash<std::string>{}(s.str()); }
-  };
-  // Amortised: the pool is swept when it has doubled since the last sweep.
-  void sweep() {
-    std::erase_if(pool_, [](const SharedString& s) { return s.holders() == 1; });
-    sweep_at_ = std::max<size_t>(kMinSweep, 2 * pool_.size());
-  }
-  static constexpr size_t kMinSweep = 64;
-  std::unordered_set<SharedString, Hash> pool_;
-  size_t sweep_at_ = kMinSweep;
+  ValuePool<std::string> pool_{[](const std::string& s) { return std::hash<std::string>{}(s); }};
 };
 
 }  // namespace rankcheck
