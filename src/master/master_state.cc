@@ -10,7 +10,6 @@
 #include "base/interrupt.h"
 #include "base/text.h"
 #include "nccl/version.h"
-#include "protocol/record_codec.h"
 
 namespace rankcheck {
 namespace {
@@ -25,32 +24,10 @@ constexpr size_t kMaxDeparturesLogged = 8;
 // Members named in the log line of those with no GPU stage result at its end.
 constexpr size_t kSilentLogged = 4;
 
-// A host's facts hashed by their encoding on the wire (FNV-1a): equal facts encode,
-// and so hash, alike.
-template <class T, void (*kEncode)(Writer&, const T&)>
-size_t encoded_hash(const T& v) {
-  Writer w;
-  kEncode(w, v);
-  uint64_t h = 14695981039346656037ull;
-  for (uint8_t b : w.data())
-    h = (h ^ b) * 1099511628211ull;
-  return static_cast<size_t>(h);
-}
-void encode_shm(Writer& w, const ShmFacts& f) {
-  w.u64(static_cast<uint64_t>(f.size));
-  w.u64(static_cast<uint64_t>(f.avail));
-  w.u64(static_cast<uint64_t>(f.segment));
-  w.u8(f.flags);
-}
-
 }  // namespace
 
 MasterState::MasterState(MasterConfig config)
-    : cfg_(std::move(config)),
-      tracker_(cfg_.world_size, cfg_.master_resolved, cfg_.gpu_stage),
-      nccl_ifs_(encoded_hash<NcclIfFacts, encode_nccl_if>),
-      nccl_nets_(encoded_hash<NcclNetFacts, encode_nccl_net>),
-      shms_(encoded_hash<ShmFacts, encode_shm>) {
+    : cfg_(std::move(config)), tracker_(cfg_.world_size, cfg_.master_resolved, cfg_.gpu_stage) {
   claims_.assign(static_cast<size_t>(std::max(cfg_.world_size, 1L)), 0);
   // A member per rank at most, reserved whole: grown by doubling, the vector held
   // its old array and the new one at once (44 and 88 MB at 100k members). Pages
@@ -111,10 +88,7 @@ size_t MasterState::admit(Record rec, SharedString peer, bool own) {
     strings_.intern(d.pci_bus_id);
     strings_.intern(d.name);
   }
-  // A host's facts: one copy a host (its members send the same), not one a member.
-  nccl_ifs_.intern(rec.nccl_if);
-  nccl_nets_.intern(rec.nccl_net);
-  shms_.intern(rec.shm);
+  host_facts_.intern(rec);
   envs_.intern(rec.env_sources);
   members_.push_back(Member{std::move(rec), last_join_ms_, std::move(peer)});
   return members_.size() - 1;

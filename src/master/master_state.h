@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/deadline.h"
+#include "master/host_facts.h"
 #include "protocol/messages.h"
 #include "report/report.h"
 #include "rules/join_tracker.h"
@@ -136,10 +137,8 @@ class MasterState {
   JoinTracker tracker_;                 // lets a clean job skip the rules at the decision
   ListPool<std::string> string_lists_;  // interfaces and resolved addresses, one copy each
   ListPool<EnvVar> envs_;
-  StringPool strings_;               // what members share: version, job id, host, NCCL path...
-  ValuePool<NcclIfFacts> nccl_ifs_;  // a host's facts, one copy a host
-  ValuePool<NcclNetFacts> nccl_nets_;
-  ValuePool<ShmFacts> shms_;
+  StringPool strings_;                   // what members share: version, job id, host, NCCL path...
+  HostFactPools host_facts_;             // NCCL's interface and network, /dev/shm: one copy a host
   std::vector<uint32_t> claims_;         // members claiming each rank in [0, world)
   long distinct_claimed_ = 0;            // ranks in [0, world) claimed at least once
   std::map<long, long> world_votes_;     // world size -> members (not the master) claiming it

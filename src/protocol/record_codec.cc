@@ -68,12 +68,16 @@ void encode_record(Writer& w, const Record& r) {
     w.str(r.env_sources.get()[i].value.substr(0, 128));
   }
   encode_nccl_net(w, r.nccl_net);
-  w.u64(static_cast<uint64_t>(r.shm->size));
-  w.u64(static_cast<uint64_t>(r.shm->avail));
-  w.u64(static_cast<uint64_t>(r.shm->segment));
-  w.u8(r.shm->flags);
+  encode_shm(w, r.shm);
   w.str(r.arch.str().substr(0, 32));
   encode_pcie(w, r.pcie);
+}
+
+void encode_shm(Writer& w, const ShmFacts& f) {
+  w.u64(static_cast<uint64_t>(f.size));
+  w.u64(static_cast<uint64_t>(f.avail));
+  w.u64(static_cast<uint64_t>(f.segment));
+  w.u8(f.flags);
 }
 
 void encode_nccl_if(Writer& w, const NcclIfFacts& f) {

@@ -15,6 +15,9 @@ Record decode_record(Reader& r);
 void encode_gpu(Writer& w, const GpuFacts& g);
 GpuFacts decode_gpu(Reader& r);
 
+/// /dev/shm's facts (after the data network).
+void encode_shm(Writer& w, const ShmFacts& f);
+
 void encode_nccl_if(Writer& w, const NcclIfFacts& f);
 NcclIfFacts decode_nccl_if(Reader& r);
 

@@ -70,7 +70,7 @@ inline constexpr size_t kSpareRelays = 16;
 // A member as the master tells a relayed one from its direct return: the same
 // process (host and pid) standing for the same rank.
 inline uint64_t relayed_key(const Record& r) {
-  uint64_t h = std::hash<std::string_view>{}(r.host);  // no string made a member
+  uint64_t h = std::hash<std::string_view>{}(r.host);  // no string formatted per member
   for (uint64_t v : {uint64_t{r.pid}, uint64_t(uint32_t(r.rank))})
     h = (h ^ v) * 0x100000001b3ull;
   return h;
